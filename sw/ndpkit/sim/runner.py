@@ -112,7 +112,7 @@ def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
         results = runner.test(test_module=test_module, hdl_toplevel=design.toplevel, hdl_toplevel_lang="verilog",
                               build_dir=build_dir, test_dir=test_dir, testcase=testcase, seed=seed,
                               waves=waves, extra_env=env, results_xml=str(test_dir / "results.xml"),
-                              timescale=("1ns", "1ps"))
+                              timescale=("1ns", "1ps"), log_file=test_dir / "sim.log")
     except SystemExit as exc:  # the runner exits on failed tests; report them with the seed
         results = test_dir / "results.xml"
         if not results.exists():
@@ -123,4 +123,17 @@ def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
         raise BenchFailed(f"{test_module}: no cocotb test ran (seed={seed})")
     if failed:
         raise BenchFailed(f"{test_module}: {failed} of {total} cocotb tests failed; "
-                          f"rerun with SEED={seed} (log in {test_dir})")
+                          f"rerun with SEED={seed} (log in {test_dir / 'sim.log'})\n"
+                          + _failure_excerpt(test_dir / "sim.log"))
+
+
+def _failure_excerpt(log: Path, limit: int = 40) -> str:
+    """The lines of a cocotb log that say what failed, for the pytest report."""
+    if not log.exists():
+        return ""
+    lines = log.read_text(errors="replace").splitlines()
+    keep = [i for i, line in enumerate(lines) if " failed" in line or "Error" in line]
+    picked = []
+    for i in keep:
+        picked.extend(lines[i:i + 3])
+    return "\n".join(picked[:limit])
