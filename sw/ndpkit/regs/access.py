@@ -1,0 +1,59 @@
+"""Register accessors for the driver, built from the block declaration."""
+from __future__ import annotations
+
+from typing import Callable
+
+from .declare import Access, RegisterBlock
+
+__all__ = ["RegisterFile"]
+
+
+class RegisterFile:
+    """Named access to one register block at ``base`` through ``read32``/``write32``.
+
+    >>> regs.write("ctrl", start=1)          # other RW fields keep their value
+    >>> regs.field("status", "busy")
+    """
+
+    def __init__(self, block: RegisterBlock, read32: Callable[[int], int],
+                 write32: Callable[[int, int], None], base: int = 0):
+        self.block, self.base = block, base
+        self._read32, self._write32 = read32, write32
+
+    def address(self, reg: str) -> int:
+        return self.base + self.block.register(reg).offset
+
+    def read(self, reg: str) -> int:
+        return self._read32(self.address(reg))
+
+    def fields(self, reg: str) -> dict[str, int]:
+        value = self.read(reg)
+        return {f.name: (value & f.mask) >> f.lsb for f in self.block.register(reg).fields}
+
+    def field(self, reg: str, field: str) -> int:
+        f = self.block.register(reg).field(field)
+        return (self.read(reg) & f.mask) >> f.lsb
+
+    def write(self, reg: str, value: int | None = None, **fields: int) -> None:
+        """Write a whole value, or named fields.
+
+        With fields, RW fields not named keep their current value (read first), and
+        W1C/W1S fields not named are written 0 (no effect).
+        """
+        r = self.block.register(reg)
+        if value is not None and fields:
+            raise TypeError("give either a whole value or fields, not both")
+        if value is None:
+            for name in fields:
+                f = r.field(name)
+                if f.access is Access.RO:
+                    raise ValueError(f"{reg}.{name} is read-only")
+                if not 0 <= fields[name] < (1 << f.width):
+                    raise ValueError(f"{reg}.{name}={fields[name]} does not fit in {f.width} bits")
+            keep = [f for f in r.fields if f.access is Access.RW and f.name not in fields]
+            value = self.read(reg) & sum(f.mask for f in keep) if keep else 0
+            for name, v in fields.items():
+                value |= v << r.field(name).lsb
+        elif not 0 <= value < 1 << 32:
+            raise ValueError(f"{reg}: value {value:#x} is not a 32-bit word")
+        self._write32(self.address(reg), value)
