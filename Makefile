@@ -42,7 +42,7 @@ demo: $(STAMP)
 
 # Read/write engine efficiency vs memory latency and burst size (prints a table, writes JSON).
 perf: $(STAMP)
-	$(VPY) -m ndpkit.sim.perf $(if $(QUICK),--quick,)
+	$(VPY) -m tb.bus.dma_perf_report $(if $(QUICK),--quick,)
 
 # Regenerate the register documents (docs/registers.md, build/include/*.h).
 regs: $(STAMP)

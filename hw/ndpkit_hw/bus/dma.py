@@ -215,12 +215,16 @@ def _common_members(p: _DmaParams, channels: str) -> dict:
 class _DmaEngine(wiring.Component):
     """Command intake shared by both engines: validation, tracking, burst splitting."""
 
+    # Default buffer depth, in whole bursts (see each engine).
+    default_buffer_bursts = 2
+
     def __init__(self, channels, extra_members, *, addr_width=32, data_width=512, id_width=4,
                  axi_id=0, max_burst_bytes=4096, max_outstanding=8, buffer_beats=None,
                  max_commands=4):
         data_bytes = data_width // 8
         if buffer_beats is None:
-            buffer_beats = 2 * min(256, max_burst_bytes // max(1, data_bytes))
+            bursts = max_outstanding if self.default_buffer_bursts is None else self.default_buffer_bursts
+            buffer_beats = bursts * min(256, max(1, max_burst_bytes // max(1, data_bytes)))
         self.params = _DmaParams(addr_width=addr_width, data_width=data_width, id_width=id_width,
                                  max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding,
                                  buffer_beats=buffer_beats, max_commands=max_commands)
@@ -254,7 +258,14 @@ class BurstReader(_DmaEngine):
     """AXI4 burst read engine: commands in, a stream of bus words out.
 
     ``data`` carries ``{data, last}``; ``last`` marks the final word of a command.
+
+    Bursts are only issued into reserved buffer space, so the data in flight is at
+    most ``buffer_beats``: to reach the port's peak at a memory latency of L cycles
+    the buffer needs about ``L + max_burst_beats`` beats.  The default buffer holds
+    ``max_outstanding`` whole bursts.
     """
+
+    default_buffer_bursts = None   # one burst per outstanding slot
 
     def __init__(self, **kwargs):
         super().__init__("r", lambda p: {

@@ -9,6 +9,8 @@ It stands where the MIG DDR4 / HBM controller stands on a card.  Parameters:
 - ``max_outstanding``: AR and AW requests it queues (further ones wait on READY);
 - ``bytes_per_cycle``: sustained bandwidth of each direction (a token bucket; a
   value of at least the bus width means one beat per cycle);
+- ``latency_ports=True`` replaces the two latencies by input ports, so one build
+  serves a latency sweep;
 - ``stall_per_256``: probability (out of 256) that a channel is stalled in a given
   cycle: READY dropped on AR/AW/W, the next R/B beat held back (VALID is never
   withdrawn once offered, as AXI requires); ``seed`` seeds the xorshift generator.
@@ -71,7 +73,7 @@ class AxiMemoryModel(wiring.Component):
     def __init__(self, *, size: int = 1 << 20, base: int = 0, addr_width: int = 32,
                  data_width: int = 512, id_width: int = 4, read_latency: int = 16,
                  write_latency: int = 16, max_outstanding: int = 16, bytes_per_cycle: int | None = None,
-                 stall_per_256: int = 0, seed: int = 1):
+                 stall_per_256: int = 0, seed: int = 1, latency_ports: bool = False):
         self.data_bytes = data_width // 8
         self.word_shift = log2_exact(self.data_bytes, "data_width/8")
         if size % self.data_bytes or size <= 0:
@@ -87,18 +89,25 @@ class AxiMemoryModel(wiring.Component):
             raise ValueError("stall_per_256 must be in 0..255")
         self.size, self.base, self.addr_width, self.data_width, self.id_width = \
             size, base, addr_width, data_width, id_width
-        self.read_latency, self.write_latency = read_latency, write_latency
+        self.read_latency_cycles, self.write_latency_cycles = read_latency, write_latency
         self.max_outstanding = max_outstanding
         self.bytes_per_cycle = bytes_per_cycle if bytes_per_cycle is not None else self.data_bytes
         if self.bytes_per_cycle < 1:
             raise ValueError("bytes_per_cycle must be at least 1")
         self.stall_per_256, self.seed = stall_per_256, seed
         self.depth = size // self.data_bytes
-        super().__init__({
+        self.latency_ports = latency_ports
+        members = {
             "bus": In(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
             "error_base": In(addr_width),
             "error_size": In(addr_width + 1),
-        })
+        }
+        if latency_ports:
+            # Run-time latencies (a sweep needs no rebuild); values below the minimum act
+            # as the minimum.  The constructor's latencies are then unused.
+            members["read_latency"] = In(16)
+            members["write_latency"] = In(16)
+        super().__init__(members)
 
     def _beat_resp(self, m: Module, addr):
         resp = Signal(2)
@@ -129,6 +138,12 @@ class AxiMemoryModel(wiring.Component):
         def due(t):  # wrap-safe "now >= t"
             return (now - t)[TIME_WIDTH - 1] == 0
 
+        if self.latency_ports:
+            read_wait = Mux(self.read_latency < 2, 1, self.read_latency - 1)
+            write_wait = Mux(self.write_latency < 1, 0, self.write_latency - 1)
+        else:
+            read_wait, write_wait = self.read_latency_cycles - 1, self.write_latency_cycles - 1
+
         aw_width = self.addr_width
         req_width = self.id_width + aw_width + 8 + TIME_WIDTH
 
@@ -137,7 +152,7 @@ class AxiMemoryModel(wiring.Component):
         m.d.comb += [
             bus.arready.eq(ar_queue.w_rdy & ~stall["ar"]),
             ar_queue.w_en.eq(bus.arvalid & bus.arready),
-            ar_queue.w_data.eq(Cat(bus.arid, bus.araddr, bus.arlen, (now + self.read_latency - 1)[:TIME_WIDTH])),
+            ar_queue.w_data.eq(Cat(bus.arid, bus.araddr, bus.arlen, (now + read_wait)[:TIME_WIDTH])),
         ]
         ar_id = ar_queue.r_data[:self.id_width]
         ar_addr = ar_queue.r_data[self.id_width:self.id_width + aw_width]
@@ -204,7 +219,7 @@ class AxiMemoryModel(wiring.Component):
             burst_resp.eq(Mux(beat_resp_w > w_resp_acc, beat_resp_w, w_resp_acc)),
             aw_queue.r_en.eq(w_fire & bus.wlast),
             b_queue.w_en.eq(w_fire & bus.wlast),
-            b_queue.w_data.eq(Cat(aw_id, burst_resp, (now + self.write_latency - 1)[:TIME_WIDTH])),
+            b_queue.w_data.eq(Cat(aw_id, burst_resp, (now + write_wait)[:TIME_WIDTH])),
         ]
         with m.If(w_fire):
             with m.If(bus.wlast):
