@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 from ndpkit.codes import ErrorCode
 from .axi import AXI4Signature, BURST_INCR, log2_exact
 
-__all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter"]
+__all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter", "transfer_error"]
 
 LENGTH_WIDTH = 32
 COUNTER_WIDTH = 48
@@ -66,11 +66,11 @@ class _DmaParams:
         self.buffer_beats, self.max_commands = buffer_beats, max_commands
 
 
-def _transfer_error(m: Module, p: _DmaParams, payload, window_base, window_size):
-    """Validation of one command; returns an ErrorCode-valued signal (0 = accepted)."""
-    word_mask = p.data_bytes - 1
+def transfer_error(m: Module, data_bytes: int, addr_width: int, payload, window_base, window_size):
+    """The transfer rule as logic: an ErrorCode-valued signal (0 = accepted) for ``{addr, length}``."""
+    word_mask = data_bytes - 1
     error = Signal(STATUS_WIDTH)
-    end = Signal(p.addr_width + LENGTH_WIDTH + 1)
+    end = Signal(addr_width + LENGTH_WIDTH + 1)
     m.d.comb += end.eq(payload.addr + payload.length)
     with m.If(payload.length == 0):
         m.d.comb += error.eq(ErrorCode.ZERO_LENGTH)
@@ -240,7 +240,7 @@ class _DmaEngine(wiring.Component):
         tracker = _CommandTracker(m, p, self.status)
         m.submodules.splitter = splitter = BurstSplitter(
             addr_width=p.addr_width, data_bytes=p.data_bytes, max_burst_beats=p.max_burst_beats)
-        error = _transfer_error(m, p, self.cmd.payload, self.window_base, self.window_size)
+        error = transfer_error(m, p.data_bytes, p.addr_width, self.cmd.payload, self.window_base, self.window_size)
         rejected = error != 0
         m.d.comb += [
             self.cmd.ready.eq(tracker.room & (rejected | splitter.cmd.ready)),

@@ -5,7 +5,12 @@ from typing import Callable
 
 from .declare import Access, RegisterBlock
 
-__all__ = ["RegisterFile"]
+__all__ = ["RegisterFile", "decode_fields"]
+
+
+def decode_fields(block: RegisterBlock, reg: str, value: int) -> dict[str, int]:
+    """Split a register's 32-bit value into its named fields."""
+    return {f.name: (value & f.mask) >> f.lsb for f in block.register(reg).fields}
 
 
 class RegisterFile:
@@ -27,8 +32,7 @@ class RegisterFile:
         return self._read32(self.address(reg))
 
     def fields(self, reg: str) -> dict[str, int]:
-        value = self.read(reg)
-        return {f.name: (value & f.mask) >> f.lsb for f in self.block.register(reg).fields}
+        return decode_fields(self.block, reg, self.read(reg))
 
     def field(self, reg: str, field: str) -> int:
         f = self.block.register(reg).field(field)
