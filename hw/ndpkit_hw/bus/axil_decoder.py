@@ -45,7 +45,8 @@ class AxiLiteDecoder(wiring.Component):
         hit = Signal(name=f"{name}_hit")
         index = Signal(range(len(self.regions)), name=f"{name}_index")
         for i, (base, size) in enumerate(self.regions):
-            with m.If((addr >= base) & (addr < base + size)):
+            inside = (addr < base + size) if base == 0 else ((addr >= base) & (addr < base + size))
+            with m.If(inside):
                 m.d.comb += [hit.eq(1), index.eq(i)]
         return hit, index
 

@@ -23,7 +23,7 @@ interconnect's W channel idle.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Cat, Mux
+from amaranth.hdl import Module, Signal, Cat, Const, Mux
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -76,7 +76,8 @@ def transfer_error(m: Module, data_bytes: int, addr_width: int, payload, window_
         m.d.comb += error.eq(ErrorCode.ZERO_LENGTH)
     with m.Elif(((payload.addr | payload.length) & word_mask) != 0):
         m.d.comb += error.eq(ErrorCode.UNALIGNED)
-    with m.Elif((payload.addr < window_base) | (end > window_base + window_size)):
+    below = Const(0) if isinstance(window_base, int) and window_base == 0 else payload.addr < window_base
+    with m.Elif(below | (end > window_base + window_size)):
         m.d.comb += error.eq(ErrorCode.OUT_OF_WINDOW)
     return error
 

@@ -111,7 +111,9 @@ class AxiMemoryModel(wiring.Component):
 
     def _beat_resp(self, m: Module, addr):
         resp = Signal(2)
-        in_memory = (addr >= self.base) & (addr < self.base + self.size)
+        in_memory = addr < self.base + self.size
+        if self.base:
+            in_memory = in_memory & (addr >= self.base)
         in_error = (addr >= self.error_base) & (addr - self.error_base < self.error_size)
         with m.If(~in_memory):
             m.d.comb += resp.eq(AxiResp.DECERR)

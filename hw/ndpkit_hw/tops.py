@@ -1,0 +1,56 @@
+"""Every top level the project generates, with representative parameters.
+
+`make lint` lints each of them; a new engine or shell adds its tops here.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+__all__ = ["TOPS"]
+
+
+def _reader():
+    from .bus.dma import BurstReader
+    return BurstReader(data_width=512, max_burst_bytes=4096, max_outstanding=8)
+
+
+def _writer():
+    from .bus.dma import BurstWriter
+    return BurstWriter(data_width=512, max_burst_bytes=4096, max_outstanding=8)
+
+
+def _interconnect():
+    from .bus.interconnect import AxiInterconnect
+    return AxiInterconnect(num_masters=3, data_width=512, id_width=4)
+
+
+def _decoder():
+    from .bus.axil_decoder import AxiLiteDecoder
+    return AxiLiteDecoder(addr_width=16, regions=[(0x0000, 0x1000), (0x4000, 0x4000)])
+
+
+def _csr():
+    from ndpkit.regs.blocks import COPY_DEMO
+    from .shell.csr import CSRBlock
+    return CSRBlock(COPY_DEMO)
+
+
+def _memory():
+    from .mem.memory_model import AxiMemoryModel
+    return AxiMemoryModel(size=1 << 16, data_width=512, stall_per_256=16, bytes_per_cycle=48)
+
+
+def _copy_demo():
+    from .demo import CopyDemo
+    return CopyDemo(mem_size=1 << 16)
+
+
+TOPS: dict[str, Callable] = {
+    "burst_reader": _reader,
+    "burst_writer": _writer,
+    "interconnect": _interconnect,
+    "axil_decoder": _decoder,
+    "csr_copy_demo": _csr,
+    "memory_model": _memory,
+    "copy_demo": _copy_demo,
+}
