@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Fast checks of the gateware that need no Verilator: parameters, port names, and the
 burst splitter in Amaranth's own simulator against a Python model (hypothesis)."""
 import re
