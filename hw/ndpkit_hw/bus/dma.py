@@ -254,6 +254,35 @@ class _DmaEngine(wiring.Component):
         ]
         return tracker, splitter
 
+    def _address_stage(self, m: Module, splitter, prefix: str, room):
+        """The AR or AW register stage, fed by the splitter.
+
+        A burst loads when the stage is free, fewer than ``max_outstanding`` bursts
+        are in flight and ``room(beats)`` holds (the engine's buffer rule).  Returns
+        (outstanding counter, load strobe, handshake strobe, the burst's last-of-command
+        flag as it stands on the bus); the caller decrements ``outstanding`` itself.
+        """
+        p, bus = self.params, self.bus
+        valid, ready = getattr(bus, f"{prefix}valid"), getattr(bus, f"{prefix}ready")
+        outstanding = Signal(range(p.max_outstanding + 1), name=f"{prefix}_outstanding")
+        burst = splitter.burst.payload
+        last = Signal(name=f"{prefix}_last_of_command")
+        load = Signal(name=f"{prefix}_load")
+        m.d.comb += [
+            load.eq(splitter.burst.valid & (~valid | ready) & (outstanding < p.max_outstanding) &
+                    room(burst.len + 1)),
+            splitter.burst.ready.eq(load),
+            getattr(bus, f"{prefix}id").eq(self.axi_id),
+            getattr(bus, f"{prefix}size").eq(p.word_shift),
+            getattr(bus, f"{prefix}burst").eq(BURST_INCR),
+        ]
+        with m.If(load):
+            m.d.sync += [valid.eq(1), getattr(bus, f"{prefix}addr").eq(burst.addr),
+                         getattr(bus, f"{prefix}len").eq(burst.len), last.eq(burst.last)]
+        with m.Elif(ready):
+            m.d.sync += valid.eq(0)
+        return outstanding, load, valid & ready, last
+
 
 class BurstReader(_DmaEngine):
     """AXI4 burst read engine: commands in, a stream of bus words out.
@@ -283,25 +312,10 @@ class BurstReader(_DmaEngine):
         m.submodules.burst_info = burst_info = fifo.SyncFIFO(width=1, depth=p.max_outstanding)
 
         reserved = Signal(range(p.buffer_beats + 1))     # beats promised to issued bursts, not yet consumed
-        outstanding = Signal(range(p.max_outstanding + 1))
+        outstanding, load, ar_fire, ar_last = self._address_stage(
+            m, splitter, "ar", lambda beats: reserved + beats <= p.buffer_beats)
         burst = splitter.burst.payload
-        ar_last = Signal()
-        load = Signal()
-        ar_free = ~bus.arvalid | bus.arready
-        m.d.comb += [
-            load.eq(splitter.burst.valid & ar_free & (outstanding < p.max_outstanding) &
-                    (reserved + burst.len + 1 <= p.buffer_beats)),
-            splitter.burst.ready.eq(load),
-            bus.arid.eq(self.axi_id),
-            bus.arsize.eq(p.word_shift),
-            bus.arburst.eq(BURST_INCR),
-        ]
-        with m.If(load):
-            m.d.sync += [bus.arvalid.eq(1), bus.araddr.eq(burst.addr), bus.arlen.eq(burst.len),
-                         ar_last.eq(burst.last)]
-        with m.Elif(bus.arready):
-            m.d.sync += bus.arvalid.eq(0)
-        m.d.comb += [burst_info.w_en.eq(bus.arvalid & bus.arready), burst_info.w_data.eq(ar_last)]
+        m.d.comb += [burst_info.w_en.eq(ar_fire), burst_info.w_data.eq(ar_last)]
 
         # R channel: always ready unless a burst's bookkeeping is not visible yet or a
         # rejected command is completing this cycle (never for lack of buffer space).
@@ -368,26 +382,10 @@ class BurstWriter(_DmaEngine):
         ]
 
         claimed = Signal(range(p.buffer_beats + 1))     # buffered beats that issued bursts will send
-        outstanding = Signal(range(p.max_outstanding + 1))
+        outstanding, load, aw_fire, aw_last = self._address_stage(
+            m, splitter, "aw", lambda beats: buffer.level >= claimed + beats)
         burst = splitter.burst.payload
-        aw_last = Signal()
-        load = Signal()
-        aw_free = ~bus.awvalid | bus.awready
-        m.d.comb += [
-            load.eq(splitter.burst.valid & aw_free & (outstanding < p.max_outstanding) &
-                    (buffer.level >= claimed + burst.len + 1)),
-            splitter.burst.ready.eq(load),
-            bus.awid.eq(self.axi_id),
-            bus.awsize.eq(p.word_shift),
-            bus.awburst.eq(BURST_INCR),
-        ]
-        with m.If(load):
-            m.d.sync += [bus.awvalid.eq(1), bus.awaddr.eq(burst.addr), bus.awlen.eq(burst.len),
-                         aw_last.eq(burst.last)]
-        with m.Elif(bus.awready):
-            m.d.sync += bus.awvalid.eq(0)
-        m.d.comb += [w_queue.w_en.eq(bus.awvalid & bus.awready),
-                     w_queue.w_data.eq(Cat(bus.awlen, aw_last))]
+        m.d.comb += [w_queue.w_en.eq(aw_fire), w_queue.w_data.eq(Cat(bus.awlen, aw_last))]
 
         beat = Signal(8)
         w_fire = Signal()

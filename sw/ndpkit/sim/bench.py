@@ -85,20 +85,30 @@ async def wait_until(clk, predicate, timeout_cycles: int, what: str):
     raise TimeoutError(f"timed out after {timeout_cycles} cycles waiting for {what}")
 
 
-class StreamSource:
-    """Drives ``<prefix>_valid``/``_payload``; VALID stays up until READY, as required."""
+class _StreamPort:
+    """The three signals of an ``amaranth.lib.stream`` port, a stall rate, and a driver task."""
 
-    def __init__(self, dut, prefix: str, layout=None, stall: float = 0.0):
+    def __init__(self, dut, prefix: str, layout, stall: float, idle_output):
         self.clk = dut.clk
         self.valid = getattr(dut, f"{prefix}_valid")
         self.ready = getattr(dut, f"{prefix}_ready")
         self.payload = getattr(dut, f"{prefix}_payload")
         self.layout, self.stall = layout, stall
+        self._rng = random.Random(random.getrandbits(32))
+        getattr(self, idle_output).value = 0
+        cocotb.start_soon(self._run())
+
+    def _stalled(self) -> bool:
+        return bool(self.stall) and self._rng.random() < self.stall
+
+
+class StreamSource(_StreamPort):
+    """Drives ``<prefix>_valid``/``_payload``; VALID stays up until READY, as required."""
+
+    def __init__(self, dut, prefix: str, layout=None, stall: float = 0.0):
         self.queue: deque = deque()
         self.sent = 0
-        self.valid.value = 0
-        self._rng = random.Random(random.getrandbits(32))
-        cocotb.start_soon(self._run())
+        super().__init__(dut, prefix, layout, stall, "valid")
 
     def send(self, item) -> None:
         """Queue a payload: an int, or a dict packed by the layout."""
@@ -115,26 +125,19 @@ class StreamSource:
                 self.sent += 1
                 driving = False
             if not driving:
-                if self.queue and not (self.stall and self._rng.random() < self.stall):
+                if self.queue and not self._stalled():
                     self.payload.value = self.queue.popleft()
                     driving = True
                 self.valid.value = int(driving)
 
 
-class StreamSink:
+class StreamSink(_StreamPort):
     """Drives ``<prefix>_ready`` randomly and collects handshaken payloads."""
 
     def __init__(self, dut, prefix: str, layout=None, stall: float = 0.0):
-        self.clk = dut.clk
-        self.valid = getattr(dut, f"{prefix}_valid")
-        self.ready = getattr(dut, f"{prefix}_ready")
-        self.payload = getattr(dut, f"{prefix}_payload")
-        self.layout, self.stall = layout, stall
         self.items: deque = deque()
         self.count = 0
-        self._rng = random.Random(random.getrandbits(32))
-        self.ready.value = 0
-        cocotb.start_soon(self._run())
+        super().__init__(dut, prefix, layout, stall, "ready")
 
     async def _run(self):
         ready = False
@@ -144,7 +147,7 @@ class StreamSink:
                 word = int(self.payload.value)
                 self.items.append(unpack(self.layout, word) if self.layout is not None else word)
                 self.count += 1
-            ready = not (self.stall and self._rng.random() < self.stall)
+            ready = not self._stalled()
             self.ready.value = int(ready)
 
     async def receive(self, timeout_cycles: int = 100_000):
