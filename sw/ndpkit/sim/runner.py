@@ -8,16 +8,18 @@ including parallel pytest-xdist workers, which take a file lock), and runs the
 cocotb test module against it.
 
 Environment knobs: ``SEED`` fixes the random seed (otherwise one is drawn and
-printed), ``WAVES=1`` builds with FST tracing and writes ``dump.fst`` next to the
-results, ``NDP_BUILD_DIR`` moves the build cache.
+printed), ``WAVES=1`` builds with tracing and writes ``dump.fst`` (``dump.vcd``
+when the lz4 headers FST needs are missing, or with ``WAVES=vcd``) in the run folder, ``NDP_BUILD_DIR`` moves the build cache.
 """
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import random
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,11 +65,34 @@ def verilog_for(design: Design, directory: Path) -> Path:
     return path
 
 
-def _build(design: Design, waves: bool) -> Path:
+@functools.cache
+def fst_available() -> bool:
+    """Verilator's FST writer needs the lz4 headers (Debian: liblz4-dev)."""
+    probe = subprocess.run(["c++", "-E", "-x", "c++", "-"], input="#include <lz4.h>\n",
+                           capture_output=True, text=True)
+    return probe.returncode == 0
+
+
+def _wave_format() -> str | None:
+    """``WAVES=1`` -> FST (VCD when lz4 is missing), ``WAVES=vcd`` -> VCD, unset/0 -> none."""
+    value = os.environ.get("WAVES", "0").strip().lower()
+    if value in ("", "0", "no", "false"):
+        return None
+    if value == "vcd":
+        return "vcd"
+    if not fst_available():
+        print("[ndpkit] WAVES: FST needs the lz4 headers (apt-get install liblz4-dev); writing dump.vcd",
+              flush=True)
+        return "vcd"
+    return "fst"
+
+
+def _build(design: Design, waves: str | None) -> Path:
     from cocotb_tools.runner import get_runner
 
     text = design.verilog()
-    args = BUILD_ARGS + (["--trace-fst", "--trace-structs"] if waves else [])
+    args = BUILD_ARGS + (["--trace-fst", "--trace-structs"] if waves == "fst" else
+                         ["--trace-structs"] if waves == "vcd" else [])
     key = hashlib.sha256("\0".join([text, *args, verilator_version(),
                                     WAIVER_FILE.read_text()]).encode()).hexdigest()[:16]
     build_dir = build_dir_root() / f"{design.toplevel}-{key}"
@@ -80,7 +105,7 @@ def _build(design: Design, waves: bool) -> Path:
             source.write_text(text)
             runner = get_runner("verilator")
             runner.build(sources=[WAIVER_FILE, source], hdl_toplevel=design.toplevel,
-                         build_dir=build_dir, build_args=args, waves=waves,
+                         build_dir=build_dir, build_args=args, waves=waves is not None,
                          timescale=("1ns", "1ps"), log_file=build_dir / "build.log")
             stamp.write_text(json.dumps({"toplevel": design.toplevel, "args": args}))
     return build_dir
@@ -97,7 +122,7 @@ def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
     from cocotb_tools.runner import get_runner, get_results
 
     apply_to_process_env()
-    waves = os.environ.get("WAVES", "0") not in ("", "0")
+    waves = _wave_format()
     if seed is None:
         seed = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1, 2 ** 31)
     build_dir = _build(design, waves)
@@ -111,7 +136,7 @@ def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
     try:
         results = runner.test(test_module=test_module, hdl_toplevel=design.toplevel, hdl_toplevel_lang="verilog",
                               build_dir=build_dir, test_dir=test_dir, testcase=testcase, seed=seed,
-                              waves=waves, extra_env=env, results_xml=str(test_dir / "results.xml"),
+                              waves=waves is not None, extra_env=env, results_xml=str(test_dir / "results.xml"),
                               timescale=("1ns", "1ps"), log_file=test_dir / "sim.log")
     except SystemExit as exc:  # the runner exits on failed tests; report them with the seed
         results = test_dir / "results.xml"
