@@ -1,0 +1,1 @@
+"""Golden models: the bit-exact specification of what the gateware computes."""
