@@ -20,6 +20,8 @@ def flat_ports(component: wiring.Component) -> dict:
     for path, member, value in component.signature.flatten(component):
         if isinstance(value, _ast.ValueCastable):
             value = value.as_value()
+        if isinstance(value, _ast.Const):
+            continue      # e.g. the READY of an always-ready stream: not a port
         direction = _ir.PortDirection.Input if member.flow == wiring.In else _ir.PortDirection.Output
         name = "_".join(map(str, path))
         if name in ports:

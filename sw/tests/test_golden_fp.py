@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndpkit.golden import fp
+from ndpkit.golden.fp_cases import interesting_f32
 
 FORMATS = {"f32": (8, 23), "f16": (5, 10), "bf16": (8, 7)}
 
@@ -61,21 +62,6 @@ def encode(q: Fraction, exp_bits: int, frac_bits: int, zero_sign: int = 0) -> in
     if exponent >= (1 << exp_bits) - 1:
         return top | (((1 << exp_bits) - 1) << frac_bits)       # overflow -> inf
     return top | (exponent << frac_bits) | (m - (1 << frac_bits))
-
-
-def interesting_f32(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Random binary32 patterns: uniform bits, subnormals, near-overflow, specials."""
-    parts = [
-        rng.integers(0, 2 ** 32, n, dtype=np.uint64),
-        rng.integers(0, 0x00800000, n, dtype=np.uint64) | (rng.integers(0, 2, n, dtype=np.uint64) << 31),
-        rng.integers(0x7F000000, 0x7F800000, n, dtype=np.uint64),
-        rng.integers(0x3F000000, 0x40800000, n, dtype=np.uint64),
-        rng.choice(np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 1, 0x80000001,
-                             0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000], dtype=np.uint64), n),
-    ]
-    out = np.concatenate(parts).astype(np.uint32)
-    rng.shuffle(out)
-    return out[:n]
 
 
 def _finite(u: int) -> bool:

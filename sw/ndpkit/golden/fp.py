@@ -25,7 +25,7 @@ import numpy as np
 
 __all__ = [
     "QNAN32", "QNAN16", "QNANBF16", "bits", "floats", "canonical",
-    "add", "sub", "mul", "div", "sqrt", "fma", "maximum", "minimum",
+    "add", "sub", "mul", "div", "sqrt", "fma", "maximum", "minimum", "compare",
     "fp16_to_fp32", "bf16_to_fp32", "fp32_to_fp16", "fp32_to_bf16", "int32_to_fp32", "fp32_to_int32",
     "same",
 ]
@@ -126,6 +126,14 @@ def minimum(a, b):
     a, b = np.asarray(a, dtype=np.uint32), np.asarray(b, dtype=np.uint32)
     out = np.where(_ordered_key(a) <= _ordered_key(b), a, b)
     return np.where(_isnan32(a) | _isnan32(b), QNAN32, out).astype(np.uint32)
+
+
+def compare(a, b):
+    """Bits {0: a < b, 1: a == b, 2: a > b, 3: unordered}, NumPy's comparison semantics."""
+    x, y = floats(a), floats(b)
+    with np.errstate(all="ignore"):
+        return ((x < y).astype(np.uint8) | ((x == y).astype(np.uint8) << 1) | ((x > y).astype(np.uint8) << 2)
+                | ((np.isnan(x) | np.isnan(y)).astype(np.uint8) << 3))
 
 
 def fp16_to_fp32(h):

@@ -1,0 +1,103 @@
+"""Format conversions: fp16/bf16 -> fp32 (exact), fp32 -> fp16/bf16 (RNE, overflow to
+infinity, subnormal results), int32 -> fp32 (RNE), fp32 -> int32 (RNE, saturating,
+NaN -> 0).  Latency 2, II=1 per lane.  NaN results are the canonical quiet NaN."""
+from amaranth.hdl import Signal, Cat, Const, Mux, signed
+
+from .fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack
+
+__all__ = ["FloatConvert", "Fp16ToFp32", "Bf16ToFp32", "Fp32ToFp16", "Fp32ToBf16", "Int32ToFp32", "Fp32ToInt32"]
+
+
+class FloatConvert(FpUnit):
+    """One float format to another through the shared normalise/round path."""
+    source: FloatFormat = F32
+    target: FloatFormat = F32
+    latency = 2
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.operands = {"a": cls.source.width}
+        cls.result_width = cls.target.width
+
+    def lane(self, m, pipe, inputs, controls):
+        src, dst = self.source, self.target
+        a = unpack(m, inputs["a"], src, "a")
+        exp = Signal(signed(12))
+        m.d.comb += exp.eq(a.exp - src.bias + dst.bias)
+        norm, norm_exp, _ = normalize(m, a.sig, exp, "convert")
+        norm, norm_exp, sign, zero, inf, nan = pipe.stage(norm, norm_exp, a.sign, a.is_zero, a.is_inf, a.is_nan)
+        packed = round_pack(m, dst, sign, norm, norm_exp, 0, "convert")
+        result = Signal(dst.width)
+        with m.If(nan):
+            m.d.comb += result.eq(dst.qnan)
+        with m.Elif(inf):
+            m.d.comb += result.eq(dst.inf(sign))
+        with m.Elif(zero):
+            m.d.comb += result.eq(dst.zero(sign))
+        with m.Else():
+            m.d.comb += result.eq(packed)
+        return pipe.stage(result)
+
+
+class Fp16ToFp32(FloatConvert):
+    source, target = F16, F32
+
+
+class Bf16ToFp32(FloatConvert):
+    source, target = BF16, F32
+
+
+class Fp32ToFp16(FloatConvert):
+    source, target = F32, F16
+
+
+class Fp32ToBf16(FloatConvert):
+    source, target = F32, BF16
+
+
+class Int32ToFp32(FpUnit):
+    operands = {"a": 32}
+    latency = 2
+
+    def lane(self, m, pipe, inputs, controls):
+        value = inputs["a"]
+        sign = value[31]
+        magnitude = Signal(32)
+        m.d.comb += magnitude.eq(Mux(sign, -value, value))
+        exp = Signal(signed(10))
+        m.d.comb += exp.eq(F32.bias + 31)                 # bit 31 weighs 2**31
+        norm, norm_exp, _ = normalize(m, magnitude, exp, "i2f")
+        norm, norm_exp, sign = pipe.stage(norm, norm_exp, sign)
+        return pipe.stage(round_pack(m, F32, sign, norm, norm_exp, 0, "i2f"))
+
+
+class Fp32ToInt32(FpUnit):
+    operands = {"a": 32}
+    latency = 2
+
+    def lane(self, m, pipe, inputs, controls):
+        a = unpack(m, inputs["a"], F32, "a")
+        # value = sig * 2**(exp - 150); exp >= 158 (|x| >= 2**31) saturates
+        big = a.exp >= 158
+        left = Signal(range(8))
+        right = Signal(range(27))
+        m.d.comb += [left.eq(Mux(a.exp >= 150, a.exp - 150, 0)),
+                     right.eq(Mux(a.exp >= 150, 0, Mux(150 - a.exp > 26, 26, 150 - a.exp)))]
+        wide = Signal(24 + 26)
+        m.d.comb += wide.eq(Cat(Const(0, 26), a.sig) >> right)
+        truncated = wide[26:]
+        guard = wide[25]
+        sticky = wide[:25] != 0
+        rounded = Signal(25)
+        m.d.comb += rounded.eq(truncated + (guard & (sticky | truncated[0])))
+        magnitude = Signal(33)
+        m.d.comb += magnitude.eq(Mux(a.exp >= 150, a.sig << left, rounded))
+        magnitude, sign, big, nan = pipe.stage(magnitude, a.sign, big, a.is_nan)
+        result = Signal(32)
+        with m.If(nan):
+            m.d.comb += result.eq(0)
+        with m.Elif(sign):
+            m.d.comb += result.eq(Mux(big | (magnitude > 2 ** 31), 2 ** 31, -magnitude))
+        with m.Else():
+            m.d.comb += result.eq(Mux(big | (magnitude > 2 ** 31 - 1), 2 ** 31 - 1, magnitude))
+        return pipe.stage(result)

@@ -1,0 +1,210 @@
+"""Shared pieces of the floating-point units: formats, unpacking, normalisation and
+IEEE round-to-nearest-even packing, and the lane/pipeline scaffolding.
+
+Every unit computes an exact (or exactly-stickied) intermediate ``sign, exp, sig``
+where ``sig``'s most significant bit has weight ``2**(exp - bias)``, then calls
+:func:`normalize` and :func:`round_pack`.  That one rounding path gives every unit
+the same subnormal, overflow and tie behaviour, which is what the golden functions in
+:mod:`ndpkit.golden.fp` specify.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Module, Signal, Cat, Const, Mux, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["FloatFormat", "F32", "F16", "BF16", "Unpacked", "unpack", "leading_zeros", "normalize",
+           "round_pack", "Pipeline", "FpUnit"]
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    exp_bits: int
+    frac_bits: int
+
+    @property
+    def width(self) -> int:
+        return 1 + self.exp_bits + self.frac_bits
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exp_bits - 1)) - 1
+
+    @property
+    def exp_all_ones(self) -> int:
+        return (1 << self.exp_bits) - 1
+
+    @property
+    def qnan(self) -> int:
+        """The canonical quiet NaN every unit produces."""
+        return (self.exp_all_ones << self.frac_bits) | (1 << (self.frac_bits - 1))
+
+    def inf(self, sign) -> Cat:
+        return Cat(Const(0, self.frac_bits), Const(self.exp_all_ones, self.exp_bits), sign)
+
+    def zero(self, sign) -> Cat:
+        return Cat(Const(0, self.frac_bits + self.exp_bits), sign)
+
+
+F32 = FloatFormat(8, 23)
+F16 = FloatFormat(5, 10)
+BF16 = FloatFormat(8, 7)
+
+
+class Unpacked:
+    """Fields of one operand: ``sig`` carries the implicit bit; subnormals have exp 1."""
+
+    def __init__(self, fmt: FloatFormat, name: str):
+        self.fmt = fmt
+        self.sign = Signal(name=f"{name}_sign")
+        self.exp = Signal(fmt.exp_bits, name=f"{name}_exp")
+        self.sig = Signal(fmt.frac_bits + 1, name=f"{name}_sig")
+        self.is_zero = Signal(name=f"{name}_is_zero")
+        self.is_inf = Signal(name=f"{name}_is_inf")
+        self.is_nan = Signal(name=f"{name}_is_nan")
+
+
+def unpack(m: Module, value, fmt: FloatFormat, name: str) -> Unpacked:
+    u = Unpacked(fmt, name)
+    frac = value[:fmt.frac_bits]
+    exp = value[fmt.frac_bits:fmt.frac_bits + fmt.exp_bits]
+    subnormal = exp == 0
+    m.d.comb += [
+        u.sign.eq(value[fmt.width - 1]),
+        u.exp.eq(Mux(subnormal, 1, exp)),
+        u.sig.eq(Cat(frac, ~subnormal)),
+        u.is_zero.eq(subnormal & (frac == 0)),
+        u.is_inf.eq((exp == fmt.exp_all_ones) & (frac == 0)),
+        u.is_nan.eq((exp == fmt.exp_all_ones) & (frac != 0)),
+    ]
+    return u
+
+
+def leading_zeros(m: Module, value, name: str) -> Signal:
+    """Count of leading zeros of ``value`` (its width when it is zero)."""
+    width = len(value)
+    count = Signal(range(width + 1), name=f"{name}_lz")
+    m.d.comb += count.eq(width)
+    for i in range(width):            # the highest set bit is assigned last and wins
+        with m.If(value[i]):
+            m.d.comb += count.eq(width - 1 - i)
+    return count
+
+
+def normalize(m: Module, sig, exp, name: str):
+    """Shift ``sig`` left so its top bit is set; returns (sig, exp - shift, is_zero)."""
+    lz = leading_zeros(m, sig, name)
+    norm = Signal(len(sig), name=f"{name}_norm")
+    e = Signal(signed(len(exp) + 2), name=f"{name}_norm_exp")
+    m.d.comb += [norm.eq(sig << lz), e.eq(exp - lz)]
+    return norm, e, sig == 0
+
+
+def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str) -> Signal:
+    """Round a normalised significand to ``fmt`` (RNE) and pack it with ``sign``.
+
+    ``norm`` has its top bit set (or is zero, giving a signed zero) and that bit weighs
+    ``2**(exp - bias)``.  Results below the normal range are shifted into subnormals
+    (with everything shifted out folded into the sticky bit) before rounding, so
+    rounding happens once, at the right place; rounding up may carry into the
+    exponent, including from the largest subnormal to the smallest normal and from
+    the largest finite to infinity.  Exponents above the range give infinity.
+    """
+    precision = fmt.frac_bits + 1
+    if len(norm) < precision + 2:
+        norm = Cat(Const(0, precision + 2 - len(norm)), norm)
+    width = len(norm)
+    # results in the subnormal range: shift right by 1 - exp, folding the lost bits in
+    below = Signal(range(width + 3), name=f"{name}_denorm_shift")
+    with m.If(exp >= 1):
+        m.d.comb += below.eq(0)
+    with m.Elif(exp < 1 - (width + 1)):
+        m.d.comb += below.eq(width + 2)
+    with m.Else():
+        m.d.comb += below.eq(1 - exp)
+    wide = Signal(2 * width + 2, name=f"{name}_wide")
+    m.d.comb += wide.eq(Cat(Const(0, width + 2), norm) >> below)
+    shifted = wide[width + 2:]
+    lost = wide[:width + 2] != 0
+    kept = shifted[width - precision:]
+    guard = shifted[width - precision - 1]
+    rest = (shifted[:width - precision - 1] != 0) | lost | sticky
+    biased = Signal(signed(len(exp) + 1), name=f"{name}_biased")
+    m.d.comb += biased.eq(Mux(exp >= 1, exp, 1))
+    magnitude = Signal(fmt.exp_bits + fmt.frac_bits + 1, name=f"{name}_magnitude")
+    round_up = guard & (rest | kept[0])
+    m.d.comb += magnitude.eq(((biased - 1) << fmt.frac_bits)[:fmt.exp_bits + fmt.frac_bits + 1] + kept + round_up)
+    result = Signal(fmt.width, name=f"{name}_packed")
+    with m.If(norm == 0):
+        m.d.comb += result.eq(fmt.zero(sign))
+    with m.Elif(exp > fmt.exp_all_ones - 1):
+        m.d.comb += result.eq(fmt.inf(sign))
+    with m.Else():
+        m.d.comb += result.eq(Cat(magnitude[:fmt.exp_bits + fmt.frac_bits], sign))
+    return result
+
+
+class Pipeline:
+    """Registers a lane's values stage by stage, with a valid bit travelling along."""
+
+    def __init__(self, m: Module, valid, name: str):
+        self.m, self.valid, self.name, self.depth = m, valid, name, 0
+
+    def stage(self, *values):
+        self.depth += 1
+        out = []
+        for i, value in enumerate(values):
+            reg = Signal.like(value, name=f"{self.name}_s{self.depth}_{i}") if isinstance(value, Signal) \
+                else Signal(value.shape(), name=f"{self.name}_s{self.depth}_{i}")
+            self.m.d.sync += reg.eq(value)
+            out.append(reg)
+        valid = Signal(name=f"{self.name}_s{self.depth}_valid")
+        self.m.d.sync += valid.eq(self.valid)
+        self.valid = valid
+        return out[0] if len(out) == 1 else out
+
+
+class FpUnit(wiring.Component):
+    """Lanes x one datapath, one result per lane per cycle (II=1), valid-only.
+
+    ``i`` carries ``{<operand>: [lanes x width], ...}`` (plus any per-vector control
+    fields), ``o`` carries ``[lanes x result width]``; ``o.valid`` follows ``i.valid``
+    by ``latency`` cycles.  Subclasses define ``operands`` (name -> width),
+    ``controls`` (name -> width, shared by the lanes), ``result_width`` and
+    ``lane(m, pipe, inputs, controls) -> result`` and the constant ``latency`` (the
+    number of ``pipe.stage`` calls ``lane`` makes; checked at elaboration).
+    """
+
+    operands: dict = {}
+    controls: dict = {}
+    result_width = 32
+    latency: int = 0
+
+    def __init__(self, *, lanes: int = 1):
+        if lanes < 1:
+            raise ValueError("lanes must be at least 1")
+        self.lanes = lanes
+        fields = {name: data.ArrayLayout(width, lanes) for name, width in self.operands.items()}
+        fields.update(self.controls)
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout(fields), always_ready=True)),
+            "o": Out(stream.Signature(data.ArrayLayout(self.result_width, lanes), always_ready=True)),
+        })
+
+    def lane(self, m, pipe, inputs, controls):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def elaborate(self, platform):
+        m = Module()
+        controls = {n: getattr(self.i.payload, n) for n in self.controls}
+        for lane in range(self.lanes):
+            pipe = Pipeline(m, self.i.valid, f"lane{lane}")
+            inputs = {n: getattr(self.i.payload, n)[lane] for n in self.operands}
+            result = self.lane(m, pipe, inputs, controls)
+            assert pipe.depth == self.latency, f"{type(self).__name__}: {pipe.depth} stages, latency says {self.latency}"
+            m.d.comb += self.o.payload[lane].eq(result)
+            if lane == 0:
+                m.d.comb += self.o.valid.eq(pipe.valid)
+        return m

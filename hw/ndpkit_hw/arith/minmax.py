@@ -1,0 +1,53 @@
+"""maximum/minimum (``max`` control bit: 1 = maximum) and comparison.  Latency 1.
+
+Semantics (the golden ``maximum``/``minimum``/``compare``): any NaN input gives the
+canonical NaN (NumPy's ``np.maximum``), -0 < +0 for maximum/minimum (IEEE 754-2019).
+``FpCompare`` returns bits {0: a < b, 1: a == b, 2: a > b, 3: unordered}; -0 == +0
+and every comparison with a NaN is false except "unordered", as in NumPy.
+"""
+from amaranth.hdl import Signal, Cat, Mux
+
+from .fp_common import F32, FpUnit, unpack
+
+__all__ = ["FpMinMax", "FpCompare"]
+
+
+def _ordered(value):
+    """Unsigned key in numeric order for non-NaN patterns (-0 just below +0)."""
+    return Mux(value[31], ~value, value | (1 << 31))
+
+
+class FpMinMax(FpUnit):
+    operands = {"a": 32, "b": 32}
+    controls = {"max": 1}
+    latency = 1
+
+    def lane(self, m, pipe, inputs, controls):
+        a_bits, b_bits = inputs["a"], inputs["b"]
+        a, b = unpack(m, a_bits, F32, "a"), unpack(m, b_bits, F32, "b")
+        a_larger = _ordered(a_bits) >= _ordered(b_bits)
+        result = Signal(32)
+        with m.If(a.is_nan | b.is_nan):
+            m.d.comb += result.eq(F32.qnan)
+        with m.Elif(controls["max"]):
+            m.d.comb += result.eq(Mux(a_larger, a_bits, b_bits))
+        with m.Else():
+            m.d.comb += result.eq(Mux(_ordered(a_bits) <= _ordered(b_bits), a_bits, b_bits))
+        return pipe.stage(result)
+
+
+class FpCompare(FpUnit):
+    operands = {"a": 32, "b": 32}
+    result_width = 4
+    latency = 1
+
+    def lane(self, m, pipe, inputs, controls):
+        a_bits, b_bits = inputs["a"], inputs["b"]
+        a, b = unpack(m, a_bits, F32, "a"), unpack(m, b_bits, F32, "b")
+        unordered = a.is_nan | b.is_nan
+        both_zero = a.is_zero & b.is_zero
+        ka, kb = _ordered(a_bits), _ordered(b_bits)
+        lt = ~unordered & ~both_zero & (ka < kb)
+        gt = ~unordered & ~both_zero & (ka > kb)
+        eq = ~unordered & (both_zero | (ka == kb))
+        return pipe.stage(Cat(lt, eq, gt, unordered))

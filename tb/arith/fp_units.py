@@ -1,0 +1,94 @@
+"""The floating-point units under test: class, golden function, operand generator.
+
+Shared by the cocotb bench (tb/arith/test_fp_units.py), the unit tests and the
+implementation report, so adding a unit means adding one entry here.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ndpkit.golden import fp
+from ndpkit.golden.fp_cases import corner_pairs, interesting_f32, near_pairs
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    cls: str                                   # "module:Class" under ndpkit_hw.arith
+    golden: Callable                           # (operands, controls) -> expected results
+    generate: Callable                         # (rng, n) -> dict of operand arrays
+    controls: tuple = ()
+    exhaustive: bool = False                   # generate() ignores n and returns every input
+
+    def component_class(self):
+        module, name = self.cls.split(":")
+        return getattr(importlib.import_module(f"ndpkit_hw.arith.{module}"), name)
+
+
+def _binary(rng, n):
+    ca, cb = corner_pairs()
+    na, nb = near_pairs(rng, n // 3)
+    ra, rb = interesting_f32(rng, n), interesting_f32(rng, n)
+    a = np.concatenate([ca, na, ra])[:max(n, len(ca))]
+    b = np.concatenate([cb, nb, rb])[:max(n, len(cb))]
+    return {"a": a, "b": b}
+
+
+def _unary_f32(rng, n):
+    a = np.concatenate([fp_corners(), interesting_f32(rng, n)])
+    return {"a": a[:max(n, len(fp_corners()))]}
+
+
+def fp_corners():
+    from ndpkit.golden.fp_cases import CORNERS32
+    return CORNERS32
+
+
+def _narrow_ties(rng, n, drop_bits):
+    base = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32) & ~np.uint32((1 << drop_bits) - 1)
+    tie = base | np.uint32(1 << (drop_bits - 1))
+    near = tie ^ rng.integers(0, 2, n, dtype=np.uint64).astype(np.uint32)   # one ulp either side of the tie
+    return np.concatenate([tie, near])
+
+
+def _to_narrow(drop_bits):
+    def gen(rng, n):
+        a = np.concatenate([fp_corners(), _narrow_ties(rng, n // 2, drop_bits), interesting_f32(rng, n)])
+        return {"a": a[:max(n, 64)]}
+    return gen
+
+
+def _all16(rng, n):
+    return {"a": np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)}
+
+
+def _int32(rng, n):
+    edges = np.array([0, 1, -1, 2 ** 31 - 1, -2 ** 31, 2 ** 24, 2 ** 24 + 1, 2 ** 25 + 2, 2 ** 25 + 6, -(2 ** 24 + 3)],
+                     dtype=np.int64)
+    widths = rng.integers(1, 33, n)
+    values = rng.integers(0, 2 ** 32, n, dtype=np.uint64) >> (32 - widths).astype(np.uint64)
+    a = np.concatenate([edges & 0xFFFFFFFF, values]).astype(np.uint32)
+    return {"a": a[:max(n, len(edges))]}
+
+
+def _select(name, if_one, if_zero):
+    return lambda o, c: np.where(c[name].astype(bool), if_one(o["a"], o["b"]), if_zero(o["a"], o["b"]))
+
+
+UNITS: dict[str, UnitSpec] = {
+    "add": UnitSpec("add:FpAdd", _select("sub", fp.sub, fp.add), _binary, controls=("sub",)),
+    "mul": UnitSpec("mul:FpMul", lambda o, c: fp.mul(o["a"], o["b"]), _binary),
+    "minmax": UnitSpec("minmax:FpMinMax", _select("max", fp.maximum, fp.minimum), _binary, controls=("max",)),
+    "compare": UnitSpec("minmax:FpCompare", lambda o, c: fp.compare(o["a"], o["b"]), _binary),
+    "fp16_to_fp32": UnitSpec("convert:Fp16ToFp32", lambda o, c: fp.fp16_to_fp32(o["a"]), _all16, exhaustive=True),
+    "bf16_to_fp32": UnitSpec("convert:Bf16ToFp32", lambda o, c: fp.bf16_to_fp32(o["a"]), _all16, exhaustive=True),
+    "fp32_to_fp16": UnitSpec("convert:Fp32ToFp16", lambda o, c: fp.fp32_to_fp16(o["a"]), _to_narrow(13)),
+    "fp32_to_bf16": UnitSpec("convert:Fp32ToBf16", lambda o, c: fp.fp32_to_bf16(o["a"]), _to_narrow(16)),
+    "int32_to_fp32": UnitSpec("convert:Int32ToFp32",
+                              lambda o, c: fp.int32_to_fp32(o["a"].astype(np.uint32).view(np.int32)), _int32),
+    "fp32_to_int32": UnitSpec("convert:Fp32ToInt32",
+                              lambda o, c: fp.fp32_to_int32(o["a"]).view(np.uint32), _unary_f32),
+}
