@@ -37,6 +37,19 @@ def _binary(rng, n):
     return {"a": a, "b": b}
 
 
+def _ternary(rng, n):
+    """Products near the addend (cancellation), tiny and huge mixes, corners, uniform bits."""
+    ops = _binary(rng, n)
+    k = len(ops["a"])
+    c = interesting_f32(rng, k)
+    # for a third of the vectors, c is close to -a*b: the exact product rounded, perturbed
+    with np.errstate(all="ignore"):
+        close = fp.mul(ops["a"], ops["b"]) ^ np.uint32(0x80000000)
+    close ^= rng.integers(0, 4, k, dtype=np.uint64).astype(np.uint32)
+    pick = rng.random(k) < 0.35
+    return {"a": ops["a"], "b": ops["b"], "c": np.where(pick, close, c).astype(np.uint32)}
+
+
 def _unary_f32(rng, n):
     a = np.concatenate([fp_corners(), interesting_f32(rng, n)])
     return {"a": a[:max(n, len(fp_corners()))]}
@@ -81,6 +94,7 @@ def _select(name, if_one, if_zero):
 UNITS: dict[str, UnitSpec] = {
     "add": UnitSpec("add:FpAdd", _select("sub", fp.sub, fp.add), _binary, controls=("sub",)),
     "mul": UnitSpec("mul:FpMul", lambda o, c: fp.mul(o["a"], o["b"]), _binary),
+    "fma": UnitSpec("fma:FpFma", lambda o, c: fp.fma(o["a"], o["b"], o["c"]), _ternary),
     "minmax": UnitSpec("minmax:FpMinMax", _select("max", fp.maximum, fp.minimum), _binary, controls=("max",)),
     "compare": UnitSpec("minmax:FpCompare", lambda o, c: fp.compare(o["a"], o["b"]), _binary),
     "fp16_to_fp32": UnitSpec("convert:Fp16ToFp32", lambda o, c: fp.fp16_to_fp32(o["a"]), _all16, exhaustive=True),

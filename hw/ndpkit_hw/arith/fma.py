@@ -1,0 +1,115 @@
+"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 7, II=1.
+
+Subnormal inputs are normalised first, so the exact 48-bit product has its top bit
+at 46 or 47 and the addend, widened to 48 bits, has its top bit at 47: the sum is then
+an addition of two exact 48-bit significands.  The smaller one is shifted right with
+three extra bits and a sticky bit, exactly as in the adder (if the shift is more than
+one place there is at most one bit of cancellation, so the sticky bit lies far below
+the rounding point; otherwise nothing is lost), and the shared normalise/round path
+rounds once.  An exact zero is +0, except that (-0) + (-0) is -0.
+"""
+from amaranth.hdl import Signal, Cat, Const, Mux, signed
+
+from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack
+
+__all__ = ["FpFma"]
+
+EXTRA = 3
+SIG = 48
+
+
+class FpFma(FpUnit):
+    operands = {"a": 32, "b": 32, "c": 32}
+    latency = 7
+
+    def lane(self, m, pipe, inputs, controls):
+        a, b, c = (unpack(m, inputs[n], F32, n) for n in "abc")
+        product_sign = a.sign ^ b.sign
+        product_zero = a.is_zero | b.is_zero
+        product_inf = a.is_inf | b.is_inf
+        nan = (a.is_nan | b.is_nan | c.is_nan | (a.is_inf & b.is_zero) | (a.is_zero & b.is_inf) |
+               (product_inf & c.is_inf & (product_sign != c.sign)))
+        inf = product_inf | c.is_inf
+        inf_sign = Mux(product_inf, product_sign, c.sign)
+        # normalise the three significands (subnormals have leading zeros)
+        lz_a, lz_b, lz_c = (leading_zeros(m, u.sig, f"fma_{n}") for u, n in ((a, "a"), (b, "b"), (c, "c")))
+        sig_a, sig_b, sig_c = Signal(24), Signal(24), Signal(24)
+        exp_p, exp_c = Signal(signed(11)), Signal(signed(11))
+        m.d.comb += [
+            sig_a.eq(a.sig << lz_a), sig_b.eq(b.sig << lz_b), sig_c.eq(c.sig << lz_c),
+            # product bit 47 weighs 2**(exp_p - bias); addend bit 23 (bit 47 once widened) 2**(exp_c - bias)
+            exp_p.eq(a.exp - lz_a + b.exp - lz_b - F32.bias + 1),
+            exp_c.eq(c.exp - lz_c),
+        ]
+        (sig_a, sig_b, sig_c, exp_p, exp_c, product_sign, product_zero, c_sign, c_zero, nan, inf, inf_sign) = \
+            pipe.stage(sig_a, sig_b, sig_c, exp_p, exp_c, product_sign, product_zero, c.sign, c.is_zero,
+                       nan, inf, inf_sign)
+
+        # the product of two normalised significands has its top bit at 46 or 47; move it
+        # to 47 so that both terms compare by (exponent, significand)
+        raw = Signal(SIG)
+        product = Signal(SIG)
+        m.d.comb += raw.eq(sig_a * sig_b)
+        exp_p_fixed = Signal(signed(11))
+        m.d.comb += [product.eq(Mux(raw[SIG - 1], raw, raw << 1)),
+                     exp_p_fixed.eq(Mux(raw[SIG - 1], exp_p, exp_p - 1))]
+        exp_p = exp_p_fixed
+        (product, sig_c, exp_p, exp_c, product_sign, product_zero, c_sign, c_zero, nan, inf, inf_sign) = \
+            pipe.stage(product, sig_c, exp_p, exp_c, product_sign, product_zero, c_sign, c_zero, nan, inf,
+                       inf_sign)
+
+        # order the two terms by magnitude (a zero term is always the smaller)
+        addend = Cat(Const(0, SIG - 24), sig_c)
+        c_bigger = Signal()
+        with m.If(product_zero):
+            m.d.comb += c_bigger.eq(1)
+        with m.Elif(c_zero):
+            m.d.comb += c_bigger.eq(0)
+        with m.Else():
+            m.d.comb += c_bigger.eq((exp_c > exp_p) | ((exp_c == exp_p) & (addend > product)))
+        big_sig, small_sig = Mux(c_bigger, addend, product), Mux(c_bigger, product, addend)
+        big_exp = Signal(signed(11))
+        distance = Signal(signed(12))
+        m.d.comb += [big_exp.eq(Mux(c_bigger, exp_c, exp_p)),
+                     distance.eq(Mux(c_bigger, exp_c - exp_p, exp_p - exp_c))]
+        small_zero = Mux(c_bigger, product_zero, c_zero)
+        sign = Mux(c_bigger, c_sign, product_sign)
+        subtract = product_sign ^ c_sign
+        zero_sign = product_zero & c_zero & product_sign & c_sign
+        (big_sig, small_sig, big_exp, distance, small_zero, sign, subtract, zero_sign, nan, inf, inf_sign) = \
+            pipe.stage(big_sig, small_sig, big_exp, distance, small_zero, sign, subtract, zero_sign, nan, inf,
+                       inf_sign)
+
+        width = SIG + EXTRA
+        shift = Signal(range(width + 1))
+        m.d.comb += shift.eq(Mux(small_zero | (distance > width), width, distance))
+        wide = Signal(2 * width)
+        m.d.comb += wide.eq(Cat(Const(0, width), Const(0, EXTRA), small_sig) >> shift)
+        aligned = Signal(width)
+        m.d.comb += aligned.eq(wide[width:] | (wide[:width] != 0))
+        big_ext = Cat(Const(0, EXTRA), big_sig)
+        big_ext, aligned, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
+            big_ext, aligned, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
+
+        total = Signal(width + 1)
+        m.d.comb += total.eq(Mux(subtract, big_ext - aligned, big_ext + aligned))
+        top_exp = Signal(signed(12))
+        m.d.comb += top_exp.eq(big_exp + 1)
+        total, top_exp, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
+            total, top_exp, sign, zero_sign, nan, inf, inf_sign)
+
+        norm, norm_exp, is_zero = normalize(m, total, top_exp, "fma")
+        norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
+            norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign)
+
+        packed = round_pack(m, F32, sign, norm, norm_exp, 0, "fma")
+        result = Signal(32)
+        with m.If(nan):
+            m.d.comb += result.eq(F32.qnan)
+        with m.Elif(inf):
+            m.d.comb += result.eq(F32.inf(inf_sign))
+        with m.Elif(is_zero):
+            m.d.comb += result.eq(F32.zero(zero_sign))
+        with m.Else():
+            m.d.comb += result.eq(packed)
+        return pipe.stage(result)
