@@ -55,6 +55,13 @@ def _unary_f32(rng, n):
     return {"a": a[:max(n, len(fp_corners()))]}
 
 
+def _positive_f32(rng, n):
+    """Mostly non-negative operands (negative ones only check the NaN path)."""
+    a = _unary_f32(rng, n)["a"]
+    keep_sign = rng.random(len(a)) < 0.1
+    return {"a": np.where(keep_sign, a, a & np.uint32(0x7FFFFFFF)).astype(np.uint32)}
+
+
 def fp_corners():
     from ndpkit.golden.fp_cases import CORNERS32
     return CORNERS32
@@ -95,6 +102,8 @@ UNITS: dict[str, UnitSpec] = {
     "add": UnitSpec("add:FpAdd", _select("sub", fp.sub, fp.add), _binary, controls=("sub",)),
     "mul": UnitSpec("mul:FpMul", lambda o, c: fp.mul(o["a"], o["b"]), _binary),
     "fma": UnitSpec("fma:FpFma", lambda o, c: fp.fma(o["a"], o["b"], o["c"]), _ternary),
+    "div": UnitSpec("div:FpDiv", lambda o, c: fp.div(o["a"], o["b"]), _binary),
+    "sqrt": UnitSpec("sqrt:FpSqrt", lambda o, c: fp.sqrt(o["a"]), _positive_f32),
     "minmax": UnitSpec("minmax:FpMinMax", _select("max", fp.maximum, fp.minimum), _binary, controls=("max",)),
     "compare": UnitSpec("minmax:FpCompare", lambda o, c: fp.compare(o["a"], o["b"]), _binary),
     "fp16_to_fp32": UnitSpec("convert:Fp16ToFp32", lambda o, c: fp.fp16_to_fp32(o["a"]), _all16, exhaustive=True),

@@ -1,0 +1,69 @@
+"""Binary32 square root, RNE, subnormals.  Restoring digit-by-digit integer square
+root, one result bit per pipeline stage: latency 29, II=1 per lane.
+
+The normalised input is m * 2**e with m in [1, 2); for odd e the significand is
+doubled, so X = m' * 2**23 lies in [2**23, 2**25) and e' is even.  The 26-bit root
+Q = isqrt(X * 2**27) is built one bit per stage keeping the exact remainder
+X * 2**27 - Q**2; a non-zero final remainder is the sticky bit.  sqrt(-0) = -0,
+sqrt(+inf) = +inf, sqrt(x < 0) = NaN.
+"""
+from amaranth.hdl import Signal, Cat, Const, Mux, signed
+
+from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack
+
+__all__ = ["FpSqrt"]
+
+ROOT_BITS = 26
+RADICAND_BITS = 52
+
+
+class FpSqrt(FpUnit):
+    operands = {"a": 32}
+    latency = ROOT_BITS + 3
+
+    def lane(self, m, pipe, inputs, controls):
+        a = unpack(m, inputs["a"], F32, "a")
+        nan = a.is_nan | (a.sign & ~a.is_zero)
+        inf = a.is_inf & ~a.sign
+        zero = a.is_zero
+        lz = leading_zeros(m, a.sig, "sqrt")
+        unbiased = Signal(signed(11))
+        m.d.comb += unbiased.eq(a.exp - lz - F32.bias)
+        odd = unbiased[0]
+        sig = Signal(25)
+        m.d.comb += sig.eq(Mux(odd, (a.sig << lz) << 1, a.sig << lz))
+        exp = Signal(signed(11))
+        # root bit 25 weighs 2**k with k = floor(e / 2)
+        m.d.comb += exp.eq((unbiased >> 1) + F32.bias)
+        radicand = Cat(Const(0, 27), sig)               # X * 2**27, 52 bits
+        radicand, exp, sign, nan, inf, zero = pipe.stage(radicand, exp, a.sign, nan, inf, zero)
+
+        root = Const(0, ROOT_BITS)
+        remainder = radicand                              # N - root**2, never negative
+        for bit in reversed(range(ROOT_BITS)):
+            # (root + 2**bit)**2 - root**2 = root * 2**(bit+1) + 2**(2*bit)
+            step = Signal(RADICAND_BITS + 1, name=f"sqrt_step{bit}")
+            m.d.comb += step.eq((root << (bit + 1)) + (1 << (2 * bit)))
+            take = remainder >= step
+            next_remainder = Signal(RADICAND_BITS, name=f"sqrt_rem{bit}")
+            next_root = Signal(ROOT_BITS, name=f"sqrt_root{bit}")
+            m.d.comb += [next_remainder.eq(Mux(take, remainder - step, remainder)),
+                         next_root.eq(root | Mux(take, 1 << bit, 0))]
+            remainder, root, exp, sign, nan, inf, zero = pipe.stage(
+                next_remainder, next_root, exp, sign, nan, inf, zero)
+        sticky = remainder != 0
+
+        norm, norm_exp, _ = normalize(m, root, exp, "sqrt")
+        norm, norm_exp, sticky, sign, nan, inf, zero = pipe.stage(norm, norm_exp, sticky, sign, nan, inf, zero)
+
+        packed = round_pack(m, F32, 0, norm, norm_exp, sticky, "sqrt")
+        result = Signal(32)
+        with m.If(nan):
+            m.d.comb += result.eq(F32.qnan)
+        with m.Elif(inf):
+            m.d.comb += result.eq(F32.inf(0))
+        with m.Elif(zero):
+            m.d.comb += result.eq(F32.zero(sign))
+        with m.Else():
+            m.d.comb += result.eq(packed)
+        return pipe.stage(result)
