@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ndpkit.golden import fp
+from ndpkit.golden.exp import exp as exp_golden
 from ndpkit.golden.fp_cases import corner_pairs, interesting_f32, near_pairs
 
 
@@ -62,6 +63,13 @@ def _positive_f32(rng, n):
     return {"a": np.where(keep_sign, a, a & np.uint32(0x7FFFFFFF)).astype(np.uint32)}
 
 
+def _exp_operands(rng, n):
+    """Uniform over the interesting range [-110, 95], bit patterns near 0, corners."""
+    values = rng.uniform(-110.0, 95.0, n // 2).astype(np.float32).view(np.uint32)
+    a = np.concatenate([fp_corners(), values, interesting_f32(rng, n // 2)])
+    return {"a": a[:max(n, 64)]}
+
+
 def fp_corners():
     from ndpkit.golden.fp_cases import CORNERS32
     return CORNERS32
@@ -104,6 +112,7 @@ UNITS: dict[str, UnitSpec] = {
     "fma": UnitSpec("fma:FpFma", lambda o, c: fp.fma(o["a"], o["b"], o["c"]), _ternary),
     "div": UnitSpec("div:FpDiv", lambda o, c: fp.div(o["a"], o["b"]), _binary),
     "sqrt": UnitSpec("sqrt:FpSqrt", lambda o, c: fp.sqrt(o["a"]), _positive_f32),
+    "exp": UnitSpec("exp:FpExp", lambda o, c: exp_golden(o["a"]), _exp_operands),
     "minmax": UnitSpec("minmax:FpMinMax", _select("max", fp.maximum, fp.minimum), _binary, controls=("max",)),
     "compare": UnitSpec("minmax:FpCompare", lambda o, c: fp.compare(o["a"], o["b"]), _binary),
     "fp16_to_fp32": UnitSpec("convert:Fp16ToFp32", lambda o, c: fp.fp16_to_fp32(o["a"]), _all16, exhaustive=True),

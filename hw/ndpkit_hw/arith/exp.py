@@ -1,0 +1,80 @@
+"""Binary32 exp(x), bit-exact to :func:`ndpkit.golden.exp.exp` (the algorithm is
+documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32-bit
+table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
+rounding through the shared round/pack path.  Latency 8, II=1 per lane.
+"""
+from amaranth.hdl import Signal, Cat, Const, Mux, signed
+from amaranth.lib.memory import Memory
+
+from ndpkit.golden.exp import FRACTION_BITS, LN2_Q32, LOG2E_Q39, TABLE
+from .fp_common import F32, FpUnit, normalize, round_pack
+
+__all__ = ["FpExp"]
+
+
+class FpExp(FpUnit):
+    operands = {"a": 32}
+    latency = 8
+
+    def lane(self, m, pipe, inputs, controls):
+        x = inputs["a"]
+        sign, e, frac = x[31], x[23:31], x[:23]
+        e_eff = Mux(e == 0, 1, e)
+        sig = Cat(frac, e != 0)
+        nan = (e == 255) & (frac != 0)
+        pos_inf = (e == 255) & (frac == 0) & ~sign
+        big = e_eff >= 134                                  # |x| >= 128: saturate
+        product = Signal(64)
+        m.d.comb += product.eq(sig * LOG2E_Q39)
+        shift = Signal(6)
+        m.d.comb += shift.eq(Mux(e_eff > 149 - 63, 149 - e_eff, 63))
+        product, shift, sign, nan, pos_inf, big = pipe.stage(product, shift, sign, nan, pos_inf, big)
+
+        y_abs = Signal(49)
+        m.d.comb += y_abs.eq(product >> shift)
+        y = Signal(signed(50))
+        m.d.comb += y.eq(Mux(sign, -y_abs, y_abs))
+        y, sign, nan, pos_inf, big = pipe.stage(y, sign, nan, pos_inf, big)
+
+        k = Signal(signed(10))
+        m.d.comb += k.eq(y >> FRACTION_BITS)
+        f = y[:FRACTION_BITS]
+        index, r = f[32:40], f[:32]
+        table = Memory(shape=32, depth=256, init=[int(v) for v in TABLE])
+        m.submodules[f"exp_table_{id(pipe)}"] = table
+        port = table.read_port()
+        m.d.comb += port.addr.eq(index)
+        t = Signal(32)
+        m.d.comb += t.eq((r * LN2_Q32) >> 32)              # r * ln2, Q0.40
+        t, k, sign, nan, pos_inf, big = pipe.stage(t, k, sign, nan, pos_inf, big)
+
+        t2 = Signal(32)
+        partial = Signal(33)
+        m.d.comb += [t2.eq((t * t) >> 50), partial.eq((1 << 31) + (t >> 9))]
+        power, t2, partial, k, sign, nan, pos_inf, big = pipe.stage(port.data, t2, partial, k, sign, nan,
+                                                                    pos_inf, big)
+
+        poly = Signal(33)
+        m.d.comb += poly.eq(partial + t2)
+        power, poly, k, sign, nan, pos_inf, big = pipe.stage(power, poly, k, sign, nan, pos_inf, big)
+
+        mantissa = Signal(33)
+        m.d.comb += mantissa.eq((power * poly) >> 31)
+        top_exp = Signal(signed(12))
+        m.d.comb += top_exp.eq(k + 1 + F32.bias)           # mantissa bit 32 weighs 2**(k + 1)
+        mantissa, top_exp, sign, nan, pos_inf, big = pipe.stage(mantissa, top_exp, sign, nan, pos_inf, big)
+
+        norm, norm_exp, _ = normalize(m, mantissa, top_exp, "exp")
+        norm, norm_exp, sign, nan, pos_inf, big = pipe.stage(norm, norm_exp, sign, nan, pos_inf, big)
+
+        packed = round_pack(m, F32, 0, norm, norm_exp, 0, "exp")
+        result = Signal(32)
+        with m.If(nan):
+            m.d.comb += result.eq(F32.qnan)
+        with m.Elif(pos_inf | (big & ~sign)):
+            m.d.comb += result.eq(F32.inf(0))
+        with m.Elif(big & sign):
+            m.d.comb += result.eq(0)
+        with m.Else():
+            m.d.comb += result.eq(packed)
+        return pipe.stage(result)
