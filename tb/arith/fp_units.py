@@ -23,10 +23,18 @@ class UnitSpec:
     generate: Callable                         # (rng, n) -> dict of operand arrays
     controls: tuple = ()
     exhaustive: bool = False                   # generate() ignores n and returns every input
+    options: dict = field(default_factory=dict)   # extra constructor arguments
 
     def component_class(self):
         module, name = self.cls.split(":")
         return getattr(importlib.import_module(f"ndpkit_hw.arith.{module}"), name)
+
+    def build(self, lanes: int):
+        return self.component_class()(lanes=lanes, **self.options)
+
+    @property
+    def reduces(self) -> bool:
+        return getattr(self.component_class(), "reduces", False)
 
 
 def _binary(rng, n):
@@ -113,6 +121,11 @@ UNITS: dict[str, UnitSpec] = {
     "div": UnitSpec("div:FpDiv", lambda o, c: fp.div(o["a"], o["b"]), _binary),
     "sqrt": UnitSpec("sqrt:FpSqrt", lambda o, c: fp.sqrt(o["a"]), _positive_f32),
     "exp": UnitSpec("exp:FpExp", lambda o, c: exp_golden(o["a"]), _exp_operands),
+    "reduce_sum": UnitSpec("reduce:FpReduce", lambda o, c: fp.reduce_tree(o["a"], "sum"), _unary_f32,
+                           options={"op": "sum"}),
+    "reduce_max": UnitSpec("reduce:FpReduce", lambda o, c: fp.reduce_tree(o["a"], "max"), _unary_f32,
+                           options={"op": "max"}),
+    "dot": UnitSpec("reduce:FpDotProduct", lambda o, c: fp.dot(o["a"], o["b"]), _binary),
     "minmax": UnitSpec("minmax:FpMinMax", _select("max", fp.maximum, fp.minimum), _binary, controls=("max",)),
     "compare": UnitSpec("minmax:FpCompare", lambda o, c: fp.compare(o["a"], o["b"]), _binary),
     "fp16_to_fp32": UnitSpec("convert:Fp16ToFp32", lambda o, c: fp.fp16_to_fp32(o["a"]), _all16, exhaustive=True),

@@ -10,63 +10,69 @@ from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
 from .fp_common import F32, FpUnit, normalize, round_pack, unpack
 
-__all__ = ["FpAdd"]
+__all__ = ["FpAdd", "add_datapath", "ADD_LATENCY"]
 
 EXTRA = 3
+ADD_LATENCY = 5
 
 
 class FpAdd(FpUnit):
     operands = {"a": 32, "b": 32}
     controls = {"sub": 1}
-    latency = 5
+    latency = ADD_LATENCY
 
     def lane(self, m, pipe, inputs, controls):
-        raw_a, raw_b = inputs["a"], inputs["b"] ^ (controls["sub"] << 31)
-        swap = raw_b[:31] > raw_a[:31]
-        big_bits, small_bits = Mux(swap, raw_b, raw_a), Mux(swap, raw_a, raw_b)
-        big, small = unpack(m, big_bits, F32, "big"), unpack(m, small_bits, F32, "small")
-        nan = big.is_nan | small.is_nan | (big.is_inf & small.is_inf & (big.sign != small.sign))
-        inf = big.is_inf
-        subtract = big.sign ^ small.sign
-        both_zero_sign = big.sign & small.sign          # sign of an exact zero when adding zeros
-        distance = Signal(8)
-        m.d.comb += distance.eq(big.exp - small.exp)
-        (sig_big, sig_small, exp, distance, sign, subtract, both_zero_sign, nan, inf) = pipe.stage(
-            big.sig, small.sig, big.exp, distance, big.sign, subtract, both_zero_sign, nan, inf)
+        return add_datapath(m, pipe, inputs["a"], inputs["b"] ^ (controls["sub"] << 31))
 
-        width = 24 + EXTRA
-        small_ext = Cat(Const(0, EXTRA), sig_small)
-        shift = Signal(range(width + 1))
-        m.d.comb += shift.eq(Mux(distance > width, width, distance))
-        wide = Signal(2 * width)
-        m.d.comb += wide.eq(Cat(Const(0, width), small_ext) >> shift)
-        aligned = Signal(width)
-        m.d.comb += aligned.eq(wide[width:] | (wide[:width] != 0))          # sticky into bit 0
-        big_ext = Cat(Const(0, EXTRA), sig_big)
-        big_ext, aligned, exp, sign, subtract, both_zero_sign, nan, inf = pipe.stage(
-            big_ext, aligned, exp, sign, subtract, both_zero_sign, nan, inf)
 
-        total = Signal(width + 1)
-        m.d.comb += total.eq(Mux(subtract, big_ext - aligned, big_ext + aligned))
-        zero_sign = Signal()
-        m.d.comb += zero_sign.eq(~subtract & both_zero_sign)
-        # total's top bit (bit 27) weighs 2**(exp - bias + 1)
-        top_exp = Signal(signed(10))
-        m.d.comb += top_exp.eq(exp + 1)
-        total, top_exp, sign, zero_sign, nan, inf = pipe.stage(total, top_exp, sign, zero_sign, nan, inf)
+def add_datapath(m, pipe, a_bits, b_bits):
+    """``a + b`` through ``ADD_LATENCY`` stages of ``pipe``."""
+    raw_a, raw_b = a_bits, b_bits
+    swap = raw_b[:31] > raw_a[:31]
+    big_bits, small_bits = Mux(swap, raw_b, raw_a), Mux(swap, raw_a, raw_b)
+    big, small = unpack(m, big_bits, F32, "big"), unpack(m, small_bits, F32, "small")
+    nan = big.is_nan | small.is_nan | (big.is_inf & small.is_inf & (big.sign != small.sign))
+    inf = big.is_inf
+    subtract = big.sign ^ small.sign
+    both_zero_sign = big.sign & small.sign          # sign of an exact zero when adding zeros
+    distance = Signal(8)
+    m.d.comb += distance.eq(big.exp - small.exp)
+    (sig_big, sig_small, exp, distance, sign, subtract, both_zero_sign, nan, inf) = pipe.stage(
+        big.sig, small.sig, big.exp, distance, big.sign, subtract, both_zero_sign, nan, inf)
 
-        norm, norm_exp, is_zero = normalize(m, total, top_exp, "add")
-        norm, norm_exp, is_zero, sign, zero_sign, nan, inf = pipe.stage(
-            norm, norm_exp, is_zero, sign, zero_sign, nan, inf)
+    width = 24 + EXTRA
+    small_ext = Cat(Const(0, EXTRA), sig_small)
+    shift = Signal(range(width + 1))
+    m.d.comb += shift.eq(Mux(distance > width, width, distance))
+    wide = Signal(2 * width)
+    m.d.comb += wide.eq(Cat(Const(0, width), small_ext) >> shift)
+    aligned = Signal(width)
+    m.d.comb += aligned.eq(wide[width:] | (wide[:width] != 0))          # sticky into bit 0
+    big_ext = Cat(Const(0, EXTRA), sig_big)
+    big_ext, aligned, exp, sign, subtract, both_zero_sign, nan, inf = pipe.stage(
+        big_ext, aligned, exp, sign, subtract, both_zero_sign, nan, inf)
 
-        packed = round_pack(m, F32, sign, norm, norm_exp, 0, "add")
-        result = Signal(32)
-        with m.If(nan):
-            m.d.comb += result.eq(F32.qnan)
-        with m.Elif(inf):
-            m.d.comb += result.eq(F32.inf(sign))
-        with m.Elif(is_zero):
-            m.d.comb += result.eq(F32.zero(zero_sign))
-        with m.Else():
-            m.d.comb += result.eq(packed)
-        return pipe.stage(result)
+    total = Signal(width + 1)
+    m.d.comb += total.eq(Mux(subtract, big_ext - aligned, big_ext + aligned))
+    zero_sign = Signal()
+    m.d.comb += zero_sign.eq(~subtract & both_zero_sign)
+    # total's top bit (bit 27) weighs 2**(exp - bias + 1)
+    top_exp = Signal(signed(10))
+    m.d.comb += top_exp.eq(exp + 1)
+    total, top_exp, sign, zero_sign, nan, inf = pipe.stage(total, top_exp, sign, zero_sign, nan, inf)
+
+    norm, norm_exp, is_zero = normalize(m, total, top_exp, "add")
+    norm, norm_exp, is_zero, sign, zero_sign, nan, inf = pipe.stage(
+        norm, norm_exp, is_zero, sign, zero_sign, nan, inf)
+
+    packed = round_pack(m, F32, sign, norm, norm_exp, 0, "add")
+    result = Signal(32)
+    with m.If(nan):
+        m.d.comb += result.eq(F32.qnan)
+    with m.Elif(inf):
+        m.d.comb += result.eq(F32.inf(sign))
+    with m.Elif(is_zero):
+        m.d.comb += result.eq(F32.zero(zero_sign))
+    with m.Else():
+        m.d.comb += result.eq(packed)
+    return pipe.stage(result)

@@ -9,7 +9,7 @@ from amaranth.hdl import Signal, Cat, Mux
 
 from .fp_common import F32, FpUnit, unpack
 
-__all__ = ["FpMinMax", "FpCompare"]
+__all__ = ["FpMinMax", "FpCompare", "minmax_datapath"]
 
 
 def _ordered(value):
@@ -23,17 +23,20 @@ class FpMinMax(FpUnit):
     latency = 1
 
     def lane(self, m, pipe, inputs, controls):
-        a_bits, b_bits = inputs["a"], inputs["b"]
-        a, b = unpack(m, a_bits, F32, "a"), unpack(m, b_bits, F32, "b")
-        a_larger = _ordered(a_bits) >= _ordered(b_bits)
-        result = Signal(32)
-        with m.If(a.is_nan | b.is_nan):
-            m.d.comb += result.eq(F32.qnan)
-        with m.Elif(controls["max"]):
-            m.d.comb += result.eq(Mux(a_larger, a_bits, b_bits))
-        with m.Else():
-            m.d.comb += result.eq(Mux(_ordered(a_bits) <= _ordered(b_bits), a_bits, b_bits))
-        return pipe.stage(result)
+        return minmax_datapath(m, pipe, inputs["a"], inputs["b"], controls["max"])
+
+
+def minmax_datapath(m, pipe, a_bits, b_bits, is_max):
+    """maximum (``is_max``) or minimum of ``a`` and ``b`` through one stage of ``pipe``."""
+    a, b = unpack(m, a_bits, F32, "a"), unpack(m, b_bits, F32, "b")
+    result = Signal(32)
+    with m.If(a.is_nan | b.is_nan):
+        m.d.comb += result.eq(F32.qnan)
+    with m.Elif(is_max):
+        m.d.comb += result.eq(Mux(_ordered(a_bits) >= _ordered(b_bits), a_bits, b_bits))
+    with m.Else():
+        m.d.comb += result.eq(Mux(_ordered(a_bits) <= _ordered(b_bits), a_bits, b_bits))
+    return pipe.stage(result)
 
 
 class FpCompare(FpUnit):

@@ -3,36 +3,43 @@ from amaranth.hdl import Signal, Cat, signed
 
 from .fp_common import F32, FpUnit, normalize, round_pack, unpack
 
-__all__ = ["FpMul"]
+__all__ = ["FpMul", "mul_datapath", "MUL_LATENCY"]
+
+MUL_LATENCY = 4
 
 
 class FpMul(FpUnit):
     operands = {"a": 32, "b": 32}
-    latency = 4
+    latency = MUL_LATENCY
 
     def lane(self, m, pipe, inputs, controls):
-        a, b = unpack(m, inputs["a"], F32, "a"), unpack(m, inputs["b"], F32, "b")
-        sign = a.sign ^ b.sign
-        nan = a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (a.is_zero & b.is_inf)
-        inf = a.is_inf | b.is_inf
-        # the product's top bit (bit 47) weighs 2**(ea + eb - 2*bias + 1)
-        exp = Signal(signed(11))
-        m.d.comb += exp.eq(a.exp + b.exp - F32.bias + 1)
-        sig_a, sig_b, exp, sign, nan, inf = pipe.stage(a.sig, b.sig, exp, sign, nan, inf)
+        return mul_datapath(m, pipe, inputs["a"], inputs["b"])
 
-        product = Signal(48)
-        m.d.comb += product.eq(sig_a * sig_b)
-        product, exp, sign, nan, inf = pipe.stage(product, exp, sign, nan, inf)
 
-        norm, norm_exp, _ = normalize(m, product, exp, "mul")
-        norm, norm_exp, sign, nan, inf = pipe.stage(norm, norm_exp, sign, nan, inf)
+def mul_datapath(m, pipe, a_bits, b_bits):
+    """``a * b`` through ``MUL_LATENCY`` stages of ``pipe``."""
+    a, b = unpack(m, a_bits, F32, "a"), unpack(m, b_bits, F32, "b")
+    sign = a.sign ^ b.sign
+    nan = a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (a.is_zero & b.is_inf)
+    inf = a.is_inf | b.is_inf
+    # the product's top bit (bit 47) weighs 2**(ea + eb - 2*bias + 1)
+    exp = Signal(signed(11))
+    m.d.comb += exp.eq(a.exp + b.exp - F32.bias + 1)
+    sig_a, sig_b, exp, sign, nan, inf = pipe.stage(a.sig, b.sig, exp, sign, nan, inf)
 
-        packed = round_pack(m, F32, sign, norm, norm_exp, 0, "mul")
-        result = Signal(32)
-        with m.If(nan):
-            m.d.comb += result.eq(F32.qnan)
-        with m.Elif(inf):
-            m.d.comb += result.eq(F32.inf(sign))
-        with m.Else():
-            m.d.comb += result.eq(packed)
-        return pipe.stage(result)
+    product = Signal(48)
+    m.d.comb += product.eq(sig_a * sig_b)
+    product, exp, sign, nan, inf = pipe.stage(product, exp, sign, nan, inf)
+
+    norm, norm_exp, _ = normalize(m, product, exp, "mul")
+    norm, norm_exp, sign, nan, inf = pipe.stage(norm, norm_exp, sign, nan, inf)
+
+    packed = round_pack(m, F32, sign, norm, norm_exp, 0, "mul")
+    result = Signal(32)
+    with m.If(nan):
+        m.d.comb += result.eq(F32.qnan)
+    with m.Elif(inf):
+        m.d.comb += result.eq(F32.inf(sign))
+    with m.Else():
+        m.d.comb += result.eq(packed)
+    return pipe.stage(result)

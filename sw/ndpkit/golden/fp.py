@@ -27,7 +27,7 @@ __all__ = [
     "QNAN32", "QNAN16", "QNANBF16", "bits", "floats", "canonical",
     "add", "sub", "mul", "div", "sqrt", "fma", "maximum", "minimum", "compare",
     "fp16_to_fp32", "bf16_to_fp32", "fp32_to_fp16", "fp32_to_bf16", "int32_to_fp32", "fp32_to_int32",
-    "same",
+    "same", "reduce_tree", "dot",
 ]
 
 QNAN32 = np.uint32(0x7FC00000)
@@ -169,3 +169,21 @@ def fp32_to_int32(u):
         r = np.rint(x)                                         # ties to even
         r = np.clip(np.nan_to_num(r, nan=0.0), -2.0 ** 31, 2.0 ** 31 - 1)
     return r.astype(np.int64).astype(np.int32)
+
+
+_REDUCE_OPS = {"sum": add, "max": maximum, "min": minimum}
+
+
+def reduce_tree(values, op: str = "sum"):
+    """Reduce the last axis (a power of two) pairwise, adjacent pairs level by level:
+    ((x0 op x1) op (x2 op x3)) op ...; each node is the binary32 operation above."""
+    v = np.asarray(values, dtype=np.uint32)
+    node = _REDUCE_OPS[op]
+    while v.shape[-1] > 1:
+        v = node(v[..., 0::2], v[..., 1::2])
+    return v[..., 0]
+
+
+def dot(a, b):
+    """sum_i round(a_i * b_i) over the last axis, in the ``reduce_tree`` order."""
+    return reduce_tree(mul(a, b), "sum")
