@@ -1,4 +1,4 @@
-"""Binary32 add/subtract (``sub`` control bit), RNE, subnormals.  Latency 5, II=1.
+"""Binary32 add/subtract (``sub`` control bit), RNE, subnormals.  Latency 6, II=1.
 
 The larger-magnitude operand A is found by comparing the 31 magnitude bits; B's
 significand, with three extra low bits (guard, round, sticky), is shifted right by
@@ -13,7 +13,7 @@ from .fp_common import F32, FpUnit, normalize, round_pack, unpack
 __all__ = ["FpAdd", "add_datapath", "ADD_LATENCY"]
 
 EXTRA = 3
-ADD_LATENCY = 5
+ADD_LATENCY = 6
 
 
 class FpAdd(FpUnit):
@@ -65,7 +65,8 @@ def add_datapath(m, pipe, a_bits, b_bits):
     norm, norm_exp, is_zero, sign, zero_sign, nan, inf = pipe.stage(
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf)
 
-    packed = round_pack(m, F32, sign, norm, norm_exp, 0, "add")
+    packed, (is_zero, zero_sign, nan, inf, sign) = round_pack(
+        m, F32, sign, norm, norm_exp, 0, "add", pipe=pipe, carry=(is_zero, zero_sign, nan, inf, sign))
     result = Signal(32)
     with m.If(nan):
         m.d.comb += result.eq(F32.qnan)

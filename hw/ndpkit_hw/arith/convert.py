@@ -1,6 +1,6 @@
 """Format conversions: fp16/bf16 -> fp32 (exact), fp32 -> fp16/bf16 (RNE, overflow to
 infinity, subnormal results), int32 -> fp32 (RNE), fp32 -> int32 (RNE, saturating,
-NaN -> 0).  Latency 2, II=1 per lane.  NaN results are the canonical quiet NaN."""
+NaN -> 0).  Latency 3 (fp32 -> int32: 2), II=1 per lane.  NaN results are the canonical quiet NaN."""
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
 from .fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack
@@ -12,7 +12,7 @@ class FloatConvert(FpUnit):
     """One float format to another through the shared normalise/round path."""
     source: FloatFormat = F32
     target: FloatFormat = F32
-    latency = 2
+    latency = 3
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -26,7 +26,8 @@ class FloatConvert(FpUnit):
         m.d.comb += exp.eq(a.exp - src.bias + dst.bias)
         norm, norm_exp, _ = normalize(m, a.sig, exp, "convert")
         norm, norm_exp, sign, zero, inf, nan = pipe.stage(norm, norm_exp, a.sign, a.is_zero, a.is_inf, a.is_nan)
-        packed = round_pack(m, dst, sign, norm, norm_exp, 0, "convert")
+        packed, (sign, zero, inf, nan) = round_pack(
+            m, dst, sign, norm, norm_exp, 0, "convert", pipe=pipe, carry=(sign, zero, inf, nan))
         result = Signal(dst.width)
         with m.If(nan):
             m.d.comb += result.eq(dst.qnan)
@@ -57,7 +58,7 @@ class Fp32ToBf16(FloatConvert):
 
 class Int32ToFp32(FpUnit):
     operands = {"a": 32}
-    latency = 2
+    latency = 3
 
     def lane(self, m, pipe, inputs, controls):
         value = inputs["a"]
@@ -68,7 +69,8 @@ class Int32ToFp32(FpUnit):
         m.d.comb += exp.eq(F32.bias + 31)                 # bit 31 weighs 2**31
         norm, norm_exp, _ = normalize(m, magnitude, exp, "i2f")
         norm, norm_exp, sign = pipe.stage(norm, norm_exp, sign)
-        return pipe.stage(round_pack(m, F32, sign, norm, norm_exp, 0, "i2f"))
+        packed, _ = round_pack(m, F32, sign, norm, norm_exp, 0, "i2f", pipe=pipe)
+        return pipe.stage(packed)
 
 
 class Fp32ToInt32(FpUnit):

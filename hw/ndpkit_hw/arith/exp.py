@@ -1,7 +1,7 @@
 """Binary32 exp(x), bit-exact to :func:`ndpkit.golden.exp.exp` (the algorithm is
 documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32-bit
 table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
-rounding through the shared round/pack path.  Latency 8, II=1 per lane.
+rounding through the shared round/pack path.  Latency 9, II=1 per lane.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
@@ -14,7 +14,7 @@ __all__ = ["FpExp"]
 
 class FpExp(FpUnit):
     operands = {"a": 32}
-    latency = 8
+    latency = 9
 
     def lane(self, m, pipe, inputs, controls):
         x = inputs["a"]
@@ -67,7 +67,8 @@ class FpExp(FpUnit):
         norm, norm_exp, _ = normalize(m, mantissa, top_exp, "exp")
         norm, norm_exp, sign, nan, pos_inf, big = pipe.stage(norm, norm_exp, sign, nan, pos_inf, big)
 
-        packed = round_pack(m, F32, 0, norm, norm_exp, 0, "exp")
+        packed, (sign, nan, pos_inf, big) = round_pack(
+            m, F32, 0, norm, norm_exp, 0, "exp", pipe=pipe, carry=(sign, nan, pos_inf, big))
         result = Signal(32)
         with m.If(nan):
             m.d.comb += result.eq(F32.qnan)

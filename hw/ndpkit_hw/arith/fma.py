@@ -1,4 +1,4 @@
-"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 7, II=1.
+"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 8, II=1.
 
 Subnormal inputs are normalised first, so the exact 48-bit product has its top bit
 at 46 or 47 and the addend, widened to 48 bits, has its top bit at 47: the sum is then
@@ -20,7 +20,7 @@ SIG = 48
 
 class FpFma(FpUnit):
     operands = {"a": 32, "b": 32, "c": 32}
-    latency = 7
+    latency = 8
 
     def lane(self, m, pipe, inputs, controls):
         a, b, c = (unpack(m, inputs[n], F32, n) for n in "abc")
@@ -102,7 +102,8 @@ class FpFma(FpUnit):
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
             norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign)
 
-        packed = round_pack(m, F32, sign, norm, norm_exp, 0, "fma")
+        packed, (is_zero, zero_sign, nan, inf, inf_sign) = round_pack(
+            m, F32, sign, norm, norm_exp, 0, "fma", pipe=pipe, carry=(is_zero, zero_sign, nan, inf, inf_sign))
         result = Signal(32)
         with m.If(nan):
             m.d.comb += result.eq(F32.qnan)

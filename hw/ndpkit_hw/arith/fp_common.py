@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Signal, Cat, Const, Mux, signed
+from amaranth.hdl import Module, Signal, Cat, Const, Mux, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["FloatFormat", "F32", "F16", "BF16", "Unpacked", "unpack", "leading_zeros", "normalize",
-           "round_pack", "Pipeline", "FpUnit"]
+           "round_prepare", "round_finish", "round_pack", "Pipeline", "FpUnit"]
 
 
 @dataclass(frozen=True)
@@ -83,14 +83,28 @@ def unpack(m: Module, value, fmt: FloatFormat, name: str) -> Unpacked:
 
 
 def leading_zeros(m: Module, value, name: str) -> Signal:
-    """Count of leading zeros of ``value`` (its width when it is zero)."""
+    """Count of leading zeros of ``value`` (its width when it is zero), as a log-depth tree."""
     width = len(value)
-    count = Signal(range(width + 1), name=f"{name}_lz")
-    m.d.comb += count.eq(width)
-    for i in range(width):            # the highest set bit is assigned last and wins
-        with m.If(value[i]):
-            m.d.comb += count.eq(width - 1 - i)
-    return count
+    size = 1 << max(0, (width - 1).bit_length())
+    # pad with ones *below* the value: they never add leading zeros beyond `width`
+    padded = value if size == width else Cat(Const((1 << (size - width)) - 1, size - width), value)
+
+    def count(bits, lo, n):
+        """(zero count of bits[lo:lo+n] from the top, all-zero flag) for a power-of-two n."""
+        if n == 1:
+            return Const(0, 1), ~bits[lo]
+        half = n // 2
+        hi_count, hi_zero = count(bits, lo + half, half)
+        lo_count, lo_zero = count(bits, lo, half)
+        width_bits = (n - 1).bit_length()
+        merged = Signal(width_bits, name=f"{name}_lz{lo}_{n}")
+        m.d.comb += merged.eq(Mux(hi_zero, half + lo_count, hi_count))
+        return merged, hi_zero & lo_zero
+
+    tree_count, all_zero = count(padded, 0, size)
+    result = Signal(range(width + 1), name=f"{name}_lz")
+    m.d.comb += result.eq(Mux(all_zero, width, tree_count))
+    return result
 
 
 def normalize(m: Module, sig, exp, name: str):
@@ -102,15 +116,11 @@ def normalize(m: Module, sig, exp, name: str):
     return norm, e, sig == 0
 
 
-def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str) -> Signal:
-    """Round a normalised significand to ``fmt`` (RNE) and pack it with ``sign``.
+def round_prepare(m: Module, fmt: FloatFormat, norm, exp, sticky, name: str):
+    """First half of :func:`round_pack`: subnormal shift and the rounding decision.
 
-    ``norm`` has its top bit set (or is zero, giving a signed zero) and that bit weighs
-    ``2**(exp - bias)``.  Results below the normal range are shifted into subnormals
-    (with everything shifted out folded into the sticky bit) before rounding, so
-    rounding happens once, at the right place; rounding up may carry into the
-    exponent, including from the largest subnormal to the smallest normal and from
-    the largest finite to infinity.  Exponents above the range give infinity.
+    Returns ``(base, round_up, is_zero, overflow)`` to hand to :func:`round_finish`
+    (possibly through a pipeline register).
     """
     precision = fmt.frac_bits + 1
     if len(norm) < precision + 2:
@@ -131,19 +141,54 @@ def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str) 
     kept = shifted[width - precision:]
     guard = shifted[width - precision - 1]
     rest = (shifted[:width - precision - 1] != 0) | lost | sticky
-    biased = Signal(signed(len(exp) + 1), name=f"{name}_biased")
-    m.d.comb += biased.eq(Mux(exp >= 1, exp, 1))
-    magnitude = Signal(fmt.exp_bits + fmt.frac_bits + 1, name=f"{name}_magnitude")
-    round_up = guard & (rest | kept[0])
-    m.d.comb += magnitude.eq(((biased - 1) << fmt.frac_bits)[:fmt.exp_bits + fmt.frac_bits + 1] + kept + round_up)
+    field_bits = fmt.exp_bits + fmt.frac_bits
+    # the exponent field (biased - 1, i.e. 0 for subnormals) plus the kept bits with their
+    # implicit one: adding the rounding increment then carries correctly everywhere
+    base = Signal(field_bits + 1, name=f"{name}_base")
+    m.d.comb += base.eq((Mux(exp >= 1, exp - 1, 0)[:fmt.exp_bits + 1] << fmt.frac_bits) + kept)
+    round_up = Signal(name=f"{name}_round_up")
+    m.d.comb += round_up.eq(guard & (rest | kept[0]))
+    is_zero = Signal(name=f"{name}_is_zero")
+    overflow = Signal(name=f"{name}_overflow")
+    m.d.comb += [is_zero.eq(norm == 0), overflow.eq(exp > fmt.exp_all_ones - 1)]
+    return base, round_up, is_zero, overflow
+
+
+def round_finish(m: Module, fmt: FloatFormat, sign, base, round_up, is_zero, overflow, name: str) -> Signal:
+    """Second half of :func:`round_pack`: the increment, and zero/infinity selection."""
+    field_bits = fmt.exp_bits + fmt.frac_bits
+    magnitude = Signal(field_bits + 1, name=f"{name}_magnitude")
+    m.d.comb += magnitude.eq(base + round_up)
     result = Signal(fmt.width, name=f"{name}_packed")
-    with m.If(norm == 0):
+    with m.If(is_zero):
         m.d.comb += result.eq(fmt.zero(sign))
-    with m.Elif(exp > fmt.exp_all_ones - 1):
+    with m.Elif(overflow):
         m.d.comb += result.eq(fmt.inf(sign))
     with m.Else():
-        m.d.comb += result.eq(Cat(magnitude[:fmt.exp_bits + fmt.frac_bits], sign))
+        m.d.comb += result.eq(Cat(magnitude[:field_bits], sign))
     return result
+
+
+def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str, pipe=None, carry=()):
+    """Round a normalised significand to ``fmt`` (RNE) and pack it with ``sign``.
+
+    ``norm`` has its top bit set (or is zero, giving a signed zero) and that bit weighs
+    ``2**(exp - bias)``.  Results below the normal range are shifted into subnormals
+    (with everything shifted out folded into the sticky bit) before rounding, so
+    rounding happens once, at the right place; rounding up may carry into the
+    exponent, including from the largest subnormal to the smallest normal and from
+    the largest finite to infinity.  Exponents above the range give infinity.
+
+    With ``pipe``, a register stage separates the rounding decision from the
+    increment, and the values in ``carry`` travel through it; the function then
+    returns ``(result, carried values)``.
+    """
+    base, round_up, is_zero, overflow = round_prepare(m, fmt, norm, exp, sticky, name)
+    if pipe is None:
+        return round_finish(m, fmt, sign, base, round_up, is_zero, overflow, name)
+    staged = pipe.stage(base, round_up, is_zero, overflow, sign, *carry)
+    base, round_up, is_zero, overflow, sign = staged[:5]
+    return round_finish(m, fmt, sign, base, round_up, is_zero, overflow, name), list(staged[5:])
 
 
 class Pipeline:
@@ -156,8 +201,8 @@ class Pipeline:
         self.depth += 1
         out = []
         for i, value in enumerate(values):
-            reg = Signal.like(value, name=f"{self.name}_s{self.depth}_{i}") if isinstance(value, Signal) \
-                else Signal(value.shape(), name=f"{self.name}_s{self.depth}_{i}")
+            value = Value.cast(value)
+            reg = Signal(value.shape(), name=f"{self.name}_s{self.depth}_{i}")
             self.m.d.sync += reg.eq(value)
             out.append(reg)
         valid = Signal(name=f"{self.name}_s{self.depth}_valid")

@@ -1,11 +1,11 @@
-"""Binary32 multiply, RNE, subnormals in and out.  Latency 4, II=1 per lane."""
+"""Binary32 multiply, RNE, subnormals in and out.  Latency 6, II=1 per lane."""
 from amaranth.hdl import Signal, Cat, signed
 
 from .fp_common import F32, FpUnit, normalize, round_pack, unpack
 
 __all__ = ["FpMul", "mul_datapath", "MUL_LATENCY"]
 
-MUL_LATENCY = 4
+MUL_LATENCY = 6
 
 
 class FpMul(FpUnit):
@@ -27,14 +27,19 @@ def mul_datapath(m, pipe, a_bits, b_bits):
     m.d.comb += exp.eq(a.exp + b.exp - F32.bias + 1)
     sig_a, sig_b, exp, sign, nan, inf = pipe.stage(a.sig, b.sig, exp, sign, nan, inf)
 
+    # 24 x 24 as two 12 x 24 partial products (one DSP pair each), summed in the next stage
+    low, high = Signal(36), Signal(36)
+    m.d.comb += [low.eq(sig_a[:12] * sig_b), high.eq(sig_a[12:] * sig_b)]
+    low, high, exp, sign, nan, inf = pipe.stage(low, high, exp, sign, nan, inf)
     product = Signal(48)
-    m.d.comb += product.eq(sig_a * sig_b)
+    m.d.comb += product.eq(low + (high << 12))
     product, exp, sign, nan, inf = pipe.stage(product, exp, sign, nan, inf)
 
     norm, norm_exp, _ = normalize(m, product, exp, "mul")
     norm, norm_exp, sign, nan, inf = pipe.stage(norm, norm_exp, sign, nan, inf)
 
-    packed = round_pack(m, F32, sign, norm, norm_exp, 0, "mul")
+    packed, (nan, inf, sign) = round_pack(m, F32, sign, norm, norm_exp, 0, "mul", pipe=pipe,
+                                          carry=(nan, inf, sign))
     result = Signal(32)
     with m.If(nan):
         m.d.comb += result.eq(F32.qnan)

@@ -1,5 +1,5 @@
 """Binary32 square root, RNE, subnormals.  Restoring digit-by-digit integer square
-root, one result bit per pipeline stage: latency 29, II=1 per lane.
+root, one result bit per pipeline stage: latency 30, II=1 per lane.
 
 The normalised input is m * 2**e with m in [1, 2); for odd e the significand is
 doubled, so X = m' * 2**23 lies in [2**23, 2**25) and e' is even.  The 26-bit root
@@ -19,7 +19,7 @@ RADICAND_BITS = 52
 
 class FpSqrt(FpUnit):
     operands = {"a": 32}
-    latency = ROOT_BITS + 3
+    latency = ROOT_BITS + 4
 
     def lane(self, m, pipe, inputs, controls):
         a = unpack(m, inputs["a"], F32, "a")
@@ -56,7 +56,8 @@ class FpSqrt(FpUnit):
         norm, norm_exp, _ = normalize(m, root, exp, "sqrt")
         norm, norm_exp, sticky, sign, nan, inf, zero = pipe.stage(norm, norm_exp, sticky, sign, nan, inf, zero)
 
-        packed = round_pack(m, F32, 0, norm, norm_exp, sticky, "sqrt")
+        packed, (sign, nan, inf, zero) = round_pack(
+            m, F32, 0, norm, norm_exp, sticky, "sqrt", pipe=pipe, carry=(sign, nan, inf, zero))
         result = Signal(32)
         with m.If(nan):
             m.d.comb += result.eq(F32.qnan)
