@@ -7,7 +7,9 @@ STAMP  := $(VENV)/.ndpkit-installed
 JOBS   ?= auto
 PYTEST := $(VPY) -m pytest -n $(JOBS) --dist loadgroup
 
-.PHONY: all venv test sim lint demo perf regs clean distclean
+IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
+
+.PHONY: all venv test sim lint demo perf impl regs clean distclean
 
 all: test
 
@@ -43,6 +45,15 @@ demo: $(STAMP)
 # Read/write engine efficiency vs memory latency and burst size (prints a table, writes JSON).
 perf: $(STAMP)
 	$(VPY) -m tb.bus.dma_perf_report $(if $(QUICK),--quick,)
+
+$(IMPL_STAMP): $(STAMP)
+	$(VPY) -m pip install --quiet -e '.[impl]'
+	touch $@
+
+# Resources and Fmax of the floating-point units (ECP5 place and route, UltraScale+
+# synthesis estimate); writes docs/arith_impl.md.  UNITS="add mul" for a subset.
+impl: $(IMPL_STAMP)
+	$(VPY) -m tb.arith.impl_report $(UNITS)
 
 # Regenerate the register documents (docs/registers.md, build/include/*.h).
 regs: $(STAMP)
