@@ -32,13 +32,13 @@ class FpDiv(FpUnit):
                      exp.eq((a.exp - lz_a) - (b.exp - lz_b) + F32.bias)]
         remainder, divisor, exp, sign, nan, inf, zero = pipe.stage(sig_a, sig_b, exp, sign, nan, inf, zero)
 
-        quotient = Signal(0)
+        quotient = None
         remainder = Cat(remainder, Signal(1))            # 25 bits: always < 2 * divisor
         for bit in reversed(range(QUOTIENT_BITS)):
             take = remainder >= divisor
             diff = Signal(25, name=f"div_diff{bit}")
             m.d.comb += diff.eq(Mux(take, remainder - divisor, remainder))
-            quotient = Cat(take, quotient)
+            quotient = take if quotient is None else Cat(take, quotient)
             if bit:
                 next_remainder = Signal(25, name=f"div_rem{bit}")
                 m.d.comb += next_remainder.eq(diff << 1)
