@@ -7,7 +7,7 @@ so synthesis keeps all the logic).  The wrapper adds one flip-flop per input and
 output bit and a small XOR tree; reports say so.
 """
 
-from amaranth.hdl import Module, Signal, Cat
+from amaranth.hdl import Module, Signal, Cat, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,13 +27,13 @@ class ImplWrapper(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.block = block = self.block
-        width_in = len(block.i.payload.as_value())
+        width_in = len(Value.cast(block.i.payload))
         shift = Signal(width_in)
         m.d.sync += shift.eq(Cat(self.din, shift[:-1]))
         valid = Signal()
         m.d.sync += valid.eq(self.din_valid)
         m.d.comb += [block.i.payload.eq(shift), block.i.valid.eq(valid)]
-        result = Signal(len(block.o.payload.as_value()))
+        result = Signal(len(Value.cast(block.o.payload)))
         result_valid = Signal()
         m.d.sync += [result.eq(block.o.payload), result_valid.eq(block.o.valid)]
         m.d.sync += [self.dout.eq(result.xor()), self.dout_valid.eq(result_valid)]
