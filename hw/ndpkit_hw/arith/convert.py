@@ -1,6 +1,6 @@
 """Format conversions: fp16/bf16 -> fp32 (exact), fp32 -> fp16/bf16 (RNE, overflow to
 infinity, subnormal results), int32 -> fp32 (RNE), fp32 -> int32 (RNE, saturating,
-NaN -> 0).  Latency 3 (fp32 -> int32: 2), II=1 per lane.  NaN results are the canonical quiet NaN."""
+NaN -> 0).  Latency 3 (int32 <-> fp32: 4), II=1 per lane.  NaN results are the canonical quiet NaN."""
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
 from .fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack
@@ -58,13 +58,14 @@ class Fp32ToBf16(FloatConvert):
 
 class Int32ToFp32(FpUnit):
     operands = {"a": 32}
-    latency = 3
+    latency = 4
 
     def lane(self, m, pipe, inputs, controls):
         value = inputs["a"]
         sign = value[31]
         magnitude = Signal(32)
         m.d.comb += magnitude.eq(Mux(sign, -value, value))
+        magnitude, sign = pipe.stage(magnitude, sign)
         exp = Signal(signed(10))
         m.d.comb += exp.eq(F32.bias + 31)                 # bit 31 weighs 2**31
         norm, norm_exp, _ = normalize(m, magnitude, exp, "i2f")
@@ -75,26 +76,34 @@ class Int32ToFp32(FpUnit):
 
 class Fp32ToInt32(FpUnit):
     operands = {"a": 32}
-    latency = 2
+    latency = 4
 
     def lane(self, m, pipe, inputs, controls):
         a = unpack(m, inputs["a"], F32, "a")
         # value = sig * 2**(exp - 150); exp >= 158 (|x| >= 2**31) saturates
         big = a.exp >= 158
+        exact = a.exp >= 150
         left = Signal(range(8))
         right = Signal(range(27))
-        m.d.comb += [left.eq(Mux(a.exp >= 150, a.exp - 150, 0)),
-                     right.eq(Mux(a.exp >= 150, 0, Mux(150 - a.exp > 26, 26, 150 - a.exp)))]
+        m.d.comb += [left.eq(Mux(exact, a.exp - 150, 0)),
+                     right.eq(Mux(exact, 0, Mux(150 - a.exp > 26, 26, 150 - a.exp)))]
+        sig, left, right, exact, sign, big, nan = pipe.stage(a.sig, left, right, exact, a.sign, big, a.is_nan)
+
         wide = Signal(24 + 26)
-        m.d.comb += wide.eq(Cat(Const(0, 26), a.sig) >> right)
+        m.d.comb += wide.eq(Cat(Const(0, 26), sig) >> right)
         truncated = wide[26:]
         guard = wide[25]
         sticky = wide[:25] != 0
-        rounded = Signal(25)
-        m.d.comb += rounded.eq(truncated + (guard & (sticky | truncated[0])))
+        round_up = guard & (sticky | truncated[0])
+        shifted = Signal(31)
+        m.d.comb += shifted.eq(sig << left)
+        truncated, round_up, shifted, exact, sign, big, nan = pipe.stage(
+            truncated, round_up, shifted, exact, sign, big, nan)
+
         magnitude = Signal(33)
-        m.d.comb += magnitude.eq(Mux(a.exp >= 150, a.sig << left, rounded))
-        magnitude, sign, big, nan = pipe.stage(magnitude, a.sign, big, a.is_nan)
+        m.d.comb += magnitude.eq(Mux(exact, shifted, truncated + round_up))
+        magnitude, sign, big, nan = pipe.stage(magnitude, sign, big, nan)
+
         result = Signal(32)
         with m.If(nan):
             m.d.comb += result.eq(0)

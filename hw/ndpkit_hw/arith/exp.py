@@ -1,20 +1,20 @@
 """Binary32 exp(x), bit-exact to :func:`ndpkit.golden.exp.exp` (the algorithm is
 documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32-bit
 table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
-rounding through the shared round/pack path.  Latency 9, II=1 per lane.
+rounding through the shared round/pack path.  Latency 13, II=1 per lane.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
 
 from ndpkit.golden.exp import FRACTION_BITS, LN2_Q32, LOG2E_Q39, TABLE
-from .fp_common import F32, FpUnit, normalize, round_pack
+from .fp_common import F32, FpUnit, normalize, round_pack, staged_product
 
 __all__ = ["FpExp"]
 
 
 class FpExp(FpUnit):
     operands = {"a": 32}
-    latency = 9
+    latency = 13
 
     def lane(self, m, pipe, inputs, controls):
         x = inputs["a"]
@@ -24,11 +24,11 @@ class FpExp(FpUnit):
         nan = (e == 255) & (frac != 0)
         pos_inf = (e == 255) & (frac == 0) & ~sign
         big = e_eff >= 134                                  # |x| >= 128: saturate
-        product = Signal(64)
-        m.d.comb += product.eq(sig * LOG2E_Q39)
         shift = Signal(6)
         m.d.comb += shift.eq(Mux(e_eff > 149 - 63, 149 - e_eff, 63))
-        product, shift, sign, nan, pos_inf, big = pipe.stage(product, shift, sign, nan, pos_inf, big)
+        product, (shift, sign, nan, pos_inf, big) = staged_product(
+            m, pipe, sig, Const(LOG2E_Q39, 40), carry=(shift, sign, nan, pos_inf, big))
+        product, shift, sign, nan, pos_inf, big = pipe.stage(product[:64], shift, sign, nan, pos_inf, big)
 
         y_abs = Signal(49)
         m.d.comb += y_abs.eq(product >> shift)
@@ -42,24 +42,31 @@ class FpExp(FpUnit):
         index, r = f[32:40], f[:32]
         table = Memory(shape=32, depth=256, init=[int(v) for v in TABLE])
         m.submodules[f"exp_table_{id(pipe)}"] = table
-        port = table.read_port()
+        port = table.read_port()         # addressed one stage later, so the data lines up
+        r_ln2, (index, k, sign, nan, pos_inf, big) = staged_product(
+            m, pipe, r, Const(LN2_Q32, 32), carry=(index, k, sign, nan, pos_inf, big))
         m.d.comb += port.addr.eq(index)
         t = Signal(32)
-        m.d.comb += t.eq((r * LN2_Q32) >> 32)              # r * ln2, Q0.40
+        m.d.comb += t.eq(r_ln2 >> 32)                       # r * ln2, Q0.40
         t, k, sign, nan, pos_inf, big = pipe.stage(t, k, sign, nan, pos_inf, big)
 
-        t2 = Signal(32)
         partial = Signal(33)
-        m.d.comb += [t2.eq((t * t) >> 50), partial.eq((1 << 31) + (t >> 9))]
-        power, t2, partial, k, sign, nan, pos_inf, big = pipe.stage(port.data, t2, partial, k, sign, nan,
+        m.d.comb += partial.eq((1 << 31) + (t >> 9))
+        t_squared, (power, partial, k, sign, nan, pos_inf, big) = staged_product(
+            m, pipe, t, t, carry=(port.data, partial, k, sign, nan, pos_inf, big))
+        t2 = Signal(32)
+        m.d.comb += t2.eq(t_squared >> 50)
+        power, t2, partial, k, sign, nan, pos_inf, big = pipe.stage(power, t2, partial, k, sign, nan,
                                                                     pos_inf, big)
 
         poly = Signal(33)
         m.d.comb += poly.eq(partial + t2)
         power, poly, k, sign, nan, pos_inf, big = pipe.stage(power, poly, k, sign, nan, pos_inf, big)
 
+        full, (k, sign, nan, pos_inf, big) = staged_product(m, pipe, power, poly[:32],
+                                                           carry=(k, sign, nan, pos_inf, big))
         mantissa = Signal(33)
-        m.d.comb += mantissa.eq((power * poly) >> 31)
+        m.d.comb += mantissa.eq(full >> 31)
         top_exp = Signal(signed(12))
         m.d.comb += top_exp.eq(k + 1 + F32.bias)           # mantissa bit 32 weighs 2**(k + 1)
         mantissa, top_exp, sign, nan, pos_inf, big = pipe.stage(mantissa, top_exp, sign, nan, pos_inf, big)

@@ -1,4 +1,4 @@
-"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 8, II=1.
+"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 9, II=1.
 
 Subnormal inputs are normalised first, so the exact 48-bit product has its top bit
 at 46 or 47 and the addend, widened to 48 bits, has its top bit at 47: the sum is then
@@ -10,7 +10,7 @@ rounds once.  An exact zero is +0, except that (-0) + (-0) is -0.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack
+from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, staged_product, unpack
 
 __all__ = ["FpFma"]
 
@@ -20,7 +20,7 @@ SIG = 48
 
 class FpFma(FpUnit):
     operands = {"a": 32, "b": 32, "c": 32}
-    latency = 8
+    latency = 9
 
     def lane(self, m, pipe, inputs, controls):
         a, b, c = (unpack(m, inputs[n], F32, n) for n in "abc")
@@ -47,9 +47,10 @@ class FpFma(FpUnit):
 
         # the product of two normalised significands has its top bit at 46 or 47; move it
         # to 47 so that both terms compare by (exponent, significand)
-        raw = Signal(SIG)
+        raw, (sig_c, exp_p, exp_c, product_sign, product_zero, c_sign, c_zero, nan, inf, inf_sign) = \
+            staged_product(m, pipe, sig_a, sig_b, carry=(sig_c, exp_p, exp_c, product_sign, product_zero,
+                                                       c_sign, c_zero, nan, inf, inf_sign))
         product = Signal(SIG)
-        m.d.comb += raw.eq(sig_a * sig_b)
         exp_p_fixed = Signal(signed(11))
         m.d.comb += [product.eq(Mux(raw[SIG - 1], raw, raw << 1)),
                      exp_p_fixed.eq(Mux(raw[SIG - 1], exp_p, exp_p - 1))]

@@ -16,7 +16,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["FloatFormat", "F32", "F16", "BF16", "Unpacked", "unpack", "leading_zeros", "normalize",
-           "round_prepare", "round_finish", "round_pack", "Pipeline", "FpUnit"]
+           "round_prepare", "round_finish", "round_pack", "staged_product", "Pipeline", "FpUnit"]
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,12 @@ def round_prepare(m: Module, fmt: FloatFormat, norm, exp, sticky, name: str):
     precision = fmt.frac_bits + 1
     if len(norm) < precision + 2:
         norm = Cat(Const(0, precision + 2 - len(norm)), norm)
+    elif len(norm) > precision + 2:
+        # only the top precision + 2 bits matter; the rest folds into the sticky bit
+        # (shortens the subnormal shifter and the sticky tree that follows it)
+        cut = len(norm) - (precision + 2)
+        sticky = sticky | (norm[:cut] != 0)
+        norm = norm[cut:]
     width = len(norm)
     # results in the subnormal range: shift right by 1 - exp, folding the lost bits in
     below = Signal(range(width + 3), name=f"{name}_denorm_shift")
@@ -150,7 +156,7 @@ def round_prepare(m: Module, fmt: FloatFormat, norm, exp, sticky, name: str):
     m.d.comb += round_up.eq(guard & (rest | kept[0]))
     is_zero = Signal(name=f"{name}_is_zero")
     overflow = Signal(name=f"{name}_overflow")
-    m.d.comb += [is_zero.eq(norm == 0), overflow.eq(exp > fmt.exp_all_ones - 1)]
+    m.d.comb += [is_zero.eq((norm == 0) & ~sticky), overflow.eq(exp > fmt.exp_all_ones - 1)]
     return base, round_up, is_zero, overflow
 
 
@@ -189,6 +195,29 @@ def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str, 
     staged = pipe.stage(base, round_up, is_zero, overflow, sign, *carry)
     base, round_up, is_zero, overflow, sign = staged[:5]
     return round_finish(m, fmt, sign, base, round_up, is_zero, overflow, name), list(staged[5:])
+
+
+def staged_product(m: Module, pipe, a, b, carry=(), piece: int = 17):
+    """``a * b`` over two pipeline stages: partial products of at most ``piece``-bit
+    slices of each operand (one 18x18 DSP each) are registered, then summed.
+    Returns ``(product, carried values)``; ``carry`` travels alongside."""
+    def slices(v):
+        return [(lo, v[lo:min(lo + piece, len(v))]) for lo in range(0, len(v), piece)]
+    partial = []
+    for lo_a, part_a in slices(a):
+        for lo_b, part_b in slices(b):
+            p = Signal(len(part_a) + len(part_b))
+            m.d.comb += p.eq(part_a * part_b)
+            partial.append((lo_a + lo_b, p))
+    staged = pipe.stage(*[p for _, p in partial], *carry)
+    staged = staged if isinstance(staged, list) else [staged]
+    registered, carried = staged[:len(partial)], staged[len(partial):]
+    product = Signal(len(a) + len(b))
+    total = 0
+    for (shift, _), value in zip(partial, registered):
+        total = total + (value << shift)
+    m.d.comb += product.eq(total)
+    return product, list(carried)
 
 
 class Pipeline:

@@ -1,7 +1,7 @@
 """Binary32 multiply, RNE, subnormals in and out.  Latency 6, II=1 per lane."""
 from amaranth.hdl import Signal, Cat, signed
 
-from .fp_common import F32, FpUnit, normalize, round_pack, unpack
+from .fp_common import F32, FpUnit, normalize, round_pack, staged_product, unpack
 
 __all__ = ["FpMul", "mul_datapath", "MUL_LATENCY"]
 
@@ -27,12 +27,8 @@ def mul_datapath(m, pipe, a_bits, b_bits):
     m.d.comb += exp.eq(a.exp + b.exp - F32.bias + 1)
     sig_a, sig_b, exp, sign, nan, inf = pipe.stage(a.sig, b.sig, exp, sign, nan, inf)
 
-    # 24 x 24 as two 12 x 24 partial products (one DSP pair each), summed in the next stage
-    low, high = Signal(36), Signal(36)
-    m.d.comb += [low.eq(sig_a[:12] * sig_b), high.eq(sig_a[12:] * sig_b)]
-    low, high, exp, sign, nan, inf = pipe.stage(low, high, exp, sign, nan, inf)
-    product = Signal(48)
-    m.d.comb += product.eq(low + (high << 12))
+    # partial products registered in one stage, summed in the next
+    product, (exp, sign, nan, inf) = staged_product(m, pipe, sig_a, sig_b, carry=(exp, sign, nan, inf))
     product, exp, sign, nan, inf = pipe.stage(product, exp, sign, nan, inf)
 
     norm, norm_exp, _ = normalize(m, product, exp, "mul")
