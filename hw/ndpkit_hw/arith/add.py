@@ -1,4 +1,4 @@
-"""Binary32 add/subtract (``sub`` control bit), RNE, subnormals.  Latency 6, II=1.
+"""Binary32 add/subtract (``sub`` control bit), RNE, subnormals.  Latency 7, II=1.
 
 The larger-magnitude operand A is found by comparing the 31 magnitude bits; B's
 significand, with three extra low bits (guard, round, sticky), is shifted right by
@@ -13,7 +13,7 @@ from .fp_common import F32, FpUnit, normalize, round_pack, unpack
 __all__ = ["FpAdd", "add_datapath", "ADD_LATENCY"]
 
 EXTRA = 3
-ADD_LATENCY = 6
+ADD_LATENCY = 7
 
 
 class FpAdd(FpUnit):

@@ -1,6 +1,6 @@
 """Format conversions: fp16/bf16 -> fp32 (exact), fp32 -> fp16/bf16 (RNE, overflow to
 infinity, subnormal results), int32 -> fp32 (RNE), fp32 -> int32 (RNE, saturating,
-NaN -> 0).  Latency 3 (int32 <-> fp32: 4), II=1 per lane.  NaN results are the canonical quiet NaN."""
+NaN -> 0).  Latency 4 (int32 -> fp32: 5), II=1 per lane.  NaN results are the canonical quiet NaN."""
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
 from .fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack
@@ -12,7 +12,7 @@ class FloatConvert(FpUnit):
     """One float format to another through the shared normalise/round path."""
     source: FloatFormat = F32
     target: FloatFormat = F32
-    latency = 3
+    latency = 4
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -58,7 +58,7 @@ class Fp32ToBf16(FloatConvert):
 
 class Int32ToFp32(FpUnit):
     operands = {"a": 32}
-    latency = 4
+    latency = 5
 
     def lane(self, m, pipe, inputs, controls):
         value = inputs["a"]

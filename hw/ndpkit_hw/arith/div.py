@@ -1,5 +1,5 @@
 """Binary32 divide, RNE, subnormals.  Radix-2 restoring division, one quotient bit
-per pipeline stage: latency 31, II=1 per lane.
+per pipeline stage: latency 32, II=1 per lane.
 
 Both significands are normalised (subnormals shifted up); the 27-bit quotient
 floor(sig_a * 2**26 / sig_b) has 26 or 27 significant bits, and the final remainder
@@ -16,7 +16,7 @@ QUOTIENT_BITS = 27
 
 class FpDiv(FpUnit):
     operands = {"a": 32, "b": 32}
-    latency = QUOTIENT_BITS + 4
+    latency = QUOTIENT_BITS + 5
 
     def lane(self, m, pipe, inputs, controls):
         a, b = unpack(m, inputs["a"], F32, "a"), unpack(m, inputs["b"], F32, "b")

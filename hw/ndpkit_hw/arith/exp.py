@@ -1,7 +1,7 @@
 """Binary32 exp(x), bit-exact to :func:`ndpkit.golden.exp.exp` (the algorithm is
 documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32-bit
 table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
-rounding through the shared round/pack path.  Latency 13, II=1 per lane.
+rounding through the shared round/pack path.  Latency 14, II=1 per lane.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
@@ -14,7 +14,7 @@ __all__ = ["FpExp"]
 
 class FpExp(FpUnit):
     operands = {"a": 32}
-    latency = 13
+    latency = 14
 
     def lane(self, m, pipe, inputs, controls):
         x = inputs["a"]

@@ -1,4 +1,4 @@
-"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 9, II=1.
+"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 10, II=1.
 
 Subnormal inputs are normalised first, so the exact 48-bit product has its top bit
 at 46 or 47 and the addend, widened to 48 bits, has its top bit at 47: the sum is then
@@ -20,7 +20,7 @@ SIG = 48
 
 class FpFma(FpUnit):
     operands = {"a": 32, "b": 32, "c": 32}
-    latency = 9
+    latency = 10
 
     def lane(self, m, pipe, inputs, controls):
         a, b, c = (unpack(m, inputs[n], F32, n) for n in "abc")

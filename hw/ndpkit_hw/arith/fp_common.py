@@ -116,23 +116,19 @@ def normalize(m: Module, sig, exp, name: str):
     return norm, e, sig == 0
 
 
-def round_prepare(m: Module, fmt: FloatFormat, norm, exp, sticky, name: str):
-    """First half of :func:`round_pack`: subnormal shift and the rounding decision.
-
-    Returns ``(base, round_up, is_zero, overflow)`` to hand to :func:`round_finish`
-    (possibly through a pipeline register).
-    """
+def _round_inputs(fmt: FloatFormat, norm, sticky):
+    """Keep the top precision + 2 bits of ``norm``; the rest folds into ``sticky``."""
     precision = fmt.frac_bits + 1
     if len(norm) < precision + 2:
-        norm = Cat(Const(0, precision + 2 - len(norm)), norm)
-    elif len(norm) > precision + 2:
-        # only the top precision + 2 bits matter; the rest folds into the sticky bit
-        # (shortens the subnormal shifter and the sticky tree that follows it)
-        cut = len(norm) - (precision + 2)
+        return Cat(Const(0, precision + 2 - len(norm)), norm), sticky
+    cut = len(norm) - (precision + 2)
+    if cut:
         sticky = sticky | (norm[:cut] != 0)
-        norm = norm[cut:]
-    width = len(norm)
-    # results in the subnormal range: shift right by 1 - exp, folding the lost bits in
+    return norm[cut:], sticky
+
+
+def round_shift_amount(m: Module, width: int, exp, name: str) -> Signal:
+    """Right shift that moves a result below the normal range into the subnormals."""
     below = Signal(range(width + 3), name=f"{name}_denorm_shift")
     with m.If(exp >= 1):
         m.d.comb += below.eq(0)
@@ -140,6 +136,21 @@ def round_prepare(m: Module, fmt: FloatFormat, norm, exp, sticky, name: str):
         m.d.comb += below.eq(width + 2)
     with m.Else():
         m.d.comb += below.eq(1 - exp)
+    return below
+
+
+def round_prepare(m: Module, fmt: FloatFormat, norm, exp, sticky, name: str, below=None):
+    """First half of :func:`round_pack`: subnormal shift and the rounding decision.
+
+    Returns ``(base, round_up, is_zero, overflow)`` to hand to :func:`round_finish`
+    (possibly through a pipeline register).  ``below`` is the precomputed
+    :func:`round_shift_amount` when the caller registered it.
+    """
+    precision = fmt.frac_bits + 1
+    norm, sticky = _round_inputs(fmt, norm, sticky)
+    width = len(norm)
+    if below is None:
+        below = round_shift_amount(m, width, exp, name)
     wide = Signal(2 * width + 2, name=f"{name}_wide")
     m.d.comb += wide.eq(Cat(Const(0, width + 2), norm) >> below)
     shifted = wide[width + 2:]
@@ -185,13 +196,21 @@ def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str, 
     exponent, including from the largest subnormal to the smallest normal and from
     the largest finite to infinity.  Exponents above the range give infinity.
 
-    With ``pipe``, a register stage separates the rounding decision from the
-    increment, and the values in ``carry`` travel through it; the function then
-    returns ``(result, carried values)``.
+    With ``pipe``, two register stages split it (shift amount | shift and rounding
+    decision | increment and selection), and the values in ``carry`` travel along;
+    the function then returns ``(result, carried values)``.
     """
-    base, round_up, is_zero, overflow = round_prepare(m, fmt, norm, exp, sticky, name)
     if pipe is None:
+        base, round_up, is_zero, overflow = round_prepare(m, fmt, norm, exp, sticky, name)
         return round_finish(m, fmt, sign, base, round_up, is_zero, overflow, name)
+    # stage 1: the subnormal shift amount (comparisons on the exponent);
+    # stage 2: shift, rounding decision; then the increment and the selection
+    norm, sticky = _round_inputs(fmt, norm, sticky)
+    below = round_shift_amount(m, len(norm), exp, name)
+    staged = pipe.stage(norm, sticky, exp, below, sign, *carry)
+    norm, sticky, exp, below, sign = staged[:5]
+    carry = staged[5:]
+    base, round_up, is_zero, overflow = round_prepare(m, fmt, norm, exp, sticky, name, below=below)
     staged = pipe.stage(base, round_up, is_zero, overflow, sign, *carry)
     base, round_up, is_zero, overflow, sign = staged[:5]
     return round_finish(m, fmt, sign, base, round_up, is_zero, overflow, name), list(staged[5:])

@@ -1,11 +1,11 @@
-"""Binary32 multiply, RNE, subnormals in and out.  Latency 6, II=1 per lane."""
+"""Binary32 multiply, RNE, subnormals in and out.  Latency 7, II=1 per lane."""
 from amaranth.hdl import Signal, Cat, signed
 
 from .fp_common import F32, FpUnit, normalize, round_pack, staged_product, unpack
 
 __all__ = ["FpMul", "mul_datapath", "MUL_LATENCY"]
 
-MUL_LATENCY = 6
+MUL_LATENCY = 7
 
 
 class FpMul(FpUnit):

@@ -1,5 +1,5 @@
 """Binary32 square root, RNE, subnormals.  Restoring digit-by-digit integer square
-root, one result bit per pipeline stage: latency 30, II=1 per lane.
+root, one result bit per pipeline stage: latency 31, II=1 per lane.
 
 The normalised input is m * 2**e with m in [1, 2); for odd e the significand is
 doubled, so X = m' * 2**23 lies in [2**23, 2**25) and e' is even.  The 26-bit root
@@ -19,7 +19,7 @@ RADICAND_BITS = 52
 
 class FpSqrt(FpUnit):
     operands = {"a": 32}
-    latency = ROOT_BITS + 4
+    latency = ROOT_BITS + 5
 
     def lane(self, m, pipe, inputs, controls):
         a = unpack(m, inputs["a"], F32, "a")
