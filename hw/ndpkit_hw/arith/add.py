@@ -8,7 +8,7 @@ An exact zero sum is +0, except (-0) + (-0) = -0 (and x - x = +0).
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import F32, FpUnit, normalize, round_pack, unpack
+from .fp_common import F32, FpUnit, normalize, round_pack, unpack, select_result
 
 __all__ = ["FpAdd", "add_datapath", "ADD_LATENCY"]
 
@@ -67,13 +67,9 @@ def add_datapath(m, pipe, a_bits, b_bits):
 
     packed, (is_zero, zero_sign, nan, inf, sign) = round_pack(
         m, F32, sign, norm, norm_exp, 0, "add", pipe=pipe, carry=(is_zero, zero_sign, nan, inf, sign))
-    result = Signal(32)
-    with m.If(nan):
-        m.d.comb += result.eq(F32.qnan)
-    with m.Elif(inf):
-        m.d.comb += result.eq(F32.inf(sign))
-    with m.Elif(is_zero):
-        m.d.comb += result.eq(F32.zero(zero_sign))
-    with m.Else():
-        m.d.comb += result.eq(packed)
+    result = select_result(m, 32, packed, [
+        (nan, F32.qnan),
+        (inf, F32.inf(sign)),
+        (is_zero, F32.zero(zero_sign)),
+    ])
     return pipe.stage(result)

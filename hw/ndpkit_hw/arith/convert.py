@@ -3,7 +3,7 @@ infinity, subnormal results), int32 -> fp32 (RNE), fp32 -> int32 (RNE, saturatin
 NaN -> 0).  Latency 4 (int32 -> fp32: 5), II=1 per lane.  NaN results are the canonical quiet NaN."""
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack
+from .fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack, select_result
 
 __all__ = ["FloatConvert", "Fp16ToFp32", "Bf16ToFp32", "Fp32ToFp16", "Fp32ToBf16", "Int32ToFp32", "Fp32ToInt32"]
 
@@ -28,15 +28,11 @@ class FloatConvert(FpUnit):
         norm, norm_exp, sign, zero, inf, nan = pipe.stage(norm, norm_exp, a.sign, a.is_zero, a.is_inf, a.is_nan)
         packed, (sign, zero, inf, nan) = round_pack(
             m, dst, sign, norm, norm_exp, 0, "convert", pipe=pipe, carry=(sign, zero, inf, nan))
-        result = Signal(dst.width)
-        with m.If(nan):
-            m.d.comb += result.eq(dst.qnan)
-        with m.Elif(inf):
-            m.d.comb += result.eq(dst.inf(sign))
-        with m.Elif(zero):
-            m.d.comb += result.eq(dst.zero(sign))
-        with m.Else():
-            m.d.comb += result.eq(packed)
+        result = select_result(m, dst.width, packed, [
+            (nan, dst.qnan),
+            (inf, dst.inf(sign)),
+            (zero, dst.zero(sign)),
+        ])
         return pipe.stage(result)
 
 
@@ -104,11 +100,8 @@ class Fp32ToInt32(FpUnit):
         m.d.comb += magnitude.eq(Mux(exact, shifted, truncated + round_up))
         magnitude, sign, big, nan = pipe.stage(magnitude, sign, big, nan)
 
-        result = Signal(32)
-        with m.If(nan):
-            m.d.comb += result.eq(0)
-        with m.Elif(sign):
-            m.d.comb += result.eq(Mux(big | (magnitude > 2 ** 31), 2 ** 31, -magnitude))
-        with m.Else():
-            m.d.comb += result.eq(Mux(big | (magnitude > 2 ** 31 - 1), 2 ** 31 - 1, magnitude))
+        result = select_result(m, 32, Mux(big | (magnitude > 2 ** 31 - 1), 2 ** 31 - 1, magnitude), [
+            (nan, 0),
+            (sign, Mux(big | (magnitude > 2 ** 31), 2 ** 31, -magnitude)),
+        ])
         return pipe.stage(result)

@@ -7,7 +7,7 @@ gives the sticky bit, so the shared round/pack path rounds exactly once.
 """
 from amaranth.hdl import Signal, Cat, Mux, signed
 
-from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack
+from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack, select_result
 
 __all__ = ["FpDiv"]
 
@@ -53,13 +53,9 @@ class FpDiv(FpUnit):
 
         packed, (sign, nan, inf, zero) = round_pack(
             m, F32, sign, norm, norm_exp, sticky, "div", pipe=pipe, carry=(sign, nan, inf, zero))
-        result = Signal(32)
-        with m.If(nan):
-            m.d.comb += result.eq(F32.qnan)
-        with m.Elif(inf):
-            m.d.comb += result.eq(F32.inf(sign))
-        with m.Elif(zero):
-            m.d.comb += result.eq(F32.zero(sign))
-        with m.Else():
-            m.d.comb += result.eq(packed)
+        result = select_result(m, 32, packed, [
+            (nan, F32.qnan),
+            (inf, F32.inf(sign)),
+            (zero, F32.zero(sign)),
+        ])
         return pipe.stage(result)

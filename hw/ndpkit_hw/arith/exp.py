@@ -7,7 +7,7 @@ from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
 
 from ndpkit.golden.exp import FRACTION_BITS, LN2_Q32, LOG2E_Q39, TABLE
-from .fp_common import F32, FpUnit, normalize, round_pack, staged_product
+from .fp_common import F32, FpUnit, normalize, round_pack, staged_product, select_result
 
 __all__ = ["FpExp"]
 
@@ -76,13 +76,9 @@ class FpExp(FpUnit):
 
         packed, (sign, nan, pos_inf, big) = round_pack(
             m, F32, 0, norm, norm_exp, 0, "exp", pipe=pipe, carry=(sign, nan, pos_inf, big))
-        result = Signal(32)
-        with m.If(nan):
-            m.d.comb += result.eq(F32.qnan)
-        with m.Elif(pos_inf | (big & ~sign)):
-            m.d.comb += result.eq(F32.inf(0))
-        with m.Elif(big & sign):
-            m.d.comb += result.eq(0)
-        with m.Else():
-            m.d.comb += result.eq(packed)
+        result = select_result(m, 32, packed, [
+            (nan, F32.qnan),
+            (pos_inf | (big & ~sign), F32.inf(0)),
+            (big & sign, 0),
+        ])
         return pipe.stage(result)

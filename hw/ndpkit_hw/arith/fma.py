@@ -10,7 +10,7 @@ rounds once.  An exact zero is +0, except that (-0) + (-0) is -0.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, staged_product, unpack
+from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, staged_product, unpack, select_result
 
 __all__ = ["FpFma"]
 
@@ -105,13 +105,9 @@ class FpFma(FpUnit):
 
         packed, (is_zero, zero_sign, nan, inf, inf_sign) = round_pack(
             m, F32, sign, norm, norm_exp, 0, "fma", pipe=pipe, carry=(is_zero, zero_sign, nan, inf, inf_sign))
-        result = Signal(32)
-        with m.If(nan):
-            m.d.comb += result.eq(F32.qnan)
-        with m.Elif(inf):
-            m.d.comb += result.eq(F32.inf(inf_sign))
-        with m.Elif(is_zero):
-            m.d.comb += result.eq(F32.zero(zero_sign))
-        with m.Else():
-            m.d.comb += result.eq(packed)
+        result = select_result(m, 32, packed, [
+            (nan, F32.qnan),
+            (inf, F32.inf(inf_sign)),
+            (is_zero, F32.zero(zero_sign)),
+        ])
         return pipe.stage(result)

@@ -16,7 +16,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["FloatFormat", "F32", "F16", "BF16", "Unpacked", "unpack", "leading_zeros", "normalize",
-           "round_prepare", "round_finish", "round_pack", "staged_product", "Pipeline", "FpUnit"]
+           "round_prepare", "round_finish", "round_pack", "staged_product", "select_result", "Pipeline", "FpUnit"]
 
 
 @dataclass(frozen=True)
@@ -214,6 +214,17 @@ def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str, 
     staged = pipe.stage(base, round_up, is_zero, overflow, sign, *carry)
     base, round_up, is_zero, overflow, sign = staged[:5]
     return round_finish(m, fmt, sign, base, round_up, is_zero, overflow, name), list(staged[5:])
+
+
+def select_result(m: Module, width: int, default, cases) -> Signal:
+    """``cases`` is a list of (condition, value) in priority order; ``default`` otherwise.
+    The special-value selection (NaN, infinity, exact zero) every unit ends with."""
+    result = Signal(width)
+    m.d.comb += result.eq(default)
+    for condition, value in reversed(cases):    # later assignments win: highest priority last
+        with m.If(condition):
+            m.d.comb += result.eq(value)
+    return result
 
 
 def staged_product(m: Module, pipe, a, b, carry=(), piece: int = 17):

@@ -1,7 +1,7 @@
 """Binary32 multiply, RNE, subnormals in and out.  Latency 7, II=1 per lane."""
 from amaranth.hdl import Signal, Cat, signed
 
-from .fp_common import F32, FpUnit, normalize, round_pack, staged_product, unpack
+from .fp_common import F32, FpUnit, normalize, round_pack, staged_product, unpack, select_result
 
 __all__ = ["FpMul", "mul_datapath", "MUL_LATENCY"]
 
@@ -36,11 +36,8 @@ def mul_datapath(m, pipe, a_bits, b_bits):
 
     packed, (nan, inf, sign) = round_pack(m, F32, sign, norm, norm_exp, 0, "mul", pipe=pipe,
                                           carry=(nan, inf, sign))
-    result = Signal(32)
-    with m.If(nan):
-        m.d.comb += result.eq(F32.qnan)
-    with m.Elif(inf):
-        m.d.comb += result.eq(F32.inf(sign))
-    with m.Else():
-        m.d.comb += result.eq(packed)
+    result = select_result(m, 32, packed, [
+        (nan, F32.qnan),
+        (inf, F32.inf(sign)),
+    ])
     return pipe.stage(result)

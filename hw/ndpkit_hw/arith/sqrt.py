@@ -9,7 +9,7 @@ sqrt(+inf) = +inf, sqrt(x < 0) = NaN.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack
+from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack, select_result
 
 __all__ = ["FpSqrt"]
 
@@ -58,13 +58,9 @@ class FpSqrt(FpUnit):
 
         packed, (sign, nan, inf, zero) = round_pack(
             m, F32, 0, norm, norm_exp, sticky, "sqrt", pipe=pipe, carry=(sign, nan, inf, zero))
-        result = Signal(32)
-        with m.If(nan):
-            m.d.comb += result.eq(F32.qnan)
-        with m.Elif(inf):
-            m.d.comb += result.eq(F32.inf(0))
-        with m.Elif(zero):
-            m.d.comb += result.eq(F32.zero(sign))
-        with m.Else():
-            m.d.comb += result.eq(packed)
+        result = select_result(m, 32, packed, [
+            (nan, F32.qnan),
+            (inf, F32.inf(0)),
+            (zero, F32.zero(sign)),
+        ])
         return pipe.stage(result)
