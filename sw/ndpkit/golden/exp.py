@@ -53,8 +53,8 @@ def exp(u) -> np.ndarray:
     t2 = (t * t) >> np.uint64(50)                                         # t*t/2 in Q0.31
     poly = np.uint64(1 << 31) + (t >> np.uint64(9)) + t2                  # 1 + t + t*t/2, Q1.31
     m = (TABLE[index] * poly) >> np.uint64(31)                            # < 2**33
-    value = np.ldexp(m.astype(np.float64), (k - 31).astype(np.int64))     # exact in float64
-    with np.errstate(over="ignore", under="ignore"):
+    with np.errstate(over="ignore", under="ignore"):                       # |x| >= 128 lanes, replaced below
+        value = np.ldexp(m.astype(np.float64), (k - 31).astype(np.int64))  # exact in float64
         result = bits(value.astype(np.float32))                          # the one rounding
     nan = (e == 255) & (frac != 0)
     pos_inf = (e == 255) & (frac == 0) & (sign == 0)
