@@ -164,8 +164,8 @@ def int32_to_fp32(i):
 
 
 def fp32_to_int32(u):
-    x = floats(u).astype(np.float64)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):                 # signalling NaNs warn on the cast
+        x = floats(u).astype(np.float64)
         r = np.rint(x)                                         # ties to even
         r = np.clip(np.nan_to_num(r, nan=0.0), -2.0 ** 31, 2.0 ** 31 - 1)
     return r.astype(np.int64).astype(np.int32)
