@@ -86,11 +86,12 @@ class FpFma(FpUnit):
         m.d.comb += shift.eq(Mux(small_zero | (distance > width), width, distance))
         wide = Signal(2 * width)
         m.d.comb += wide.eq(Cat(Const(0, width), Const(0, EXTRA), small_sig) >> shift)
-        aligned = Signal(width)
-        m.d.comb += aligned.eq(wide[width:] | (wide[:width] != 0))
         big_ext = Cat(Const(0, EXTRA), big_sig)
-        big_ext, aligned, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
-            big_ext, aligned, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
+        # register the shifted bits and the shifted-out bits; the sticky OR goes with the add
+        shifted, shifted_out, big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
+            wide[width:], wide[:width], big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
+        aligned = Signal(width)
+        m.d.comb += aligned.eq(shifted | (shifted_out != 0))
 
         total = Signal(width + 1)
         m.d.comb += total.eq(Mux(subtract, big_ext - aligned, big_ext + aligned))
