@@ -46,21 +46,10 @@ def _copy_demo():
 
 
 def _fp_units():
-    """Every floating-point unit with two lanes (four for the trees)."""
-    import importlib
-    tops = {}
-    for name, cls, kwargs, lanes in [
-        ("fp_add", "add:FpAdd", {}, 2), ("fp_mul", "mul:FpMul", {}, 2), ("fp_fma", "fma:FpFma", {}, 2),
-        ("fp_div", "div:FpDiv", {}, 2), ("fp_sqrt", "sqrt:FpSqrt", {}, 2), ("fp_exp", "exp:FpExp", {}, 2),
-        ("fp_minmax", "minmax:FpMinMax", {}, 2), ("fp_compare", "minmax:FpCompare", {}, 2),
-        ("fp_fp16_to_fp32", "convert:Fp16ToFp32", {}, 2), ("fp_fp32_to_bf16", "convert:Fp32ToBf16", {}, 2),
-        ("fp_int32_to_fp32", "convert:Int32ToFp32", {}, 2), ("fp_fp32_to_int32", "convert:Fp32ToInt32", {}, 2),
-        ("fp_reduce_sum", "reduce:FpReduce", {"op": "sum"}, 4), ("fp_dot", "reduce:FpDotProduct", {}, 4),
-    ]:
-        module, attr = cls.split(":")
-        tops[name] = (lambda module=module, attr=attr, kwargs=kwargs, lanes=lanes:
-                      getattr(importlib.import_module(f"ndpkit_hw.arith.{module}"), attr)(lanes=lanes, **kwargs))
-    return tops
+    """Every floating-point unit with two lanes (four for the reduction trees)."""
+    from .arith import UNIT_CLASSES, build_unit
+    return {f"fp_{name}": (lambda name=name: build_unit(name, 4 if "reduce" in cls or "Dot" in cls else 2))
+            for name, (cls, _) in UNIT_CLASSES.items()}
 
 
 TOPS: dict[str, Callable] = {

@@ -51,11 +51,9 @@ def encode(q: Fraction, exp_bits: int, frac_bits: int, zero_sign: int = 0) -> in
         m += 1
     if m == 0:
         return top
-    value_exp = quantum_exp + m.bit_length() - 1 - frac_bits
     if m >= 1 << (frac_bits + 1):
         m >>= 1
         quantum_exp += 1
-        value_exp = quantum_exp
     if m < 1 << frac_bits:
         return top | m                                          # subnormal
     exponent = quantum_exp + frac_bits + bias

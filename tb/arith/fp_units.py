@@ -5,8 +5,7 @@ implementation report, so adding a unit means adding one entry here.
 """
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -18,19 +17,19 @@ from ndpkit.golden.fp_cases import corner_pairs, interesting_f32, near_pairs
 
 @dataclass(frozen=True)
 class UnitSpec:
-    cls: str                                   # "module:Class" under ndpkit_hw.arith
+    name: str                                  # key of ndpkit_hw.arith.UNIT_CLASSES
     golden: Callable                           # (operands, controls) -> expected results
     generate: Callable                         # (rng, n) -> dict of operand arrays
     controls: tuple = ()
     exhaustive: bool = False                   # generate() ignores n and returns every input
-    options: dict = field(default_factory=dict)   # extra constructor arguments
 
     def component_class(self):
-        module, name = self.cls.split(":")
-        return getattr(importlib.import_module(f"ndpkit_hw.arith.{module}"), name)
+        from ndpkit_hw.arith import unit_class
+        return unit_class(self.name)
 
     def build(self, lanes: int):
-        return self.component_class()(lanes=lanes, **self.options)
+        from ndpkit_hw.arith import build_unit
+        return build_unit(self.name, lanes)
 
     @property
     def reduces(self) -> bool:
@@ -115,25 +114,23 @@ def _select(name, if_one, if_zero):
 
 
 UNITS: dict[str, UnitSpec] = {
-    "add": UnitSpec("add:FpAdd", _select("sub", fp.sub, fp.add), _binary, controls=("sub",)),
-    "mul": UnitSpec("mul:FpMul", lambda o, c: fp.mul(o["a"], o["b"]), _binary),
-    "fma": UnitSpec("fma:FpFma", lambda o, c: fp.fma(o["a"], o["b"], o["c"]), _ternary),
-    "div": UnitSpec("div:FpDiv", lambda o, c: fp.div(o["a"], o["b"]), _binary),
-    "sqrt": UnitSpec("sqrt:FpSqrt", lambda o, c: fp.sqrt(o["a"]), _positive_f32),
-    "exp": UnitSpec("exp:FpExp", lambda o, c: exp_golden(o["a"]), _exp_operands),
-    "reduce_sum": UnitSpec("reduce:FpReduce", lambda o, c: fp.reduce_tree(o["a"], "sum"), _unary_f32,
-                           options={"op": "sum"}),
-    "reduce_max": UnitSpec("reduce:FpReduce", lambda o, c: fp.reduce_tree(o["a"], "max"), _unary_f32,
-                           options={"op": "max"}),
-    "dot": UnitSpec("reduce:FpDotProduct", lambda o, c: fp.dot(o["a"], o["b"]), _binary),
-    "minmax": UnitSpec("minmax:FpMinMax", _select("max", fp.maximum, fp.minimum), _binary, controls=("max",)),
-    "compare": UnitSpec("minmax:FpCompare", lambda o, c: fp.compare(o["a"], o["b"]), _binary),
-    "fp16_to_fp32": UnitSpec("convert:Fp16ToFp32", lambda o, c: fp.fp16_to_fp32(o["a"]), _all16, exhaustive=True),
-    "bf16_to_fp32": UnitSpec("convert:Bf16ToFp32", lambda o, c: fp.bf16_to_fp32(o["a"]), _all16, exhaustive=True),
-    "fp32_to_fp16": UnitSpec("convert:Fp32ToFp16", lambda o, c: fp.fp32_to_fp16(o["a"]), _to_narrow(13)),
-    "fp32_to_bf16": UnitSpec("convert:Fp32ToBf16", lambda o, c: fp.fp32_to_bf16(o["a"]), _to_narrow(16)),
-    "int32_to_fp32": UnitSpec("convert:Int32ToFp32",
+    "add": UnitSpec("add", _select("sub", fp.sub, fp.add), _binary, controls=("sub",)),
+    "mul": UnitSpec("mul", lambda o, c: fp.mul(o["a"], o["b"]), _binary),
+    "fma": UnitSpec("fma", lambda o, c: fp.fma(o["a"], o["b"], o["c"]), _ternary),
+    "div": UnitSpec("div", lambda o, c: fp.div(o["a"], o["b"]), _binary),
+    "sqrt": UnitSpec("sqrt", lambda o, c: fp.sqrt(o["a"]), _positive_f32),
+    "exp": UnitSpec("exp", lambda o, c: exp_golden(o["a"]), _exp_operands),
+    "reduce_sum": UnitSpec("reduce_sum", lambda o, c: fp.reduce_tree(o["a"], "sum"), _unary_f32),
+    "reduce_max": UnitSpec("reduce_max", lambda o, c: fp.reduce_tree(o["a"], "max"), _unary_f32),
+    "dot": UnitSpec("dot", lambda o, c: fp.dot(o["a"], o["b"]), _binary),
+    "minmax": UnitSpec("minmax", _select("max", fp.maximum, fp.minimum), _binary, controls=("max",)),
+    "compare": UnitSpec("compare", lambda o, c: fp.compare(o["a"], o["b"]), _binary),
+    "fp16_to_fp32": UnitSpec("fp16_to_fp32", lambda o, c: fp.fp16_to_fp32(o["a"]), _all16, exhaustive=True),
+    "bf16_to_fp32": UnitSpec("bf16_to_fp32", lambda o, c: fp.bf16_to_fp32(o["a"]), _all16, exhaustive=True),
+    "fp32_to_fp16": UnitSpec("fp32_to_fp16", lambda o, c: fp.fp32_to_fp16(o["a"]), _to_narrow(13)),
+    "fp32_to_bf16": UnitSpec("fp32_to_bf16", lambda o, c: fp.fp32_to_bf16(o["a"]), _to_narrow(16)),
+    "int32_to_fp32": UnitSpec("int32_to_fp32",
                               lambda o, c: fp.int32_to_fp32(o["a"].astype(np.uint32).view(np.int32)), _int32),
-    "fp32_to_int32": UnitSpec("convert:Fp32ToInt32",
+    "fp32_to_int32": UnitSpec("fp32_to_int32",
                               lambda o, c: fp.fp32_to_int32(o["a"]).view(np.uint32), _unary_f32),
 }

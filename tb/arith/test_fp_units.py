@@ -116,3 +116,8 @@ def test_fp_unit_million(unit):
     from ndpkit.sim.runner import run_bench
     run_bench(fp_design(unit), __name__, params=dict(unit=unit, lanes=unit_lanes(unit), count=1_000_000,
                                                      gap=0.05))
+
+
+def test_every_unit_has_a_golden_model():
+    from ndpkit_hw.arith import UNIT_CLASSES
+    assert set(UNITS) == set(UNIT_CLASSES)

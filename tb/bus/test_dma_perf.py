@@ -17,7 +17,6 @@ import cocotb
 import pytest
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 
-from ndpkit.codes import ErrorCode
 from ndpkit.sim.bench import bench_params, pack, start_clock_and_reset
 
 

@@ -9,7 +9,7 @@ import random
 
 import cocotb
 import pytest
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiBus, AxiMaster, AxiResp
 
 from ndpkit.sim.bench import Backdoor, bench_params, start_clock_and_reset, stall_axi

@@ -1,5 +1,5 @@
 """Binary32 multiply, RNE, subnormals in and out.  Latency 7, II=1 per lane."""
-from amaranth.hdl import Signal, Cat, signed
+from amaranth.hdl import Signal, signed
 
 from .fp_common import F32, FpUnit, normalize, round_pack, staged_product, unpack, select_result
 

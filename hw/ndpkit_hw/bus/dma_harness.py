@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from .axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
 from .dma import BurstReader, BurstWriter

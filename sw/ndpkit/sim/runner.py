@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .verilator import apply_to_process_env, verilator_version
 
-__all__ = ["BenchFailed", "Design", "build_dir_root", "lint_waivers", "run_bench", "verilog_for"]
+__all__ = ["BenchFailed", "Design", "build_dir_root", "run_bench", "verilog_for"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 WAIVER_FILE = PROJECT_ROOT / "tb" / "verilator_waivers.vlt"
@@ -50,10 +50,6 @@ class Design:
 
 def build_dir_root() -> Path:
     return Path(os.environ.get("NDP_BUILD_DIR", PROJECT_ROOT / "build" / "sim"))
-
-
-def lint_waivers() -> Path:
-    return WAIVER_FILE
 
 
 def verilog_for(design: Design, directory: Path) -> Path:
