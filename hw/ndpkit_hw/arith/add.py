@@ -1,4 +1,4 @@
-"""Binary32 add/subtract (``sub`` control bit), RNE, subnormals.  Latency 7, II=1.
+"""Binary32 add/subtract (``sub`` control bit), RNE, subnormals.  Latency 9, II=1.
 
 The larger-magnitude operand A is found by comparing the 31 magnitude bits; B's
 significand, with three extra low bits (guard, round, sticky), is shifted right by
@@ -13,7 +13,7 @@ from .fp_common import F32, FpUnit, normalize, round_pack, unpack, select_result
 __all__ = ["FpAdd", "add_datapath", "ADD_LATENCY"]
 
 EXTRA = 3
-ADD_LATENCY = 7
+ADD_LATENCY = 9
 
 
 class FpAdd(FpUnit):
@@ -27,27 +27,37 @@ class FpAdd(FpUnit):
 
 def add_datapath(m, pipe, a_bits, b_bits):
     """``a + b`` through ``ADD_LATENCY`` stages of ``pipe``."""
-    raw_a, raw_b = a_bits, b_bits
-    swap = raw_b[:31] > raw_a[:31]
+    # stage 1: the magnitude comparison and both exponent differences, side by side
+    swap = Signal()
+    m.d.comb += swap.eq(b_bits[:31] > a_bits[:31])
+    exp_a = Mux(a_bits[23:31] == 0, 1, a_bits[23:31])
+    exp_b = Mux(b_bits[23:31] == 0, 1, b_bits[23:31])
+    a_minus_b, b_minus_a = Signal(8), Signal(8)
+    m.d.comb += [a_minus_b.eq(exp_a - exp_b), b_minus_a.eq(exp_b - exp_a)]
+    raw_a, raw_b, swap, a_minus_b, b_minus_a = pipe.stage(a_bits, b_bits, swap, a_minus_b, b_minus_a)
+
+    # stage 2: order the operands, special cases, clamped shift distance
     big_bits, small_bits = Mux(swap, raw_b, raw_a), Mux(swap, raw_a, raw_b)
     big, small = unpack(m, big_bits, F32, "big"), unpack(m, small_bits, F32, "small")
     nan = big.is_nan | small.is_nan | (big.is_inf & small.is_inf & (big.sign != small.sign))
     inf = big.is_inf
     subtract = big.sign ^ small.sign
     both_zero_sign = big.sign & small.sign          # sign of an exact zero when adding zeros
-    distance = Signal(8)
-    m.d.comb += distance.eq(big.exp - small.exp)
-    (sig_big, sig_small, exp, distance, sign, subtract, both_zero_sign, nan, inf) = pipe.stage(
-        big.sig, small.sig, big.exp, distance, big.sign, subtract, both_zero_sign, nan, inf)
+    distance = Mux(swap, b_minus_a, a_minus_b)
+    # any distance of 32 or more shifts everything out: clamping by the top exponent
+    # bits needs no comparator
+    shift = Signal(5)
+    m.d.comb += shift.eq(Mux(distance[5:] != 0, 31, distance[:5]))
+    (sig_big, sig_small, exp, shift, sign, subtract, both_zero_sign, nan, inf) = pipe.stage(
+        big.sig, small.sig, big.exp, shift, big.sign, subtract, both_zero_sign, nan, inf)
 
+    # stage 3: alignment
     width = 24 + EXTRA
     small_ext = Cat(Const(0, EXTRA), sig_small)
-    shift = Signal(range(width + 1))
-    m.d.comb += shift.eq(Mux(distance > width, width, distance))
-    wide = Signal(2 * width)
-    m.d.comb += wide.eq(Cat(Const(0, width), small_ext) >> shift)
+    wide = Signal(width + 32)
+    m.d.comb += wide.eq(Cat(Const(0, 32), small_ext) >> shift)
     aligned = Signal(width)
-    m.d.comb += aligned.eq(wide[width:] | (wide[:width] != 0))          # sticky into bit 0
+    m.d.comb += aligned.eq(wide[32:] | (wide[:32] != 0))                # sticky into bit 0
     big_ext = Cat(Const(0, EXTRA), sig_big)
     big_ext, aligned, exp, sign, subtract, both_zero_sign, nan, inf = pipe.stage(
         big_ext, aligned, exp, sign, subtract, both_zero_sign, nan, inf)
@@ -61,7 +71,8 @@ def add_datapath(m, pipe, a_bits, b_bits):
     m.d.comb += top_exp.eq(exp + 1)
     total, top_exp, sign, zero_sign, nan, inf = pipe.stage(total, top_exp, sign, zero_sign, nan, inf)
 
-    norm, norm_exp, is_zero = normalize(m, total, top_exp, "add")
+    norm, norm_exp, is_zero, (sign, zero_sign, nan, inf) = normalize(
+        m, total, top_exp, "add", pipe=pipe, carry=(sign, zero_sign, nan, inf))
     norm, norm_exp, is_zero, sign, zero_sign, nan, inf = pipe.stage(
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf)
 

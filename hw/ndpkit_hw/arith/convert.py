@@ -82,7 +82,7 @@ class Fp32ToInt32(FpUnit):
         left = Signal(range(8))
         right = Signal(range(27))
         m.d.comb += [left.eq(Mux(exact, a.exp - 150, 0)),
-                     right.eq(Mux(exact, 0, Mux(150 - a.exp > 26, 26, 150 - a.exp)))]
+                     right.eq(Mux(exact, 0, Mux(a.exp < 124, 26, 150 - a.exp)))]
         sig, left, right, exact, sign, big, nan = pipe.stage(a.sig, left, right, exact, a.sign, big, a.is_nan)
 
         wide = Signal(24 + 26)

@@ -1,7 +1,7 @@
 """Binary32 exp(x), bit-exact to :func:`ndpkit.golden.exp.exp` (the algorithm is
 documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32-bit
 table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
-rounding through the shared round/pack path.  Latency 14, II=1 per lane.
+rounding through the shared round/pack path.  Latency 16, II=1 per lane.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
@@ -14,7 +14,7 @@ __all__ = ["FpExp"]
 
 class FpExp(FpUnit):
     operands = {"a": 32}
-    latency = 14
+    latency = 16
 
     def lane(self, m, pipe, inputs, controls):
         x = inputs["a"]
@@ -32,6 +32,7 @@ class FpExp(FpUnit):
 
         y_abs = Signal(49)
         m.d.comb += y_abs.eq(product >> shift)
+        y_abs, sign, nan, pos_inf, big = pipe.stage(y_abs, sign, nan, pos_inf, big)
         y = Signal(signed(50))
         m.d.comb += y.eq(Mux(sign, -y_abs, y_abs))
         y, sign, nan, pos_inf, big = pipe.stage(y, sign, nan, pos_inf, big)
@@ -71,7 +72,8 @@ class FpExp(FpUnit):
         m.d.comb += top_exp.eq(k + 1 + F32.bias)           # mantissa bit 32 weighs 2**(k + 1)
         mantissa, top_exp, sign, nan, pos_inf, big = pipe.stage(mantissa, top_exp, sign, nan, pos_inf, big)
 
-        norm, norm_exp, _ = normalize(m, mantissa, top_exp, "exp")
+        norm, norm_exp, _, (sign, nan, pos_inf, big) = normalize(
+            m, mantissa, top_exp, "exp", pipe=pipe, carry=(sign, nan, pos_inf, big))
         norm, norm_exp, sign, nan, pos_inf, big = pipe.stage(norm, norm_exp, sign, nan, pos_inf, big)
 
         packed, (sign, nan, pos_inf, big) = round_pack(

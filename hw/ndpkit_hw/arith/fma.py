@@ -1,4 +1,4 @@
-"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 10, II=1.
+"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 13, II=1.
 
 Subnormal inputs are normalised first, so the exact 48-bit product has its top bit
 at 46 or 47 and the addend, widened to 48 bits, has its top bit at 47: the sum is then
@@ -20,7 +20,7 @@ SIG = 48
 
 class FpFma(FpUnit):
     operands = {"a": 32, "b": 32, "c": 32}
-    latency = 10
+    latency = 13
 
     def lane(self, m, pipe, inputs, controls):
         a, b, c = (unpack(m, inputs[n], F32, n) for n in "abc")
@@ -33,16 +33,21 @@ class FpFma(FpUnit):
         inf_sign = Mux(product_inf, product_sign, c.sign)
         # normalise the three significands (subnormals have leading zeros)
         lz_a, lz_b, lz_c = (leading_zeros(m, u.sig, f"fma_{n}") for u, n in ((a, "a"), (b, "b"), (c, "c")))
+        # the counts are registered before the shifts and the exponent sums
+        (a_sig, b_sig, c_sig, a_exp, b_exp, c_exp, lz_a, lz_b, lz_c, product_sign, product_zero, c_sign_in,
+         c_zero_in, nan, inf, inf_sign) = pipe.stage(
+            a.sig, b.sig, c.sig, a.exp, b.exp, c.exp, lz_a, lz_b, lz_c, product_sign, product_zero, c.sign,
+            c.is_zero, nan, inf, inf_sign)
         sig_a, sig_b, sig_c = Signal(24), Signal(24), Signal(24)
         exp_p, exp_c = Signal(signed(11)), Signal(signed(11))
         m.d.comb += [
-            sig_a.eq(a.sig << lz_a), sig_b.eq(b.sig << lz_b), sig_c.eq(c.sig << lz_c),
+            sig_a.eq(a_sig << lz_a), sig_b.eq(b_sig << lz_b), sig_c.eq(c_sig << lz_c),
             # product bit 47 weighs 2**(exp_p - bias); addend bit 23 (bit 47 once widened) 2**(exp_c - bias)
-            exp_p.eq(a.exp - lz_a + b.exp - lz_b - F32.bias + 1),
-            exp_c.eq(c.exp - lz_c),
+            exp_p.eq(a_exp - lz_a + b_exp - lz_b - F32.bias + 1),
+            exp_c.eq(c_exp - lz_c),
         ]
         (sig_a, sig_b, sig_c, exp_p, exp_c, product_sign, product_zero, c_sign, c_zero, nan, inf, inf_sign) = \
-            pipe.stage(sig_a, sig_b, sig_c, exp_p, exp_c, product_sign, product_zero, c.sign, c.is_zero,
+            pipe.stage(sig_a, sig_b, sig_c, exp_p, exp_c, product_sign, product_zero, c_sign_in, c_zero_in,
                        nan, inf, inf_sign)
 
         # the product of two normalised significands has its top bit at 46 or 47; move it
@@ -82,14 +87,20 @@ class FpFma(FpUnit):
                        inf_sign)
 
         width = SIG + EXTRA
-        shift = Signal(range(width + 1))
-        m.d.comb += shift.eq(Mux(small_zero | (distance > width), width, distance))
-        wide = Signal(2 * width)
-        m.d.comb += wide.eq(Cat(Const(0, width), Const(0, EXTRA), small_sig) >> shift)
+        # distance >= 0; 64 or more shifts everything out, so the clamp needs no comparator
+        shift = Signal(6)
+        m.d.comb += shift.eq(Mux(small_zero | (distance[6:] != 0), 63, distance[:6]))
+        # in two steps: by the multiple of 8, registered, then by the rest
+        coarse = Signal(width + 64)
+        m.d.comb += coarse.eq(Cat(Const(0, 64), Const(0, EXTRA), small_sig) >> Cat(Const(0, 3), shift[3:]))
+        coarse, fine, big_sig, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
+            coarse, shift[:3], big_sig, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
+        wide = Signal(width + 64)
+        m.d.comb += wide.eq(coarse >> fine)
         big_ext = Cat(Const(0, EXTRA), big_sig)
         # register the shifted bits and the shifted-out bits; the sticky OR goes with the add
         shifted, shifted_out, big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
-            wide[width:], wide[:width], big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
+            wide[64:], wide[:64], big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
         aligned = Signal(width)
         m.d.comb += aligned.eq(shifted | (shifted_out != 0))
 
@@ -100,7 +111,8 @@ class FpFma(FpUnit):
         total, top_exp, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
             total, top_exp, sign, zero_sign, nan, inf, inf_sign)
 
-        norm, norm_exp, is_zero = normalize(m, total, top_exp, "fma")
+        norm, norm_exp, is_zero, (sign, zero_sign, nan, inf, inf_sign) = normalize(
+            m, total, top_exp, "fma", pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign))
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
             norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign)
 

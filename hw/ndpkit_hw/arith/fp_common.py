@@ -107,13 +107,27 @@ def leading_zeros(m: Module, value, name: str) -> Signal:
     return result
 
 
-def normalize(m: Module, sig, exp, name: str):
-    """Shift ``sig`` left so its top bit is set; returns (sig, exp - shift, is_zero)."""
+def normalize(m: Module, sig, exp, name: str, pipe=None, carry=()):
+    """Shift ``sig`` left so its top bit is set; returns (sig, exp - shift, is_zero).
+
+    With ``pipe``, the leading-zero count is registered before the shift (one stage:
+    the count and the wide shift together are the longest path of the adders and
+    multipliers), the values in ``carry`` travel along, and the function returns
+    ``(sig, exp, is_zero, carried values)``.
+    """
     lz = leading_zeros(m, sig, name)
+    is_zero = Signal(name=f"{name}_sig_zero")
+    m.d.comb += is_zero.eq(sig == 0)
+    if pipe is not None:
+        staged = pipe.stage(sig, exp, lz, is_zero, *carry)
+        sig, exp, lz, is_zero = staged[:4]
+        carry = list(staged[4:])
     norm = Signal(len(sig), name=f"{name}_norm")
     e = Signal(signed(len(exp) + 2), name=f"{name}_norm_exp")
     m.d.comb += [norm.eq(sig << lz), e.eq(exp - lz)]
-    return norm, e, sig == 0
+    if pipe is not None:
+        return norm, e, is_zero, carry
+    return norm, e, is_zero
 
 
 def _round_inputs(fmt: FloatFormat, norm, sticky):
@@ -261,7 +275,9 @@ class Pipeline:
         out = []
         for i, value in enumerate(values):
             value = Value.cast(value)
-            reg = Signal(value.shape(), name=f"{self.name}_s{self.depth}_{i}")
+            # data registers have no reset (only the valid bit does): a reset input on
+            # every pipeline flip-flop costs routing and blocks the FF's set/reset pin
+            reg = Signal(value.shape(), name=f"{self.name}_s{self.depth}_{i}", reset_less=True)
             self.m.d.sync += reg.eq(value)
             out.append(reg)
         valid = Signal(name=f"{self.name}_s{self.depth}_valid")
