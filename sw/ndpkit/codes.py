@@ -5,7 +5,7 @@ the code the bus gave; command-validation errors start at 4.
 """
 import enum
 
-__all__ = ["AxiResp", "ErrorCode"]
+__all__ = ["AxiResp", "ErrorCode", "EngineKind"]
 
 
 class AxiResp(enum.IntEnum):
@@ -22,7 +22,22 @@ class ErrorCode(enum.IntEnum):
     ZERO_LENGTH = 4     # a transfer of length 0
     UNALIGNED = 5       # address or length not a multiple of the bus word
     OUT_OF_WINDOW = 6   # the transfer does not lie inside the allowed window
+    BAD_OPCODE = 7      # the command's operation field names no operation of the engine
+    OVERLAP = 8         # source and destination ranges overlap (dma_copy copies forward only)
+    QUEUE_FULL = 9      # a doorbell arrived with the command queue full: the command was dropped
+    BAD_FIELD = 10      # another command field is out of its documented range
 
     @property
     def is_bus_error(self) -> bool:
         return self in (ErrorCode.SLVERR, ErrorCode.DECERR)
+
+
+class EngineKind(enum.IntEnum):
+    """Engine identifiers.  Engine ``k``'s register block sits at BAR0 offset
+    ``k * 0x1000``, its interrupt is ``usr_irq_req[k]``, and bit ``k`` of the global
+    ``engines`` register says whether the build contains it."""
+    DMA_COPY = 1
+    ADAM = 2
+    ATTENTION = 3
+    SG = 4
+    GRAPH = 5

@@ -20,7 +20,7 @@ def _setup(dut, with_master=True):
     dut.error_base.value = 0
     dut.error_size.value = 0
     master = AxiMaster(AxiBus.from_prefix(dut, "bus"), dut.clk, dut.rst) if with_master else None
-    return p, master, Backdoor(dut.storage, p["data_width"] // 8, p["base"])
+    return p, master, Backdoor(dut.storage.mem, p["data_width"] // 8, p["base"])
 
 
 @cocotb.test(timeout_time=2, timeout_unit="ms")

@@ -2,7 +2,8 @@
 
 It stands where the MIG DDR4 / HBM controller stands on a card.  Parameters:
 
-- ``size`` bytes of storage at ``base`` (a ``lib.memory.Memory`` one bus word wide);
+- ``size`` bytes of storage at ``base``, one bus word wide (``ndpkit_sim_ram``, a
+  small hand-written Verilog RAM in ``hw/ndpkit_hw/verilog``: simulation only);
 - ``read_latency``: cycles from the AR handshake to the first R beat offered
   (at least 2: the request queue and the synchronous RAM take one each);
   ``write_latency``: cycles from the last W handshake to B offered (at least 1);
@@ -20,13 +21,13 @@ Addresses outside ``[base, base + size)`` answer DECERR (writes are dropped), an
 the ``error_base``/``error_size`` inputs name a window that answers SLVERR (writes
 dropped), so benches can inject memory errors at run time.
 
-Benches preload and inspect contents through the ``storage`` array (VPI), see
-``ndpkit.sim.backdoor``.
+Benches preload and inspect contents through the ``storage.mem`` array (VPI), see
+:class:`ndpkit.sim.bench.Backdoor`.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Cat, Mux, Const
-from amaranth.lib import fifo, memory, wiring
+from amaranth.hdl import Module, Signal, Cat, Mux, Const, ClockSignal, Instance
+from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In
 
 from ndpkit.codes import AxiResp
@@ -67,6 +68,15 @@ class _Bandwidth:
         m.d.comb += self.ok.eq(credit >= beat)
         nxt = credit + rate - Mux(self.take, beat, 0)
         m.d.sync += credit.eq(Mux(nxt > 2 * beat, 2 * beat, nxt))
+
+
+class _RamPort:
+    """The signals of one port of ``ndpkit_sim_ram`` (hw/ndpkit_hw/verilog)."""
+
+    def __init__(self, depth: int, width: int, name: str):
+        self.addr = Signal(range(max(2, depth)), name=f"{name}_addr")
+        self.data = Signal(width, name=f"{name}_data")
+        self.en = Signal(1 if name == "rd" else width // 8, name=f"{name}_en")
 
 
 class AxiMemoryModel(wiring.Component):
@@ -127,10 +137,12 @@ class AxiMemoryModel(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        m.submodules.storage = storage = memory.Memory(
-            shape=self.data_width, depth=self.depth, init=[])
-        read_port = storage.read_port()
-        write_port = storage.write_port(granularity=8)
+        read_port = _RamPort(self.depth, self.data_width, "rd")
+        write_port = _RamPort(self.depth, self.data_width, "wr")
+        m.submodules.storage = Instance(
+            "ndpkit_sim_ram", p_WIDTH=self.data_width, p_DEPTH=self.depth, p_ABITS=len(read_port.addr),
+            i_clk=ClockSignal(), i_rd_en=read_port.en, i_rd_addr=read_port.addr, o_rd_data=read_port.data,
+            i_wr_en=write_port.en, i_wr_addr=write_port.addr, i_wr_data=write_port.data)
 
         now = Signal(TIME_WIDTH)
         m.d.sync += now.eq(now + 1)

@@ -59,7 +59,7 @@ async def _copy(dut, regs, src, dst, length):
 async def copy_demo(dut):
     p = bench_params()
     word = p["data_width"] // 8
-    memory = Backdoor(dut.memory.storage, word)
+    memory = Backdoor(dut.memory.storage.mem, word)
     regs = _Regs(AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst))
     await start_clock_and_reset(dut)
     assert await regs.read("id") == NDPKIT_MAGIC

@@ -26,10 +26,17 @@ from pathlib import Path
 
 from .verilator import apply_to_process_env, verilator_version
 
-__all__ = ["BenchFailed", "Design", "build_dir_root", "run_bench", "verilog_for"]
+__all__ = ["BenchFailed", "Design", "build_dir_root", "run_bench", "verilog_for", "verilog_library"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 WAIVER_FILE = PROJECT_ROOT / "tb" / "verilator_waivers.vlt"
+VERILOG_DIR = PROJECT_ROOT / "hw" / "ndpkit_hw" / "verilog"
+
+
+def verilog_library() -> list[Path]:
+    """Hand-written Verilog modules the generated designs may instantiate (simulation
+    models such as ``ndpkit_sim_ram``); every build and lint run gets all of them."""
+    return sorted(VERILOG_DIR.glob("*.v"))
 BUILD_ARGS = ["-Wno-fatal", "--x-assign", "unique", "--x-initial", "unique", "-O3"]
 
 
@@ -89,8 +96,9 @@ def _build(design: Design, waves: str | None) -> Path:
     text = design.verilog()
     args = BUILD_ARGS + (["--trace-fst", "--trace-structs"] if waves == "fst" else
                          ["--trace-structs"] if waves == "vcd" else [])
-    key = hashlib.sha256("\0".join([text, *args, verilator_version(),
-                                    WAIVER_FILE.read_text()]).encode()).hexdigest()[:16]
+    library = verilog_library()
+    key = hashlib.sha256("\0".join([text, *args, verilator_version(), WAIVER_FILE.read_text(),
+                                    *(v.read_text() for v in library)]).encode()).hexdigest()[:16]
     build_dir = build_dir_root() / f"{design.toplevel}-{key}"
     build_dir.mkdir(parents=True, exist_ok=True)
     stamp = build_dir / "build.ok"
@@ -100,7 +108,7 @@ def _build(design: Design, waves: str | None) -> Path:
             source = build_dir / f"{design.toplevel}.v"
             source.write_text(text)
             runner = get_runner("verilator")
-            runner.build(sources=[WAIVER_FILE, source], hdl_toplevel=design.toplevel,
+            runner.build(sources=[WAIVER_FILE, *library, source], hdl_toplevel=design.toplevel,
                          build_dir=build_dir, build_args=args, waves=waves is not None,
                          timescale=("1ns", "1ps"), log_file=build_dir / "build.log")
             stamp.write_text(json.dumps({"toplevel": design.toplevel, "args": args}))

@@ -1,0 +1,127 @@
+"""The command/completion front end every engine shares.
+
+One :class:`EngineFrontend` per engine holds the engine's CSR block (declared with
+:func:`ndpkit.regs.blocks.engine_block`), a command queue and a completion queue:
+
+- ``doorbell`` copies the argument registers and ``tag`` into the command queue
+  (depth ``queue_depth``); with the queue full the command is dropped and
+  ``irq.overflow`` is set, so nothing runs that the host did not see accepted.
+- Commands leave on ``cmd`` (a stream of the arguments); the engine may take up to
+  ``max_in_flight`` before completing the first (it overlaps their memory latency).
+- The engine answers each command, in order, with one ``cpl`` {tag, error, bytes};
+  the front end adds the cycle count (command taken by the engine -> completion)
+  and queues it for the host (``cpl_*`` registers, ``cpl_pop``), setting
+  ``irq.done``.
+
+``irq`` is ``(irq & irq_enable) != 0``.  ``hold`` keeps queued commands from
+starting (the shell's soft reset drains engines that way); ``running`` says a
+command is in the engine.  The engine is always ready to complete: the
+completion queue holds one more entry than the command queue can start.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ndpkit.regs.blocks import command_fields
+from ndpkit.regs.declare import RegisterBlock
+from ..bus.axi import AXI4LiteSignature
+from .csr import CSRBlock
+
+__all__ = ["EngineFrontend", "CompletionLayout", "command_layout"]
+
+CompletionLayout = data.StructLayout({"tag": 16, "error": 4, "bytes_read": 32, "bytes_written": 32})
+
+
+def _arg_fields(block: RegisterBlock):
+    """(payload name, CSR port name, width) of every argument field."""
+    for name, reg, f in command_fields(block):
+        yield name, f"{reg.name}_{f.name}", f.width
+
+
+def command_layout(block: RegisterBlock) -> data.StructLayout:
+    """The engine's command: its argument fields (a one-field register by the register's
+    name, otherwise ``<register>_<field>``) plus the 16-bit tag."""
+    fields = {name: width for name, _, width in _arg_fields(block)}
+    fields["tag"] = 16
+    return data.StructLayout(fields)
+
+
+class EngineFrontend(wiring.Component):
+    def __init__(self, block: RegisterBlock, kind: int, *, queue_depth: int = 4, max_in_flight: int = 2):
+        if queue_depth < 1 or max_in_flight < 1:
+            raise ValueError("queue_depth and max_in_flight must be at least 1")
+        self.block, self.kind, self.queue_depth = block, int(kind), queue_depth
+        self.max_in_flight = max_in_flight
+        self.csr = CSRBlock(block)
+        super().__init__({
+            "bus": In(AXI4LiteSignature(addr_width=block.addr_width)),
+            "cmd": Out(stream.Signature(command_layout(block))),
+            "cpl": In(stream.Signature(CompletionLayout)),
+            "irq": Out(1),
+            "busy": Out(1),
+            "running": Out(1),
+            "hold": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.csr = csr = self.csr
+        wiring.connect(m, wiring.flipped(self.bus), csr.bus)
+
+        layout = command_layout(self.block)
+        m.submodules.commands = commands = fifo.SyncFIFOBuffered(width=layout.size, depth=self.queue_depth)
+        cpl_layout = data.StructLayout({"cpl": CompletionLayout, "cycles": 32})
+        m.submodules.completions = completions = fifo.SyncFIFOBuffered(width=cpl_layout.size,
+                                                                         depth=self.queue_depth + self.max_in_flight)
+
+        # doorbell -> command queue (or overflow)
+        snapshot = Signal(layout)
+        for name, port, _ in _arg_fields(self.block):
+            m.d.comb += getattr(snapshot, name).eq(getattr(csr, port))
+        m.d.comb += [snapshot.tag.eq(csr.tag_value),
+                     commands.w_data.eq(snapshot),
+                     commands.w_en.eq(csr.doorbell_submit & commands.w_rdy),
+                     csr.irq_overflow_set.eq(csr.doorbell_submit & ~commands.w_rdy)]
+
+        # commands to the engine, each stamped with its start cycle (an engine may
+        # overlap up to `max_in_flight` commands; completions come back in order)
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+        m.submodules.started = started = fifo.SyncFIFOBuffered(width=32, depth=self.max_in_flight)
+        m.d.comb += [self.cmd.payload.eq(commands.r_data),
+                     self.cmd.valid.eq(commands.r_rdy & started.w_rdy & ~self.hold),
+                     commands.r_en.eq(self.cmd.ready & started.w_rdy & ~self.hold),
+                     started.w_data.eq(now),
+                     started.w_en.eq(self.cmd.valid & self.cmd.ready)]
+        running = Signal()
+        m.d.comb += running.eq(started.r_rdy)
+
+        # engine completion -> completion queue
+        entry = Signal(cpl_layout)
+        m.d.comb += [entry.cpl.eq(self.cpl.payload), entry.cycles.eq(now - started.r_data),
+                     completions.w_data.eq(entry),
+                     completions.w_en.eq(self.cpl.valid & started.r_rdy),
+                     self.cpl.ready.eq(completions.w_rdy & started.r_rdy),
+                     started.r_en.eq(self.cpl.valid & self.cpl.ready),
+                     csr.irq_done_set.eq(self.cpl.valid & self.cpl.ready)]
+
+        head = data.View(cpl_layout, completions.r_data)
+        m.d.comb += [
+            completions.r_en.eq(csr.cpl_pop_pop),
+            csr.kind_value.eq(self.kind),
+            csr.status_busy.eq(running | commands.r_rdy),
+            csr.status_queued.eq(commands.r_level),
+            csr.status_completions.eq(completions.r_level),
+            csr.cpl_status_valid.eq(completions.r_rdy),
+            csr.cpl_status_error.eq(head.cpl.error),
+            csr.cpl_status_tag.eq(head.cpl.tag),
+            csr.cpl_cycles_value.eq(head.cycles),
+            csr.cpl_bytes_read_value.eq(head.cpl.bytes_read),
+            csr.cpl_bytes_written_value.eq(head.cpl.bytes_written),
+            self.irq.eq(((csr.irq_done & csr.irq_enable_done) | (csr.irq_overflow & csr.irq_enable_overflow)) != 0),
+            self.busy.eq(running | commands.r_rdy),
+            self.running.eq(running),
+        ]
+        return m

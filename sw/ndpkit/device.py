@@ -1,0 +1,317 @@
+"""The user-facing device: ``ndpkit.open(uri)`` returns a :class:`Device`.
+
+>>> import numpy as np, ndpkit
+>>> with ndpkit.open("sim") as dev:                  # or "model", or "/dev/xdma0"
+...     src = dev.upload(np.arange(1 << 16, dtype=np.float32))
+...     dst = dev.alloc(src.size)
+...     done = dev.copy(dst, src)                     # runs on the card, waits
+...     assert (dst.download(np.float32) == np.arange(1 << 16)).all()
+...     print(done.cycles, done.bytes_written)
+
+URIs: ``model``, ``sim``, ``xdma:/dev/xdma0`` (or just ``/dev/xdma0``), each with
+optional ``?key=value&...`` options: for ``model`` and ``sim`` ``mem_size`` (``16M``,
+``1G``), ``engines`` (comma list), ``queue_depth``, ``data_width``; for ``sim`` also
+``read_latency``, ``write_latency``, ``waves`` (a .fst/.vcd path), ``dma``
+(``backdoor`` or ``axi``); for ``xdma`` ``channel`` and ``events`` (see
+:mod:`ndpkit.transport.xdma`).
+"""
+from __future__ import annotations
+
+import bisect
+import urllib.parse
+
+import numpy as np
+
+from .codes import EngineKind
+from .engine import Command, Completion
+from .engines import CLIENTS
+from .errors import NdpkitError, OutOfDeviceMemory
+from .regs.access import RegisterFile
+from .regs.blocks import GLOBAL, NDPKIT_MAGIC, VERSION
+from .transport.base import Transport
+
+__all__ = ["open_device", "Device", "Buffer", "Allocator", "parse_uri"]
+
+_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _value(text: str):
+    low = text.lower()
+    if low[-1:] in _SUFFIX and low[:-1].isdigit():
+        return int(low[:-1]) * _SUFFIX[low[-1]]
+    try:
+        return int(text, 0)
+    except ValueError:
+        return text
+
+
+def parse_uri(uri: str) -> tuple[str, str | None, dict]:
+    """(kind, path, options) of a device URI."""
+    parsed = urllib.parse.urlsplit(uri)
+    if uri.startswith("/dev/") or uri.startswith("/"):
+        kind, path = "xdma", parsed.path
+    elif parsed.scheme in ("", "model", "sim") and parsed.path in ("model", "sim", ""):
+        kind, path = (parsed.path or parsed.scheme), None
+    elif parsed.scheme == "xdma":
+        kind, path = "xdma", parsed.path
+    else:
+        raise ValueError(f"unknown device URI {uri!r}: use 'model', 'sim' or 'xdma:/dev/xdma0' (with ?options)")
+    options = {}
+    for key, value in urllib.parse.parse_qsl(parsed.query, keep_blank_values=True):
+        if key == "engines":
+            options[key] = [e for e in value.split(",") if e]
+        else:
+            options[key] = _value(value)
+    return kind, path, options
+
+
+def open_device(uri: str = "sim", **options) -> "Device":
+    """Open a card.  ``options`` add to (and override) the URI's query options."""
+    kind, path, query = parse_uri(uri)
+    query.update(options)
+    if kind == "model":
+        from .transport.model import ModelTransport
+        transport = ModelTransport(**query)
+    elif kind == "sim":
+        from .transport.sim import SimTransport
+        transport = SimTransport(**query)
+    else:
+        from .transport.xdma import XdmaTransport
+        transport = XdmaTransport(path, **query)
+    try:
+        return Device(transport)
+    except BaseException:
+        transport.close()
+        raise
+
+
+class Allocator:
+    """First-fit allocator over card memory; frees coalesce with their neighbours."""
+
+    def __init__(self, base: int, size: int):
+        self.base, self.size = base, size
+        self._free = [(base, size)]         # sorted (address, size)
+        self._used: dict[int, int] = {}
+
+    def alloc(self, size: int, align: int) -> int:
+        if size <= 0:
+            raise ValueError(f"size must be positive, not {size}")
+        if align <= 0 or align & (align - 1):
+            raise ValueError(f"align must be a power of two, not {align}")
+        for i, (start, length) in enumerate(self._free):
+            address = -(-start // align) * align
+            if address + size <= start + length:
+                pieces = [(start, address - start), (address + size, start + length - address - size)]
+                self._free[i:i + 1] = [(a, n) for a, n in pieces if n > 0]
+                self._used[address] = size
+                return address
+        largest = max((n for _, n in self._free), default=0)
+        raise OutOfDeviceMemory(f"no free range of {size} bytes (aligned to {align}); largest free range "
+                                f"{largest} bytes, {self.free_bytes} bytes free in all")
+
+    def free(self, address: int) -> None:
+        if address not in self._used:
+            raise ValueError(f"{address:#x} is not an allocated buffer (double free?)")
+        size = self._used.pop(address)
+        i = bisect.bisect(self._free, (address, 0))
+        self._free.insert(i, (address, size))
+        merged = []
+        for start, length in self._free:
+            if merged and merged[-1][0] + merged[-1][1] == start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + length)
+            else:
+                merged.append((start, length))
+        self._free = merged
+
+    @property
+    def free_bytes(self) -> int:
+        return sum(n for _, n in self._free)
+
+
+class Buffer:
+    """A range of card memory: ``address`` (card address) and ``size`` bytes."""
+
+    def __init__(self, device: "Device", address: int, size: int):
+        self.device, self.address, self.size = device, address, size
+        self.freed = False
+
+    def _range(self, offset: int, nbytes: int) -> None:
+        if self.freed:
+            raise ValueError(f"{self!r} was freed")
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise ValueError(f"offset={offset}, nbytes={nbytes} is outside the {self.size}-byte buffer")
+
+    def write(self, data, offset: int = 0) -> None:
+        """Host -> card: ``data`` (bytes or a NumPy array) at ``offset``."""
+        raw = np.ascontiguousarray(data).view(np.uint8).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        self._range(offset, len(raw))
+        self.device.transport.dma_write(self.address + offset, raw)
+
+    def read(self, nbytes: int | None = None, offset: int = 0) -> bytes:
+        """Card -> host: ``nbytes`` (default: to the end) from ``offset``."""
+        nbytes = self.size - offset if nbytes is None else nbytes
+        self._range(offset, nbytes)
+        return self.device.transport.dma_read(self.address + offset, nbytes)
+
+    def download(self, dtype=np.uint8, count: int | None = None) -> np.ndarray:
+        """The buffer's contents as a NumPy array of ``dtype``."""
+        dtype = np.dtype(dtype)
+        count = self.size // dtype.itemsize if count is None else count
+        return np.frombuffer(self.read(count * dtype.itemsize), dtype=dtype).copy()
+
+    def free(self) -> None:
+        if not self.freed:
+            self.device.allocator.free(self.address)
+            self.freed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __repr__(self):
+        return f"<Buffer {self.address:#x}+{self.size:#x}{' freed' if self.freed else ''}>"
+
+
+def _address(value, name: str) -> int:
+    if isinstance(value, Buffer):
+        if value.freed:
+            raise ValueError(f"{name}: {value!r} was freed")
+        return value.address
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"{name} must be a Buffer or a card address, not {type(value).__name__}")
+
+
+class Device:
+    """One card, through any :class:`Transport`."""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self.shell = RegisterFile(GLOBAL, transport.read32, transport.write32)
+        magic = self.shell.read("id")
+        if magic != NDPKIT_MAGIC:
+            raise NdpkitError(f"no ndpkit device: BAR0 id reads {magic:#010x}, expected {NDPKIT_MAGIC:#010x}")
+        version = self.shell.fields("version")
+        if version["major"] != VERSION[0]:
+            raise NdpkitError(f"device register interface {version['major']}.{version['minor']} does not match "
+                              f"this driver's {VERSION[0]}.{VERSION[1]}")
+        build = self.shell.fields("build")
+        self.word_bytes, self.queue_depth = build["word_bytes"], build["queue_depth"]
+        self.clock_mhz = build["clock_mhz"]
+        self.mem_base = self.shell.read("mem_base")
+        self.mem_size = self.shell.read("mem_size_lo") | self.shell.read("mem_size_hi") << 32
+        self.allocator = Allocator(self.mem_base, self.mem_size)
+        present = self.shell.read("engines")
+        self.engines = {}
+        for kind in EngineKind:
+            if present >> kind & 1 and kind.name.lower() in CLIENTS:
+                self.engines[kind.name.lower()] = CLIENTS[kind.name.lower()](self, kind)
+        self.shell.write("irq_mask", lines=sum(1 << e.kind for e in self.engines.values()))
+
+    # -- memory ----------------------------------------------------------------------
+    def alloc(self, size: int, align: int | None = None) -> Buffer:
+        """A buffer of ``size`` bytes, rounded up to whole bus words, aligned to ``align``
+        (default: one bus word)."""
+        if not isinstance(size, (int, np.integer)) or size <= 0:
+            raise ValueError(f"size must be a positive number of bytes, not {size!r}")
+        align = self.word_bytes if align is None else align
+        rounded = -(-int(size) // self.word_bytes) * self.word_bytes
+        return Buffer(self, self.allocator.alloc(rounded, align), rounded)
+
+    def upload(self, data, align: int | None = None) -> Buffer:
+        """Allocate a buffer and copy ``data`` (bytes or NumPy array) into it."""
+        raw = np.ascontiguousarray(data).view(np.uint8).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        buf = self.alloc(max(1, len(raw)), align)
+        buf.write(raw)
+        return buf
+
+    # -- engines ---------------------------------------------------------------------
+    def engine(self, name: str):
+        try:
+            return self.engines[name]
+        except KeyError:
+            raise NdpkitError(f"this device has no {name!r} engine (present: {', '.join(self.engines) or 'none'})") \
+                from None
+
+    def _length(self, nbytes, dst, src=None) -> int:
+        if nbytes is None:
+            sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]
+            if not sizes:
+                raise TypeError("nbytes is required when no Buffer gives the size")
+            return min(sizes)
+        if not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+            raise ValueError(f"nbytes must be a non-negative integer, not {nbytes!r}")
+        for name, b in (("dst", dst), ("src", src)):
+            if isinstance(b, Buffer) and nbytes > b.size:
+                raise ValueError(f"nbytes={nbytes} is larger than {name} ({b.size} bytes)")
+        return int(nbytes)
+
+    def copy(self, dst, src, nbytes: int | None = None, *, wait: bool = True) -> Completion | Command:
+        """Card-memory copy ``src -> dst`` on the ``dma_copy`` engine.  Returns the
+        :class:`Completion` (or, with ``wait=False``, the :class:`Command`)."""
+        length = self._length(nbytes, dst, src)
+        cmd = self.engine("dma_copy").copy(_address(dst, "dst"), _address(src, "src"), length)
+        return cmd.wait() if wait else cmd
+
+    def fill(self, dst, pattern: int, nbytes: int | None = None, *, wait: bool = True) -> Completion | Command:
+        """Fill ``dst`` with the 32-bit ``pattern`` on the ``dma_copy`` engine."""
+        if not isinstance(pattern, (int, np.integer)) or not 0 <= pattern < 1 << 32:
+            raise ValueError(f"pattern must be a 32-bit unsigned integer, not {pattern!r}")
+        length = self._length(nbytes, dst)
+        cmd = self.engine("dma_copy").fill(_address(dst, "dst"), int(pattern), length)
+        return cmd.wait() if wait else cmd
+
+    def wait_all(self, timeout: float | None = None) -> None:
+        """Wait for every submitted command of every engine."""
+        for client in self.engines.values():
+            client.wait_all(timeout)
+
+    # -- device ----------------------------------------------------------------------
+    def cycles(self) -> int:
+        """The card's free-running cycle counter."""
+        while True:
+            hi = self.shell.read("cycles_hi")
+            lo = self.shell.read("cycles_lo")
+            if self.shell.read("cycles_hi") == hi:
+                return hi << 32 | lo
+
+    def soft_reset(self, timeout: float = 0.1) -> None:
+        """Reset every engine once its running command has finished; queued commands
+        are discarded (waiting on them raises QUEUE_FULL-style DeviceError)."""
+        self.shell.write("soft_reset", engines=1)
+        for _ in range(1000):
+            if not self.shell.field("reset_status", "pending"):
+                break
+            self.transport.wait_irq(0, timeout / 1000)
+        else:
+            from .errors import DeviceTimeout
+            raise DeviceTimeout("soft reset did not complete")
+        for client in self.engines.values():
+            client.forget()
+
+    def info(self) -> dict:
+        v = self.shell.fields("version")
+        return {
+            **self.transport.describe(),
+            "id": f"{self.shell.read('id'):#010x}",
+            "version": f"{v['major']}.{v['minor']}",
+            "word_bytes": self.word_bytes,
+            "queue_depth": self.queue_depth,
+            "clock_mhz": self.clock_mhz,
+            "engines": list(self.engines),
+            "mem_base": self.mem_base,
+            "mem_size": self.mem_size,
+            "mem_free": self.allocator.free_bytes,
+            "cycles": self.cycles(),
+        }
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,172 @@
+"""The host side of the shared command protocol (see :func:`ndpkit.regs.blocks.engine_block`).
+
+:class:`EngineClient` submits commands (argument registers, tag, doorbell), never
+keeps more in flight than the card can hold (the running one, the queue, and the
+completion queue's room), collects completions in order, and turns an error code
+into a :class:`~ndpkit.errors.DeviceError` naming the offending argument.  Each
+engine's driver (``ndpkit.engines.<name>``) subclasses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .codes import ErrorCode
+from .errors import DeviceError, DeviceTimeout
+from .regs.access import RegisterFile, decode_fields
+from .regs.blocks import ENGINE_BLOCKS, ENGINE_STRIDE, command_fields
+
+__all__ = ["Completion", "Command", "EngineClient"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What the card reported for one command."""
+    engine: str
+    tag: int
+    error: ErrorCode
+    cycles: int
+    bytes_read: int
+    bytes_written: int
+
+    @property
+    def ok(self) -> bool:
+        return self.error == ErrorCode.OK
+
+
+class Command:
+    """A submitted command; :meth:`wait` returns its :class:`Completion`."""
+
+    def __init__(self, client: "EngineClient", tag: int, args: dict, work_bytes: int):
+        self.client, self.tag, self.args, self.work_bytes = client, tag, args, work_bytes
+
+    def wait(self, timeout: float | None = None, *, check: bool = True) -> Completion:
+        """Wait for the completion (``timeout`` in seconds of device time; by default a
+        bound derived from the command's size).  With ``check``, an error code raises
+        :class:`DeviceError`."""
+        done = self.client.wait_for(self, timeout)
+        if check and not done.ok:
+            raise DeviceError(self.client.name, done.error, field=self.client.blame(self.args, done.error),
+                              tag=self.tag)
+        return done
+
+    def __repr__(self):
+        return f"<{self.client.name} command tag={self.tag}>"
+
+
+class EngineClient:
+    name: str = ""
+
+    def __init__(self, device, kind: int):
+        self.device, self.kind = device, int(kind)
+        self.block = ENGINE_BLOCKS[self.name]
+        t = device.transport
+        self.regs = RegisterFile(self.block, t.read32, t.write32, base=self.kind * ENGINE_STRIDE)
+        self._next_tag = 0
+        self._in_flight: dict[int, Command] = {}
+        self._done: dict[int, Completion] = {}
+        self.capacity = device.queue_depth + 1     # queued + running; completions hold one more
+        self.regs.write("irq", 0b11)               # clear stale interrupts
+        self.regs.write("irq_enable", 0b11)
+
+    # -- to override -------------------------------------------------------------
+    def blame(self, args: dict, code: ErrorCode) -> str | None:
+        """The argument an error code points at (engines refine this)."""
+        return None
+
+    # -- submission ------------------------------------------------------------------
+    def submit(self, args: dict, *, work_bytes: int = 0) -> Command:
+        """Write the argument registers and ring the doorbell.  Unknown or missing
+        arguments raise TypeError; values must fit their fields (ValueError)."""
+        fields = {name: (reg, f) for name, reg, f in command_fields(self.block)}
+        unknown = set(args) - set(fields)
+        missing = set(fields) - set(args)
+        if unknown or missing:
+            raise TypeError(f"{self.name}: unknown arguments {sorted(unknown)}, missing {sorted(missing)}")
+        for name, value in args.items():
+            f = fields[name][1]
+            if not isinstance(value, int) or not 0 <= value < (1 << f.width):
+                raise ValueError(f"{self.name}: argument {name}={value!r} does not fit its {f.width}-bit field")
+        while len(self._in_flight) >= self.capacity:
+            self._collect(block=True, timeout=self._timeout_for(min(self._in_flight.values(),
+                                                                    key=lambda c: c.tag)))
+        by_register: dict[str, int] = {}
+        for name, value in args.items():
+            reg, f = fields[name]
+            by_register[reg.name] = by_register.get(reg.name, 0) | (value << f.lsb)
+        for reg_name, value in by_register.items():
+            self.regs.write(reg_name, value)
+        tag = self._next_tag
+        self._next_tag = (self._next_tag + 1) & 0xFFFF
+        self.regs.write("tag", tag)
+        command = Command(self, tag, dict(args), work_bytes)
+        self._in_flight[tag] = command
+        self.regs.write("doorbell", submit=1)
+        return command
+
+    def _timeout_for(self, command: Command) -> float:
+        """Device seconds a command may take: its bytes at a quarter of the bus rate plus 1 ms."""
+        d = self.device
+        cycles = 4 * (command.work_bytes // d.word_bytes + 1) * max(1, len(self._in_flight))
+        return cycles / (d.clock_mhz * 1e6) + 1e-3
+
+    # -- completion ------------------------------------------------------------------
+    def _drain(self) -> int:
+        """Pop every completion the card holds; returns how many."""
+        popped = 0
+        while True:
+            status = decode_fields(self.block, "cpl_status", self.regs.read("cpl_status"))
+            if not status["valid"]:
+                return popped
+            done = Completion(self.name, status["tag"], ErrorCode(status["error"]) if status["error"] in
+                              ErrorCode._value2member_map_ else status["error"],
+                              self.regs.read("cpl_cycles"), self.regs.read("cpl_bytes_read"),
+                              self.regs.read("cpl_bytes_written"))
+            self.regs.write("cpl_pop", pop=1)
+            self._in_flight.pop(done.tag, None)
+            self._done[done.tag] = done
+            popped += 1
+
+    def _collect(self, *, block: bool, timeout: float) -> None:
+        t = self.device.transport
+        self.regs.write("irq", done=1)         # clear first, then drain: a later completion re-raises it
+        if self._drain() or not block:
+            return
+        lines = t.wait_irq(1 << self.kind, timeout)
+        if not lines:
+            self._drain()
+            if self._in_flight:
+                overflow = self.regs.field("irq", "overflow")
+                if overflow:
+                    self.regs.write("irq", overflow=1)
+                    lost = sorted(self._in_flight)
+                    self._in_flight.clear()
+                    raise DeviceError(self.name, ErrorCode.QUEUE_FULL, tag=lost[-1],
+                                      detail=f"commands {lost} were not accepted")
+                raise DeviceTimeout(f"{self.name}: no completion within {timeout:.3g} s of device time "
+                                    f"(commands in flight: {sorted(self._in_flight)})")
+            return
+        self.regs.write("irq", done=1)
+        self._drain()
+
+    def wait_for(self, command: Command, timeout: float | None) -> Completion:
+        if timeout is None:
+            timeout = self._timeout_for(command)
+        while command.tag not in self._done:
+            if command.tag not in self._in_flight:
+                raise DeviceError(self.name, ErrorCode.QUEUE_FULL, tag=command.tag,
+                                  detail="the command was dropped at the doorbell")
+            self._collect(block=True, timeout=timeout)
+        return self._done.pop(command.tag)
+
+    def wait_all(self, timeout: float | None = None) -> None:
+        for tag in sorted(self._in_flight):
+            cmd = self._in_flight.get(tag)
+            if cmd is not None:
+                self.wait_for(cmd, timeout)
+        self._done.clear()
+
+    def forget(self) -> None:
+        """After a soft reset: nothing is in flight any more."""
+        self._in_flight.clear()
+        self._done.clear()
+        self.regs.write("irq_enable", 0b11)

@@ -1,0 +1,254 @@
+"""``model``: an in-process behavioural card built on the golden models.
+
+It honours the same BAR0 map (the register blocks' declarations drive a
+:class:`~ndpkit.regs.model.RegisterModel` per block), the same command queues,
+completion queues and interrupt lines as the gateware, and runs each engine's
+golden model on card memory held in a NumPy array.
+
+Time: the model has no clock of its own.  A command runs when the host next looks
+at the device (any register read or interrupt wait), so commands rung back to back
+queue up exactly as on a card whose commands outlast a register write (the queue
+then overflows at the same doorbell).  The cycle counter advances by the PCIe
+link model's cost of each access; per-command ``cpl_cycles`` read 0 (a cycle count
+is what the model cannot know); bytes read and written are exact.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..codes import AxiResp, EngineKind
+from ..errors import DmaError, RegisterAccessError, TransportClosed
+from ..golden import dma_copy as dma_copy_golden
+from ..pcie import PcieLink
+from ..regs.blocks import (DMA_COPY, ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
+                           command_fields)
+from ..regs.model import RegisterModel, UnmappedRegister
+from .base import Transport
+
+__all__ = ["ModelTransport", "ModelDevice", "ENGINE_MODELS"]
+
+
+def _dma_copy(device: "ModelDevice", cmd: dict) -> tuple[int, int, int]:
+    """(error, bytes read, bytes written) of one dma_copy command."""
+    code, _ = dma_copy_golden.check(cmd["op"], cmd["src"], cmd["dst"], cmd["length"],
+                                    word_bytes=device.word_bytes, window_base=device.mem_base,
+                                    window_size=device.mem_size)
+    if code:
+        return int(code), 0, 0
+    dma_copy_golden.execute(device.memory, cmd["op"], cmd["src"], cmd["dst"], cmd["length"], cmd["pattern"],
+                            base=device.mem_base)
+    return 0, (cmd["length"] if cmd["op"] == dma_copy_golden.OP_COPY else 0), cmd["length"]
+
+
+#: engine name -> (kind, behaviour, commands the engine takes before completing the first)
+ENGINE_MODELS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy, 2)}
+
+
+class _EngineModel:
+    """The shared front end (queue, completions, interrupt) around one behaviour."""
+
+    def __init__(self, device, name, kind, behaviour, max_in_flight, queue_depth):
+        self.device, self.name, self.kind, self.behaviour = device, name, kind, behaviour
+        self.block = ENGINE_BLOCKS[name]
+        self.regs = RegisterModel(self.block)
+        self.depth, self.max_in_flight = queue_depth, max_in_flight
+        self.reset()
+
+    def reset(self):
+        self.regs.reset()
+        self.queue, self.completions, self.running = deque(), deque(), deque()
+        self._publish()
+
+    def _snapshot(self) -> dict:
+        cmd = {name: self.regs.output(reg.name, f.name) for name, reg, f in command_fields(self.block)}
+        cmd["tag"] = self.regs.output("tag", "value")
+        return cmd
+
+    def write(self, offset, value):
+        pulses = self.regs.write(offset, value)
+        if pulses.get("doorbell_submit"):
+            if len(self.running) < self.max_in_flight and not self.queue and not self.device.reset_pending:
+                self.running.append(self._snapshot())
+            elif len(self.queue) < self.depth:
+                self.queue.append(self._snapshot())
+            else:
+                self.regs.set_bits("irq", "overflow", 1)
+        if pulses.get("cpl_pop_pop") and self.completions:
+            self.completions.popleft()
+        self._publish()
+
+    def advance(self):
+        while self.running and len(self.completions) < self.depth + self.max_in_flight:
+            cmd = self.running.popleft()
+            error, read, written = self.behaviour(self.device, cmd)
+            self.completions.append({"tag": cmd["tag"], "error": error, "cycles": 0,
+                                     "bytes_read": read, "bytes_written": written})
+            self.regs.set_bits("irq", "done", 1)
+            while self.queue and len(self.running) < self.max_in_flight and not self.device.reset_pending:
+                self.running.append(self.queue.popleft())
+        self._publish()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running) or bool(self.queue)
+
+    @property
+    def irq(self) -> bool:
+        return bool((self.regs.output("irq", "done") & self.regs.output("irq_enable", "done")) |
+                    (self.regs.output("irq", "overflow") & self.regs.output("irq_enable", "overflow")))
+
+    def _publish(self):
+        r = self.regs
+        r.set_input("kind", "value", self.kind)
+        r.set_input("status", "busy", int(self.busy))
+        r.set_input("status", "queued", len(self.queue))
+        r.set_input("status", "completions", len(self.completions))
+        head = self.completions[0] if self.completions else None
+        r.set_input("cpl_status", "valid", int(head is not None))
+        r.set_input("cpl_status", "error", head["error"] if head else 0)
+        r.set_input("cpl_status", "tag", head["tag"] if head else 0)
+        for reg, key in (("cpl_cycles", "cycles"), ("cpl_bytes_read", "bytes_read"),
+                         ("cpl_bytes_written", "bytes_written")):
+            r.set_input(reg, "value", head[key] if head else 0)
+
+
+class ModelDevice:
+    """The card: shell registers, engines, memory."""
+
+    def __init__(self, *, mem_size: int = 16 << 20, mem_base: int = 0, data_width: int = 512,
+                 engines=("dma_copy",), queue_depth: int = 4, clock_mhz: int = 250):
+        self.mem_base, self.mem_size = mem_base, mem_size
+        self.word_bytes = data_width // 8
+        self.queue_depth, self.clock_mhz = queue_depth, clock_mhz
+        self.memory = np.zeros(mem_size, dtype=np.uint8)
+        self.shell = RegisterModel(GLOBAL)
+        self.reset_pending = False
+        self.cycle_count = 0
+        self.engines = {}
+        for name in engines:
+            if name not in ENGINE_MODELS:
+                raise ValueError(f"the model has no engine {name!r}; known: {', '.join(ENGINE_MODELS)}")
+            kind, behaviour, max_in_flight = ENGINE_MODELS[name]
+            self.engines[int(kind)] = _EngineModel(self, name, kind, behaviour, max_in_flight, queue_depth)
+        s = self.shell
+        s.set_input("id", "value", NDPKIT_MAGIC)
+        s.set_input("version", "major", VERSION[0])
+        s.set_input("version", "minor", VERSION[1])
+        s.set_input("build", "word_bytes", self.word_bytes)
+        s.set_input("build", "queue_depth", queue_depth)
+        s.set_input("build", "irq_lines", IRQ_LINES)
+        s.set_input("build", "clock_mhz", clock_mhz)
+        s.set_input("engines", "value", sum(1 << k for k in self.engines))
+        s.set_input("mem_base", "value", mem_base)
+        s.set_input("mem_size_lo", "value", mem_size & 0xFFFF_FFFF)
+        s.set_input("mem_size_hi", "value", mem_size >> 32)
+
+    def advance(self):
+        for engine in self.engines.values():
+            engine.advance()
+        if self.reset_pending and not any(e.running for e in self.engines.values()):
+            self.reset_pending = False
+            for engine in self.engines.values():
+                engine.reset()
+        self.shell.set_input("irq_status", "lines", self.irq_status())
+        self.shell.set_input("reset_status", "pending", int(self.reset_pending))
+        self.shell.set_input("cycles_lo", "value", self.cycle_count & 0xFFFF_FFFF)
+        self.shell.set_input("cycles_hi", "value", self.cycle_count >> 32)
+
+    def irq_status(self) -> int:
+        return sum(1 << k for k, e in self.engines.items() if e.irq)
+
+    def irq_lines(self) -> int:
+        return self.irq_status() & self.shell.output("irq_mask", "lines")
+
+    def _target(self, address):
+        block, offset = divmod(address, ENGINE_STRIDE)
+        if block == 0:
+            return None, offset
+        if block in self.engines:
+            return self.engines[block], offset
+        raise RegisterAccessError(address, AxiResp.DECERR, write=False)
+
+    def read32(self, address: int) -> int:
+        self.advance()
+        target, offset = self._target(address)
+        try:
+            return (self.shell if target is None else target.regs).read(offset)
+        except UnmappedRegister:
+            raise RegisterAccessError(address, AxiResp.SLVERR, write=False) from None
+
+    def write32(self, address: int, value: int) -> None:
+        try:
+            target, offset = self._target(address)
+        except RegisterAccessError as e:
+            raise RegisterAccessError(address, e.resp, write=True) from None
+        try:
+            if target is None:
+                pulses = self.shell.write(offset, value)
+                if pulses.get("soft_reset_engines"):
+                    self.reset_pending = True
+            else:
+                target.write(offset, value)
+        except UnmappedRegister:
+            raise RegisterAccessError(address, AxiResp.SLVERR, write=True) from None
+
+
+class ModelTransport(Transport):
+    kind = "model"
+
+    def __init__(self, *, link: PcieLink | None = None, **device_params):
+        self.device = ModelDevice(**device_params)
+        self.link = link or PcieLink()
+        self.closed = False
+
+    def _live(self) -> ModelDevice:
+        if self.closed:
+            raise TransportClosed("the model transport is closed")
+        return self.device
+
+    def _charge(self, ns: float) -> None:
+        self.device.cycle_count += self.link.to_cycles(ns, self.device.clock_mhz)
+
+    def read32(self, address):
+        self._charge(self.link.read_latency_ns)
+        return self._live().read32(address)
+
+    def write32(self, address, value):
+        self._charge(self.link.write_latency_ns)
+        self._live().write32(address, value)
+
+    def _range(self, address, length):
+        d = self._live()
+        if address < d.mem_base or address + length > d.mem_base + d.mem_size or length < 0:
+            # the memory controller answers DECERR: XDMA reports it as a failed transfer
+            raise DmaError(f"card range [{address:#x}, {address + length:#x}) is outside card memory "
+                             f"[{d.mem_base:#x}, {d.mem_base + d.mem_size:#x})")
+        return address - d.mem_base
+
+    def dma_write(self, address, data):
+        start = self._range(address, len(data))
+        self._charge(self.link.h2c_ns(len(data)))
+        self.device.memory[start:start + len(data)] = np.frombuffer(bytes(data), dtype=np.uint8)
+
+    def dma_read(self, address, length):
+        start = self._range(address, length)
+        self._charge(self.link.c2h_ns(length))
+        return self.device.memory[start:start + length].tobytes()
+
+    def wait_irq(self, mask, timeout):
+        d = self._live()
+        d.advance()
+        # nothing else happens in the model: either an interrupt is up now or none will come
+        return d.irq_lines() & mask
+
+    def cycles(self):
+        return self._live().cycle_count
+
+    def close(self):
+        self.closed = True
+
+    def describe(self):
+        d = self.device
+        return {"transport": "model", "mem_size": d.mem_size, "clock_mhz": d.clock_mhz, "link": self.link.describe()}

@@ -1,0 +1,183 @@
+"""``sim``: a simulated card in a device-server process (Verilator + cocotb).
+
+The transport listens on a Unix socket in a fresh temporary folder, starts
+``python -m ndpkit.sim.device_server`` in its own process group, and waits for the
+server to connect (the first start of a configuration builds the Verilator model,
+a minute or two; later starts reuse the build).  Every call is one request/response
+frame (:mod:`ndpkit.sim.protocol`).  If the server dies, the next call raises
+:class:`~ndpkit.errors.TransportClosed` at once (the socket reports EOF); a server
+that stops answering is given ``reply_timeout`` seconds.  Several transports can
+run at once, one process each.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import DmaError, RegisterAccessError, TransportClosed
+from ..pcie import PcieLink
+from ..sim.device_server import DEFAULTS
+from ..sim.protocol import Op, Status, recv_frame, send_frame
+from .base import Transport
+
+__all__ = ["SimTransport"]
+
+
+class SimTransport(Transport):
+    kind = "sim"
+
+    def __init__(self, *, start_timeout: float = 1800.0, reply_timeout: float = 600.0, **config):
+        unknown = set(config) - set(DEFAULTS)
+        if unknown:
+            raise TypeError(f"unknown sim option(s): {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
+        self.config = dict(DEFAULTS, **config)
+        self.link = PcieLink(**self.config["link"])
+        self.reply_timeout = reply_timeout
+        self.sock = None
+        self.closed = False
+        self.run_dir = Path(tempfile.mkdtemp(prefix="ndpkit-sim-"))
+        path = str(self.run_dir / "device.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(1)
+        listener.settimeout(0.5)
+        self.log_path = self.run_dir / "server.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ndpkit.sim.device_server", "--socket", path, "--config",
+             json.dumps(self.config), "--run-dir", str(self.run_dir / "run")],
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + start_timeout
+        try:
+            while True:
+                try:
+                    self.sock, _ = listener.accept()
+                    break
+                except socket.timeout:
+                    if self.proc.poll() is not None:
+                        raise TransportClosed(f"the device server exited ({self.proc.returncode}) before "
+                                              f"connecting:\n{self._log_tail()}") from None
+                    if time.monotonic() > deadline:
+                        raise TransportClosed(f"the device server did not connect within {start_timeout:.0f} s; "
+                                              f"log: {self.log_path}") from None
+        except BaseException:
+            self._kill()
+            raise
+        finally:
+            listener.close()
+        self.sock.settimeout(reply_timeout)
+        self.server_config = json.loads(self._call(Op.HELLO))
+
+    # -- plumbing ---------------------------------------------------------------
+    def _log_tail(self, lines: int = 25) -> str:
+        self._log.flush()
+        text = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
+        return "\n".join(text[-lines:])
+
+    def _call(self, op: Op, payload: bytes = b"", *, address: int = 0, write: bool = False) -> bytes:
+        if self.closed or self.sock is None:
+            raise TransportClosed("the sim transport is closed")
+        try:
+            send_frame(self.sock, op, payload)
+            status, reply = recv_frame(self.sock)
+        except socket.timeout:
+            self._kill()
+            raise TransportClosed(f"the device server did not answer within {self.reply_timeout:.0f} s") from None
+        except (ConnectionError, OSError) as e:
+            self._kill()
+            raise TransportClosed(f"the device server is gone ({e}); log tail:\n{self._log_tail()}") from None
+        if status == Status.OK:
+            return reply
+        if status == Status.AXI_ERROR:
+            if op in (Op.DMA_WR, Op.DMA_RD):
+                raise DmaError(f"host DMA at {address:#x} answered AXI resp {reply[0]}")
+            raise RegisterAccessError(address, reply[0], write)
+        if status == Status.DMA_ERROR:
+            raise DmaError(reply.decode(errors="replace"))
+        raise ValueError(f"device server rejected the request: {reply.decode(errors='replace')}")
+
+    def _kill(self):
+        self.closed = True
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+    # -- the Transport interface ------------------------------------------------
+    def read32(self, address):
+        return struct.unpack("<I", self._call(Op.READ32, struct.pack("<Q", address), address=address))[0]
+
+    def write32(self, address, value):
+        self._call(Op.WRITE32, struct.pack("<QI", address, value & 0xFFFF_FFFF), address=address, write=True)
+
+    def dma_write(self, address, data):
+        self._call(Op.DMA_WR, struct.pack("<Q", address) + bytes(data), address=address)
+
+    def dma_read(self, address, length):
+        return self._call(Op.DMA_RD, struct.pack("<QQ", address, length), address=address)
+
+    def wait_irq(self, mask, timeout):
+        budget = max(1, int(timeout * self.config["clock_mhz"] * 1e6))
+        lines, _ = struct.unpack("<IQ", self._call(Op.WAIT_IRQ, struct.pack("<IQd", mask, budget,
+                                                                            self.reply_timeout * 0.9)))
+        return lines
+
+    def cycles(self):
+        return struct.unpack("<Q", self._call(Op.CYCLES))[0]
+
+    def run(self, cycles: int) -> None:
+        """Let the device run ``cycles`` cycles with no host activity."""
+        self._call(Op.RUN, struct.pack("<Q", cycles))
+
+    def set_memory(self, **cfg) -> None:
+        """Change the memory model at run time: read_latency, write_latency (cycles),
+        error_base/error_size (a range answering SLVERR)."""
+        self._call(Op.MEMORY, json.dumps(cfg).encode())
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            self._call(Op.SHUTDOWN)
+            self.proc.wait(timeout=60)
+        except (TransportClosed, subprocess.TimeoutExpired):
+            pass
+        self._kill()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def kill_server(self) -> None:
+        """Kill the server process (tests: a card that disappears)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def describe(self):
+        c = self.config
+        return {"transport": "sim", "mem_size": c["mem_size"], "clock_mhz": c["clock_mhz"],
+                "memory_latency": [c["read_latency"], c["write_latency"]], "dma": c["dma"],
+                "link": self.link.describe(), "server_pid": self.proc.pid}
+
+    def __del__(self):
+        try:
+            if not self.closed:
+                self._kill()
+        except Exception:
+            pass
