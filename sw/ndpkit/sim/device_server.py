@@ -43,10 +43,7 @@ def main(argv=None) -> int:
     from ndpkit.sim.runner import Design, run_bench, BenchFailed
     from ndpkit_hw.sim_card import SimCard
 
-    if config["waves"]:
-        os.environ["WAVES"] = "vcd" if str(config["waves"]).endswith(".vcd") else "1"
-    else:
-        os.environ.pop("WAVES", None)
+    os.environ["NDP_WAVES"] = ("vcd" if str(config["waves"]).endswith(".vcd") else "1") if config["waves"] else "0"
     run_dir = Path(args.run_dir)
     design = Design(SimCard(**card_params(config)), "ndpkit_sim_card")
     try:

@@ -78,7 +78,7 @@ def fst_available() -> bool:
 
 def _wave_format() -> str | None:
     """``WAVES=1`` -> FST (VCD when lz4 is missing), ``WAVES=vcd`` -> VCD, unset/0 -> none."""
-    value = os.environ.get("WAVES", "0").strip().lower()
+    value = os.environ.get("NDP_WAVES", os.environ.get("WAVES", "0")).strip().lower()
     if value in ("", "0", "no", "false"):
         return None
     if value == "vcd":
@@ -126,7 +126,11 @@ def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
     from cocotb_tools.runner import get_runner, get_results
 
     apply_to_process_env()
+    # cocotb's runner reads WAVES itself and accepts only booleans: keep the request
+    # (which may say "vcd") in NDP_WAVES and give cocotb a boolean
+    os.environ.setdefault("NDP_WAVES", os.environ.get("WAVES", "0"))
     waves = _wave_format()
+    os.environ["WAVES"] = "1" if waves else "0"
     if seed is None:
         seed = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1, 2 ** 31)
     build_dir = _build(design, waves)

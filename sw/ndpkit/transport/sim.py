@@ -79,7 +79,8 @@ class SimTransport(Transport):
 
     # -- plumbing ---------------------------------------------------------------
     def _log_tail(self, lines: int = 25) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         text = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
         return "\n".join(text[-lines:])
 
@@ -93,8 +94,9 @@ class SimTransport(Transport):
             self._kill()
             raise TransportClosed(f"the device server did not answer within {self.reply_timeout:.0f} s") from None
         except (ConnectionError, OSError) as e:
+            tail = self._log_tail()
             self._kill()
-            raise TransportClosed(f"the device server is gone ({e}); log tail:\n{self._log_tail()}") from None
+            raise TransportClosed(f"the device server is gone ({e}); log tail:\n{tail}") from None
         if status == Status.OK:
             return reply
         if status == Status.AXI_ERROR:

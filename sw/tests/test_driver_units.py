@@ -1,0 +1,114 @@
+"""Driver pieces that need no device: URIs, allocator, PCIe link model, the xdma
+transport against a fake device folder, argument checking."""
+import os
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+import ndpkit
+from ndpkit.device import Allocator, parse_uri
+from ndpkit.errors import OutOfDeviceMemory, TransportClosed
+from ndpkit.pcie import PcieLink
+from ndpkit.regs.blocks import BAR0_SIZE, DMA_COPY, ENGINE_STRIDE, GLOBAL
+
+
+def test_uri_parsing():
+    assert parse_uri("sim") == ("sim", None, {})
+    assert parse_uri("model?mem_size=4M&engines=dma_copy") == ("model", None, {"mem_size": 4 << 20,
+                                                                                "engines": ["dma_copy"]})
+    assert parse_uri("sim?waves=/tmp/a.fst&read_latency=200") == ("sim", None, {"waves": "/tmp/a.fst",
+                                                                               "read_latency": 200})
+    assert parse_uri("/dev/xdma0") == ("xdma", "/dev/xdma0", {})
+    assert parse_uri("xdma:/dev/xdma1?channel=1") == ("xdma", "/dev/xdma1", {"channel": 1})
+    with pytest.raises(ValueError, match="unknown device URI"):
+        parse_uri("tcp://host")
+
+
+def test_allocator_alignment_free_and_out_of_memory():
+    a = Allocator(0x1000, 0x10000)
+    x = a.alloc(100, 64)
+    y = a.alloc(0x1000, 0x1000)
+    assert x == 0x1000 and y % 0x1000 == 0 and y >= x + 100
+    with pytest.raises(OutOfDeviceMemory, match="largest free range"):
+        a.alloc(0x10000, 64)
+    a.free(x)
+    a.free(y)
+    assert a.free_bytes == 0x10000
+    assert a.alloc(0x10000, 64) == 0x1000          # fully coalesced again
+    with pytest.raises(ValueError, match="double free"):
+        a.free(0x2000)
+    with pytest.raises(ValueError, match="power of two"):
+        a.alloc(64, 3)
+
+
+def test_pcie_link_model():
+    gen3 = PcieLink()
+    assert gen3.raw_bytes_per_ns == pytest.approx(15.754, rel=1e-3)
+    assert gen3.peak_bytes_per_ns == pytest.approx(15.754 * 256 / 280, rel=1e-3)
+    assert PcieLink(gen=4).peak_bytes_per_ns == pytest.approx(2 * gen3.peak_bytes_per_ns)
+    assert gen3.c2h_ns(1 << 20) > gen3.h2c_ns(1 << 20)
+    with pytest.raises(ValueError, match="generation"):
+        PcieLink(gen=7)
+
+
+def test_model_device_argument_errors():
+    with ndpkit.open("model?mem_size=1M") as dev:
+        buf = dev.alloc(4096)
+        with pytest.raises(TypeError, match="dst"):
+            dev.copy("0x100", buf)
+        with pytest.raises(ValueError, match="pattern"):
+            dev.fill(buf, -1)
+        with pytest.raises(ValueError, match="outside"):
+            buf.write(bytes(4097))
+        with pytest.raises(OutOfDeviceMemory):
+            dev.alloc(2 << 20)
+        with pytest.raises(ndpkit.NdpkitError, match="no 'adam' engine"):
+            dev.engine("adam")
+        buf.free()
+        with pytest.raises(ValueError, match="freed"):
+            dev.copy(buf, buf)
+    with pytest.raises(TransportClosed):
+        dev.cycles()
+
+
+def _fake_xdma(tmp_path, mem_size=1 << 20):
+    """A folder that looks like the XDMA driver's device nodes: the BAR as a regular
+    file holding a model card's register values, one file for card memory (h2c and c2h
+    both point at it), and a FIFO as the event source of interrupt line 1."""
+    from ndpkit.transport.model import ModelDevice
+    model = ModelDevice(mem_size=mem_size)
+    bar = bytearray(BAR0_SIZE)
+    for block, base in ((GLOBAL, 0), (DMA_COPY, ENGINE_STRIDE)):
+        for reg in block.registers:
+            struct.pack_into("<I", bar, base + reg.offset, model.read32(base + reg.offset))
+    prefix = tmp_path / "xdma0"
+    (tmp_path / "xdma0_user").write_bytes(bytes(bar))
+    with open(tmp_path / "xdma0_h2c_0", "wb") as f:
+        f.truncate(mem_size)
+    os.symlink(tmp_path / "xdma0_h2c_0", tmp_path / "xdma0_c2h_0")
+    os.mkfifo(tmp_path / "xdma0_events_1")
+    return str(prefix)
+
+
+def test_xdma_transport_on_a_fake_device(tmp_path):
+    prefix = _fake_xdma(tmp_path)
+    with ndpkit.open(prefix) as dev:
+        info = dev.info()
+        assert info["transport"] == "xdma" and info["engines"] == ["dma_copy"] and dev.mem_size == 1 << 20
+        data = np.arange(1000, dtype=np.uint32)
+        buf = dev.upload(data)
+        assert np.array_equal(buf.download(np.uint32, 1000), data)
+        # register writes land in the BAR file (the mmap is shared)
+        dev.shell.write("scratch", 0xCAFEF00D)
+        assert struct.unpack_from("<I", (tmp_path / "xdma0_user").read_bytes(), 0x1C)[0] == 0xCAFEF00D
+        # interrupts: nothing pending -> timeout; an event on line 1 -> line 1
+        t = dev.transport
+        assert t.wait_irq(0b10, 0.05) == 0
+        writer = threading.Timer(0.05, lambda: open(tmp_path / "xdma0_events_1", "wb").write(b"\1\0\0\0"))
+        writer.start()
+        assert t.wait_irq(0b10, 5.0) == 0b10
+        writer.join()
+    with pytest.raises(TransportClosed, match="missing"):
+        ndpkit.open(str(tmp_path / "xdma9"))

@@ -1,0 +1,47 @@
+"""Fixtures of the device-level suite: the same tests on the model and the sim card.
+
+``dev`` is one open device per transport per pytest worker (the sim card's server
+starts once, ~5 s with a cached build); every sim-device test is in one xdist group
+so they share that server.  ``rng`` prints its seed (``SEED=...`` reproduces).
+"""
+import os
+import random
+
+import pytest
+
+import ndpkit
+
+TRANSPORTS = [pytest.param("model", id="model"),
+              pytest.param("sim", id="sim", marks=[pytest.mark.sim, pytest.mark.xdist_group("device_sim")])]
+
+
+@pytest.fixture(scope="session")
+def devices():
+    opened = {}
+
+    def get(kind):
+        if kind not in opened:
+            opened[kind] = ndpkit.open(kind)
+        return opened[kind]
+
+    yield get
+    for dev in opened.values():
+        dev.close()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def dev(request, devices):
+    device = devices(request.param)
+    yield device
+    # leave the device clean for the next test: nothing in flight, every buffer freed
+    device.wait_all()
+    for client in device.engines.values():
+        client.regs.write("irq", 0b11)
+    device.allocator.__init__(device.mem_base, device.mem_size)
+
+
+@pytest.fixture
+def rng():
+    seed = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1 << 30)
+    print(f"seed={seed} (SEED={seed} reproduces)")
+    return random.Random(seed)
