@@ -72,7 +72,7 @@ class EngineFrontend(wiring.Component):
 
         layout = command_layout(self.block)
         m.submodules.commands = commands = fifo.SyncFIFOBuffered(width=layout.size, depth=self.queue_depth)
-        cpl_layout = data.StructLayout({"cpl": CompletionLayout, "cycles": 32})
+        cpl_layout = data.StructLayout({"cpl": CompletionLayout, "cycles": 32, "start": 32})
         m.submodules.completions = completions = fifo.SyncFIFOBuffered(width=cpl_layout.size,
                                                                          depth=self.queue_depth + self.max_in_flight)
 
@@ -101,6 +101,7 @@ class EngineFrontend(wiring.Component):
         # engine completion -> completion queue
         entry = Signal(cpl_layout)
         m.d.comb += [entry.cpl.eq(self.cpl.payload), entry.cycles.eq(now - started.r_data),
+                     entry.start.eq(started.r_data),
                      completions.w_data.eq(entry),
                      completions.w_en.eq(self.cpl.valid & started.r_rdy),
                      self.cpl.ready.eq(completions.w_rdy & started.r_rdy),
@@ -118,6 +119,7 @@ class EngineFrontend(wiring.Component):
             csr.cpl_status_error.eq(head.cpl.error),
             csr.cpl_status_tag.eq(head.cpl.tag),
             csr.cpl_cycles_value.eq(head.cycles),
+            csr.cpl_start_value.eq(head.start),
             csr.cpl_bytes_read_value.eq(head.cpl.bytes_read),
             csr.cpl_bytes_written_value.eq(head.cpl.bytes_written),
             self.irq.eq(((csr.irq_done & csr.irq_enable_done) | (csr.irq_overflow & csr.irq_enable_overflow)) != 0),

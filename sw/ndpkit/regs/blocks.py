@@ -108,6 +108,9 @@ def engine_block(name: str, args, doc: str) -> RegisterBlock:
         Register.single("cpl_bytes_written", 0x20, Access.RO, doc="Bytes the command wrote to card memory."),
         Register("cpl_pop", 0x24, [Field("pop", 0, 1, Access.W1S, doc="Remove the oldest completion.")]),
         Register.single("tag", 0x28, Access.RW, width=16, doc="Tag carried by the next submitted command."),
+        Register.single("cpl_start", 0x2C, Access.RO, doc="Cycle stamp of the command's start, on the engine's "
+                        "counter (same clock as the shell's, reset with the engines): with cpl_cycles it places "
+                        "commands on a timeline."),
     ]
     return RegisterBlock(name, common + list(args), doc=doc, size=ENGINE_STRIDE)
 

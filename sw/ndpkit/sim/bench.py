@@ -17,12 +17,14 @@ import os
 import random
 from collections import deque
 
+import numpy as np
+
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 __all__ = ["bench_params", "start_clock_and_reset", "pack", "unpack", "StreamSource", "StreamSink",
-           "Backdoor", "pause_generator", "stall_axi", "wait_until"]
+           "Backdoor", "BulkBackdoor", "pause_generator", "stall_axi", "wait_until"]
 
 
 def bench_params() -> dict:
@@ -153,6 +155,56 @@ class StreamSink(_StreamPort):
     async def receive(self, timeout_cycles: int = 100_000):
         await wait_until(self.clk, lambda: bool(self.items), timeout_cycles, "a stream item")
         return self.items.popleft()
+
+
+class BulkBackdoor:
+    """Bulk preload/readout of an ``AxiMemoryModel`` through the RAM's file backdoor
+    (``$fread`` of ``ndpkit_backdoor.bin``, ``$writememh`` of ``ndpkit_backdoor.hex``,
+    in the simulator's folder,
+    see hw/ndpkit_hw/verilog/ndpkit_sim_ram.v): one clock edge and no per-word Python,
+    so megabytes move in milliseconds.  Transfers of a few words use VPI word by word.
+    ``ram`` is the RAM instance (``dut.memory.storage``); addresses are whole words."""
+
+    FILE = "ndpkit_backdoor.hex"
+    LOAD_FILE = "ndpkit_backdoor.bin"
+    SMALL_WORDS = 16
+
+    def __init__(self, ram, clk, data_bytes: int, base: int = 0):
+        self.ram, self.clk = ram, clk
+        self.words = Backdoor(ram.mem, data_bytes, base)
+        self.data_bytes, self.base = data_bytes, base
+
+    def _span(self, address: int, length: int) -> tuple[int, int]:
+        r = self.words._words(address, length)
+        return r.start, r.stop - 1
+
+    async def _request(self, name: str, first: int, last: int) -> None:
+        self.ram.bd_first.value = first
+        self.ram.bd_last.value = last
+        req = getattr(self.ram, name)
+        req.value = (int(req.value) + 1) & 0xFFFF_FFFF
+        await RisingEdge(self.clk)
+        await ReadOnly()
+        await RisingEdge(self.clk)
+
+    async def write(self, address: int, payload: bytes) -> None:
+        first, last = self._span(address, len(payload))
+        if last - first < self.SMALL_WORDS:
+            self.words.write(address, payload)
+            return
+        with open(self.LOAD_FILE, "wb") as f:        # $fread wants each word's top byte first
+            f.write(np.frombuffer(payload, dtype=np.uint8).reshape(-1, self.data_bytes)[:, ::-1].tobytes())
+        await self._request("bd_load_req", first, last)
+
+    async def read(self, address: int, length: int) -> bytes:
+        first, last = self._span(address, length)
+        if last - first < self.SMALL_WORDS:
+            return self.words.read(address, length)
+        await self._request("bd_dump_req", first, last)
+        with open(self.FILE) as f:
+            lines = [line for line in f.read().split() if not line.startswith(("//", "@"))]
+        raw = np.frombuffer(bytes.fromhex("".join(lines)), dtype=np.uint8).reshape(-1, self.data_bytes)
+        return raw[:, ::-1].tobytes()
 
 
 class Backdoor:

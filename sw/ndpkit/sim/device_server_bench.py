@@ -21,7 +21,7 @@ from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
 from ndpkit.pcie import PcieLink
-from ndpkit.sim.bench import Backdoor, bench_params, start_clock_and_reset
+from ndpkit.sim.bench import BulkBackdoor, bench_params, start_clock_and_reset
 from ndpkit.sim.protocol import Op, Status, recv_frame, send_frame
 
 PERIOD_NS = 10      # the simulator's clock period (a cycle is a cycle; the nominal MHz is a register)
@@ -37,7 +37,7 @@ class _Server:
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.axi = (AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
                     if params["dma"] == "axi" else None)
-        self.memory = Backdoor(dut.memory.storage.mem, self.word, self.base)
+        self.memory = BulkBackdoor(dut.memory.storage, dut.clk, self.word, self.base)
         self.reset_time = 0
 
     def cycles(self) -> int:
@@ -67,21 +67,23 @@ class _Server:
             raise _DmaRangeError(f"card range [{address:#x}, {address + length:#x}) is outside card memory "
                                  f"[{self.base:#x}, {self.base + self.size:#x})")
 
-    def backdoor_write(self, address, data):
-        first = address - (address - self.base) % self.word
-        end = address + len(data)
-        last = end + (-(end - self.base)) % self.word
-        if first != address or last != end:      # partial words at the edges: read-modify-write
-            current = bytearray(self.memory.read(first, last - first))
-            current[address - first:address - first + len(data)] = data
-            data = bytes(current)
-        self.memory.write(first, data)
-
-    def backdoor_read(self, address, length):
+    def _words(self, address, length):
+        """The whole-word span around [address, address + length)."""
         first = address - (address - self.base) % self.word
         end = address + length
-        last = end + (-(end - self.base)) % self.word
-        return self.memory.read(first, last - first)[address - first:address - first + length]
+        return first, end + (-(end - self.base)) % self.word
+
+    async def backdoor_write(self, address, data):
+        first, last = self._words(address, len(data))
+        if first != address or last != address + len(data):    # partial edge words: read-modify-write
+            current = bytearray(await self.memory.read(first, last - first))
+            current[address - first:address - first + len(data)] = data
+            data = bytes(current)
+        await self.memory.write(first, data)
+
+    async def backdoor_read(self, address, length):
+        first, last = self._words(address, length)
+        return (await self.memory.read(first, last - first))[address - first:address - first + length]
 
     async def handle(self, op, payload):
         """(status, payload) for one request."""
@@ -109,7 +111,7 @@ class _Server:
                 if int(result.resp):
                     return Status.AXI_ERROR, bytes([int(result.resp)])
             else:
-                self.backdoor_write(address, data)
+                await self.backdoor_write(address, data)
                 await self.link_delay(self.link.h2c_ns(len(data)))
             return Status.OK, b""
         if op == Op.DMA_RD:
@@ -121,7 +123,7 @@ class _Server:
                     return Status.AXI_ERROR, bytes([int(result.resp)])
                 return Status.OK, bytes(result.data)
             await self.link_delay(self.link.c2h_ns(length))
-            return Status.OK, self.backdoor_read(address, length)
+            return Status.OK, await self.backdoor_read(address, length)
         if op == Op.WAIT_IRQ:
             mask, budget, wall = struct.unpack("<IQd", payload)
             start = self.cycles()

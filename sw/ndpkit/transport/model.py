@@ -109,7 +109,7 @@ class _EngineModel:
         r.set_input("cpl_status", "valid", int(head is not None))
         r.set_input("cpl_status", "error", head["error"] if head else 0)
         r.set_input("cpl_status", "tag", head["tag"] if head else 0)
-        for reg, key in (("cpl_cycles", "cycles"), ("cpl_bytes_read", "bytes_read"),
+        for reg, key in (("cpl_cycles", "cycles"), ("cpl_start", "cycles"), ("cpl_bytes_read", "bytes_read"),
                          ("cpl_bytes_written", "bytes_written")):
             r.set_input(reg, "value", head[key] if head else 0)
 
