@@ -45,6 +45,7 @@ demo: $(STAMP)
 # Read/write engine efficiency vs memory latency and burst size (prints a table, writes JSON).
 perf: $(STAMP)
 	$(VPY) -m tb.bus.dma_perf_report $(if $(QUICK),--quick,)
+	QUICK=$(QUICK) $(VPY) -m tb.device.copy_bench
 
 $(IMPL_STAMP): $(STAMP)
 	$(VPY) -m pip install --quiet -e '.[impl]'

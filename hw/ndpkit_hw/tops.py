@@ -30,9 +30,26 @@ def _decoder():
 
 
 def _csr():
-    from ndpkit.regs.blocks import COPY_DEMO
+    from ndpkit.regs.blocks import GLOBAL
     from .shell.csr import CSRBlock
-    return CSRBlock(COPY_DEMO)
+    return CSRBlock(GLOBAL)
+
+
+def _engine_frontend():
+    from ndpkit.codes import EngineKind
+    from ndpkit.regs.blocks import DMA_COPY
+    from .shell.engine_frontend import EngineFrontend
+    return EngineFrontend(DMA_COPY, EngineKind.DMA_COPY, queue_depth=4, max_in_flight=2)
+
+
+def _dma_copy():
+    from .cores.dma_copy import DmaCopy
+    return DmaCopy()
+
+
+def _device():
+    from .top import Device
+    return Device(mem_size=1 << 30)
 
 
 def _memory():
@@ -40,9 +57,9 @@ def _memory():
     return AxiMemoryModel(size=1 << 16, data_width=512, stall_per_256=16, bytes_per_cycle=48)
 
 
-def _copy_demo():
-    from .demo import CopyDemo
-    return CopyDemo(mem_size=1 << 16)
+def _sim_card():
+    from .sim_card import SimCard
+    return SimCard(mem_size=1 << 20)
 
 
 def _fp_units():
@@ -57,8 +74,11 @@ TOPS: dict[str, Callable] = {
     "burst_writer": _writer,
     "interconnect": _interconnect,
     "axil_decoder": _decoder,
-    "csr_copy_demo": _csr,
+    "csr_shell": _csr,
     "memory_model": _memory,
-    "copy_demo": _copy_demo,
+    "engine_frontend": _engine_frontend,
+    "dma_copy": _dma_copy,
+    "device": _device,
+    "sim_card": _sim_card,
     **_fp_units(),
 }

@@ -18,6 +18,7 @@ optional ``?key=value&...`` options: for ``model`` and ``sim`` ``mem_size`` (``1
 from __future__ import annotations
 
 import bisect
+import contextlib
 import urllib.parse
 
 import numpy as np
@@ -203,6 +204,7 @@ class Device:
         self.mem_base = self.shell.read("mem_base")
         self.mem_size = self.shell.read("mem_size_lo") | self.shell.read("mem_size_hi") << 32
         self.allocator = Allocator(self.mem_base, self.mem_size)
+        self.held = False
         present = self.shell.read("engines")
         self.engines = {}
         for kind in EngineKind:
@@ -262,6 +264,22 @@ class Device:
         length = self._length(nbytes, dst)
         cmd = self.engine("dma_copy").fill(_address(dst, "dst"), int(pattern), length)
         return cmd.wait() if wait else cmd
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Commands submitted inside the block start together when it ends
+        (``control.hold``); at most ``queue_depth`` per engine fit.
+
+        >>> with dev.batch():
+        ...     cmds = [dev.copy(d, s, wait=False) for d, s in pairs]
+        """
+        self.shell.write("control", hold=1)
+        self.held = True
+        try:
+            yield self
+        finally:
+            self.held = False
+            self.shell.write("control", hold=0)
 
     def wait_all(self, timeout: float | None = None) -> None:
         """Wait for every submitted command of every engine."""

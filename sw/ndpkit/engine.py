@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .codes import ErrorCode
-from .errors import DeviceError, DeviceTimeout
+from .errors import DeviceError, DeviceTimeout, NdpkitError
 from .regs.access import RegisterFile, decode_fields
 from .regs.blocks import ENGINE_BLOCKS, ENGINE_STRIDE, command_fields
 
@@ -54,6 +54,23 @@ class Command:
         return f"<{self.client.name} command tag={self.tag}>"
 
 
+class _RememberingRegisterFile(RegisterFile):
+    """A RegisterFile that remembers the last whole value written to each register,
+    so a submission can skip argument registers that already hold the value.  Writes
+    that bypass it (raw ``transport.write32``) must be followed by ``forget()``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.written: dict[str, int] = {}
+
+    def write(self, reg, value=None, **fields):
+        super().write(reg, value, **fields)
+        if value is None:
+            self.written.pop(reg, None)
+        else:
+            self.written[reg] = value
+
+
 class EngineClient:
     name: str = ""
 
@@ -61,7 +78,7 @@ class EngineClient:
         self.device, self.kind = device, int(kind)
         self.block = ENGINE_BLOCKS[self.name]
         t = device.transport
-        self.regs = RegisterFile(self.block, t.read32, t.write32, base=self.kind * ENGINE_STRIDE)
+        self.regs = _RememberingRegisterFile(self.block, t.read32, t.write32, base=self.kind * ENGINE_STRIDE)
         self._next_tag = 0
         self._in_flight: dict[int, Command] = {}
         self._done: dict[int, Completion] = {}
@@ -87,6 +104,10 @@ class EngineClient:
             f = fields[name][1]
             if not isinstance(value, int) or not 0 <= value < (1 << f.width):
                 raise ValueError(f"{self.name}: argument {name}={value!r} does not fit its {f.width}-bit field")
+        if self.device.held:
+            if len(self._in_flight) >= self.device.queue_depth:
+                raise NdpkitError(f"{self.name}: a batch holds at most {self.device.queue_depth} commands "
+                                  f"(the queue depth); submit the rest after it")
         while len(self._in_flight) >= self.capacity:
             self._collect(block=True, timeout=self._timeout_for(min(self._in_flight.values(),
                                                                     key=lambda c: c.tag)))
@@ -95,7 +116,8 @@ class EngineClient:
             reg, f = fields[name]
             by_register[reg.name] = by_register.get(reg.name, 0) | (value << f.lsb)
         for reg_name, value in by_register.items():
-            self.regs.write(reg_name, value)
+            if self.regs.written.get(reg_name) != value:     # registers keep their value between commands
+                self.regs.write(reg_name, value)
         tag = self._next_tag
         self._next_tag = (self._next_tag + 1) & 0xFFFF
         self.regs.write("tag", tag)
@@ -167,7 +189,8 @@ class EngineClient:
         self._done.clear()
 
     def forget(self) -> None:
-        """After a soft reset: nothing is in flight any more."""
+        """After a soft reset: nothing is in flight any more, registers are at reset."""
         self._in_flight.clear()
         self._done.clear()
+        self.regs.written.clear()
         self.regs.write("irq_enable", 0b11)

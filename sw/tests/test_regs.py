@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 from ndpkit.regs import generate
 from ndpkit.regs.access import RegisterFile
-from ndpkit.regs.blocks import ALL_BLOCKS, COPY_DEMO
+from ndpkit.regs.blocks import ALL_BLOCKS, DMA_COPY
 from ndpkit.regs.declare import Access, Field, Register, RegisterBlock
 from ndpkit.regs.model import RegisterModel, UnmappedRegister
 
@@ -63,24 +63,27 @@ def test_model_semantics():
 
 
 def test_register_file_merges_fields():
-    model = RegisterModel(COPY_DEMO)
+    model = RegisterModel(DMA_COPY)
     writes = []
 
     def write32(addr, value):
         writes.append((addr, value))
         model.write(addr, value)
 
-    regs = RegisterFile(COPY_DEMO, model.read, write32, base=0)
+    regs = RegisterFile(DMA_COPY, model.read, write32, base=0)
     regs.write("src", 0x1000)
     assert regs.read("src") == 0x1000
-    regs.write("ctrl", start=1)
-    assert writes[-1] == (COPY_DEMO.register("ctrl").offset, 1)
+    regs.write("irq_enable", done=1)
+    regs.write("irq_enable", overflow=1)                       # keeps done: read-modify-write
+    assert regs.fields("irq_enable") == {"done": 1, "overflow": 1}
+    regs.write("doorbell", submit=1)
+    assert writes[-1] == (DMA_COPY.register("doorbell").offset, 1)
     with pytest.raises(ValueError, match="read-only"):
         regs.write("status", busy=1)
     with pytest.raises(KeyError, match="no field"):
-        regs.write("ctrl", begin=1)
+        regs.write("doorbell", begin=1)
     with pytest.raises(ValueError, match="does not fit"):
-        regs.write("ctrl", start=2)
+        regs.write("doorbell", submit=2)
     with pytest.raises(KeyError, match="no register"):
         regs.read("nope")
 

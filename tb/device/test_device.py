@@ -222,3 +222,22 @@ def test_soft_reset_recovers_the_engines(dev, rng):
     # and the engine works again
     assert dev.copy(dsts[2].address, src.address, length).ok
     assert dsts[2].read() == src.contents
+
+
+def test_batch_holds_commands_then_starts_them_together(dev, rng):
+    length = 16 << 10
+    src = Guarded(dev, length, rng)
+    dsts = [Guarded(dev, length, rng, fill=False) for _ in range(dev.queue_depth)]
+    client = dev.engine("dma_copy")
+    with dev.batch():
+        cmds = [dev.copy(d.address, src.address, length, wait=False) for d in dsts]
+        status = client.regs.fields("status")
+        assert status["queued"] == dev.queue_depth and status["completions"] == 0
+        assert all(d.read() == d.contents for d in dsts)          # nothing ran yet
+        with pytest.raises(ndpkit.NdpkitError, match="batch holds at most"):
+            dev.copy(dsts[0].address, src.address, length, wait=False)
+    done = [c.wait() for c in cmds]
+    assert all(d.ok for d in done)
+    for d in dsts:
+        assert d.read() == src.contents
+        d.check_guards()

@@ -89,10 +89,10 @@ class DmaCopy(wiring.Component):
         # Commands in flight, oldest first: at most two, so the next command's reads
         # start while the previous one's last writes drain.
         flight_layout = data.StructLayout({"tag": 16, "error": 4, "copy": 1, "length": 32})
-        m.submodules.in_flight = in_flight = fifo.SyncFIFOBuffered(width=flight_layout.size, depth=MAX_IN_FLIGHT)
+        m.submodules.in_flight = in_flight = fifo.SyncFIFO(width=flight_layout.size, depth=MAX_IN_FLIGHT)
         # What the writer's data comes from, one entry per writer command.
         source_layout = data.StructLayout({"copy": 1, "pattern": 32, "beats": 32})
-        m.submodules.sources = sources = fifo.SyncFIFOBuffered(width=source_layout.size, depth=MAX_IN_FLIGHT)
+        m.submodules.sources = sources = fifo.SyncFIFO(width=source_layout.size, depth=MAX_IN_FLIGHT)
         # Read-after-write across commands: a copy whose source overlaps the destination
         # of the command still in flight waits for it (writes to one ID land in order,
         # and a writer only writes data it has already read, so no other hazard exists).

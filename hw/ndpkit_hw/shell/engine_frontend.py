@@ -89,10 +89,13 @@ class EngineFrontend(wiring.Component):
         # overlap up to `max_in_flight` commands; completions come back in order)
         now = Signal(32)
         m.d.sync += now.eq(now + 1)
-        m.submodules.started = started = fifo.SyncFIFOBuffered(width=32, depth=self.max_in_flight)
+        # (at least two entries: a one-entry FIFO has a zero-width address in Verilog)
+        m.submodules.started = started = fifo.SyncFIFO(width=32, depth=max(2, self.max_in_flight))
+        room = Signal()
+        m.d.comb += room.eq(started.level < self.max_in_flight)
         m.d.comb += [self.cmd.payload.eq(commands.r_data),
-                     self.cmd.valid.eq(commands.r_rdy & started.w_rdy & ~self.hold),
-                     commands.r_en.eq(self.cmd.ready & started.w_rdy & ~self.hold),
+                     self.cmd.valid.eq(commands.r_rdy & room & ~self.hold),
+                     commands.r_en.eq(self.cmd.ready & room & ~self.hold),
                      started.w_data.eq(now),
                      started.w_en.eq(self.cmd.valid & self.cmd.ready)]
         running = Signal()

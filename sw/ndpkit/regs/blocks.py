@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .declare import Access, Field, Register, RegisterBlock
 
-__all__ = ["COPY_DEMO", "GLOBAL", "DMA_COPY", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
+__all__ = ["GLOBAL", "DMA_COPY", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
            "ENGINE_STRIDE", "ENGINE_ARGS_OFFSET", "BAR0_SIZE", "IRQ_LINES", "engine_block", "engine_args",
            "command_fields"]
 
@@ -23,24 +23,6 @@ ENGINE_STRIDE = 0x1000
 ENGINE_ARGS_OFFSET = 0x40
 BAR0_SIZE = 0x10000
 IRQ_LINES = 8               # usr_irq_req width: line 0 global, line k engine kind k
-
-COPY_DEMO = RegisterBlock("copy_demo", [
-    Register.single("id", 0x00, Access.RO, doc="Reads 0x4E44504B ('NDPK')."),
-    Register("ctrl", 0x04, [Field("start", 0, 1, Access.W1S, doc="Write 1 to start a copy (ignored while busy).")]),
-    Register.single("src", 0x08, Access.RW, doc="Source byte address in card memory (bus-word aligned)."),
-    Register.single("dst", 0x0C, Access.RW, doc="Destination byte address in card memory (bus-word aligned)."),
-    Register.single("length", 0x10, Access.RW, doc="Bytes to copy: non-zero, a multiple of the bus word."),
-    Register("status", 0x14, [
-        Field("busy", 0, 1, Access.RO, doc="A copy is running."),
-        Field("error", 4, 4, Access.RO, doc="ErrorCode of the last copy (0 = OK); see ndpkit.codes."),
-    ]),
-    Register("irq", 0x18, [Field("done", 0, 1, Access.W1C, doc="A copy finished (with or without error).")],
-             doc="Drives the `irq` output while any bit is set."),
-    Register.single("cycles", 0x1C, Access.RO, doc="Cycles the last copy took, start to completion."),
-    Register.single("bytes_read", 0x20, Access.RO, doc="Bytes the read engine moved (since the last start)."),
-    Register.single("bytes_written", 0x24, Access.RO, doc="Bytes the write engine moved (since the last start)."),
-], doc="The foundation's memory-to-memory copy demo: burst reader -> burst writer through the "
-       "interconnect into card memory.")
 
 GLOBAL = RegisterBlock("shell", [
     Register.single("id", 0x00, Access.RO, doc="Reads 0x4E44504B ('NDPK')."),
@@ -68,7 +50,9 @@ GLOBAL = RegisterBlock("shell", [
                                         doc="Write 1: once no memory transaction is outstanding, reset every "
                                             "engine (queues, completions, interrupts, counters).")]),
     Register("reset_status", 0x34, [Field("pending", 0, 1, Access.RO, doc="A soft reset is waiting for the "
-                                                                          "memory port to drain.")]),
+                                                                          "engines to finish their commands.")]),
+    Register("control", 0x38, [Field("hold", 0, 1, Access.RW, doc="While set, engines start no queued command "
+                                                                  "(queue a batch, then release it at once).")]),
 ], doc="Device identity, build parameters, cycle counter, interrupt aggregation and soft reset.",
     size=ENGINE_STRIDE)
 
@@ -140,4 +124,4 @@ DMA_COPY = engine_block("dma_copy", [
 
 ENGINE_BLOCKS = {"dma_copy": DMA_COPY}
 
-ALL_BLOCKS = (GLOBAL, DMA_COPY, COPY_DEMO)
+ALL_BLOCKS = (GLOBAL, DMA_COPY)

@@ -69,7 +69,7 @@ class _EngineModel:
     def write(self, offset, value):
         pulses = self.regs.write(offset, value)
         if pulses.get("doorbell_submit"):
-            if len(self.running) < self.max_in_flight and not self.queue and not self.device.reset_pending:
+            if len(self.running) < self.max_in_flight and not self.queue and not self.device.held:
                 self.running.append(self._snapshot())
             elif len(self.queue) < self.depth:
                 self.queue.append(self._snapshot())
@@ -79,15 +79,19 @@ class _EngineModel:
             self.completions.popleft()
         self._publish()
 
+    def _start(self):
+        while self.queue and len(self.running) < self.max_in_flight and not self.device.held:
+            self.running.append(self.queue.popleft())
+
     def advance(self):
+        self._start()
         while self.running and len(self.completions) < self.depth + self.max_in_flight:
             cmd = self.running.popleft()
             error, read, written = self.behaviour(self.device, cmd)
             self.completions.append({"tag": cmd["tag"], "error": error, "cycles": 0,
                                      "bytes_read": read, "bytes_written": written})
             self.regs.set_bits("irq", "done", 1)
-            while self.queue and len(self.running) < self.max_in_flight and not self.device.reset_pending:
-                self.running.append(self.queue.popleft())
+            self._start()
         self._publish()
 
     @property
@@ -156,6 +160,11 @@ class ModelDevice:
         self.shell.set_input("reset_status", "pending", int(self.reset_pending))
         self.shell.set_input("cycles_lo", "value", self.cycle_count & 0xFFFF_FFFF)
         self.shell.set_input("cycles_hi", "value", self.cycle_count >> 32)
+
+    @property
+    def held(self) -> bool:
+        """Engines start nothing new: a soft reset is draining, or control.hold is set."""
+        return self.reset_pending or bool(self.shell.output("control", "hold"))
 
     def irq_status(self) -> int:
         return sum(1 << k for k, e in self.engines.items() if e.irq)
