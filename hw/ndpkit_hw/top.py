@@ -123,7 +123,8 @@ class Device(wiring.Component):
             wiring.connect(m, frontend.cmd, core.cmd)
             wiring.connect(m, core.cpl, frontend.cpl)
             m.d.comb += [core.window_base.eq(self.mem_base), core.window_size.eq(self.mem_size),
-                         frontend.hold.eq(reset_pending | shell.control_hold), irq_lines[kind].eq(frontend.irq)]
+                         frontend.hold.eq(reset_pending | shell.control_hold),
+                         frontend.irq_clear.eq(shell.irq_clear_lines[kind]), irq_lines[kind].eq(frontend.irq)]
             running.append(frontend.running)
             ports.append(core.bus)
             presence |= 1 << kind

@@ -72,6 +72,10 @@
 #define NDPKIT_SHELL_CONTROL_RESET 0x00000000u
 #define NDPKIT_SHELL_CONTROL_HOLD_SHIFT 0u
 #define NDPKIT_SHELL_CONTROL_HOLD_MASK 0x00000001u  /* RW */
+#define NDPKIT_SHELL_IRQ_CLEAR_OFFSET 0x003cu
+#define NDPKIT_SHELL_IRQ_CLEAR_RESET 0x00000000u
+#define NDPKIT_SHELL_IRQ_CLEAR_LINES_SHIFT 0u
+#define NDPKIT_SHELL_IRQ_CLEAR_LINES_MASK 0x000000ffu  /* W1S */
 
 /* dma_copy: Memory-to-memory copy and pattern fill over the burst engines. Copy ranges must not overlap (ErrorCode.OVERLAP). */
 #define NDPKIT_DMA_COPY_SIZE 0x1000u

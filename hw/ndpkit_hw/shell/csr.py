@@ -1,7 +1,8 @@
 """AXI4-Lite CSR block generated from a :class:`ndpkit.regs.declare.RegisterBlock`.
 
 Ports, per field ``<reg>_<field>``: RW -> ``Out`` (the stored value); RO -> ``In``;
-W1C -> ``Out`` (the sticky bits) plus ``In`` ``<reg>_<field>_set`` pulses; W1S ->
+W1C -> ``Out`` (the sticky bits) plus ``In`` ``<reg>_<field>_set`` pulses (set wins)
+and ``In`` ``<reg>_<field>_clear`` pulses (a clear from hardware); W1S ->
 ``Out`` one-cycle pulse.  Offsets are decoded within ``block.size``; an offset with
 no register answers SLVERR (reads return 0, writes change nothing).  WSTRB is
 honoured byte by byte.  One write and one read are handled at a time; a read
@@ -30,6 +31,7 @@ class CSRBlock(wiring.Component):
             elif f.access is Access.W1C:
                 members[port] = Out(f.width, init=f.reset)
                 members[f"{port}_set"] = In(f.width)
+                members[f"{port}_clear"] = In(f.width)
             elif f.access is Access.RW:
                 members[port] = Out(f.width, init=f.reset)
             else:
@@ -78,10 +80,10 @@ class CSRBlock(wiring.Component):
                     m.d.sync += value.eq((value & ~mask) | bits)
             elif f.access is Access.W1C:
                 setter = getattr(self, f"{port}_set")
-                clear = Signal(f.width, name=f"{port}_clear")
-                m.d.comb += clear.eq(Const(0, f.width))
+                clear = Signal(f.width, name=f"{port}_bus_clear")
+                m.d.comb += clear.eq(getattr(self, f"{port}_clear"))
                 with m.If(hit):
-                    m.d.comb += clear.eq(bits)
+                    m.d.comb += clear.eq(bits | getattr(self, f"{port}_clear"))
                 m.d.sync += value.eq((value & ~clear) | setter)
             elif f.access is Access.W1S:
                 m.d.comb += value.eq(0)

@@ -63,6 +63,7 @@ class EngineFrontend(wiring.Component):
             "busy": Out(1),
             "running": Out(1),
             "hold": In(1),
+            "irq_clear": In(1),
         })
 
     def elaborate(self, platform):
@@ -126,6 +127,8 @@ class EngineFrontend(wiring.Component):
             csr.cpl_bytes_read_value.eq(head.cpl.bytes_read),
             csr.cpl_bytes_written_value.eq(head.cpl.bytes_written),
             self.irq.eq(((csr.irq_done & csr.irq_enable_done) | (csr.irq_overflow & csr.irq_enable_overflow)) != 0),
+            csr.irq_done_clear.eq(self.irq_clear),
+            csr.irq_overflow_clear.eq(self.irq_clear),
             self.busy.eq(running | commands.r_rdy),
             self.running.eq(running),
         ]

@@ -51,6 +51,8 @@ GLOBAL = RegisterBlock("shell", [
                                             "engine (queues, completions, interrupts, counters).")]),
     Register("reset_status", 0x34, [Field("pending", 0, 1, Access.RO, doc="A soft reset is waiting for the "
                                                                           "engines to finish their commands.")]),
+    Register("irq_clear", 0x3C, [Field("lines", 0, 8, Access.W1S, doc="Write 1 to bit k: clear every "
+                                                                      "interrupt bit of engine k (its irq register).")]),
     Register("control", 0x38, [Field("hold", 0, 1, Access.RW, doc="While set, engines start no queued command "
                                                                   "(queue a batch, then release it at once).")]),
 ], doc="Device identity, build parameters, cycle counter, interrupt aggregation and soft reset.",

@@ -8,6 +8,7 @@ RW     software reads and writes; the value drives the hardware
 RO     software reads; the hardware drives the value; writes are ignored
 W1C    the hardware sets bits with a one-cycle ``<reg>_<field>_set`` pulse (set
        wins over a clear in the same cycle); software clears a bit by writing 1
+       (hardware can also clear with ``<reg>_<field>_clear``)
 W1S    software writes 1 to send a one-cycle pulse to the hardware; reads as 0
 ====== ==========================================================================
 

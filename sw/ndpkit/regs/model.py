@@ -37,6 +37,13 @@ class RegisterModel:
             raise ValueError(f"{reg}.{field} is {f.access.name}, not W1C")
         self._stored[reg] |= (bits << f.lsb) & f.mask
 
+    def clear_bits(self, reg: str, field: str, bits: int) -> None:
+        """A ``_clear`` pulse on a W1C field (a clear from the hardware side)."""
+        f = self.block.register(reg).field(field)
+        if f.access is not Access.W1C:
+            raise ValueError(f"{reg}.{field} is {f.access.name}, not W1C")
+        self._stored[reg] &= ~((bits << f.lsb) & f.mask)
+
     def output(self, reg: str, field: str) -> int:
         """The value the hardware sees on an RW or W1C field's output."""
         f = self.block.register(reg).field(field)

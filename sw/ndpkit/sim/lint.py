@@ -19,7 +19,7 @@ _WARNING = re.compile(r"^%(Warning|Error)(-[A-Z0-9_]+)?:")
 
 def lint_top(name: str, factory) -> list[str]:
     source = verilog_for(Design(factory(), name), LINT_DIR)
-    proc = run_verilator(["--lint-only", "-Wall", "--top-module", name, str(WAIVER_FILE), *map(str, verilog_library()), str(source)],
+    proc = run_verilator(["--lint-only", "-Wall", "--top-module", name, str(WAIVER_FILE), *map(str, verilog_library(source.read_text())), str(source)],
                          capture_output=True, text=True)
     lines = (proc.stdout + proc.stderr).splitlines()
     problems = [line for line in lines if _WARNING.match(line)]

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,10 +34,15 @@ WAIVER_FILE = PROJECT_ROOT / "tb" / "verilator_waivers.vlt"
 VERILOG_DIR = PROJECT_ROOT / "hw" / "ndpkit_hw" / "verilog"
 
 
-def verilog_library() -> list[Path]:
+def verilog_library(text: str | None = None) -> list[Path]:
     """Hand-written Verilog modules the generated designs may instantiate (simulation
-    models such as ``ndpkit_sim_ram``); every build and lint run gets all of them."""
-    return sorted(VERILOG_DIR.glob("*.v"))
+    models such as ``ndpkit_sim_ram``, one module per file named after it).  With the
+    design's Verilog ``text``, only the modules it instantiates (so editing one does
+    not invalidate every cached build)."""
+    files = sorted(VERILOG_DIR.glob("*.v"))
+    if text is None:
+        return files
+    return [f for f in files if re.search(rf"\b{re.escape(f.stem)}\b", text)]
 BUILD_ARGS = ["-Wno-fatal", "--x-assign", "unique", "--x-initial", "unique", "-O3"]
 
 
@@ -119,7 +125,7 @@ def _build(design: Design, waves: str | None) -> Path:
     text = design.verilog()
     args = BUILD_ARGS + ["--public-depth", "1"] + (["--trace-fst", "--trace-structs"] if waves == "fst" else
                          ["--trace-structs"] if waves == "vcd" else [])
-    library = verilog_library()
+    library = verilog_library(text)
     key = hashlib.sha256("\0".join([text, *args, verilator_version(), WAIVER_FILE.read_text(),
                                     *(v.read_text() for v in library)]).encode()).hexdigest()[:16]
     build_dir = build_dir_root() / f"{design.toplevel}-{key}"

@@ -198,6 +198,10 @@ class ModelDevice:
                 pulses = self.shell.write(offset, value)
                 if pulses.get("soft_reset_engines"):
                     self.reset_pending = True
+                for kind, engine in self.engines.items():
+                    if pulses.get("irq_clear_lines", 0) >> kind & 1:
+                        engine.regs.clear_bits("irq", "done", 1)
+                        engine.regs.clear_bits("irq", "overflow", 1)
             else:
                 target.write(offset, value)
         except UnmappedRegister:
