@@ -1,0 +1,132 @@
+"""Golden model of the ``adam`` engine: DeepSpeed CPU Adam's operation order, in binary32,
+bit for bit what the hardware computes (gateware: ``ndpkit_hw/cores/adam``).
+
+Per element, with the float32 scalars of :class:`AdamScalars` (computed by the host
+once per step; the hardware does not recompute them):
+
+1. ``g = grad * grad_scale``                       (always; a scale of 1 changes nothing)
+2. Adam (L2) mode, weight_decay != 0: ``g = fma(p, weight_decay, g)``
+3. ``m = m * beta1``;  ``m = fma(g, one_minus_beta1, m)``
+4. ``v = v * beta2``;  ``g2 = g * g``;  ``v = fma(g2, one_minus_beta2, v)``
+5. ``d = sqrt(v)``;  ``d = fma(d, bias_correction2, eps)``
+6. ``u = m / d``
+7. AdamW mode, decay != 0: ``p = fma(p, decay, p)``       (decay = -lr * weight_decay)
+8. ``p = fma(u, step_size, p)``                           (step_size = -lr / (1 - beta1**t))
+
+Steps 2 and 7 are skipped when their scalar is zero (DeepSpeed applies weight decay
+only when it is positive; skipping keeps ``-0`` gradients and infinite parameters
+from meeting a multiplication by zero).  Gradients arrive as fp32, fp16 or bf16
+(converted exactly); the optional parameter copy is fp16 or bf16 (RNE).  A
+gradient that is not finite is counted (``nonfinite``) and propagates per IEEE:
+nothing is clamped.  Every operation is one of :mod:`ndpkit.golden.fp`'s, so every
+NaN produced is the canonical quiet NaN.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from . import fp
+
+__all__ = ["Mode", "Format", "AdamScalars", "adam_step", "scalars_for_step"]
+
+
+class Mode(enum.IntEnum):
+    ADAMW = 0       # decoupled weight decay (torch.optim.AdamW, DeepSpeed adamw_mode=True)
+    ADAM = 1        # L2 regularisation folded into the gradient (torch.optim.Adam)
+
+
+class Format(enum.IntEnum):
+    FP32 = 0
+    FP16 = 1
+    BF16 = 2
+
+
+@dataclass(frozen=True)
+class AdamScalars:
+    """The ten float32 scalars of one step, as bit patterns (uint32) or floats."""
+    grad_scale: float = 1.0
+    weight_decay: float = 0.0       # Adam (L2) mode
+    beta1: float = 0.9
+    one_minus_beta1: float = 0.1
+    beta2: float = 0.999
+    one_minus_beta2: float = 0.001
+    bias_correction2: float = 1.0   # 1 / sqrt(1 - beta2**t)
+    eps: float = 1e-8
+    decay: float = 0.0              # AdamW mode: -lr * weight_decay
+    step_size: float = -1e-3        # -lr / (1 - beta1**t)
+
+    def bits(self) -> dict[str, int]:
+        """Every scalar rounded once to float32, as its bit pattern."""
+        return {f.name: int(np.float32(getattr(self, f.name)).view(np.uint32)) for f in fields(self)}
+
+
+def scalars_for_step(step: int, *, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                     weight_decay: float = 0.0, mode: Mode = Mode.ADAMW, grad_scale: float = 1.0) -> AdamScalars:
+    """The host's per-step scalars (computed in double, rounded once to float32), as
+    DeepSpeed computes them; ``step`` counts from 1."""
+    if step < 1:
+        raise ValueError(f"step counts from 1, not {step}")
+    bias_correction1 = 1 - beta1 ** step
+    return AdamScalars(
+        grad_scale=grad_scale,
+        weight_decay=weight_decay if mode == Mode.ADAM else 0.0,
+        beta1=beta1, one_minus_beta1=1 - beta1, beta2=beta2, one_minus_beta2=1 - beta2,
+        bias_correction2=1 / math.sqrt(1 - beta2 ** step),
+        eps=eps,
+        decay=-lr * weight_decay if mode == Mode.ADAMW else 0.0,
+        step_size=-lr / bias_correction1,
+    )
+
+
+def _grad_to_fp32(grad, fmt: Format) -> np.ndarray:
+    if fmt == Format.FP32:
+        return fp.canonical(fp.bits(grad) if np.asarray(grad).dtype != np.uint32 else grad)
+    raw = np.asarray(grad)
+    if raw.dtype == np.float16:
+        raw = raw.view(np.uint16)
+    if fmt == Format.FP16:
+        return fp.fp16_to_fp32(raw)
+    return fp.bf16_to_fp32(raw)
+
+
+def _is_zero(bits: int) -> bool:
+    return (bits & 0x7FFF_FFFF) == 0
+
+
+def adam_step(p, m, v, grad, scalars: AdamScalars, *, mode: Mode = Mode.ADAMW, grad_format: Format = Format.FP32,
+              copy_format: Format | None = None):
+    """One step.  ``p``, ``m``, ``v``: float32 arrays (or uint32 bit patterns); ``grad``:
+    float32/uint32 for FP32, uint16 bit patterns (or float16) for FP16/BF16.
+
+    Returns ``(p, m, v, copy, nonfinite)``: uint32 bit patterns, the 16-bit copy of p
+    (uint16) or None, and the number of non-finite gradients.
+    """
+    def u32(x):
+        x = np.asarray(x)
+        return x.astype(np.uint32) if x.dtype == np.uint32 else fp.bits(x)
+
+    p, m, v = u32(p), u32(m), u32(v)
+    s = {name: np.uint32(value) for name, value in scalars.bits().items()}
+    g_in = _grad_to_fp32(grad, Format(grad_format))
+    if not (p.shape == m.shape == v.shape == g_in.shape):
+        raise ValueError(f"p, m, v and grad must have one shape, not {p.shape}, {m.shape}, {v.shape}, {g_in.shape}")
+    nonfinite = int(np.count_nonzero((g_in & 0x7F80_0000) == 0x7F80_0000))
+
+    g = fp.mul(g_in, s["grad_scale"])                                            # 1
+    if mode == Mode.ADAM and not _is_zero(int(s["weight_decay"])):
+        g = fp.fma(p, s["weight_decay"], g)                                      # 2
+    m = fp.fma(g, s["one_minus_beta1"], fp.mul(m, s["beta1"]))                   # 3
+    v = fp.fma(fp.mul(g, g), s["one_minus_beta2"], fp.mul(v, s["beta2"]))        # 4
+    d = fp.fma(fp.sqrt(v), s["bias_correction2"], s["eps"])                      # 5
+    u = fp.div(m, d)                                                             # 6
+    if mode == Mode.ADAMW and not _is_zero(int(s["decay"])):
+        p = fp.fma(p, s["decay"], p)                                             # 7
+    p = fp.fma(u, s["step_size"], p)                                             # 8
+    copy = None
+    if copy_format is not None:
+        copy = fp.fp32_to_fp16(p) if copy_format == Format.FP16 else fp.fp32_to_bf16(p)
+    return p, m, v, copy, nonfinite
