@@ -1,0 +1,108 @@
+"""Fixed-latency dataflow graphs of floating-point operations.
+
+An engine's arithmetic is a graph of unit datapaths (``ndpkit_hw.arith``), each with
+its constant latency.  :class:`Dataflow` schedules it as soon as possible: every
+value carries the cycle it is ready at, an operation starts when its last operand is
+ready, and earlier operands are delayed to meet it (reset-less shift registers).
+The whole graph then has one latency and accepts a new set of operands every cycle.
+
+>>> df = Dataflow(m, "lane0")
+>>> g = df.op("mul", df.input(grad), df.input(scale))
+>>> m2 = df.op("fma", g, df.input(one_minus_beta1), m1)
+>>> out = df.at(m2, df.latency)         # every output delayed to the graph's end
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Const, Mux, Signal, Value
+
+from .add import FpAdd
+from .convert import Fp32ToBf16, Fp32ToFp16, Fp16ToFp32, Bf16ToFp32
+from .div import FpDiv
+from .fma import FpFma
+from .fp_common import Pipeline
+from .mul import FpMul
+from .sqrt import FpSqrt
+
+__all__ = ["Timed", "Dataflow", "OPS", "STATIC"]
+
+# name -> (unit class, operand names)
+OPS = {
+    "add": (FpAdd, ("a", "b")),
+    "mul": (FpMul, ("a", "b")),
+    "fma": (FpFma, ("a", "b", "c")),
+    "div": (FpDiv, ("a", "b")),
+    "sqrt": (FpSqrt, ("a",)),
+    "fp32_to_fp16": (Fp32ToFp16, ("a",)),
+    "fp32_to_bf16": (Fp32ToBf16, ("a",)),
+    "fp16_to_fp32": (Fp16ToFp32, ("a",)),
+    "bf16_to_fp32": (Bf16ToFp32, ("a",)),
+}
+
+
+STATIC = -1
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A value and the cycle (from the graph's inputs) at which it is valid; ``STATIC``
+    for a value held constant while data flows (a command's scalars): never delayed."""
+    value: Value
+    time: int
+
+
+class Dataflow:
+    def __init__(self, m, name: str):
+        self.m, self.name = m, name
+        self.latency = 0
+        self._count = 0
+        self._lines: dict[int, tuple[int, list]] = {}    # id(value) -> (ready time, delay line)
+
+    def _fresh(self, what: str) -> str:
+        self._count += 1
+        return f"{self.name}_{what}{self._count}"
+
+    def input(self, value, time: int = 0) -> Timed:
+        return Timed(Value.cast(value), time)
+
+    def static(self, value) -> Timed:
+        """A value the caller keeps constant while vectors are in flight (no delay line)."""
+        return Timed(Value.cast(value), STATIC)
+
+    def at(self, timed: Timed, time: int) -> Value:
+        """``timed``'s value delayed to ``time`` (shared delay lines: asking for the same
+        value at two times costs the longer line once)."""
+        if timed.time == STATIC:
+            return timed.value
+        if time < timed.time:
+            raise ValueError(f"{self.name}: a value ready at {timed.time} is wanted at {time}")
+        base, line = self._lines.setdefault(id(timed.value), (timed.time, [timed.value]))
+        steps = time - base
+        while len(line) <= steps:
+            reg = Signal(timed.value.shape(), name=self._fresh("dly"), reset_less=True)
+            self.m.d.sync += reg.eq(line[-1])
+            line.append(reg)
+        return line[steps]
+
+    def op(self, name: str, *operands: Timed) -> Timed:
+        """Instantiate unit ``name`` on ``operands``; the result is ready ``latency`` later."""
+        cls, names = OPS[name]
+        if len(operands) != len(names):
+            raise TypeError(f"{name} takes {len(names)} operands")
+        start = max([0] + [o.time for o in operands])
+        unit = cls(lanes=1)
+        unit._MustUse__silence = True       # only its lane datapath is used, inline
+        pipe = Pipeline(self.m, Const(1), self._fresh(name))
+        controls = {c: Const(0, width) for c, width in cls.controls.items()}
+        result = unit.lane(self.m, pipe, {n: self.at(o, start) for n, o in zip(names, operands)}, controls)
+        done = Timed(Value.cast(result), start + unit.latency)
+        self.latency = max(self.latency, done.time)
+        return done
+
+    def select(self, condition: Timed, if_true: Timed, if_false: Timed) -> Timed:
+        """A multiplexer (no latency) at the later of its operands' times."""
+        t = max(0, condition.time, if_true.time, if_false.time)
+        out = Signal(if_true.value.shape(), name=self._fresh("sel"))
+        self.m.d.comb += out.eq(Mux(self.at(condition, t), self.at(if_true, t), self.at(if_false, t)))
+        return Timed(out, t)
