@@ -28,6 +28,7 @@ class Completion:
     bytes_read: int
     bytes_written: int
     start: int = 0          # engine cycle stamp of the start (0 on the model)
+    aux: int = 0            # engine-defined (adam: non-finite gradients)
 
     @property
     def ok(self) -> bool:
@@ -143,7 +144,8 @@ class EngineClient:
             done = Completion(self.name, status["tag"], ErrorCode(status["error"]) if status["error"] in
                               ErrorCode._value2member_map_ else status["error"],
                               self.regs.read("cpl_cycles"), self.regs.read("cpl_bytes_read"),
-                              self.regs.read("cpl_bytes_written"), self.regs.read("cpl_start"))
+                              self.regs.read("cpl_bytes_written"), self.regs.read("cpl_start"),
+                              self.regs.read("cpl_aux"))
             self.regs.write("cpl_pop", pop=1)
             self._in_flight.pop(done.tag, None)
             self._done[done.tag] = done

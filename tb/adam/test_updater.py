@@ -33,19 +33,28 @@ def _vector(values, lanes, start):
     return sum(int(values[start + i]) << (32 * i) for i in range(lanes))
 
 
-async def _run(dut, p, rng, source, sink, mode, copy_fmt, step):
+async def _run(dut, p, rng, source, sink, mode, copy_fmt, step, grad_fmt):
     lanes, n = p["lanes"], p["vectors"] * p["lanes"]
     pp, mm, gg = operands(rng, n), operands(rng, n), operands(rng, n)
     vv = operands(rng, n) & 0x7FFF_FFFF
     special = rng.random(n) < 0.03
     gg[special] = rng.choice(np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0x7F812345], np.uint32), special.sum())
+    if grad_fmt == Format.FP16:
+        gg = fp.fp32_to_fp16(gg).astype(np.uint32)
+        sub = rng.random(n) < 0.05
+        gg[sub] = rng.integers(0, 0x400, sub.sum())                         # fp16 subnormals
+    elif grad_fmt == Format.BF16:
+        gg = fp.fp32_to_bf16(gg).astype(np.uint32)
     sc = scalars_for_step(step, lr=rng.choice([1e-3, 3e-4]), weight_decay=rng.choice([0.0, 0.01]), mode=mode,
                           grad_scale=rng.choice([1.0, 1 / 4096]))
     for name, value in sc.bits().items():
         getattr(dut, name).value = value
     dut.mode.value = int(mode)
     dut.copy_bf16.value = int(copy_fmt == Format.BF16)
-    want_p, want_m, want_v, want_copy, nonfinite = adam_step(pp, mm, vv, gg, sc, mode=mode, copy_format=copy_fmt)
+    dut.grad_format.value = int(grad_fmt)
+    g_in = gg if grad_fmt == Format.FP32 else gg.astype(np.uint16)
+    want_p, want_m, want_v, want_copy, nonfinite = adam_step(pp, mm, vv, g_in, sc, mode=mode, copy_format=copy_fmt,
+                                                             grad_format=grad_fmt)
 
     width = 32 * lanes
     for k in range(0, n, lanes):
@@ -75,9 +84,10 @@ async def random_updates(dut):
     source = StreamSource(dut, "i", stall=p["stall"])
     sink = StreamSink(dut, "o", stall=p["stall"])
     await start_clock_and_reset(dut)
-    for mode, copy_fmt, step in ((Mode.ADAMW, Format.FP16, 1), (Mode.ADAM, Format.BF16, 5),
-                                 (Mode.ADAMW, Format.BF16, 1000)):
-        await _run(dut, p, rng, source, sink, mode, copy_fmt, step)
+    for mode, copy_fmt, step, grad_fmt in ((Mode.ADAMW, Format.FP16, 1, Format.FP32),
+                                           (Mode.ADAM, Format.BF16, 5, Format.FP16),
+                                           (Mode.ADAMW, Format.BF16, 1000, Format.BF16)):
+        await _run(dut, p, rng, source, sink, mode, copy_fmt, step, grad_fmt)
         for _ in range(5):
             await RisingEdge(dut.clk)
 

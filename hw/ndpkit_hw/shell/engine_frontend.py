@@ -31,7 +31,7 @@ from .csr import CSRBlock
 
 __all__ = ["EngineFrontend", "CompletionLayout", "command_layout"]
 
-CompletionLayout = data.StructLayout({"tag": 16, "error": 4, "bytes_read": 32, "bytes_written": 32})
+CompletionLayout = data.StructLayout({"tag": 16, "error": 4, "bytes_read": 32, "bytes_written": 32, "aux": 32})
 
 
 def _arg_fields(block: RegisterBlock):
@@ -126,6 +126,7 @@ class EngineFrontend(wiring.Component):
             csr.cpl_start_value.eq(head.start),
             csr.cpl_bytes_read_value.eq(head.cpl.bytes_read),
             csr.cpl_bytes_written_value.eq(head.cpl.bytes_written),
+            csr.cpl_aux_value.eq(head.cpl.aux),
             self.irq.eq(((csr.irq_done & csr.irq_enable_done) | (csr.irq_overflow & csr.irq_enable_overflow)) != 0),
             csr.irq_done_clear.eq(self.irq_clear),
             csr.irq_overflow_clear.eq(self.irq_clear),

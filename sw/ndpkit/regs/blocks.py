@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .declare import Access, Field, Register, RegisterBlock
 
-__all__ = ["GLOBAL", "DMA_COPY", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
+__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
            "ENGINE_STRIDE", "ENGINE_ARGS_OFFSET", "BAR0_SIZE", "IRQ_LINES", "engine_block", "engine_args",
            "command_fields"]
 
@@ -97,6 +97,8 @@ def engine_block(name: str, args, doc: str) -> RegisterBlock:
         Register.single("cpl_start", 0x2C, Access.RO, doc="Cycle stamp of the command's start, on the engine's "
                         "counter (same clock as the shell's, reset with the engines): with cpl_cycles it places "
                         "commands on a timeline."),
+        Register.single("cpl_aux", 0x30, Access.RO, doc="Engine-defined result of the command (adam: "
+                        "non-finite gradients seen; dma_copy: 0)."),
     ]
     return RegisterBlock(name, common + list(args), doc=doc, size=ENGINE_STRIDE)
 
@@ -124,6 +126,36 @@ DMA_COPY = engine_block("dma_copy", [
 ], doc="Memory-to-memory copy and pattern fill over the burst engines. Copy ranges must not overlap "
        "(ErrorCode.OVERLAP).")
 
-ENGINE_BLOCKS = {"dma_copy": DMA_COPY}
+_SCALAR_DOCS = {
+    "grad_scale": "float32: every gradient is multiplied by it first (loss-scale unscale or clip factor; 1.0 = none).",
+    "weight_decay": "float32: Adam (L2) mode: g = fma(p, weight_decay, g); 0 skips the step.",
+    "beta1": "float32: m = m * beta1 ...",
+    "one_minus_beta1": "float32: ... m = fma(g, one_minus_beta1, m).",
+    "beta2": "float32: v = v * beta2 ...",
+    "one_minus_beta2": "float32: ... v = fma(g*g, one_minus_beta2, v).",
+    "bias_correction2": "float32: 1 / sqrt(1 - beta2**t): d = fma(sqrt(v), bias_correction2, eps).",
+    "eps": "float32: the epsilon added to the corrected sqrt(v).",
+    "decay": "float32: AdamW mode: p = fma(p, decay, p) with decay = -lr * weight_decay; 0 skips the step.",
+    "step_size": "float32: p = fma(m / d, step_size, p) with step_size = -lr / (1 - beta1**t).",
+}
 
-ALL_BLOCKS = (GLOBAL, DMA_COPY)
+ADAM = engine_block("adam", [
+    Register("format", 0x40, [
+        Field("mode", 0, 2, Access.RW, doc="0 = AdamW (decoupled decay), 1 = Adam (L2 decay into the gradient)."),
+        Field("grad", 4, 2, Access.RW, doc="Gradient format: 0 fp32, 1 fp16, 2 bf16."),
+        Field("copy", 8, 2, Access.RW, doc="16-bit parameter copy: 0 none, 1 fp16, 2 bf16 (RNE)."),
+    ]),
+    Register.single("count", 0x44, Access.RW, doc="Elements n (any n >= 1; arrays occupy whole bus words)."),
+    Register.single("p", 0x48, Access.RW, doc="fp32 parameters, read and written in place (word aligned)."),
+    Register.single("m", 0x4C, Access.RW, doc="fp32 first moments, in place."),
+    Register.single("v", 0x50, Access.RW, doc="fp32 second moments, in place."),
+    Register.single("g", 0x54, Access.RW, doc="Gradients in the `format.grad` format (read only)."),
+    Register.single("copy", 0x58, Access.RW, doc="16-bit parameter copy destination (when format.copy != 0)."),
+] + [Register.single(name, 0x60 + 4 * i, Access.RW, doc=doc) for i, (name, doc) in enumerate(_SCALAR_DOCS.items())],
+    doc="Adam/AdamW update of fp32 p, m, v in card memory from fp32/fp16/bf16 gradients (DeepSpeed CPU Adam "
+        "operation order, bit-exact to ndpkit.golden.adam), with an optional fp16/bf16 copy of p. Arrays must not "
+        "overlap each other (OVERLAP); a bad format or mode is BAD_FIELD; cpl_aux counts non-finite gradients.")
+
+ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM}
+
+ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM)

@@ -87,9 +87,9 @@ class _EngineModel:
         self._start()
         while self.running and len(self.completions) < self.depth + self.max_in_flight:
             cmd = self.running.popleft()
-            error, read, written = self.behaviour(self.device, cmd)
+            error, read, written, *aux = self.behaviour(self.device, cmd)
             self.completions.append({"tag": cmd["tag"], "error": error, "cycles": 0,
-                                     "bytes_read": read, "bytes_written": written})
+                                     "bytes_read": read, "bytes_written": written, "aux": aux[0] if aux else 0})
             self.regs.set_bits("irq", "done", 1)
             self._start()
         self._publish()
@@ -114,7 +114,7 @@ class _EngineModel:
         r.set_input("cpl_status", "error", head["error"] if head else 0)
         r.set_input("cpl_status", "tag", head["tag"] if head else 0)
         for reg, key in (("cpl_cycles", "cycles"), ("cpl_start", "cycles"), ("cpl_bytes_read", "bytes_read"),
-                         ("cpl_bytes_written", "bytes_written")):
+                         ("cpl_bytes_written", "bytes_written"), ("cpl_aux", "aux")):
             r.set_input(reg, "value", head[key] if head else 0)
 
 

@@ -1,8 +1,8 @@
 """The Adam/AdamW update datapath: ``lanes`` elements per cycle, bit-exact to
 :func:`ndpkit.golden.adam.adam_step` (the operation order is documented there).
 
-``i`` (valid/ready): per lane fp32 ``p``, ``m``, ``v`` and the fp32 gradient ``g``
-(16-bit gradients are widened before this block, exactly).  ``o`` (valid/ready):
+``i`` (valid/ready): per lane fp32 ``p``, ``m``, ``v`` and the gradient ``g``: fp32,
+or fp16/bf16 in its low 16 bits (``grad_format``), widened exactly inside.  ``o`` (valid/ready):
 per lane the new ``p``, ``m``, ``v``, the 16-bit copy of ``p`` (fp16 or bf16, by
 ``copy_bf16``) and a non-finite-gradient flag.  The scalars, ``mode`` and
 ``copy_bf16`` are inputs that must stay constant while vectors are in flight (the
@@ -21,8 +21,8 @@ from amaranth.hdl import Module, Signal, Mux
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.golden.adam import AdamScalars, Mode
-from ...arith.dataflow import Dataflow
+from ndpkit.golden.adam import AdamScalars, Format, Mode
+from ...arith.dataflow import Dataflow, Timed
 
 __all__ = ["AdamUpdater", "SCALARS", "updater_latency"]
 
@@ -43,10 +43,13 @@ def _nonzero(x):
     return x[:31] != 0
 
 
-def build_lane(m, name, p, mom, var, g, s, mode, copy_bf16):
-    """One lane's graph; returns (Dataflow, {output: Timed})."""
+def build_lane(m, name, p, mom, var, g, s, mode, copy_bf16, grad_format):
+    """One lane's graph; returns (Dataflow, {output: Timed}).  ``g`` is the raw
+    gradient word: fp32, or fp16/bf16 in its low 16 bits (``grad_format``)."""
     df = Dataflow(m, name)
-    P, M, V, G = (df.input(x) for x in (p, mom, var, g))
+    P, M, V = (df.input(x) for x in (p, mom, var))
+    G = df.select(df.static(grad_format == Format.FP16), df.op("fp16_to_fp32", df.input(g[:16])),
+                  df.input(Mux(grad_format == Format.BF16, g[:16] << 16, g)))
     S = {k: df.static(v) for k, v in s.items()}
     l2 = df.static((mode == Mode.ADAM) & _nonzero(s["weight_decay"]))
     decayed = df.static((mode == Mode.ADAMW) & _nonzero(s["decay"]))
@@ -59,7 +62,7 @@ def build_lane(m, name, p, mom, var, g, s, mode, copy_bf16):
     p1 = df.select(decayed, df.op("fma", P, S["decay"], P), P)                   # 7
     p2 = df.op("fma", u, S["step_size"], p1)                                     # 8
     copy = df.select(df.static(copy_bf16), df.op("fp32_to_bf16", p2), df.op("fp32_to_fp16", p2))
-    nonfinite = df.input(g[23:31] == 0xFF)
+    nonfinite = Timed(G.value[23:31] == 0xFF, G.time)
     return df, {"p": p2, "m": m2, "v": v2, "copy": copy, "nonfinite": nonfinite}
 
 
@@ -68,7 +71,7 @@ def updater_latency() -> int:
     m = Module()
     m._MustUse__silence = True
     z = Signal(32)
-    df, _ = build_lane(m, "probe", z, z, z, z, {k: z for k in SCALARS}, Signal(1), Signal(1))
+    df, _ = build_lane(m, "probe", z, z, z, z, {k: z for k in SCALARS}, Signal(1), Signal(1), Signal(2))
     return df.latency
 
 
@@ -85,6 +88,7 @@ class AdamUpdater(wiring.Component):
             "o": Out(stream.Signature(_out_layout(lanes))),
             "mode": In(1),
             "copy_bf16": In(1),
+            "grad_format": In(2),
             "idle": Out(1),
         }
         members.update({name: In(32) for name in SCALARS})
@@ -111,7 +115,7 @@ class AdamUpdater(wiring.Component):
         for lane in range(lanes):
             df, outs = build_lane(m, f"lane{lane}", self.i.payload.p[lane], self.i.payload.m[lane],
                                   self.i.payload.v[lane], self.i.payload.g[lane], scalars, self.mode,
-                                  self.copy_bf16)
+                                  self.copy_bf16, self.grad_format)
             latency = df.latency
             m.d.comb += [
                 result.p[lane].eq(df.at(outs["p"], latency)),

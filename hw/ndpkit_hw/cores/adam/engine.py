@@ -1,0 +1,246 @@
+"""``adam``: the Adam/AdamW updater engine (Smart-Infinity's near-storage step).
+
+Command (:data:`ndpkit.regs.blocks.ADAM`): element count ``n``, addresses of ``p``,
+``m``, ``v`` (fp32, updated in place), ``g`` (fp32/fp16/bf16) and the optional 16-bit
+parameter copy, the mode, formats and the ten float32 scalars.  Checked before any
+traffic, in order: formats and mode (BAD_FIELD), ``n != 0`` (ZERO_LENGTH), every
+array's word-rounded range by the transfer rule (UNALIGNED, OUT_OF_WINDOW), no two
+arrays overlapping (OVERLAP).
+
+Data: four burst readers (p, m, v, g) stream into :class:`AdamUpdater` (``lanes`` =
+bus width / 32 elements per vector; a 16-bit gradient word feeds two vectors), and
+its results fork to four burst writers (p, m, v and the copy, two vectors packed per
+word).  Reads and writes overlap: there are no per-chunk phases.  The last vector's
+lanes beyond ``n`` are written with their byte strobes off, so nothing outside the
+arrays changes.  All eight engines share the engine's AXI4 master through an 8:1
+interconnect.  The completion's ``aux`` is the number of non-finite gradients.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, Cat, Const, Mux
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ndpkit.codes import ErrorCode
+from ndpkit.regs.blocks import ADAM
+from ...bus.axi import AXI4Signature, READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
+from ...bus.dma import BurstReader, BurstWriter, transfer_error
+from ...bus.interconnect import AxiInterconnect
+from ...shell.engine_frontend import CompletionLayout, command_layout
+from .updater import SCALARS, AdamUpdater
+
+__all__ = ["AdamEngine"]
+
+READS = ("p", "m", "v", "g")
+WRITES = ("p", "m", "v", "copy")
+
+
+class _Range:
+    def __init__(self, addr, length):
+        self.addr, self.length = addr, length
+
+
+class AdamEngine(wiring.Component):
+    max_in_flight = 1
+
+    def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
+                 max_outstanding: int = 8):
+        self.addr_width, self.data_width = addr_width, data_width
+        self.word_bytes = data_width // 8
+        log2_exact(self.word_bytes, "data_width/8")
+        self.lanes = data_width // 32
+        self.updater = AdamUpdater(lanes=self.lanes)
+        dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
+                   max_outstanding=max_outstanding)
+        self.readers = {name: BurstReader(axi_id=0, **dma) for name in READS}
+        self.writers = {name: BurstWriter(axi_id=0, **dma) for name in WRITES}
+        self.interconnect = AxiInterconnect(num_masters=8, addr_width=addr_width, data_width=data_width, id_width=1)
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(ADAM))),
+            "cpl": Out(stream.Signature(CompletionLayout)),
+            "bus": Out(AXI4Signature(addr_width=addr_width, data_width=data_width,
+                                     id_width=1 + self.interconnect.index_bits)),
+            "window_base": In(addr_width),
+            "window_size": In(addr_width + 1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, word = self.lanes, self.word_bytes
+        word_shift, lane_shift = word.bit_length() - 1, lanes.bit_length() - 1
+        m.submodules.updater = updater = self.updater
+        m.submodules.interconnect = ic = self.interconnect
+        for i, name in enumerate(READS):
+            r = m.submodules[f"read_{name}"] = self.readers[name]
+            port = getattr(ic, f"s{i}")
+            connect_members(m, r.bus, port, READ_MEMBERS)
+            m.d.comb += [port.awvalid.eq(0), port.wvalid.eq(0), port.bready.eq(1)]
+        for i, name in enumerate(WRITES):
+            w = m.submodules[f"write_{name}"] = self.writers[name]
+            port = getattr(ic, f"s{4 + i}")
+            connect_members(m, w.bus, port, WRITE_MEMBERS)
+            m.d.comb += [port.arvalid.eq(0), port.rready.eq(1)]
+        wiring.connect(m, ic.m, wiring.flipped(self.bus))
+        engines = list(self.readers.values()) + list(self.writers.values())
+        for e in engines:
+            m.d.comb += [e.window_base.eq(self.window_base), e.window_size.eq(self.window_size)]
+
+        # ---- the command and its derived sizes ----------------------------------
+        cmd = Signal(command_layout(ADAM))
+        vectors = Signal(33)
+        m.d.comb += vectors.eq((cmd.count + (lanes - 1)) >> lane_shift)
+        len32, len16 = Signal(40), Signal(40)
+        m.d.comb += [len32.eq(vectors << word_shift), len16.eq(((vectors + 1) >> 1) << word_shift)]
+        grad16 = cmd.format_grad != 0
+        has_copy = cmd.format_copy != 0
+        ranges = {
+            "p": _Range(cmd.p, len32[:32]), "m": _Range(cmd.m, len32[:32]), "v": _Range(cmd.v, len32[:32]),
+            "g": _Range(cmd.g, Mux(grad16, len16, len32)[:32]), "copy": _Range(cmd.copy, len16[:32]),
+        }
+        errors = {k: transfer_error(m, word, self.addr_width, r, self.window_base, self.window_size)
+                  for k, r in ranges.items()}
+        active = {"p": Const(1), "m": Const(1), "v": Const(1), "g": Const(1), "copy": has_copy}
+        overlap = Signal()
+        pairs = []
+        names = list(ranges)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                ra, rb = ranges[a], ranges[b]
+                pairs.append(active[a] & active[b] & (ra.addr < rb.addr + rb.length) & (rb.addr < ra.addr + ra.length))
+        m.d.comb += overlap.eq(Cat(*pairs).any())
+        check = Signal(4)
+        with m.If((cmd.format_mode > 1) | (cmd.format_grad > 2) | (cmd.format_copy > 2)):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif(cmd.count == 0):
+            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
+        with m.Elif(len32[32:] != 0):
+            m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
+        for name in names:
+            with m.Elif(active[name] & (errors[name] != 0)):
+                m.d.comb += check.eq(errors[name])
+        with m.Elif(overlap):
+            m.d.comb += check.eq(ErrorCode.OVERLAP)
+
+        # scalars and modes reach the updater from the latched command (static while it runs)
+        for name in SCALARS:
+            m.d.comb += getattr(updater, name).eq(getattr(cmd, name))
+        m.d.comb += [updater.mode.eq(cmd.format_mode[0]), updater.copy_bf16.eq(cmd.format_copy == 2),
+                     updater.grad_format.eq(cmd.format_grad)]
+
+        # ---- control ------------------------------------------------------------------
+        sent = {f"r{k}": Signal(name=f"sent_r{k}") for k in READS}
+        sent.update({f"w{k}": Signal(name=f"sent_w{k}") for k in WRITES})
+        done = {k: Signal(name=f"done_{k}") for k in sent}
+        enabled = {f"r{k}": Const(1) for k in READS}
+        enabled.update({f"w{k}": active[k] for k in WRITES})
+        status = Signal(4)
+        error = Signal(4)
+        in_count, out_count = Signal(33), Signal(33)
+        nonfinite = Signal(32)
+        running = Signal()
+        finished = Signal()
+        m.d.comb += finished.eq(Cat(*[done[k] | ~enabled[k] for k in done]).all())
+        ports = {f"r{k}": self.readers[k] for k in READS}
+        ports.update({f"w{k}": self.writers[k] for k in WRITES})
+        for key, e in ports.items():
+            r = ranges[key[1:]]
+            m.d.comb += [e.cmd.payload.addr.eq(r.addr), e.cmd.payload.length.eq(r.length),
+                         e.cmd.valid.eq(running & enabled[key] & ~sent[key]),
+                         e.status.ready.eq(running & enabled[key] & ~done[key])]
+            with m.If(e.cmd.valid & e.cmd.ready):
+                m.d.sync += sent[key].eq(1)
+            with m.If(e.status.valid & e.status.ready):
+                m.d.sync += done[key].eq(1)
+                with m.If(status == 0):
+                    m.d.sync += status.eq(e.status.payload.error)
+
+        with m.FSM(name="control"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(updater.idle)
+                with m.If(self.cmd.valid & self.cmd.ready):
+                    m.d.sync += cmd.eq(self.cmd.payload)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                for e in engines:
+                    m.d.comb += e.clear_counters.eq(1)
+                m.d.sync += [error.eq(check), status.eq(0), in_count.eq(0), out_count.eq(0), nonfinite.eq(0)]
+                m.d.sync += [s.eq(0) for s in sent.values()] + [d.eq(0) for d in done.values()]
+                with m.If(check != 0):
+                    m.next = "COMPLETE"
+                with m.Else():
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += running.eq(1)
+                with m.If(finished):
+                    m.d.sync += error.eq(status)
+                    m.next = "COMPLETE"
+            with m.State("COMPLETE"):
+                m.d.comb += self.cpl.valid.eq(1)
+                with m.If(self.cpl.ready):
+                    m.next = "IDLE"
+        accepted = error == 0
+        m.d.comb += [
+            self.cpl.payload.tag.eq(cmd.tag),
+            self.cpl.payload.error.eq(error),
+            self.cpl.payload.bytes_read.eq(Mux(accepted, 3 * len32 + ranges["g"].length, 0)),
+            self.cpl.payload.bytes_written.eq(Mux(accepted, 3 * len32 + Mux(has_copy, len16, 0), 0)),
+            self.cpl.payload.aux.eq(Mux(accepted, nonfinite, 0)),
+        ]
+
+        # ---- readers -> updater (a 16-bit gradient word feeds two vectors) -------------
+        rp, rm, rv, rg = (self.readers[k].data for k in READS)
+        g_half = Signal()
+        half_bits = lanes * 16
+        g_word = rg.payload.data
+        g_lanes = [Mux(grad16, Mux(g_half, g_word[half_bits + 16 * i:half_bits + 16 * (i + 1)],
+                                   g_word[16 * i:16 * (i + 1)]),
+                       g_word[32 * i:32 * (i + 1)]) for i in range(lanes)]
+        all_valid = rp.valid & rm.valid & rv.valid & rg.valid & running & (in_count < vectors)
+        fire_in = Signal()
+        m.d.comb += [fire_in.eq(all_valid & updater.i.ready),
+                     updater.i.valid.eq(all_valid),
+                     updater.i.payload.p.eq(rp.payload.data), updater.i.payload.m.eq(rm.payload.data),
+                     updater.i.payload.v.eq(rv.payload.data), updater.i.payload.g.eq(Cat(*g_lanes)),
+                     rp.ready.eq(fire_in), rm.ready.eq(fire_in), rv.ready.eq(fire_in),
+                     rg.ready.eq(fire_in & (~grad16 | g_half | (in_count + 1 == vectors)))]
+        with m.If(fire_in):
+            m.d.sync += [in_count.eq(in_count + 1), g_half.eq(grad16 & ~g_half)]
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += g_half.eq(0)
+
+        # ---- updater -> writers ------------------------------------------------------
+        o = updater.o
+        last = out_count + 1 == vectors
+        tail = Signal(range(lanes + 1))
+        m.d.comb += tail.eq(cmd.count - ((vectors - 1) << lane_shift))
+        lane_on = Signal(lanes)
+        m.d.comb += lane_on.eq(Mux(last, (Const(1, lanes + 1) << tail) - 1, (1 << lanes) - 1))
+        strb32 = Cat(*[lane_on[i].replicate(4) for i in range(lanes)])
+        c_half = Signal()
+        copy_low = Signal(half_bits)
+        copy_low_on = Signal(lanes)
+        emit = has_copy & (c_half | last)
+        wp, wm, wv, wc = (self.writers[k].data for k in WRITES)
+        all_ready = Signal()
+        m.d.comb += all_ready.eq(wp.ready & wm.ready & wv.ready & (~emit | wc.ready))
+        fire_out = Signal()
+        m.d.comb += fire_out.eq(o.valid & all_ready)
+        strb16 = lambda on: Cat(*[on[i].replicate(2) for i in range(lanes)])
+        m.d.comb += [
+            o.ready.eq(all_ready),
+            wp.valid.eq(fire_out), wp.payload.data.eq(o.payload.p), wp.payload.strb.eq(strb32),
+            wm.valid.eq(fire_out), wm.payload.data.eq(o.payload.m), wm.payload.strb.eq(strb32),
+            wv.valid.eq(fire_out), wv.payload.data.eq(o.payload.v), wv.payload.strb.eq(strb32),
+            wc.valid.eq(fire_out & emit),
+            wc.payload.data.eq(Mux(c_half, Cat(copy_low, o.payload.copy), Cat(o.payload.copy, Const(0, half_bits)))),
+            wc.payload.strb.eq(Mux(c_half, Cat(strb16(copy_low_on), strb16(lane_on)),
+                                   Cat(strb16(lane_on), Const(0, 2 * lanes)))),
+        ]
+        popcount = sum((o.payload.nonfinite & lane_on)[i] for i in range(lanes))
+        with m.If(fire_out):
+            m.d.sync += [out_count.eq(out_count + 1), nonfinite.eq(nonfinite + popcount)]
+            with m.If(has_copy):
+                m.d.sync += [c_half.eq(~c_half & ~last), copy_low.eq(o.payload.copy), copy_low_on.eq(lane_on)]
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += c_half.eq(0)
+        return m
