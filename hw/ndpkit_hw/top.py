@@ -41,8 +41,14 @@ def _dma_copy(device):
                    max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding)
 
 
+def _adam(device):
+    from .cores.adam.engine import AdamEngine
+    return AdamEngine(addr_width=device.addr_width, data_width=device.data_width,
+                      max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding)
+
+
 # engine name -> (kind, constructor taking the Device); later engines add themselves here
-ENGINE_BUILDERS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy)}
+ENGINE_BUILDERS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy), "adam": (EngineKind.ADAM, _adam)}
 
 
 class Device(wiring.Component):

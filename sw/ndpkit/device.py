@@ -237,6 +237,11 @@ class Device:
             raise NdpkitError(f"this device has no {name!r} engine (present: {', '.join(self.engines) or 'none'})") \
                 from None
 
+    @property
+    def adam(self):
+        """The adam engine's client: ``dev.adam.step(p, m, v, g, scalars=...)``."""
+        return self.engine("adam")
+
     def _length(self, nbytes, dst, src=None) -> int:
         if nbytes is None:
             sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]

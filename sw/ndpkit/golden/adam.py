@@ -31,7 +31,8 @@ import numpy as np
 
 from . import fp
 
-__all__ = ["Mode", "Format", "AdamScalars", "adam_step", "scalars_for_step"]
+__all__ = ["Mode", "Format", "AdamScalars", "adam_step", "scalars_for_step", "check_command", "execute_command",
+           "command_ranges"]
 
 
 class Mode(enum.IntEnum):
@@ -130,3 +131,73 @@ def adam_step(p, m, v, grad, scalars: AdamScalars, *, mode: Mode = Mode.ADAMW, g
     if copy_format is not None:
         copy = fp.fp32_to_fp16(p) if copy_format == Format.FP16 else fp.fp32_to_bf16(p)
     return p, m, v, copy, nonfinite
+
+
+# ---- the engine's command: validation order and effect on card memory -------------------
+
+ARRAYS = ("p", "m", "v", "g", "copy")
+
+
+def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
+    """(address, byte length) of every array a command names; lengths are whole words:
+    ``lanes = word_bytes // 4`` elements per vector, 16-bit arrays pack two vectors a word."""
+    lanes = word_bytes // 4
+    vectors = -(-cmd["count"] // lanes)
+    len32, len16 = vectors * word_bytes, -(-vectors // 2) * word_bytes
+    return {"p": (cmd["p"], len32), "m": (cmd["m"], len32), "v": (cmd["v"], len32),
+            "g": (cmd["g"], len16 if cmd["format_grad"] else len32), "copy": (cmd["copy"], len16)}
+
+
+def check_command(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+    """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/cores/adam/engine.py)."""
+    from ..codes import ErrorCode
+    from .dma_copy import transfer_check
+    if cmd["format_mode"] > 1:
+        return ErrorCode.BAD_FIELD, "mode"
+    if cmd["format_grad"] > 2:
+        return ErrorCode.BAD_FIELD, "grad_format"
+    if cmd["format_copy"] > 2:
+        return ErrorCode.BAD_FIELD, "copy_format"
+    if cmd["count"] == 0:
+        return ErrorCode.ZERO_LENGTH, "n"
+    ranges = command_ranges(cmd, word_bytes)
+    if ranges["p"][1] >= 1 << 32:
+        return ErrorCode.OUT_OF_WINDOW, "n"
+    active = [k for k in ARRAYS if k != "copy" or cmd["format_copy"]]
+    for name in active:
+        code = transfer_check(*ranges[name], word_bytes, window_base, window_size)
+        if code:
+            return code, name
+    for i, a in enumerate(active):
+        for b in active[i + 1:]:
+            (xa, la), (xb, lb) = ranges[a], ranges[b]
+            if xa < xb + lb and xb < xa + la:
+                return ErrorCode.OVERLAP, b
+    return ErrorCode.OK, None
+
+
+def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0) -> tuple[int, int, int]:
+    """Apply an accepted command to ``memory`` (uint8, card memory from ``base``);
+    returns (bytes read, bytes written, non-finite gradients)."""
+    n = cmd["count"]
+    ranges = command_ranges(cmd, word_bytes)
+
+    def view(name, dtype, count):
+        start = cmd[name] - base
+        return memory[start:start + count * np.dtype(dtype).itemsize].view(dtype)
+
+    fmt = Format(cmd["format_grad"])
+    grad = view("g", np.uint32 if fmt == Format.FP32 else np.uint16, n)
+    scalars = AdamScalars(**{f.name: float(np.uint32(cmd[f.name]).view(np.float32)) for f in fields(AdamScalars)})
+    copy_fmt = Format(cmd["format_copy"]) if cmd["format_copy"] else None
+    p, m, v, copy, nonfinite = adam_step(view("p", np.uint32, n), view("m", np.uint32, n), view("v", np.uint32, n),
+                                         grad, scalars, mode=Mode(cmd["format_mode"]), grad_format=fmt,
+                                         copy_format=copy_fmt)
+    view("p", np.uint32, n)[:] = p
+    view("m", np.uint32, n)[:] = m
+    view("v", np.uint32, n)[:] = v
+    if copy is not None:
+        view("copy", np.uint16, n)[:] = copy
+    read = 3 * ranges["p"][1] + ranges["g"][1]
+    written = 3 * ranges["p"][1] + (ranges["copy"][1] if copy is not None else 0)
+    return read, written, nonfinite

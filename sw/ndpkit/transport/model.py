@@ -20,6 +20,7 @@ import numpy as np
 
 from ..codes import AxiResp, EngineKind
 from ..errors import DmaError, RegisterAccessError, TransportClosed
+from ..golden import adam as adam_golden
 from ..golden import dma_copy as dma_copy_golden
 from ..pcie import PcieLink
 from ..regs.blocks import (DMA_COPY, ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
@@ -42,8 +43,18 @@ def _dma_copy(device: "ModelDevice", cmd: dict) -> tuple[int, int, int]:
     return 0, (cmd["length"] if cmd["op"] == dma_copy_golden.OP_COPY else 0), cmd["length"]
 
 
+def _adam(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
+    """(error, bytes read, bytes written, non-finite gradients) of one adam command."""
+    code, _ = adam_golden.check_command(cmd, word_bytes=device.word_bytes, window_base=device.mem_base,
+                                        window_size=device.mem_size)
+    if code:
+        return int(code), 0, 0, 0
+    return (0, *adam_golden.execute_command(device.memory, cmd, word_bytes=device.word_bytes,
+                                            base=device.mem_base))
+
+
 #: engine name -> (kind, behaviour, commands the engine takes before completing the first)
-ENGINE_MODELS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy, 2)}
+ENGINE_MODELS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy, 2), "adam": (EngineKind.ADAM, _adam, 1)}
 
 
 class _EngineModel:
