@@ -46,6 +46,7 @@ demo: $(STAMP)
 perf: $(STAMP)
 	$(VPY) -m tb.bus.dma_perf_report $(if $(QUICK),--quick,)
 	QUICK=$(QUICK) $(VPY) -m tb.device.copy_bench
+	QUICK=$(QUICK) $(VPY) -m tb.adam.adam_bench
 
 $(IMPL_STAMP): $(STAMP)
 	$(VPY) -m pip install --quiet -e '.[impl]'
