@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from .mem.memory_model import AxiMemoryModel
 from .top import Device

@@ -14,7 +14,6 @@ import json
 import os
 
 import cocotb
-import numpy as np
 from cocotb.triggers import RisingEdge
 
 from ndpkit.golden.adam import Format, scalars_for_step

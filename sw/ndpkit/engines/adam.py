@@ -1,7 +1,6 @@
 """Driver of the ``adam`` engine: ``dev.adam.step(...)`` on card buffers."""
 from __future__ import annotations
 
-import numpy as np
 
 from ..engine import Command, EngineClient
 from ..golden import adam as golden

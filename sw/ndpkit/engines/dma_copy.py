@@ -1,7 +1,6 @@
 """Driver of the ``dma_copy`` engine: ``Device.copy`` and ``Device.fill``."""
 from __future__ import annotations
 
-from ..codes import ErrorCode
 from ..engine import Command, EngineClient
 from ..golden import dma_copy as golden
 

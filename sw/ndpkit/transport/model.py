@@ -23,7 +23,7 @@ from ..errors import DmaError, RegisterAccessError, TransportClosed
 from ..golden import adam as adam_golden
 from ..golden import dma_copy as dma_copy_golden
 from ..pcie import PcieLink
-from ..regs.blocks import (DMA_COPY, ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
+from ..regs.blocks import (ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
                            command_fields)
 from ..regs.model import RegisterModel, UnmappedRegister
 from .base import Transport
