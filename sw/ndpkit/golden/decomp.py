@@ -1,0 +1,130 @@
+"""Sparse gradients: the host compressor and the golden decompressor.
+
+A compressed gradient of a chunk of ``n`` elements is ``k`` (index, value) pairs:
+``uint32`` absolute indices into the chunk and values in fp32, fp16 or bf16 (bit
+patterns).  Two decompression modes (the ``decomp`` engine's; this module is its
+specification):
+
+- **stream**: indices strictly ascending, every index < n; the pairs merge into a
+  dense gradient stream (zeros elsewhere) that feeds the updater directly.
+- **scatter** (any order, Smart-Infinity compatible): a dense buffer is zero-filled,
+  then pairs are written in array order: a repeated index keeps the *last* value;
+  index ``SENTINEL`` (0xFFFFFFFF) marks padding and is skipped.
+
+Decompressed values are the exact fp32 widening of the stored values (+0 where no
+pair names the element).
+
+Compressor (:func:`compress`): exact top-k by magnitude (``np.argpartition``), or an
+approximate threshold top-k (the threshold is the (1 - k/n) quantile of the
+magnitudes of a random sample; every element at or above it is kept, so the count
+is close to, not exactly, k), with error feedback: the residual (what was not sent,
+including the 16-bit rounding of what was) is added to the next step's gradient.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codes import ErrorCode
+from . import fp
+from .adam import Format
+
+__all__ = ["SENTINEL", "Compressed", "compress", "decompress_stream", "decompress_scatter", "check_stream",
+           "widen"]
+
+SENTINEL = 0xFFFF_FFFF
+
+
+@dataclass
+class Compressed:
+    indices: np.ndarray     # uint32, ascending
+    values: np.ndarray      # uint32 (fp32) or uint16 (fp16/bf16) bit patterns
+    fmt: Format
+    n: int
+
+    @property
+    def k(self) -> int:
+        return len(self.indices)
+
+    @property
+    def nbytes(self) -> int:
+        return self.indices.nbytes + self.values.nbytes
+
+
+def widen(values, fmt: Format) -> np.ndarray:
+    """Stored values -> fp32 bit patterns (exact)."""
+    fmt = Format(fmt)
+    if fmt == Format.FP32:
+        return np.asarray(values, dtype=np.uint32)
+    return fp.fp16_to_fp32(values) if fmt == Format.FP16 else fp.bf16_to_fp32(values)
+
+
+def _narrow(bits32, fmt: Format) -> np.ndarray:
+    if fmt == Format.FP32:
+        return bits32.astype(np.uint32)
+    return fp.fp32_to_fp16(bits32) if fmt == Format.FP16 else fp.fp32_to_bf16(bits32)
+
+
+def compress(grad, k: int, *, residual=None, fmt: Format = Format.FP32, exact: bool = True,
+             rng: np.random.Generator | None = None, sample: int = 65536) -> tuple[Compressed, np.ndarray]:
+    """Top-k of ``grad + residual`` by magnitude; returns (compressed, new residual)."""
+    x = np.asarray(grad, dtype=np.float32).ravel()
+    n = x.size
+    if not 0 < k <= n:
+        raise ValueError(f"k must be in 1..{n}, not {k}")
+    if residual is not None:
+        x = x + np.asarray(residual, dtype=np.float32).ravel()
+    mag = np.abs(x)
+    if exact:
+        chosen = np.sort(np.argpartition(mag, n - k)[n - k:]) if k < n else np.arange(n)
+    else:
+        rng = rng or np.random.default_rng(0)
+        probe = mag if n <= sample else mag[rng.integers(0, n, sample)]
+        threshold = np.quantile(probe, 1 - k / n)
+        chosen = np.flatnonzero(mag >= threshold)
+    fmt = Format(fmt)
+    values = _narrow(fp.bits(x[chosen]), fmt)
+    sent = np.zeros(n, dtype=np.float32)
+    sent[chosen] = fp.floats(widen(values, fmt))
+    return Compressed(chosen.astype(np.uint32), values, fmt, n), x - sent
+
+
+def check_stream(indices, n: int) -> tuple[ErrorCode, str | None]:
+    """The stream mode's rules: 0 < k <= n, indices strictly ascending and < n."""
+    idx = np.asarray(indices, dtype=np.uint64)
+    if idx.size == 0:
+        return ErrorCode.ZERO_LENGTH, "k"
+    if idx.size > n:
+        return ErrorCode.BAD_FIELD, "k"
+    if idx.max() >= n:
+        return ErrorCode.OUT_OF_WINDOW, "indices"
+    if np.any(np.diff(idx.astype(np.int64)) <= 0):
+        return ErrorCode.BAD_FIELD, "indices"
+    return ErrorCode.OK, None
+
+
+def decompress_stream(indices, values, fmt: Format, n: int) -> np.ndarray:
+    """Dense fp32 bit patterns of a stream-mode gradient (raises on a rule violation)."""
+    code, field = check_stream(indices, n)
+    if code:
+        raise ValueError(f"stream-mode pairs break the rules: {code.name} ({field})")
+    dense = np.zeros(n, dtype=np.uint32)
+    dense[np.asarray(indices, dtype=np.int64)] = widen(values, fmt)
+    return dense
+
+
+def decompress_scatter(indices, values, fmt: Format, n: int) -> np.ndarray:
+    """Scatter mode: zero-fill, then pairs in array order (last wins, sentinels skipped).
+    An index other than the sentinel that is >= n is an error (ValueError)."""
+    idx = np.asarray(indices, dtype=np.uint64)
+    keep = idx != SENTINEL
+    if np.any(idx[keep] >= n):
+        raise ValueError("an index is >= n")
+    dense = np.zeros(n, dtype=np.uint32)
+    kept_idx, kept_val = idx[keep].astype(np.int64), widen(values, fmt)[keep]
+    # NumPy leaves the winner of repeated fancy-index writes unspecified: pick the last
+    # occurrence of each index explicitly
+    unique, first_in_reversed = np.unique(kept_idx[::-1], return_index=True)
+    dense[unique] = kept_val[::-1][first_in_reversed]
+    return dense
