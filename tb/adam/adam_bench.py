@@ -65,7 +65,7 @@ def main() -> int:
     params = {"data_width": 512, "latency": 200, "elements": (1 << 16) if quick else (1 << 18), "out": str(out)}
     print("adam benchmark: building the 512-bit engine (16 lanes) once; the first build takes several minutes")
     run_bench(Design(EngineHarness(AdamEngine(data_width=512), mem_size=params["elements"] * 20 + (1 << 16)),
-                     "adam_engine_512"), __name__, params=params)
+                     "adam_engine_512"), "tb.adam.adam_bench", params=params)
     rows = json.loads(out.read_text())
     print(f"\nadam engine, dense update, 512-bit port, memory latency {params['latency']} cycles")
     print(f"{'grad':>6} {'copy':>6} {'elements':>9} {'cycles':>8} {'elem/cycle':>11} {'bound':>6} {'efficiency':>11}")
