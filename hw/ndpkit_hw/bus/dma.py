@@ -30,7 +30,8 @@ from amaranth.lib.wiring import In, Out
 from ndpkit.codes import ErrorCode
 from .axi import AXI4Signature, BURST_INCR, log2_exact
 
-__all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter", "transfer_error"]
+__all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter", "transfer_error",
+           "Transfer", "transfers_overlap"]
 
 LENGTH_WIDTH = 32
 COUNTER_WIDTH = 48
@@ -64,6 +65,19 @@ class _DmaParams:
             raise ValueError(f"buffer_beats ({buffer_beats}) must hold one whole burst ({self.max_burst_beats} beats)")
         self.max_burst_bytes, self.max_outstanding = max_burst_bytes, max_outstanding
         self.buffer_beats, self.max_commands = buffer_beats, max_commands
+
+
+class Transfer:
+    """An ``{addr, length}`` pair of plain values, for :func:`transfer_error` and
+    :func:`transfers_overlap` where they are not a command payload."""
+
+    def __init__(self, addr, length):
+        self.addr, self.length = addr, length
+
+
+def transfers_overlap(a, b):
+    """True when the byte ranges ``[addr, addr + length)`` of ``a`` and ``b`` intersect."""
+    return (a.addr < b.addr + b.length) & (b.addr < a.addr + a.length)
 
 
 def transfer_error(m: Module, data_bytes: int, addr_width: int, payload, window_base, window_size):

@@ -27,18 +27,13 @@ from amaranth.lib.wiring import In, Out
 from ndpkit.codes import ErrorCode
 from ndpkit.regs.blocks import DMA_COPY
 from ..bus.axi import AXI4Signature, READ_MEMBERS, WRITE_MEMBERS, connect_members
-from ..bus.dma import BurstReader, BurstWriter, transfer_error
+from ..bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
 from ..shell.engine_frontend import CompletionLayout, command_layout
 
 __all__ = ["DmaCopy", "OP_COPY", "OP_FILL"]
 
 OP_COPY, OP_FILL = 0, 1
 MAX_IN_FLIGHT = 2
-
-
-class _Range:
-    def __init__(self, addr, length):
-        self.addr, self.length = addr, length
 
 
 class DmaCopy(wiring.Component):
@@ -70,11 +65,11 @@ class DmaCopy(wiring.Component):
         cmd = Signal(command_layout(DMA_COPY))
         data_bytes = self.data_width // 8
         word_shift = data_bytes.bit_length() - 1
-        dst_error = transfer_error(m, data_bytes, self.addr_width, _Range(cmd.dst, cmd.length),
+        dst_error = transfer_error(m, data_bytes, self.addr_width, Transfer(cmd.dst, cmd.length),
                                    self.window_base, self.window_size)
-        src_error = transfer_error(m, data_bytes, self.addr_width, _Range(cmd.src, cmd.length),
+        src_error = transfer_error(m, data_bytes, self.addr_width, Transfer(cmd.src, cmd.length),
                                    self.window_base, self.window_size)
-        overlap = (cmd.src < cmd.dst + cmd.length) & (cmd.dst < cmd.src + cmd.length)
+        overlap = transfers_overlap(Transfer(cmd.src, cmd.length), Transfer(cmd.dst, cmd.length))
         is_copy = cmd.op == OP_COPY
         check = Signal(4)
         with m.If(cmd.op > OP_FILL):

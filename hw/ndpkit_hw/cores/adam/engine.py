@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from ndpkit.codes import ErrorCode
 from ndpkit.regs.blocks import ADAM
 from ...bus.axi import AXI4Signature, READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
-from ...bus.dma import BurstReader, BurstWriter, transfer_error
+from ...bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
 from ...bus.interconnect import AxiInterconnect
 from ...shell.engine_frontend import CompletionLayout, command_layout
 from .updater import SCALARS, AdamUpdater
@@ -33,11 +33,6 @@ __all__ = ["AdamEngine"]
 
 READS = ("p", "m", "v", "g")
 WRITES = ("p", "m", "v", "copy")
-
-
-class _Range:
-    def __init__(self, addr, length):
-        self.addr, self.length = addr, length
 
 
 class AdamEngine(wiring.Component):
@@ -94,8 +89,8 @@ class AdamEngine(wiring.Component):
         grad16 = cmd.format_grad != 0
         has_copy = cmd.format_copy != 0
         ranges = {
-            "p": _Range(cmd.p, len32[:32]), "m": _Range(cmd.m, len32[:32]), "v": _Range(cmd.v, len32[:32]),
-            "g": _Range(cmd.g, Mux(grad16, len16, len32)[:32]), "copy": _Range(cmd.copy, len16[:32]),
+            "p": Transfer(cmd.p, len32[:32]), "m": Transfer(cmd.m, len32[:32]), "v": Transfer(cmd.v, len32[:32]),
+            "g": Transfer(cmd.g, Mux(grad16, len16, len32)[:32]), "copy": Transfer(cmd.copy, len16[:32]),
         }
         errors = {k: transfer_error(m, word, self.addr_width, r, self.window_base, self.window_size)
                   for k, r in ranges.items()}
@@ -105,8 +100,7 @@ class AdamEngine(wiring.Component):
         names = list(ranges)
         for i, a in enumerate(names):
             for b in names[i + 1:]:
-                ra, rb = ranges[a], ranges[b]
-                pairs.append(active[a] & active[b] & (ra.addr < rb.addr + rb.length) & (rb.addr < ra.addr + ra.length))
+                pairs.append(active[a] & active[b] & transfers_overlap(ranges[a], ranges[b]))
         m.d.comb += overlap.eq(Cat(*pairs).any())
         check = Signal(4)
         with m.If((cmd.format_mode > 1) | (cmd.format_grad > 2) | (cmd.format_copy > 2)):
