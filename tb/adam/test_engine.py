@@ -120,6 +120,98 @@ async def adam_engine(dut):
     await _good(dut, p, rng, source, sink, memory, 33, Mode.ADAMW, Format.BF16, Format.BF16, tag)
 
 
+SPARSE_BASES = {**BASES, "idx": 0x14000}
+
+
+def _sparse_fields(rng, n, k, fmt, mode, copy_fmt, tag, indices=None):
+    """Memory image (random guards) and a sparse-mode command."""
+    pp = fp.bits(rng.normal(0, 1, n).astype(np.float32))
+    mm = fp.bits(rng.normal(0, 1e-2, n).astype(np.float32))
+    vv = fp.bits(np.abs(rng.normal(0, 1e-4, n)).astype(np.float32))
+    if indices is None:
+        indices = np.sort(rng.choice(n, size=k, replace=False)).astype(np.uint32)
+    vals32 = rng.normal(0, 1e-2, len(indices)).astype(np.float32)
+    vals32[rng.random(len(indices)) < 0.05] = -np.inf
+    vals = fp.bits(vals32)
+    if fmt != Format.FP32:
+        vals = fp.fp32_to_fp16(vals) if fmt == Format.FP16 else fp.fp32_to_bf16(vals)
+    image = bytearray(rng.bytes(6 * REGION))
+    for name, arr in (("p", pp), ("m", mm), ("v", vv), ("g", vals), ("idx", np.asarray(indices, np.uint32))):
+        raw = arr.tobytes()
+        image[SPARSE_BASES[name] + OFFSET:SPARSE_BASES[name] + OFFSET + len(raw)] = raw
+    sc = scalars_for_step(int(rng.integers(1, 100)), lr=1e-3, weight_decay=0.01, mode=mode)
+    fields = {"format_mode": int(mode), "format_grad": int(fmt), "format_copy": int(copy_fmt or 0),
+              "format_sparse": 1, "count": n, "pairs": len(indices), "tag": tag,
+              **{k_: SPARSE_BASES[k_] + OFFSET for k_ in SPARSE_BASES}, **sc.bits()}
+    return image, fields
+
+
+async def _sparse(p, source, sink, memory, image, fields, expect_error=ErrorCode.OK):
+    """Run one sparse command; memory must equal the golden execute_command's."""
+    from ndpkit.golden.adam import check_command, execute_command
+    word = p["data_width"] // 8
+    memory.write(0, bytes(image))
+    expect = np.frombuffer(bytes(image), dtype=np.uint8).copy()
+    error, _ = check_command(fields, word_bytes=word, window_base=0, window_size=1 << 20)
+    read = written = aux = 0
+    if not error:
+        error, read, written, aux = execute_command(expect, fields, word_bytes=word)
+    assert error == expect_error, f"the golden model says {ErrorCode(error).name}"
+    cpl = await _command(None, source, sink, fields)
+    assert (cpl["error"], cpl["aux"]) == (error, aux), (cpl, error, aux)
+    assert (cpl["bytes_read"], cpl["bytes_written"]) == (read, written), cpl
+    got = np.frombuffer(memory.read(0, 6 * REGION), dtype=np.uint8)
+    for name, base in SPARSE_BASES.items():
+        bad = np.flatnonzero(got[base:base + REGION] != expect[base:base + REGION])
+        assert bad.size == 0, (f"n={fields['count']} k={fields['pairs']} {Format(fields['format_grad']).name}: "
+                               f"{name} region differs first at byte {int(bad[0]) - OFFSET} of the array")
+
+
+@cocotb.test(timeout_time=900, timeout_unit="sec")
+async def adam_engine_sparse(dut):
+    """Stream-mode decompression fused into the update: good pairs at several densities
+    and formats; pairs out of order, repeated or past n stop the update where the golden
+    model says, and the next command works."""
+    p = bench_params()
+    rng = np.random.default_rng(cocotb.RANDOM_SEED + 1)
+    cmd_layout, cpl_layout = _layouts()
+    source = StreamSource(dut, "cmd", cmd_layout, stall=p["stall"])
+    sink = StreamSink(dut, "cpl", cpl_layout, stall=p["stall"])
+    dut.read_latency.value = 40
+    dut.write_latency.value = 20
+    memory = Backdoor(dut.memory.storage.mem, p["data_width"] // 8)
+    await start_clock_and_reset(dut)
+    tag = 100
+    for n, k, fmt, mode, copy_fmt in ((300, 30, Format.FP32, Mode.ADAMW, Format.FP16),
+                                      (301, 3, Format.FP16, Mode.ADAM, 0),
+                                      (77, 77, Format.BF16, Mode.ADAMW, Format.BF16),
+                                      (1, 1, Format.FP32, Mode.ADAMW, 0),
+                                      (257, 60, Format.FP16, Mode.ADAMW, Format.FP16)):
+        image, fields = _sparse_fields(rng, n, k, fmt, mode, copy_fmt, tag)
+        await _sparse(p, source, sink, memory, image, fields)
+        tag += 1
+    # bad pairs: [indices], expected code
+    for indices, code in (([3, 9, 40, 40, 77], ErrorCode.BAD_FIELD),      # duplicate
+                          ([5, 61, 60, 99], ErrorCode.BAD_FIELD),          # out of order
+                          ([0, 2, 150, 151], ErrorCode.OUT_OF_WINDOW),     # index >= n
+                          ([120, 1], ErrorCode.OUT_OF_WINDOW),             # first pair past n
+                          ([7, 3], ErrorCode.BAD_FIELD)):
+        image, fields = _sparse_fields(rng, 120, 0, Format.FP16, Mode.ADAMW, Format.FP16, tag,
+                                       indices=np.array(indices, np.uint32))
+        dut._log.info(f"bad pairs {indices} at {cocotb.utils.get_sim_time('ns')} ns")
+        await _sparse(p, source, sink, memory, image, fields, code)
+        tag += 1
+    for change, code in (({"pairs": 0}, ErrorCode.ZERO_LENGTH), ({"pairs": 121}, ErrorCode.BAD_FIELD),
+                         ({"idx": SPARSE_BASES["p"] + OFFSET}, ErrorCode.OVERLAP),
+                         ({"idx": 0xFFFF0}, ErrorCode.OUT_OF_WINDOW)):
+        image, fields = _sparse_fields(rng, 120, 10, Format.FP32, Mode.ADAMW, 0, tag)
+        fields.update(change)
+        await _sparse(p, source, sink, memory, image, fields, code)
+        tag += 1
+    image, fields = _sparse_fields(rng, 199, 20, Format.BF16, Mode.ADAM, Format.FP16, tag)
+    await _sparse(p, source, sink, memory, image, fields)
+
+
 @pytest.mark.sim
 @pytest.mark.parametrize("config", CONFIGS)
 def test_adam_engine(config):

@@ -140,16 +140,28 @@ ARRAYS = ("p", "m", "v", "g", "copy")
 
 def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
     """(address, byte length) of every array a command names; lengths are whole words:
-    ``lanes = word_bytes // 4`` elements per vector, 16-bit arrays pack two vectors a word."""
+    ``lanes = word_bytes // 4`` elements per vector, 16-bit arrays pack two vectors a word.
+    In sparse mode ``g`` holds the ``pairs`` values and ``idx`` their indices."""
     lanes = word_bytes // 4
+
+    def words(elements, size):
+        return -(-elements * size // word_bytes) * word_bytes
+
     vectors = -(-cmd["count"] // lanes)
     len32, len16 = vectors * word_bytes, -(-vectors // 2) * word_bytes
-    return {"p": (cmd["p"], len32), "m": (cmd["m"], len32), "v": (cmd["v"], len32),
-            "g": (cmd["g"], len16 if cmd["format_grad"] else len32), "copy": (cmd["copy"], len16)}
+    ranges = {"p": (cmd["p"], len32), "m": (cmd["m"], len32), "v": (cmd["v"], len32),
+              "g": (cmd["g"], len16 if cmd["format_grad"] else len32), "copy": (cmd["copy"], len16)}
+    if cmd.get("format_sparse"):
+        k = cmd["pairs"]
+        ranges["g"] = (cmd["g"], words(k, 2 if cmd["format_grad"] else 4))
+        ranges["idx"] = (cmd["idx"], words(k, 4))
+    return ranges
 
 
 def check_command(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
-    """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/cores/adam/engine.py)."""
+    """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/cores/adam/engine.py).
+    Only what is checked before the update starts: sparse-mode pairs are checked as they
+    stream (:func:`ndpkit.golden.decomp.stream_stop`)."""
     from ..codes import ErrorCode
     from .dma_copy import transfer_check
     if cmd["format_mode"] > 1:
@@ -160,10 +172,15 @@ def check_command(cmd: dict, *, word_bytes: int, window_base: int, window_size: 
         return ErrorCode.BAD_FIELD, "copy_format"
     if cmd["count"] == 0:
         return ErrorCode.ZERO_LENGTH, "n"
+    sparse = bool(cmd.get("format_sparse"))
+    if sparse and cmd["pairs"] == 0:
+        return ErrorCode.ZERO_LENGTH, "pairs"
+    if sparse and cmd["pairs"] > cmd["count"]:
+        return ErrorCode.BAD_FIELD, "pairs"
     ranges = command_ranges(cmd, word_bytes)
     if ranges["p"][1] >= 1 << 32:
         return ErrorCode.OUT_OF_WINDOW, "n"
-    active = [k for k in ARRAYS if k != "copy" or cmd["format_copy"]]
+    active = [k for k in ranges if k != "copy" or cmd["format_copy"]]
     for name in active:
         code = transfer_check(*ranges[name], word_bytes, window_base, window_size)
         if code:
@@ -176,9 +193,11 @@ def check_command(cmd: dict, *, word_bytes: int, window_base: int, window_size: 
     return ErrorCode.OK, None
 
 
-def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0) -> tuple[int, int, int]:
-    """Apply an accepted command to ``memory`` (uint8, card memory from ``base``);
-    returns (bytes read, bytes written, non-finite gradients)."""
+def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0) -> tuple[int, int, int, int]:
+    """Apply an accepted command to ``memory`` (uint8, card memory from ``base``); returns
+    (error, bytes read, bytes written, aux): aux = non-finite gradients, or after a
+    sparse-mode pair error the number of elements updated before it (the rest untouched)."""
+    from .decomp import densify, good_prefix, stream_stop
     n = cmd["count"]
     ranges = command_ranges(cmd, word_bytes)
 
@@ -187,17 +206,27 @@ def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int
         return memory[start:start + count * np.dtype(dtype).itemsize].view(dtype)
 
     fmt = Format(cmd["format_grad"])
-    grad = view("g", np.uint32 if fmt == Format.FP32 else np.uint16, n)
+    gtype = np.uint32 if fmt == Format.FP32 else np.uint16
+    error, updated = 0, n
+    if cmd.get("format_sparse"):
+        k = cmd["pairs"]
+        indices = view("idx", np.uint32, k)
+        error, _, updated = stream_stop(indices, n, word_bytes // 4)
+        good = good_prefix(indices, n)      # pairs before a bad one were decompressed
+        grad = densify(indices[:good], view("g", gtype, k)[:good], n)
+    else:
+        grad = view("g", gtype, n)
     scalars = AdamScalars(**{f.name: float(np.uint32(cmd[f.name]).view(np.float32)) for f in fields(AdamScalars)})
     copy_fmt = Format(cmd["format_copy"]) if cmd["format_copy"] else None
-    p, m, v, copy, nonfinite = adam_step(view("p", np.uint32, n), view("m", np.uint32, n), view("v", np.uint32, n),
-                                         grad, scalars, mode=Mode(cmd["format_mode"]), grad_format=fmt,
-                                         copy_format=copy_fmt)
-    view("p", np.uint32, n)[:] = p
-    view("m", np.uint32, n)[:] = m
-    view("v", np.uint32, n)[:] = v
+    u = updated
+    p, m, v, copy, nonfinite = adam_step(view("p", np.uint32, n)[:u], view("m", np.uint32, n)[:u],
+                                         view("v", np.uint32, n)[:u], grad[:u], scalars,
+                                         mode=Mode(cmd["format_mode"]), grad_format=fmt, copy_format=copy_fmt)
+    view("p", np.uint32, u)[:] = p
+    view("m", np.uint32, u)[:] = m
+    view("v", np.uint32, u)[:] = v
     if copy is not None:
-        view("copy", np.uint16, n)[:] = copy
-    read = 3 * ranges["p"][1] + ranges["g"][1]
+        view("copy", np.uint16, u)[:] = copy
+    read = sum(length for name, (_, length) in ranges.items() if name != "copy")
     written = 3 * ranges["p"][1] + (ranges["copy"][1] if copy is not None else 0)
-    return read, written, nonfinite
+    return int(error), read, written, (updated if error else nonfinite)

@@ -31,7 +31,7 @@ from . import fp
 from .adam import Format
 
 __all__ = ["SENTINEL", "Compressed", "compress", "decompress_stream", "decompress_scatter", "check_stream",
-           "widen"]
+           "stream_stop", "good_prefix", "densify", "widen"]
 
 SENTINEL = 0xFFFF_FFFF
 
@@ -90,18 +90,47 @@ def compress(grad, k: int, *, residual=None, fmt: Format = Format.FP32, exact: b
     return Compressed(chosen.astype(np.uint32), values, fmt, n), x - sent
 
 
-def check_stream(indices, n: int) -> tuple[ErrorCode, str | None]:
-    """The stream mode's rules: 0 < k <= n, indices strictly ascending and < n."""
-    idx = np.asarray(indices, dtype=np.uint64)
+def stream_stop(indices, n: int, lanes: int = 1) -> tuple[ErrorCode, str | None, int]:
+    """The stream mode's rules, as the hardware meets them: ``(code, field, updated)``.
+
+    0 < k <= n (ZERO_LENGTH / BAD_FIELD before anything runs); then pairs in order: the
+    first pair whose index is >= n (OUT_OF_WINDOW) or not above the previous index
+    (BAD_FIELD; duplicates included) stops the stream before the vector of ``lanes``
+    elements that holds the previous pair: ``updated`` elements (a multiple of
+    ``lanes``) were decompressed before it.  ``updated == n`` when the pairs are good."""
+    idx = np.asarray(indices, dtype=np.int64)
     if idx.size == 0:
-        return ErrorCode.ZERO_LENGTH, "k"
+        return ErrorCode.ZERO_LENGTH, "k", 0
     if idx.size > n:
-        return ErrorCode.BAD_FIELD, "k"
-    if idx.max() >= n:
-        return ErrorCode.OUT_OF_WINDOW, "indices"
-    if np.any(np.diff(idx.astype(np.int64)) <= 0):
-        return ErrorCode.BAD_FIELD, "indices"
-    return ErrorCode.OK, None
+        return ErrorCode.BAD_FIELD, "k", 0
+    j = good_prefix(idx, n)
+    if j == idx.size:
+        return ErrorCode.OK, None, n
+    updated = 0 if j == 0 else (int(idx[j - 1]) // lanes) * lanes
+    return (ErrorCode.OUT_OF_WINDOW if idx[j] >= n else ErrorCode.BAD_FIELD), "indices", updated
+
+
+def good_prefix(indices, n: int) -> int:
+    """How many leading pairs keep the stream rules (index < n, strictly ascending)."""
+    idx = np.asarray(indices, dtype=np.int64)
+    bad = idx >= n
+    bad[1:] |= idx[1:] <= idx[:-1]
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else idx.size
+
+
+def check_stream(indices, n: int) -> tuple[ErrorCode, str | None]:
+    """(code, field) of :func:`stream_stop`."""
+    return stream_stop(indices, n)[:2]
+
+
+def densify(indices, values, n: int) -> np.ndarray:
+    """Dense array of ``n`` elements in the values' own format (zeros elsewhere); for
+    good stream-mode pairs this is what the decompressor feeds the updater."""
+    values = np.asarray(values)
+    dense = np.zeros(n, dtype=values.dtype)
+    dense[np.asarray(indices, dtype=np.int64)] = values
+    return dense
 
 
 def decompress_stream(indices, values, fmt: Format, n: int) -> np.ndarray:

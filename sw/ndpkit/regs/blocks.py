@@ -144,6 +144,9 @@ ADAM = engine_block("adam", [
         Field("mode", 0, 2, Access.RW, doc="0 = AdamW (decoupled decay), 1 = Adam (L2 decay into the gradient)."),
         Field("grad", 4, 2, Access.RW, doc="Gradient format: 0 fp32, 1 fp16, 2 bf16."),
         Field("copy", 8, 2, Access.RW, doc="16-bit parameter copy: 0 none, 1 fp16, 2 bf16 (RNE)."),
+        Field("sparse", 12, 1, Access.RW, doc="1 = the gradient is `pairs` (index, value) pairs, indices strictly "
+              "ascending (stream-mode decompression fused into the update; values at `g` in the `format.grad` "
+              "format, indices at `idx`)."),
     ]),
     Register.single("count", 0x44, Access.RW, doc="Elements n (any n >= 1; arrays occupy whole bus words)."),
     Register.single("p", 0x48, Access.RW, doc="fp32 parameters, read and written in place (word aligned)."),
@@ -151,10 +154,15 @@ ADAM = engine_block("adam", [
     Register.single("v", 0x50, Access.RW, doc="fp32 second moments, in place."),
     Register.single("g", 0x54, Access.RW, doc="Gradients in the `format.grad` format (read only)."),
     Register.single("copy", 0x58, Access.RW, doc="16-bit parameter copy destination (when format.copy != 0)."),
-] + [Register.single(name, 0x60 + 4 * i, Access.RW, doc=doc) for i, (name, doc) in enumerate(_SCALAR_DOCS.items())],
+    Register.single("pairs", 0x5C, Access.RW, doc="Sparse mode: number of (index, value) pairs k, 1 <= k <= count."),
+] + [Register.single(name, 0x60 + 4 * i, Access.RW, doc=doc) for i, (name, doc) in enumerate(_SCALAR_DOCS.items())]
+  + [Register.single("idx", 0x88, Access.RW, doc="Sparse mode: uint32 indices of the pairs (word aligned).")],
     doc="Adam/AdamW update of fp32 p, m, v in card memory from fp32/fp16/bf16 gradients (DeepSpeed CPU Adam "
         "operation order, bit-exact to ndpkit.golden.adam), with an optional fp16/bf16 copy of p. Arrays must not "
-        "overlap each other (OVERLAP); a bad format or mode is BAD_FIELD; cpl_aux counts non-finite gradients.")
+        "overlap each other (OVERLAP); a bad format or mode is BAD_FIELD; cpl_aux counts non-finite gradients. "
+        "Sparse mode: k = 0 is ZERO_LENGTH, k > count BAD_FIELD; a pair found out of order (BAD_FIELD) or with "
+        "index >= count (OUT_OF_WINDOW) stops the update before the vector being built: cpl_aux then gives the "
+        "elements updated (a multiple of the lanes).")
 
 ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM}
 

@@ -44,13 +44,12 @@ def _dma_copy(device: "ModelDevice", cmd: dict) -> tuple[int, int, int]:
 
 
 def _adam(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
-    """(error, bytes read, bytes written, non-finite gradients) of one adam command."""
+    """(error, bytes read, bytes written, aux) of one adam command."""
     code, _ = adam_golden.check_command(cmd, word_bytes=device.word_bytes, window_base=device.mem_base,
                                         window_size=device.mem_size)
     if code:
         return int(code), 0, 0, 0
-    return (0, *adam_golden.execute_command(device.memory, cmd, word_bytes=device.word_bytes,
-                                            base=device.mem_base))
+    return adam_golden.execute_command(device.memory, cmd, word_bytes=device.word_bytes, base=device.mem_base)
 
 
 #: engine name -> (kind, behaviour, commands the engine takes before completing the first)

@@ -27,11 +27,12 @@ from ...bus.axi import AXI4Signature, READ_MEMBERS, WRITE_MEMBERS, connect_membe
 from ...bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
 from ...bus.interconnect import AxiInterconnect
 from ...shell.engine_frontend import CompletionLayout, command_layout
+from .stream_decompressor import StreamDecompressor
 from .updater import SCALARS, AdamUpdater
 
 __all__ = ["AdamEngine"]
 
-READS = ("p", "m", "v", "g")
+READS = ("p", "m", "v", "g", "idx")
 WRITES = ("p", "m", "v", "copy")
 
 
@@ -45,11 +46,14 @@ class AdamEngine(wiring.Component):
         log2_exact(self.word_bytes, "data_width/8")
         self.lanes = data_width // 32
         self.updater = AdamUpdater(lanes=self.lanes)
+        self.decompressor = StreamDecompressor(data_width=data_width)
         dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
                    max_outstanding=max_outstanding)
         self.readers = {name: BurstReader(axi_id=0, **dma) for name in READS}
         self.writers = {name: BurstWriter(axi_id=0, **dma) for name in WRITES}
-        self.interconnect = AxiInterconnect(num_masters=8, addr_width=addr_width, data_width=data_width, id_width=1)
+        # reader i and writer i share interconnect port i (reads and writes route apart)
+        self.interconnect = AxiInterconnect(num_masters=len(READS), addr_width=addr_width, data_width=data_width,
+                                            id_width=1)
         super().__init__({
             "cmd": In(stream.Signature(command_layout(ADAM))),
             "cpl": Out(stream.Signature(CompletionLayout)),
@@ -64,17 +68,16 @@ class AdamEngine(wiring.Component):
         lanes, word = self.lanes, self.word_bytes
         word_shift, lane_shift = word.bit_length() - 1, lanes.bit_length() - 1
         m.submodules.updater = updater = self.updater
+        m.submodules.decompressor = dec = self.decompressor
         m.submodules.interconnect = ic = self.interconnect
         for i, name in enumerate(READS):
             r = m.submodules[f"read_{name}"] = self.readers[name]
-            port = getattr(ic, f"s{i}")
-            connect_members(m, r.bus, port, READ_MEMBERS)
-            m.d.comb += [port.awvalid.eq(0), port.wvalid.eq(0), port.bready.eq(1)]
+            connect_members(m, r.bus, getattr(ic, f"s{i}"), READ_MEMBERS)
         for i, name in enumerate(WRITES):
             w = m.submodules[f"write_{name}"] = self.writers[name]
-            port = getattr(ic, f"s{4 + i}")
-            connect_members(m, w.bus, port, WRITE_MEMBERS)
-            m.d.comb += [port.arvalid.eq(0), port.rready.eq(1)]
+            connect_members(m, w.bus, getattr(ic, f"s{i}"), WRITE_MEMBERS)
+        port = getattr(ic, f"s{len(READS) - 1}")
+        m.d.comb += [port.awvalid.eq(0), port.wvalid.eq(0), port.bready.eq(1)]
         wiring.connect(m, ic.m, wiring.flipped(self.bus))
         engines = list(self.readers.values()) + list(self.writers.values())
         for e in engines:
@@ -88,13 +91,21 @@ class AdamEngine(wiring.Component):
         m.d.comb += [len32.eq(vectors << word_shift), len16.eq(((vectors + 1) >> 1) << word_shift)]
         grad16 = cmd.format_grad != 0
         has_copy = cmd.format_copy != 0
+        sparse = cmd.format_sparse
+        # sparse mode: g holds k values (fp32, or 16-bit packed 2 * lanes a word), idx k indices
+        pair_words32, pair_words16 = Signal(33), Signal(33)
+        m.d.comb += [pair_words32.eq((cmd.pairs + (lanes - 1)) >> lane_shift),
+                     pair_words16.eq((cmd.pairs + (2 * lanes - 1)) >> (lane_shift + 1))]
+        g_dense = Mux(grad16, len16, len32)
+        g_sparse = Mux(grad16, pair_words16, pair_words32) << word_shift
         ranges = {
             "p": Transfer(cmd.p, len32[:32]), "m": Transfer(cmd.m, len32[:32]), "v": Transfer(cmd.v, len32[:32]),
-            "g": Transfer(cmd.g, Mux(grad16, len16, len32)[:32]), "copy": Transfer(cmd.copy, len16[:32]),
+            "g": Transfer(cmd.g, Mux(sparse, g_sparse, g_dense)[:32]), "copy": Transfer(cmd.copy, len16[:32]),
+            "idx": Transfer(cmd.idx, (pair_words32 << word_shift)[:32]),
         }
         errors = {k: transfer_error(m, word, self.addr_width, r, self.window_base, self.window_size)
                   for k, r in ranges.items()}
-        active = {"p": Const(1), "m": Const(1), "v": Const(1), "g": Const(1), "copy": has_copy}
+        active = {"p": Const(1), "m": Const(1), "v": Const(1), "g": Const(1), "copy": has_copy, "idx": sparse}
         overlap = Signal()
         pairs = []
         names = list(ranges)
@@ -107,6 +118,10 @@ class AdamEngine(wiring.Component):
             m.d.comb += check.eq(ErrorCode.BAD_FIELD)
         with m.Elif(cmd.count == 0):
             m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
+        with m.Elif(sparse & (cmd.pairs == 0)):
+            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
+        with m.Elif(sparse & (cmd.pairs > cmd.count)):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
         with m.Elif(len32[32:] != 0):
             m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
         for name in names:
@@ -125,10 +140,13 @@ class AdamEngine(wiring.Component):
         sent = {f"r{k}": Signal(name=f"sent_r{k}") for k in READS}
         sent.update({f"w{k}": Signal(name=f"sent_w{k}") for k in WRITES})
         done = {k: Signal(name=f"done_{k}") for k in sent}
-        enabled = {f"r{k}": Const(1) for k in READS}
+        enabled = {f"r{k}": active[k] for k in READS}
         enabled.update({f"w{k}": active[k] for k in WRITES})
         status = Signal(4)
         error = Signal(4)
+        accepted = Signal()
+        stream_error = Signal()
+        m.d.comb += stream_error.eq(sparse & (dec.error != 0))
         in_count, out_count = Signal(33), Signal(33)
         nonfinite = Signal(32)
         running = Signal()
@@ -157,7 +175,9 @@ class AdamEngine(wiring.Component):
             with m.State("CHECK"):
                 for e in engines:
                     m.d.comb += e.clear_counters.eq(1)
-                m.d.sync += [error.eq(check), status.eq(0), in_count.eq(0), out_count.eq(0), nonfinite.eq(0)]
+                m.d.comb += dec.start.eq(1)
+                m.d.sync += [error.eq(check), accepted.eq(check == 0), status.eq(0), in_count.eq(0),
+                             out_count.eq(0), nonfinite.eq(0)]
                 m.d.sync += [s.eq(0) for s in sent.values()] + [d.eq(0) for d in done.values()]
                 with m.If(check != 0):
                     m.next = "COMPLETE"
@@ -166,49 +186,66 @@ class AdamEngine(wiring.Component):
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
                 with m.If(finished):
-                    m.d.sync += error.eq(status)
+                    m.d.sync += error.eq(Mux(status != 0, status, Mux(stream_error, dec.error, 0)))
                     m.next = "COMPLETE"
             with m.State("COMPLETE"):
                 m.d.comb += self.cpl.valid.eq(1)
                 with m.If(self.cpl.ready):
                     m.next = "IDLE"
-        accepted = error == 0
         m.d.comb += [
             self.cpl.payload.tag.eq(cmd.tag),
             self.cpl.payload.error.eq(error),
-            self.cpl.payload.bytes_read.eq(Mux(accepted, 3 * len32 + ranges["g"].length, 0)),
+            self.cpl.payload.bytes_read.eq(Mux(accepted, 3 * len32 + ranges["g"].length
+                                               + Mux(sparse, ranges["idx"].length, 0), 0)),
             self.cpl.payload.bytes_written.eq(Mux(accepted, 3 * len32 + Mux(has_copy, len16, 0), 0)),
-            self.cpl.payload.aux.eq(Mux(accepted, nonfinite, 0)),
+            # after a sparse-mode pair error: the elements updated before it
+            self.cpl.payload.aux.eq(Mux(accepted, Mux(stream_error, in_count << lane_shift, nonfinite), 0)),
         ]
 
         # ---- readers -> updater (a 16-bit gradient word feeds two vectors) -------------
-        rp, rm, rv, rg = (self.readers[k].data for k in READS)
+        # sparse mode: the g (values) and idx readers feed the decompressor, which feeds
+        # the updater's gradient lanes; after a pair error p, m, v drain unused
+        rp, rm, rv, rg, ridx = (self.readers[k].data for k in READS)
+        m.d.comb += [dec.n.eq(cmd.count), dec.k.eq(cmd.pairs), dec.value16.eq(grad16),
+                     dec.idx.payload.eq(ridx.payload.data), dec.idx.valid.eq(ridx.valid & sparse),
+                     ridx.ready.eq(dec.idx.ready),
+                     dec.val.payload.eq(rg.payload.data), dec.val.valid.eq(rg.valid & sparse)]
         g_half = Signal()
         half_bits = lanes * 16
         g_word = rg.payload.data
         g_lanes = [Mux(grad16, Mux(g_half, g_word[half_bits + 16 * i:half_bits + 16 * (i + 1)],
                                    g_word[16 * i:16 * (i + 1)]),
                        g_word[32 * i:32 * (i + 1)]) for i in range(lanes)]
-        all_valid = rp.valid & rm.valid & rv.valid & rg.valid & running & (in_count < vectors)
+        g_valid = Mux(sparse, dec.o.valid, rg.valid)
+        all_valid = rp.valid & rm.valid & rv.valid & g_valid & running & (in_count < vectors) & ~stream_error
         fire_in = Signal()
         m.d.comb += [fire_in.eq(all_valid & updater.i.ready),
                      updater.i.valid.eq(all_valid),
                      updater.i.payload.p.eq(rp.payload.data), updater.i.payload.m.eq(rm.payload.data),
-                     updater.i.payload.v.eq(rv.payload.data), updater.i.payload.g.eq(Cat(*g_lanes)),
-                     rp.ready.eq(fire_in), rm.ready.eq(fire_in), rv.ready.eq(fire_in),
-                     rg.ready.eq(fire_in & (~grad16 | g_half | (in_count + 1 == vectors)))]
+                     updater.i.payload.v.eq(rv.payload.data),
+                     updater.i.payload.g.eq(Mux(sparse, dec.o.payload, Cat(*g_lanes))),
+                     rp.ready.eq(fire_in | stream_error), rm.ready.eq(fire_in | stream_error),
+                     rv.ready.eq(fire_in | stream_error),
+                     dec.o.ready.eq(sparse & fire_in),
+                     rg.ready.eq(Mux(sparse, dec.val.ready,
+                                     fire_in & (~grad16 | g_half | (in_count + 1 == vectors))))]
         with m.If(fire_in):
             m.d.sync += [in_count.eq(in_count + 1), g_half.eq(grad16 & ~g_half)]
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += g_half.eq(0)
 
         # ---- updater -> writers ------------------------------------------------------
+        # after a pair error, once the updater has delivered every vector it took, the
+        # writers get their remaining beats with every strobe off
         o = updater.o
+        flush = Signal()
+        m.d.comb += flush.eq(stream_error & (out_count >= in_count) & (out_count != vectors))
+        out_valid = o.valid | flush
         last = out_count + 1 == vectors
         tail = Signal(range(lanes + 1))
         m.d.comb += tail.eq(cmd.count - ((vectors - 1) << lane_shift))
         lane_on = Signal(lanes)
-        m.d.comb += lane_on.eq(Mux(last, (Const(1, lanes + 1) << tail) - 1, (1 << lanes) - 1))
+        m.d.comb += lane_on.eq(Mux(flush, 0, Mux(last, (Const(1, lanes + 1) << tail) - 1, (1 << lanes) - 1)))
         strb32 = Cat(*[lane_on[i].replicate(4) for i in range(lanes)])
         c_half = Signal()
         copy_low = Signal(half_bits)
@@ -218,10 +255,10 @@ class AdamEngine(wiring.Component):
         all_ready = Signal()
         m.d.comb += all_ready.eq(wp.ready & wm.ready & wv.ready & (~emit | wc.ready))
         fire_out = Signal()
-        m.d.comb += fire_out.eq(o.valid & all_ready)
+        m.d.comb += fire_out.eq(out_valid & all_ready)
         strb16 = lambda on: Cat(*[on[i].replicate(2) for i in range(lanes)])
         m.d.comb += [
-            o.ready.eq(all_ready),
+            o.ready.eq(all_ready & ~flush),
             wp.valid.eq(fire_out), wp.payload.data.eq(o.payload.p), wp.payload.strb.eq(strb32),
             wm.valid.eq(fire_out), wm.payload.data.eq(o.payload.m), wm.payload.strb.eq(strb32),
             wv.valid.eq(fire_out), wv.payload.data.eq(o.payload.v), wv.payload.strb.eq(strb32),
