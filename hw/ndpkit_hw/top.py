@@ -47,8 +47,15 @@ def _adam(device):
                       max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding)
 
 
+def _decomp(device):
+    from .cores.adam.scatter import DecompEngine
+    return DecompEngine(addr_width=device.addr_width, data_width=device.data_width,
+                        max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding)
+
+
 # engine name -> (kind, constructor taking the Device); later engines add themselves here
-ENGINE_BUILDERS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy), "adam": (EngineKind.ADAM, _adam)}
+ENGINE_BUILDERS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy), "adam": (EngineKind.ADAM, _adam),
+                   "decomp": (EngineKind.DECOMP, _decomp)}
 
 
 class Device(wiring.Component):

@@ -41,3 +41,4 @@ class EngineKind(enum.IntEnum):
     ATTENTION = 3
     SG = 4
     GRAPH = 5
+    DECOMP = 6

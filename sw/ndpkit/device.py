@@ -242,6 +242,11 @@ class Device:
         """The adam engine's client: ``dev.adam.step(p, m, v, g, scalars=...)``."""
         return self.engine("adam")
 
+    @property
+    def decomp(self):
+        """The decomp engine's client: ``dev.decomp.scatter(dst, indices, values, n=...)``."""
+        return self.engine("decomp")
+
     def _length(self, nbytes, dst, src=None) -> int:
         if nbytes is None:
             sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]

@@ -151,9 +151,72 @@ def decompress_scatter(indices, values, fmt: Format, n: int) -> np.ndarray:
     if np.any(idx[keep] >= n):
         raise ValueError("an index is >= n")
     dense = np.zeros(n, dtype=np.uint32)
-    kept_idx, kept_val = idx[keep].astype(np.int64), widen(values, fmt)[keep]
+    _scatter_last_wins(dense, idx[keep].astype(np.int64), widen(values, fmt)[keep])
+    return dense
+
+
+def _scatter_last_wins(dense, indices, values):
     # NumPy leaves the winner of repeated fancy-index writes unspecified: pick the last
     # occurrence of each index explicitly
-    unique, first_in_reversed = np.unique(kept_idx[::-1], return_index=True)
-    dense[unique] = kept_val[::-1][first_in_reversed]
-    return dense
+    unique, first_in_reversed = np.unique(indices[::-1], return_index=True)
+    dense[unique] = values[::-1][first_in_reversed]
+
+
+# ---- the decomp engine's command (scatter mode): validation order and effect ---------
+
+def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
+    """(address, byte length, rounded up to whole words) of the arrays a command names."""
+    size = 4 if cmd["format"] == Format.FP32 else 2
+
+    def words(nbytes):
+        return -(-nbytes // word_bytes) * word_bytes
+
+    return {"dst": (cmd["dst"], words(cmd["count"] * size)), "idx": (cmd["idx"], words(cmd["pairs"] * 4)),
+            "val": (cmd["val"], words(cmd["pairs"] * size))}
+
+
+def check_command(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+    """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/cores/adam/scatter.py)."""
+    from .dma_copy import transfer_check
+    if cmd["format"] > 2:
+        return ErrorCode.BAD_FIELD, "fmt"
+    if cmd["count"] == 0:
+        return ErrorCode.ZERO_LENGTH, "n"
+    if cmd["pairs"] == 0:
+        return ErrorCode.ZERO_LENGTH, "pairs"
+    ranges = command_ranges(cmd, word_bytes)
+    for name, (addr, length) in ranges.items():
+        if length >= 1 << 32:
+            return ErrorCode.OUT_OF_WINDOW, name
+        code = transfer_check(addr, length, word_bytes, window_base, window_size)
+        if code:
+            return code, name
+    names = list(ranges)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (xa, la), (xb, lb) = ranges[a], ranges[b]
+            if xa < xb + lb and xb < xa + la:
+                return ErrorCode.OVERLAP, b
+    return ErrorCode.OK, None
+
+
+def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0) -> tuple[int, int, int, int]:
+    """Apply an accepted scatter command to ``memory`` (uint8 from card address ``base``):
+    zero-fill, then pairs in order until a non-sentinel index >= n.  Returns (error,
+    bytes read, bytes written, pairs written)."""
+    n, k = cmd["count"], cmd["pairs"]
+    dtype = np.uint32 if cmd["format"] == Format.FP32 else np.uint16
+    size = np.dtype(dtype).itemsize
+    ranges = command_ranges(cmd, word_bytes)
+    indices = memory[cmd["idx"] - base:cmd["idx"] - base + 4 * k].view(np.uint32).astype(np.int64)
+    values = memory[cmd["val"] - base:cmd["val"] - base + size * k].view(dtype)
+    real = indices != SENTINEL
+    bad = np.flatnonzero(real & (indices >= n))
+    stop = int(bad[0]) if bad.size else k
+    keep = real[:stop]
+    dst = memory[cmd["dst"] - base:cmd["dst"] - base + size * n].view(dtype)
+    dst[:] = 0
+    _scatter_last_wins(dst, indices[:stop][keep], values[:stop][keep])
+    written = int(keep.sum())
+    error = ErrorCode.OUT_OF_WINDOW if bad.size else ErrorCode.OK
+    return int(error), ranges["idx"][1] + ranges["val"][1], n * size + written * size, written

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .declare import Access, Field, Register, RegisterBlock
 
-__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
+__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "DECOMP", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
            "ENGINE_STRIDE", "ENGINE_ARGS_OFFSET", "BAR0_SIZE", "IRQ_LINES", "engine_block", "engine_args",
            "command_fields"]
 
@@ -164,6 +164,19 @@ ADAM = engine_block("adam", [
         "index >= count (OUT_OF_WINDOW) stops the update before the vector being built: cpl_aux then gives the "
         "elements updated (a multiple of the lanes).")
 
-ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM}
+DECOMP = engine_block("decomp", [
+    Register("format", 0x40, [Field("value", 0, 2, Access.RW, doc="Value (and destination) format: 0 fp32, 1 fp16, "
+                                                                  "2 bf16.")]),
+    Register.single("count", 0x44, Access.RW, doc="Elements n of the dense destination (n >= 1)."),
+    Register.single("pairs", 0x48, Access.RW, doc="Pairs k (k >= 1; any order, repeats and sentinels allowed)."),
+    Register.single("idx", 0x4C, Access.RW, doc="uint32 indices (word aligned); 0xFFFFFFFF is padding, skipped."),
+    Register.single("val", 0x50, Access.RW, doc="Values in the `format.value` format (word aligned)."),
+    Register.single("dst", 0x54, Access.RW, doc="Dense destination, n elements in the value format (word aligned)."),
+], doc="Scatter-mode gradient decompression (Smart-Infinity compatible): zero-fill the n-element destination, "
+       "then write the k pairs in array order (a repeated index keeps the last value; index 0xFFFFFFFF is "
+       "skipped). An index >= n (not the sentinel) stops the command with OUT_OF_WINDOW after the pairs before "
+       "it were written. cpl_aux counts the pairs written.")
 
-ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM)
+ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM, "decomp": DECOMP}
+
+ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM, DECOMP)

@@ -21,6 +21,7 @@ import numpy as np
 from ..codes import AxiResp, EngineKind
 from ..errors import DmaError, RegisterAccessError, TransportClosed
 from ..golden import adam as adam_golden
+from ..golden import decomp as decomp_golden
 from ..golden import dma_copy as dma_copy_golden
 from ..pcie import PcieLink
 from ..regs.blocks import (ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
@@ -52,8 +53,18 @@ def _adam(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
     return adam_golden.execute_command(device.memory, cmd, word_bytes=device.word_bytes, base=device.mem_base)
 
 
+def _decomp(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
+    """(error, bytes read, bytes written, pairs written) of one decomp command."""
+    code, _ = decomp_golden.check_command(cmd, word_bytes=device.word_bytes, window_base=device.mem_base,
+                                          window_size=device.mem_size)
+    if code:
+        return int(code), 0, 0, 0
+    return decomp_golden.execute_command(device.memory, cmd, word_bytes=device.word_bytes, base=device.mem_base)
+
+
 #: engine name -> (kind, behaviour, commands the engine takes before completing the first)
-ENGINE_MODELS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy, 2), "adam": (EngineKind.ADAM, _adam, 1)}
+ENGINE_MODELS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy, 2), "adam": (EngineKind.ADAM, _adam, 1),
+                 "decomp": (EngineKind.DECOMP, _decomp, 1)}
 
 
 class _EngineModel:
