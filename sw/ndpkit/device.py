@@ -144,15 +144,37 @@ class Buffer:
 
     def write(self, data, offset: int = 0) -> None:
         """Host -> card: ``data`` (bytes or a NumPy array) at ``offset``."""
-        raw = np.ascontiguousarray(data).view(np.uint8).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        raw = _raw(data)
         self._range(offset, len(raw))
         self.device.transport.dma_write(self.address + offset, raw)
+        self.device.traffic["host_to_card"] += len(raw)
 
     def read(self, nbytes: int | None = None, offset: int = 0) -> bytes:
         """Card -> host: ``nbytes`` (default: to the end) from ``offset``."""
         nbytes = self.size - offset if nbytes is None else nbytes
         self._range(offset, nbytes)
-        return self.device.transport.dma_read(self.address + offset, nbytes)
+        data = self.device.transport.dma_read(self.address + offset, nbytes)
+        self.device.traffic["card_to_host"] += nbytes
+        return data
+
+    def write_from_storage(self, data, offset: int = 0) -> None:
+        """Storage -> card peer to peer: ``data`` (read from the storage file) lands at
+        ``offset`` without crossing the host link where the card has such a path
+        (``transport.p2p_native``); otherwise it is an ordinary host DMA."""
+        raw = _raw(data)
+        self._range(offset, len(raw))
+        t = self.device.transport
+        t.p2p_write(self.address + offset, raw)
+        self.device.traffic["storage_to_card" if t.p2p_native else "host_to_card"] += len(raw)
+
+    def read_to_storage(self, nbytes: int | None = None, offset: int = 0) -> bytes:
+        """Card -> storage peer to peer (see :meth:`write_from_storage`)."""
+        nbytes = self.size - offset if nbytes is None else nbytes
+        self._range(offset, nbytes)
+        t = self.device.transport
+        data = t.p2p_read(self.address + offset, nbytes)
+        self.device.traffic["card_to_storage" if t.p2p_native else "card_to_host"] += nbytes
+        return data
 
     def download(self, dtype=np.uint8, count: int | None = None) -> np.ndarray:
         """The buffer's contents as a NumPy array of ``dtype``."""
@@ -185,11 +207,18 @@ def _address(value, name: str) -> int:
     raise TypeError(f"{name} must be a Buffer or a card address, not {type(value).__name__}")
 
 
+def _raw(data) -> bytes:
+    return np.ascontiguousarray(data).view(np.uint8).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+
+
 class Device:
     """One card, through any :class:`Transport`."""
 
     def __init__(self, transport: Transport):
         self.transport = transport
+        #: bytes moved by Buffer transfers since open: the host link each way, and the
+        #: storage peer-to-peer path each way
+        self.traffic = {"host_to_card": 0, "card_to_host": 0, "storage_to_card": 0, "card_to_storage": 0}
         self.shell = RegisterFile(GLOBAL, transport.read32, transport.write32)
         magic = self.shell.read("id")
         if magic != NDPKIT_MAGIC:
@@ -224,7 +253,7 @@ class Device:
 
     def upload(self, data, align: int | None = None) -> Buffer:
         """Allocate a buffer and copy ``data`` (bytes or NumPy array) into it."""
-        raw = np.ascontiguousarray(data).view(np.uint8).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        raw = _raw(data)
         buf = self.alloc(max(1, len(raw)), align)
         buf.write(raw)
         return buf

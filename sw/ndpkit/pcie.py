@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, asdict
 
-__all__ = ["PcieLink"]
+__all__ = ["PcieLink", "StorageLink"]
 
 _GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
 
@@ -69,6 +69,29 @@ class PcieLink:
     def describe(self) -> str:
         return (f"PCIe Gen{self.gen} x{self.lanes}, MPS {self.max_payload} B, MRRS {self.max_read_request} B: "
                 f"{self.peak_bytes_per_ns:.2f} GB/s payload peak")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StorageLink:
+    """Peer-to-peer transfers between an SSD and the card (Smart-Infinity's SmartSSD:
+    the SSD and the FPGA behind one PCIe switch, Gen3 x4 upstream), apart from the host
+    link.  ``bandwidth_gbps`` is the sustained SSD rate in GB/s (3.0: a Gen3 x4 NVMe
+    drive's sequential read), ``latency_us`` the time to the first byte."""
+    bandwidth_gbps: float = 3.0
+    latency_us: float = 20.0
+
+    def __post_init__(self):
+        if not self.bandwidth_gbps > 0 or self.latency_us < 0:
+            raise ValueError(f"storage link needs bandwidth_gbps > 0 and latency_us >= 0, not {self}")
+
+    def transfer_ns(self, nbytes: int) -> float:
+        return self.latency_us * 1000 + nbytes / self.bandwidth_gbps
+
+    def describe(self) -> str:
+        return f"storage P2P {self.bandwidth_gbps:g} GB/s, {self.latency_us:g} us to first byte"
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -21,7 +21,7 @@ __all__ = ["DEFAULTS", "card_params", "main"]
 DEFAULTS = {
     "data_width": 512, "mem_base": 0, "mem_size": 16 << 20, "engines": ["dma_copy"], "queue_depth": 4,
     "clock_mhz": 250, "read_latency": 64, "write_latency": 32, "dma": "backdoor", "waves": None,
-    "link": {},
+    "link": {}, "storage": {},
 }
 
 

@@ -20,7 +20,7 @@ from cocotb.triggers import First, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
-from ndpkit.pcie import PcieLink
+from ndpkit.pcie import PcieLink, StorageLink
 from ndpkit.sim.bench import BulkBackdoor, bench_params, start_clock_and_reset
 from ndpkit.sim.protocol import Op, Status, recv_frame, send_frame
 
@@ -33,6 +33,7 @@ class _Server:
         self.word = params["data_width"] // 8
         self.base, self.size = params["mem_base"], params["mem_size"]
         self.link = PcieLink(**params["link"])
+        self.storage = StorageLink(**params.get("storage", {}))
         self.clock_mhz = params["clock_mhz"]
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.axi = (AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
@@ -123,6 +124,19 @@ class _Server:
                     return Status.AXI_ERROR, bytes([int(result.resp)])
                 return Status.OK, bytes(result.data)
             await self.link_delay(self.link.c2h_ns(length))
+            return Status.OK, await self.backdoor_read(address, length)
+        if op == Op.P2P_WR:
+            # the SSD's writes: backdoor data, time charged on the storage link (the
+            # engines run meanwhile); the host link carries nothing
+            (address,), data = struct.unpack("<Q", payload[:8]), payload[8:]
+            self._check_range(address, len(data))
+            await self.backdoor_write(address, data)
+            await self.run(self.link.to_cycles(self.storage.transfer_ns(len(data)), self.clock_mhz))
+            return Status.OK, b""
+        if op == Op.P2P_RD:
+            address, length = struct.unpack("<QQ", payload)
+            self._check_range(address, length)
+            await self.run(self.link.to_cycles(self.storage.transfer_ns(length), self.clock_mhz))
             return Status.OK, await self.backdoor_read(address, length)
         if op == Op.WAIT_IRQ:
             mask, budget, wall = struct.unpack("<IQd", payload)

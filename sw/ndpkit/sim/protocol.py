@@ -17,6 +17,8 @@ RUN      ``<Q cycles>``                         --
 MEMORY   JSON {read_latency, write_latency,     --
          error_base, error_size}
 SHUTDOWN --                                     -- (then the server exits)
+P2P_WR   ``<Q address>`` + data                 --   (storage -> card, charged on the storage link)
+P2P_RD   ``<QQ address, length>``               data (card -> storage, likewise)
 ======== ===================================== ===================================
 
 Status: OK, AXI_ERROR (payload ``<B resp>``), DMA_ERROR and BAD_REQUEST (payload a
@@ -44,6 +46,8 @@ class Op(enum.IntEnum):
     RUN = 8
     MEMORY = 9
     SHUTDOWN = 10
+    P2P_WR = 11
+    P2P_RD = 12
 
 
 class Status(enum.IntEnum):

@@ -36,6 +36,19 @@ class Transport(abc.ABC):
         """Wait until an interrupt line in ``mask`` is asserted, at most ``timeout``
         seconds of device time; returns the asserted lines (0 on timeout)."""
 
+    def p2p_write(self, address: int, data: bytes) -> None:
+        """Storage -> card peer-to-peer transfer (an SSD beside the card writes card
+        memory without crossing the host link).  Transports with no such path fall back
+        to host DMA."""
+        self.dma_write(address, data)
+
+    def p2p_read(self, address: int, length: int) -> bytes:
+        """Card -> storage peer-to-peer transfer (see :meth:`p2p_write`)."""
+        return self.dma_read(address, length)
+
+    #: whether p2p_* take a path apart from the host link (sim: a modelled SSD link)
+    p2p_native: bool = False
+
     def cycles(self) -> int | None:
         """Device cycles elapsed, when the transport knows them (sim, model)."""
         return None

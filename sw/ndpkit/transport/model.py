@@ -23,7 +23,7 @@ from ..errors import DmaError, RegisterAccessError, TransportClosed
 from ..golden import adam as adam_golden
 from ..golden import decomp as decomp_golden
 from ..golden import dma_copy as dma_copy_golden
-from ..pcie import PcieLink
+from ..pcie import PcieLink, StorageLink
 from ..regs.blocks import (ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
                            command_fields)
 from ..regs.model import RegisterModel, UnmappedRegister
@@ -232,9 +232,10 @@ class ModelDevice:
 class ModelTransport(Transport):
     kind = "model"
 
-    def __init__(self, *, link: PcieLink | None = None, **device_params):
+    def __init__(self, *, link: PcieLink | None = None, storage: StorageLink | None = None, **device_params):
         self.device = ModelDevice(**device_params)
         self.link = link or PcieLink()
+        self.storage = StorageLink(**storage) if isinstance(storage, dict) else (storage or StorageLink())
         self.closed = False
 
     def _live(self) -> ModelDevice:
@@ -270,6 +271,21 @@ class ModelTransport(Transport):
         start = self._range(address, length)
         self._charge(self.link.c2h_ns(length))
         return self.device.memory[start:start + length].tobytes()
+
+    p2p_native = True
+
+    def p2p_write(self, address, data):
+        start = self._range(address, len(data))
+        self._charge_storage(len(data))
+        self.device.memory[start:start + len(data)] = np.frombuffer(bytes(data), dtype=np.uint8)
+
+    def p2p_read(self, address, length):
+        start = self._range(address, length)
+        self._charge_storage(length)
+        return self.device.memory[start:start + length].tobytes()
+
+    def _charge_storage(self, nbytes):
+        self._charge(self.storage.transfer_ns(nbytes))
 
     def wait_irq(self, mask, timeout):
         d = self._live()

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from ..errors import DmaError, RegisterAccessError, TransportClosed
-from ..pcie import PcieLink
+from ..pcie import PcieLink, StorageLink
 from ..sim.device_server import DEFAULTS
 from ..sim.protocol import Op, Status, recv_frame, send_frame
 from .base import Transport
@@ -100,7 +100,7 @@ class SimTransport(Transport):
         if status == Status.OK:
             return reply
         if status == Status.AXI_ERROR:
-            if op in (Op.DMA_WR, Op.DMA_RD):
+            if op in (Op.DMA_WR, Op.DMA_RD, Op.P2P_WR, Op.P2P_RD):
                 raise DmaError(f"host DMA at {address:#x} answered AXI resp {reply[0]}")
             raise RegisterAccessError(address, reply[0], write)
         if status == Status.DMA_ERROR:
@@ -137,6 +137,14 @@ class SimTransport(Transport):
 
     def dma_read(self, address, length):
         return self._call(Op.DMA_RD, struct.pack("<QQ", address, length), address=address)
+
+    p2p_native = True
+
+    def p2p_write(self, address, data):
+        self._call(Op.P2P_WR, struct.pack("<Q", address) + bytes(data), address=address)
+
+    def p2p_read(self, address, length):
+        return self._call(Op.P2P_RD, struct.pack("<QQ", address, length), address=address)
 
     def wait_irq(self, mask, timeout):
         budget = max(1, int(timeout * self.config["clock_mhz"] * 1e6))
@@ -175,7 +183,8 @@ class SimTransport(Transport):
         c = self.config
         return {"transport": "sim", "mem_size": c["mem_size"], "clock_mhz": c["clock_mhz"],
                 "memory_latency": [c["read_latency"], c["write_latency"]], "dma": c["dma"],
-                "link": self.link.describe(), "server_pid": self.proc.pid}
+                "link": self.link.describe(), "storage": StorageLink(**c["storage"]).describe(),
+                "server_pid": self.proc.pid}
 
     def __del__(self):
         try:
