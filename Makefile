@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	@command -v c++ >/dev/null || command -v g++ >/dev/null || { echo "Verilator needs a C++ compiler (g++)"; exit 1; }
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -e .
+	$(VPY) -m pip install --quiet -e '.[torch]'
 	touch $@
 
 venv: $(STAMP)
