@@ -28,7 +28,7 @@ from .golden import fp
 from .golden.adam import AdamScalars, Format, Mode, scalars_for_step
 from .golden.decomp import Compressed, compress, widen
 
-__all__ = ["StorageFile", "NearStorageAdam", "StepStats"]
+__all__ = ["StorageFile", "NearStorageAdam", "StepStats", "golden_step"]
 
 _FORMATS = {"fp32": Format.FP32, "fp16": Format.FP16, "bf16": Format.BF16}
 
@@ -261,8 +261,8 @@ class NearStorageAdam:
         record = slot.pmv.read_to_storage(12 * self.storage.chunk)
         self.storage.record(c)[:] = np.frombuffer(record, np.uint32).reshape(3, self.storage.chunk)
         n = end - start
-        if self.param_copy == Format.FP32:
-            out[start:end] = np.frombuffer(record, np.float32)[:n]
+        if self.param_copy == Format.FP32:       # the parameters themselves, over the host link
+            out[start:end] = np.frombuffer(slot.pmv.read(4 * n), np.float32)
         else:
             out[start:end] = np.frombuffer(slot.copy.read(2 * n), np.uint16)
 
@@ -289,3 +289,30 @@ class NearStorageAdam:
                     b.free()
         self.slots = []
         self.storage.flush()
+
+
+def golden_step(p, m, v, grads, t: int, *, chunk: int, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                weight_decay: float = 0.0, mode: Mode = Mode.ADAMW, grad_format: str = "fp32",
+                density: float | None = None, residual=None, exact_topk: bool = True):
+    """What :meth:`NearStorageAdam.step` computes, from the golden models alone: the
+    gradient in ``grad_format`` (top-k per chunk with error feedback when ``density``
+    is set; ``residual`` is updated in place), then ``adam_step`` on the whole arrays.
+    ``p``, ``m``, ``v``: uint32 bit patterns; returns the new ``(p, m, v)``."""
+    from .golden.adam import adam_step
+    from .golden.decomp import densify
+    fmt = _format(grad_format, "grad_format")
+    g = fp.bits(np.asarray(grads, dtype=np.float32).ravel())
+    if fmt != Format.FP32:
+        g = fp.fp32_to_fp16(g) if fmt == Format.FP16 else fp.fp32_to_bf16(g)
+    if density is not None:
+        dense = np.zeros_like(g)
+        for s in range(0, g.size, chunk):
+            e = min(g.size, s + chunk)
+            packed, residual[s:e] = compress(fp.floats(widen(g[s:e], fmt)), max(1, round(density * (e - s))),
+                                             residual=residual[s:e], fmt=fmt, exact=exact_topk)
+            dense[s:e] = densify(packed.indices, packed.values, e - s)
+        g = dense
+    scalars = scalars_for_step(t, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay,
+                               mode=mode)
+    p, m, v, _, _ = adam_step(p, m, v, g, scalars, mode=mode, grad_format=fmt)
+    return p, m, v

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import ndpkit
-from ndpkit.golden import decomp, fp
-from ndpkit.golden.adam import Format, Mode, adam_step, scalars_for_step
-from ndpkit.nearstorage import NearStorageAdam, StorageFile
+from ndpkit.golden import fp
+from ndpkit.golden.adam import Mode
+from ndpkit.nearstorage import NearStorageAdam, StorageFile, golden_step
 
 URI = "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M"
 KINDS = [pytest.param("model", id="model"),
@@ -26,24 +26,11 @@ def devs(request):
 
 def _golden_steps(p0, grads, chunk, *, density, grad_format, mode, lr, wd):
     p, m, v = fp.bits(p0), np.zeros(p0.size, np.uint32), np.zeros(p0.size, np.uint32)
-    fmt = Format[grad_format.upper()]
     residual = np.zeros(p0.size, np.float32)
     for t, g in enumerate(grads, 1):
-        g = fp.bits(g.astype(np.float32))
-        if fmt != Format.FP32:
-            g = fp.fp32_to_fp16(g) if fmt == Format.FP16 else fp.fp32_to_bf16(g)
-        if density is not None:
-            dense = np.zeros_like(g)
-            for s in range(0, p0.size, chunk):
-                e = min(p0.size, s + chunk)
-                k = max(1, round(density * (e - s)))
-                c, residual[s:e] = decomp.compress(fp.floats(decomp.widen(g[s:e], fmt)), k,
-                                                   residual=residual[s:e], fmt=fmt)
-                dense[s:e] = decomp.densify(c.indices, c.values, e - s)
-            g = dense
-        sc = scalars_for_step(t, lr=lr, weight_decay=wd, mode=mode)
-        p, m, v, copy, _ = adam_step(p, m, v, g, sc, mode=mode, grad_format=fmt, copy_format=Format.FP16)
-    return p, m, v, copy
+        p, m, v = golden_step(p, m, v, g, t, chunk=chunk, lr=lr, weight_decay=wd, mode=mode,
+                              grad_format=grad_format, density=density, residual=residual)
+    return p, m, v, fp.fp32_to_fp16(p)
 
 
 @pytest.mark.parametrize("ndev, density, grad_format, buffers", [(1, None, "fp32", 2), (2, 0.05, "fp16", 2),

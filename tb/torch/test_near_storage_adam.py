@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 
 import ndpkit                                                   # noqa: E402
 from ndpkit.golden import fp                                    # noqa: E402
-from ndpkit.golden.adam import Format, Mode, adam_step, scalars_for_step   # noqa: E402
+from ndpkit.golden.adam import Format, Mode                     # noqa: E402
+from ndpkit.nearstorage import golden_step                      # noqa: E402
 from ndpkit.torch import NearStorageAdam                        # noqa: E402
 
 URI = "model?data_width=128&engines=adam"
@@ -93,22 +94,13 @@ def test_bit_exact_to_golden(dev, adamw, density):
     m = np.zeros_like(p)
     v = np.zeros_like(p)
     residual = np.zeros(p.size, np.float32)
-    from ndpkit.golden import decomp
     for t in range(1, 11):
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         g = torch.cat([q.grad.reshape(-1) for q in model.parameters()]).numpy()
-        if density is not None:
-            dense = np.zeros(p.size, np.uint32)
-            for s in range(0, p.size, 128):
-                e = min(p.size, s + 128)
-                c, residual[s:e] = decomp.compress(g[s:e], max(1, round(density * (e - s))),
-                                                   residual=residual[s:e])
-                dense[s:e] = decomp.densify(c.indices, c.values, e - s)
-            g = dense
         opt.step()
-        sc = scalars_for_step(t, lr=3e-3, weight_decay=0.05, mode=mode)
-        p, m, v, _, _ = adam_step(p, m, v, g, sc, mode=mode)
+        p, m, v = golden_step(p, m, v, g, t, chunk=128, lr=3e-3, weight_decay=0.05, mode=mode, density=density,
+                              residual=residual)
         assert np.array_equal(fp.bits(_flat(model)), p), f"step {t}"
     opt.close()
 

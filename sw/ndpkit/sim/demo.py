@@ -5,8 +5,10 @@ dma_copy engine and the RTL memory model, in Verilator behind the modelled PCIe
 link), allocates buffers, uploads data, runs copies and fills of several sizes, a
 queued batch and three bad commands, downloads the results, checks every byte
 against the golden model (and the guard regions around every buffer), and prints a
-table of cycles, bytes and efficiency.  ``--device model`` runs the same session on
-the behavioural model.  Later engines extend this session.
+table of cycles, bytes and efficiency.  Then (with PyTorch installed) a second card
+with the optimizer engines trains a small model with its step offloaded next to
+storage (:mod:`ndpkit.sim.demo_training`).  ``--device model`` runs both on the
+behavioural model.
 """
 from __future__ import annotations
 
@@ -86,6 +88,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="sim", help="device URI (default: sim)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--no-training", action="store_true", help="skip the training part")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     print(f"ndpkit demo on '{args.device}' (seed {seed}); the first run builds the simulated card, "
@@ -108,7 +111,27 @@ def main(argv=None) -> int:
           f"model: {stats['mismatched_bytes']} bytes differ")
     print(f"host DMA through the transport: {stats['upload_mb_s']:.1f} MB/s up, {stats['download_mb_s']:.1f} "
           f"MB/s down (wall clock); session: {cycles} device cycles, {time.perf_counter() - started:.1f} s")
-    return 0 if stats["mismatched_bytes"] == 0 else 1
+    ok = stats["mismatched_bytes"] == 0
+    if not args.no_training:
+        ok &= _training(args.device)
+    return 0 if ok else 1
+
+
+def _training(device: str) -> bool:
+    from .demo_training import TRAINING_URI, print_training, training_session
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("\n(training part skipped: PyTorch is not installed; pip install 'ndpkit[torch]')")
+        return True
+    uri = TRAINING_URI.replace("sim", device.split("?")[0], 1)
+    print(f"\nopening {uri} for the training part (the first run builds it, about three minutes) ...", flush=True)
+    started = time.perf_counter()
+    with ndpkit.open(uri) as dev:
+        result = training_session(dev)
+    ok = print_training(result)
+    print(f"training part: {time.perf_counter() - started:.1f} s")
+    return ok
 
 
 if __name__ == "__main__":
