@@ -12,8 +12,10 @@ from ndpkit.golden.adam import Mode
 from ndpkit.nearstorage import NearStorageAdam, StorageFile, golden_step
 
 URI = "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M"
+# on sim cards this is a long run (two simulated cards, several steps): `make sim`
 KINDS = [pytest.param("model", id="model"),
-         pytest.param("sim", id="sim", marks=[pytest.mark.sim, pytest.mark.xdist_group("device_sim_adam")])]
+         pytest.param("sim", id="sim", marks=[pytest.mark.sim, pytest.mark.long,
+                                              pytest.mark.xdist_group("device_sim_adam")])]
 
 
 @pytest.fixture(scope="module", params=KINDS)
