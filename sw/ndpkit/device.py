@@ -272,6 +272,11 @@ class Device:
         return self.engine("adam")
 
     @property
+    def attention(self):
+        """The attention engine's client: ``dev.attention.decode(q, k_new, v_new, cache, layer, slots)``."""
+        return self.engine("attention")
+
+    @property
     def decomp(self):
         """The decomp engine's client: ``dev.decomp.scatter(dst, indices, values, n=...)``."""
         return self.engine("decomp")

@@ -43,7 +43,9 @@ import numpy as np
 from . import fp
 from .exp import exp as fp_exp
 
-__all__ = ["KvFormat", "BLOCK", "INTERLEAVE", "decode", "decode_group", "reference", "widen", "narrow"]
+__all__ = ["KvFormat", "BLOCK", "INTERLEAVE", "decode", "decode_group", "reference", "widen", "narrow",
+           "DESCRIPTOR_FIELDS", "DESCRIPTOR_BYTES", "FLAG_APPEND", "STATUS_DONE", "pack_descriptors",
+           "unpack_descriptors", "command_check", "request_check", "request_ranges", "execute_command"]
 
 #: tokens per online-softmax block, and the ways the per-block sums are split
 BLOCK = 128
@@ -149,3 +151,142 @@ def reference(q, k, v, *, scale: float, bias=None) -> np.ndarray:
     s = s - s.max(axis=1, keepdims=True)
     p = np.exp(s)
     return np.einsum("hl,hld->hd", p, vv) / p.sum(axis=1, keepdims=True)
+
+
+# ---- the engine's command: a batch of requests described by a table in card memory ----
+
+#: one request descriptor: 16 little-endian uint32 words (64 bytes), in this order
+DESCRIPTOR_FIELDS = ("q", "out", "k", "v", "k_new", "v_new", "length", "capacity", "window", "flags", "status")
+DESCRIPTOR_BYTES = 64
+FLAG_APPEND = 1
+STATUS_DONE = 1 << 31            # status word: bit 31 = the engine processed the request, bits 0-7 its ErrorCode
+HEAD_DIMS = (64, 128)
+MAX_GROUP = 16
+MAX_KV_HEADS = 64
+
+
+def _size(fmt) -> int:
+    return 4 if KvFormat(fmt) == KvFormat.FP32 else 2
+
+
+def pack_descriptors(requests: list[dict]) -> bytes:
+    """The table bytes for a list of request dicts (missing fields are 0)."""
+    words = np.zeros((len(requests), DESCRIPTOR_BYTES // 4), dtype=np.uint32)
+    for i, r in enumerate(requests):
+        for j, name in enumerate(DESCRIPTOR_FIELDS):
+            words[i, j] = r.get(name, 0)
+    return words.tobytes()
+
+
+def unpack_descriptors(raw: bytes, count: int) -> list[dict]:
+    words = np.frombuffer(raw[:count * DESCRIPTOR_BYTES], dtype=np.uint32).reshape(count, -1)
+    return [{name: int(w[j]) for j, name in enumerate(DESCRIPTOR_FIELDS)} for w in words]
+
+
+def command_check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+    """Checks on the whole command (failing: nothing is read past them, nothing written)."""
+    from ..codes import ErrorCode
+    from .dma_copy import transfer_check
+    if cmd["format_q"] > 2:
+        return ErrorCode.BAD_FIELD, "q_format"
+    if cmd["format_kv"] not in (KvFormat.FP16, KvFormat.BF16):
+        return ErrorCode.BAD_FIELD, "kv_format"
+    if cmd["format_out"] > 2:
+        return ErrorCode.BAD_FIELD, "out_format"
+    if cmd["shape_head_dim"] not in HEAD_DIMS:
+        return ErrorCode.BAD_FIELD, "head_dim"
+    if not 1 <= cmd["shape_group"] <= MAX_GROUP:
+        return ErrorCode.BAD_FIELD, "group"
+    if not 1 <= cmd["shape_kv_heads"] <= MAX_KV_HEADS:
+        return ErrorCode.BAD_FIELD, "kv_heads"
+    if cmd["requests"] == 0:
+        return ErrorCode.ZERO_LENGTH, "requests"
+    table = -(-cmd["requests"] * DESCRIPTOR_BYTES // word_bytes) * word_bytes
+    code = transfer_check(cmd["table"], table, word_bytes, window_base, window_size)
+    return (code, "table") if code else (ErrorCode.OK, None)
+
+
+def request_ranges(cmd: dict, r: dict) -> dict[str, tuple[int, int]]:
+    """(address, bytes) of everything request ``r`` reads or writes (whole rows; the
+    cache regions are kv_heads x capacity rows each)."""
+    d, g, hkv = cmd["shape_head_dim"], cmd["shape_group"], cmd["shape_kv_heads"]
+    heads = g * hkv
+    row = d * 2
+    ranges = {"q": (r["q"], heads * d * _size(cmd["format_q"])), "out": (r["out"], heads * d * _size(cmd["format_out"])),
+              "k": (r["k"], hkv * r["capacity"] * row), "v": (r["v"], hkv * r["capacity"] * row)}
+    if r["flags"] & FLAG_APPEND:
+        ranges["k_new"] = (r["k_new"], hkv * row)
+        ranges["v_new"] = (r["v_new"], hkv * row)
+    return ranges
+
+
+def request_check(cmd: dict, r: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+    """One request's checks, in the engine's order: a failing request is skipped (its
+    status word says why), the rest of the batch runs."""
+    from ..codes import ErrorCode
+    from .dma_copy import check_ranges
+    append = r["flags"] & FLAG_APPEND
+    if r["flags"] & ~FLAG_APPEND:
+        return ErrorCode.BAD_FIELD, "flags"
+    if r["length"] + append == 0:
+        return ErrorCode.ZERO_LENGTH, "length"
+    if r["capacity"] == 0 or r["length"] + append > r["capacity"]:
+        return ErrorCode.OUT_OF_WINDOW, "length"
+    ranges = request_ranges(cmd, r)
+    ranges = {"out": ranges.pop("out"), **ranges}          # the output's problems are reported first
+    code, name = check_ranges(ranges, word_bytes, window_base, window_size)
+    if code:
+        return code, name
+    (xo, lo), xt, lt = ranges["out"], cmd["table"], cmd["requests"] * DESCRIPTOR_BYTES
+    if xo < xt + lt and xt < xo + lo:
+        return ErrorCode.OVERLAP, "out"
+    return ErrorCode.OK, None
+
+
+def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, window_base: int, window_size: int,
+                    base: int = 0) -> tuple[int, int, int, int]:
+    """Run an accepted command on ``memory`` (uint8 from card address ``base``): for each
+    request in order, its checks, then (append) k_new/v_new into row ``length`` of the
+    cache, attention over the last ``window`` (0: all) of the ``length + append``
+    tokens, the output, and the status word.  Returns (error, bytes read, bytes
+    written, failed requests)."""
+    def at(addr, nbytes):
+        return memory[addr - base:addr - base + nbytes]
+
+    d, g, hkv = cmd["shape_head_dim"], cmd["shape_group"], cmd["shape_kv_heads"]
+    kv_fmt, q_fmt, out_fmt = KvFormat(cmd["format_kv"]), KvFormat(cmd["format_q"]), KvFormat(cmd["format_out"])
+    scale = float(np.uint32(cmd["scale"]).view(np.float32))
+    n = cmd["requests"]
+    table_bytes = -(-n * DESCRIPTOR_BYTES // word_bytes) * word_bytes
+    read, written, failed = table_bytes, 0, 0
+    row = d * 2
+    for i, r in enumerate(unpack_descriptors(at(cmd["table"], n * DESCRIPTOR_BYTES).tobytes(), n)):
+        code, _ = request_check(cmd, r, word_bytes=word_bytes, window_base=window_base, window_size=window_size)
+        status_addr = cmd["table"] + i * DESCRIPTOR_BYTES + 4 * DESCRIPTOR_FIELDS.index("status")
+        if code:
+            failed += 1
+        else:
+            length = r["length"]
+            if r["flags"] & FLAG_APPEND:
+                for h in range(hkv):
+                    for name, new in (("k", "k_new"), ("v", "v_new")):
+                        at(r[name] + (h * r["capacity"] + length) * row, row)[:] = at(r[new] + h * row, row)
+                read += 2 * hkv * row
+                written += 2 * hkv * row
+                length += 1
+            first = max(0, length - r["window"]) if r["window"] else 0
+            tokens = length - first
+            q = at(r["q"], g * hkv * d * _size(q_fmt)).view(np.uint32 if q_fmt == KvFormat.FP32 else np.uint16)
+            k = np.stack([at(r["k"] + (h * r["capacity"] + first) * row, tokens * row).view(np.uint16)
+                          for h in range(hkv)]).reshape(hkv, tokens, d)
+            v = np.stack([at(r["v"] + (h * r["capacity"] + first) * row, tokens * row).view(np.uint16)
+                          for h in range(hkv)]).reshape(hkv, tokens, d)
+            out = decode(q.reshape(g * hkv, d), k, v, scale=scale, q_format=q_fmt, kv_format=kv_fmt,
+                         out_format=out_fmt)
+            raw = out.tobytes()
+            at(r["out"], len(raw))[:] = np.frombuffer(raw, np.uint8)
+            read += q.nbytes + 2 * hkv * tokens * row
+            written += len(raw)
+        at(status_addr, 4)[:] = np.frombuffer(np.uint32(STATUS_DONE | int(code)).tobytes(), np.uint8)
+        written += 4
+    return 0, read, written, failed

@@ -26,6 +26,24 @@ def transfer_check(addr: int, length: int, word_bytes: int, window_base: int, wi
     return ErrorCode.OK
 
 
+def check_ranges(ranges: dict, word_bytes: int, window_base: int, window_size: int) -> tuple[ErrorCode, str | None]:
+    """Every named (address, length) range by the transfer rule, in order, then no two
+    overlapping: (code, name of the offending range) — the engines' common check."""
+    for name, (addr, length) in ranges.items():
+        if length >= 1 << 32:
+            return ErrorCode.OUT_OF_WINDOW, name
+        code = transfer_check(addr, length, word_bytes, window_base, window_size)
+        if code:
+            return code, name
+    names = list(ranges)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (xa, la), (xb, lb) = ranges[a], ranges[b]
+            if xa < xb + lb and xb < xa + la:
+                return ErrorCode.OVERLAP, b
+    return ErrorCode.OK, None
+
+
 def check(op: int, src: int, dst: int, length: int, *, word_bytes: int, window_base: int,
           window_size: int) -> tuple[ErrorCode, str | None]:
     """(error code, offending argument) in the hardware's order."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .declare import Access, Field, Register, RegisterBlock
 
-__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "DECOMP", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
+__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "DECOMP", "ATTENTION", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
            "ENGINE_STRIDE", "ENGINE_ARGS_OFFSET", "BAR0_SIZE", "IRQ_LINES", "engine_block", "engine_args",
            "command_fields"]
 
@@ -177,6 +177,27 @@ DECOMP = engine_block("decomp", [
        "skipped). An index >= n (not the sentinel) stops the command with OUT_OF_WINDOW after the pairs before "
        "it were written. cpl_aux counts the pairs written.")
 
-ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM, "decomp": DECOMP}
+ATTENTION = engine_block("attention", [
+    Register("format", 0x40, [
+        Field("q", 0, 2, Access.RW, doc="Query format: 0 fp32, 1 fp16, 2 bf16."),
+        Field("kv", 4, 2, Access.RW, doc="KV-cache format: 1 fp16, 2 bf16."),
+        Field("out", 8, 2, Access.RW, doc="Output format: 0 fp32, 1 fp16, 2 bf16 (RNE)."),
+    ]),
+    Register.single("table", 0x44, Access.RW, doc="Request descriptor table: `requests` entries of 64 bytes "
+                    "(docs/attention.md), word aligned; the engine writes each entry's status word."),
+    Register.single("requests", 0x48, Access.RW, doc="Requests in the batch (>= 1)."),
+    Register("shape", 0x4C, [
+        Field("head_dim", 0, 8, Access.RW, doc="d: 64 or 128."),
+        Field("group", 8, 8, Access.RW, doc="G: query heads per KV head, 1..16 (1 = multi-head attention)."),
+        Field("kv_heads", 16, 8, Access.RW, doc="KV heads per request, 1..64."),
+    ]),
+    Register.single("scale", 0x50, Access.RW, doc="float32 softmax scale folded into q (usually 1/sqrt(d))."),
+], doc="Decode attention over a card-resident KV cache for a batch of requests (one query token each, GQA), "
+       "one pass over K and V with block online softmax, bit-exact to ndpkit.golden.attention. Whole-command "
+       "checks (formats, shape, requests, table) fail the command with nothing written; a request that fails "
+       "its own checks gets its code in its status word and the rest of the batch runs; cpl_aux counts the "
+       "failed requests.")
 
-ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM, DECOMP)
+ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM, "decomp": DECOMP, "attention": ATTENTION}
+
+ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM, DECOMP, ATTENTION)

@@ -21,6 +21,7 @@ import numpy as np
 from ..codes import AxiResp, EngineKind
 from ..errors import DmaError, RegisterAccessError, TransportClosed
 from ..golden import adam as adam_golden
+from ..golden import attention as attention_golden
 from ..golden import decomp as decomp_golden
 from ..golden import dma_copy as dma_copy_golden
 from ..pcie import PcieLink, StorageLink
@@ -62,9 +63,18 @@ def _decomp(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
     return decomp_golden.execute_command(device.memory, cmd, word_bytes=device.word_bytes, base=device.mem_base)
 
 
+def _attention(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
+    """(error, bytes read, bytes written, failed requests) of one attention command."""
+    window = dict(word_bytes=device.word_bytes, window_base=device.mem_base, window_size=device.mem_size)
+    code, _ = attention_golden.command_check(cmd, **window)
+    if code:
+        return int(code), 0, 0, 0
+    return attention_golden.execute_command(device.memory, cmd, base=device.mem_base, **window)
+
+
 #: engine name -> (kind, behaviour, commands the engine takes before completing the first)
 ENGINE_MODELS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy, 2), "adam": (EngineKind.ADAM, _adam, 1),
-                 "decomp": (EngineKind.DECOMP, _decomp, 1)}
+                 "decomp": (EngineKind.DECOMP, _decomp, 1), "attention": (EngineKind.ATTENTION, _attention, 1)}
 
 
 class _EngineModel:
