@@ -18,7 +18,6 @@ offload which also moves p, m, v between storage and host both ways (24 B) —
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 

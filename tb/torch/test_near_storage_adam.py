@@ -2,7 +2,6 @@
 transport here, one sim run), against the golden model (bit-exact) and against
 torch.optim.AdamW (the outside oracle: rounding differences only, within a bound)."""
 import os
-import sys
 
 import numpy as np
 import pytest

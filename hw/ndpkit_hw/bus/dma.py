@@ -31,7 +31,7 @@ from ndpkit.codes import ErrorCode
 from .axi import AXI4Signature, BURST_INCR, log2_exact
 
 __all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter", "transfer_error",
-           "Transfer", "transfers_overlap"]
+           "Transfer", "transfers_overlap", "TransferGroup"]
 
 LENGTH_WIDTH = 32
 COUNTER_WIDTH = 48
@@ -78,6 +78,38 @@ class Transfer:
 def transfers_overlap(a, b):
     """True when the byte ranges ``[addr, addr + length)`` of ``a`` and ``b`` intersect."""
     return (a.addr < b.addr + b.length) & (b.addr < a.addr + a.length)
+
+
+class TransferGroup:
+    """One command each for a set of burst engines, as an engine's command runs: while
+    ``running``, each enabled engine gets its transfer once and its status is taken
+    once; ``error`` keeps the first non-zero status, ``finished`` is high when every
+    enabled engine has reported.  ``clear()`` are the statements that reset the group
+    for the next command (in the engine's check cycle)."""
+
+    def __init__(self, m: Module, engines: dict, transfers: dict, running, enabled: dict | None = None):
+        self.error = Signal(STATUS_WIDTH, name="transfer_error")
+        self.sent = {k: Signal(name=f"sent_{k}") for k in engines}
+        self.done = {k: Signal(name=f"done_{k}") for k in engines}
+        enabled = enabled or {}
+        on = {k: enabled.get(k, Const(1)) for k in engines}
+        self.finished = Signal(name="transfers_finished")
+        m.d.comb += self.finished.eq(Cat(*[self.done[k] | ~on[k] for k in engines]).all())
+        for key, e in engines.items():
+            t = transfers[key]
+            m.d.comb += [e.cmd.payload.addr.eq(t.addr), e.cmd.payload.length.eq(t.length),
+                         e.cmd.valid.eq(running & on[key] & ~self.sent[key]),
+                         e.status.ready.eq(running & on[key] & ~self.done[key])]
+            with m.If(e.cmd.valid & e.cmd.ready):
+                m.d.sync += self.sent[key].eq(1)
+            with m.If(e.status.valid & e.status.ready):
+                m.d.sync += self.done[key].eq(1)
+                with m.If(self.error == 0):
+                    m.d.sync += self.error.eq(e.status.payload.error)
+
+    def clear(self) -> list:
+        return ([s.eq(0) for s in self.sent.values()] + [d.eq(0) for d in self.done.values()]
+                + [self.error.eq(0)])
 
 
 def transfer_error(m: Module, data_bytes: int, addr_width: int, payload, window_base, window_size):

@@ -21,14 +21,13 @@ accepted command runs, even after a bus error); a rejected command reports 0.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Mux
-from amaranth.lib import data, fifo, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, fifo, wiring
 
 from ndpkit.codes import ErrorCode
 from ndpkit.regs.blocks import DMA_COPY
-from ..bus.axi import AXI4Signature, READ_MEMBERS, WRITE_MEMBERS, connect_members
+from ..bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
 from ..bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
-from ..shell.engine_frontend import CompletionLayout, command_layout
+from ..shell.engine_frontend import command_layout, engine_members
 
 __all__ = ["DmaCopy", "OP_COPY", "OP_FILL"]
 
@@ -45,13 +44,8 @@ class DmaCopy(wiring.Component):
                    max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding)
         self.reader = BurstReader(axi_id=0, **dma)
         self.writer = BurstWriter(axi_id=1 % (1 << id_width), **dma)
-        super().__init__({
-            "cmd": In(stream.Signature(command_layout(DMA_COPY))),
-            "cpl": Out(stream.Signature(CompletionLayout)),
-            "bus": Out(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
-            "window_base": In(addr_width),
-            "window_size": In(addr_width + 1),
-        })
+        super().__init__(engine_members(DMA_COPY, addr_width=addr_width, data_width=data_width,
+                                        id_width=id_width))
 
     def elaborate(self, platform):
         m = Module()

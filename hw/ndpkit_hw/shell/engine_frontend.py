@@ -26,10 +26,10 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit.regs.blocks import command_fields
 from ndpkit.regs.declare import RegisterBlock
-from ..bus.axi import AXI4LiteSignature
+from ..bus.axi import AXI4LiteSignature, AXI4Signature
 from .csr import CSRBlock
 
-__all__ = ["EngineFrontend", "CompletionLayout", "command_layout"]
+__all__ = ["EngineFrontend", "CompletionLayout", "command_layout", "engine_members"]
 
 CompletionLayout = data.StructLayout({"tag": 16, "error": 4, "bytes_read": 32, "bytes_written": 32, "aux": 32})
 
@@ -46,6 +46,18 @@ def command_layout(block: RegisterBlock) -> data.StructLayout:
     fields = {name: width for name, _, width in _arg_fields(block)}
     fields["tag"] = 16
     return data.StructLayout(fields)
+
+
+def engine_members(block: RegisterBlock, *, addr_width: int, data_width: int, id_width: int) -> dict:
+    """The signature every engine core has: ``cmd`` in, ``cpl`` out, its AXI4 master
+    ``bus`` and the address window its transfers must stay in."""
+    return {
+        "cmd": In(stream.Signature(command_layout(block))),
+        "cpl": Out(stream.Signature(CompletionLayout)),
+        "bus": Out(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
+        "window_base": In(addr_width),
+        "window_size": In(addr_width + 1),
+    }
 
 
 class EngineFrontend(wiring.Component):

@@ -163,7 +163,7 @@ def check_command(cmd: dict, *, word_bytes: int, window_base: int, window_size: 
     Only what is checked before the update starts: sparse-mode pairs are checked as they
     stream (:func:`ndpkit.golden.decomp.stream_stop`)."""
     from ..codes import ErrorCode
-    from .dma_copy import transfer_check
+    from .dma_copy import check_ranges
     if cmd["format_mode"] > 1:
         return ErrorCode.BAD_FIELD, "mode"
     if cmd["format_grad"] > 2:
@@ -180,17 +180,9 @@ def check_command(cmd: dict, *, word_bytes: int, window_base: int, window_size: 
     ranges = command_ranges(cmd, word_bytes)
     if ranges["p"][1] >= 1 << 32:
         return ErrorCode.OUT_OF_WINDOW, "n"
-    active = [k for k in ranges if k != "copy" or cmd["format_copy"]]
-    for name in active:
-        code = transfer_check(*ranges[name], word_bytes, window_base, window_size)
-        if code:
-            return code, name
-    for i, a in enumerate(active):
-        for b in active[i + 1:]:
-            (xa, la), (xb, lb) = ranges[a], ranges[b]
-            if xa < xb + lb and xb < xa + la:
-                return ErrorCode.OVERLAP, b
-    return ErrorCode.OK, None
+    if not cmd["format_copy"]:
+        del ranges["copy"]
+    return check_ranges(ranges, word_bytes, window_base, window_size)
 
 
 def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0) -> tuple[int, int, int, int]:

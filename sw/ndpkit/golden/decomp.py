@@ -177,27 +177,14 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
 
 def check_command(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
     """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/cores/adam/scatter.py)."""
-    from .dma_copy import transfer_check
+    from .dma_copy import check_ranges
     if cmd["format"] > 2:
         return ErrorCode.BAD_FIELD, "fmt"
     if cmd["count"] == 0:
         return ErrorCode.ZERO_LENGTH, "n"
     if cmd["pairs"] == 0:
         return ErrorCode.ZERO_LENGTH, "pairs"
-    ranges = command_ranges(cmd, word_bytes)
-    for name, (addr, length) in ranges.items():
-        if length >= 1 << 32:
-            return ErrorCode.OUT_OF_WINDOW, name
-        code = transfer_check(addr, length, word_bytes, window_base, window_size)
-        if code:
-            return code, name
-    names = list(ranges)
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            (xa, la), (xb, lb) = ranges[a], ranges[b]
-            if xa < xb + lb and xb < xa + la:
-                return ErrorCode.OVERLAP, b
-    return ErrorCode.OK, None
+    return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
 
 
 def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0) -> tuple[int, int, int, int]:

@@ -45,31 +45,28 @@ def _dma_copy(device: "ModelDevice", cmd: dict) -> tuple[int, int, int]:
     return 0, (cmd["length"] if cmd["op"] == dma_copy_golden.OP_COPY else 0), cmd["length"]
 
 
-def _adam(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
-    """(error, bytes read, bytes written, aux) of one adam command."""
-    code, _ = adam_golden.check_command(cmd, word_bytes=device.word_bytes, window_base=device.mem_base,
-                                        window_size=device.mem_size)
-    if code:
-        return int(code), 0, 0, 0
-    return adam_golden.execute_command(device.memory, cmd, word_bytes=device.word_bytes, base=device.mem_base)
-
-
-def _decomp(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
-    """(error, bytes read, bytes written, pairs written) of one decomp command."""
-    code, _ = decomp_golden.check_command(cmd, word_bytes=device.word_bytes, window_base=device.mem_base,
-                                          window_size=device.mem_size)
-    if code:
-        return int(code), 0, 0, 0
-    return decomp_golden.execute_command(device.memory, cmd, word_bytes=device.word_bytes, base=device.mem_base)
-
-
-def _attention(device: "ModelDevice", cmd: dict) -> tuple[int, int, int, int]:
-    """(error, bytes read, bytes written, failed requests) of one attention command."""
+def _checked(golden, device: "ModelDevice", cmd: dict, *, window_args: bool = False) -> tuple[int, int, int, int]:
+    """(error, bytes read, bytes written, aux) of one command of an engine whose golden
+    module has ``check_command``/``command_check`` and ``execute_command``."""
     window = dict(word_bytes=device.word_bytes, window_base=device.mem_base, window_size=device.mem_size)
-    code, _ = attention_golden.command_check(cmd, **window)
+    check = getattr(golden, "check_command", None) or golden.command_check
+    code, _ = check(cmd, **window)
     if code:
         return int(code), 0, 0, 0
-    return attention_golden.execute_command(device.memory, cmd, base=device.mem_base, **window)
+    extra = window if window_args else {"word_bytes": device.word_bytes}
+    return golden.execute_command(device.memory, cmd, base=device.mem_base, **extra)
+
+
+def _adam(device, cmd):
+    return _checked(adam_golden, device, cmd)
+
+
+def _decomp(device, cmd):
+    return _checked(decomp_golden, device, cmd)
+
+
+def _attention(device, cmd):
+    return _checked(attention_golden, device, cmd, window_args=True)
 
 
 #: engine name -> (kind, behaviour, commands the engine takes before completing the first)

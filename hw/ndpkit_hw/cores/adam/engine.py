@@ -18,15 +18,14 @@ interconnect.  The completion's ``aux`` is the number of non-finite gradients.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Cat, Const, Mux
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import wiring
 
 from ndpkit.codes import ErrorCode
 from ndpkit.regs.blocks import ADAM
-from ...bus.axi import AXI4Signature, READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
-from ...bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
+from ...bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
+from ...bus.dma import BurstReader, BurstWriter, Transfer, TransferGroup, transfer_error, transfers_overlap
 from ...bus.interconnect import AxiInterconnect
-from ...shell.engine_frontend import CompletionLayout, command_layout
+from ...shell.engine_frontend import command_layout, engine_members
 from .stream_decompressor import StreamDecompressor
 from .updater import SCALARS, AdamUpdater
 
@@ -54,14 +53,8 @@ class AdamEngine(wiring.Component):
         # reader i and writer i share interconnect port i (reads and writes route apart)
         self.interconnect = AxiInterconnect(num_masters=len(READS), addr_width=addr_width, data_width=data_width,
                                             id_width=1)
-        super().__init__({
-            "cmd": In(stream.Signature(command_layout(ADAM))),
-            "cpl": Out(stream.Signature(CompletionLayout)),
-            "bus": Out(AXI4Signature(addr_width=addr_width, data_width=data_width,
-                                     id_width=1 + self.interconnect.index_bits)),
-            "window_base": In(addr_width),
-            "window_size": In(addr_width + 1),
-        })
+        super().__init__(engine_members(ADAM, addr_width=addr_width, data_width=data_width,
+                                        id_width=1 + self.interconnect.index_bits))
 
     def elaborate(self, platform):
         m = Module()
@@ -137,12 +130,6 @@ class AdamEngine(wiring.Component):
                      updater.grad_format.eq(cmd.format_grad)]
 
         # ---- control ------------------------------------------------------------------
-        sent = {f"r{k}": Signal(name=f"sent_r{k}") for k in READS}
-        sent.update({f"w{k}": Signal(name=f"sent_w{k}") for k in WRITES})
-        done = {k: Signal(name=f"done_{k}") for k in sent}
-        enabled = {f"r{k}": active[k] for k in READS}
-        enabled.update({f"w{k}": active[k] for k in WRITES})
-        status = Signal(4)
         error = Signal(4)
         accepted = Signal()
         stream_error = Signal()
@@ -150,21 +137,11 @@ class AdamEngine(wiring.Component):
         in_count, out_count = Signal(33), Signal(33)
         nonfinite = Signal(32)
         running = Signal()
-        finished = Signal()
-        m.d.comb += finished.eq(Cat(*[done[k] | ~enabled[k] for k in done]).all())
         ports = {f"r{k}": self.readers[k] for k in READS}
         ports.update({f"w{k}": self.writers[k] for k in WRITES})
-        for key, e in ports.items():
-            r = ranges[key[1:]]
-            m.d.comb += [e.cmd.payload.addr.eq(r.addr), e.cmd.payload.length.eq(r.length),
-                         e.cmd.valid.eq(running & enabled[key] & ~sent[key]),
-                         e.status.ready.eq(running & enabled[key] & ~done[key])]
-            with m.If(e.cmd.valid & e.cmd.ready):
-                m.d.sync += sent[key].eq(1)
-            with m.If(e.status.valid & e.status.ready):
-                m.d.sync += done[key].eq(1)
-                with m.If(status == 0):
-                    m.d.sync += status.eq(e.status.payload.error)
+        transfers = TransferGroup(m, ports, {key: ranges[key[1:]] for key in ports}, running,
+                                  {key: active[key[1:]] for key in ports})
+        status = transfers.error
 
         with m.FSM(name="control"):
             with m.State("IDLE"):
@@ -176,16 +153,15 @@ class AdamEngine(wiring.Component):
                 for e in engines:
                     m.d.comb += e.clear_counters.eq(1)
                 m.d.comb += dec.start.eq(1)
-                m.d.sync += [error.eq(check), accepted.eq(check == 0), status.eq(0), in_count.eq(0),
-                             out_count.eq(0), nonfinite.eq(0)]
-                m.d.sync += [s.eq(0) for s in sent.values()] + [d.eq(0) for d in done.values()]
+                m.d.sync += [error.eq(check), accepted.eq(check == 0), in_count.eq(0), out_count.eq(0),
+                             nonfinite.eq(0)] + transfers.clear()
                 with m.If(check != 0):
                     m.next = "COMPLETE"
                 with m.Else():
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
-                with m.If(finished):
+                with m.If(transfers.finished):
                     m.d.sync += error.eq(Mux(status != 0, status, Mux(stream_error, dec.error, 0)))
                     m.next = "COMPLETE"
             with m.State("COMPLETE"):

@@ -23,16 +23,15 @@ stream mode (:mod:`.stream_decompressor`) avoids the dense buffer altogether.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Cat, Const, Mux
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import wiring
 
 from ndpkit.codes import ErrorCode
 from ndpkit.golden.decomp import SENTINEL
 from ndpkit.regs.blocks import DECOMP
-from ...bus.axi import AXI4Signature, READ_MEMBERS, WRITE_MEMBERS, AxiResp, connect_members, log2_exact
-from ...bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
+from ...bus.axi import READ_MEMBERS, WRITE_MEMBERS, AxiResp, connect_members, log2_exact
+from ...bus.dma import BurstReader, BurstWriter, Transfer, TransferGroup, transfer_error, transfers_overlap
 from ...bus.interconnect import AxiInterconnect
-from ...shell.engine_frontend import CompletionLayout, command_layout
+from ...shell.engine_frontend import command_layout, engine_members
 from .pairs import PairUnpacker
 
 __all__ = ["DecompEngine"]
@@ -55,14 +54,8 @@ class DecompEngine(wiring.Component):
         self.unpacker = PairUnpacker(data_width=data_width)
         # port 0: idx reads + zero fill, port 1: value reads + scatter writes
         self.interconnect = AxiInterconnect(num_masters=2, addr_width=addr_width, data_width=data_width, id_width=1)
-        super().__init__({
-            "cmd": In(stream.Signature(command_layout(DECOMP))),
-            "cpl": Out(stream.Signature(CompletionLayout)),
-            "bus": Out(AXI4Signature(addr_width=addr_width, data_width=data_width,
-                                     id_width=1 + self.interconnect.index_bits)),
-            "window_base": In(addr_width),
-            "window_size": In(addr_width + 1),
-        })
+        super().__init__(engine_members(DECOMP, addr_width=addr_width, data_width=data_width,
+                                        id_width=1 + self.interconnect.index_bits))
 
     def elaborate(self, platform):
         m = Module()
@@ -114,19 +107,8 @@ class DecompEngine(wiring.Component):
         # ---- the engines' commands and statuses ----------------------------------------
         running = Signal()
         scattering = Signal()
-        status = Signal(4)
-        port_cmd = {"idx": read_idx, "val": read_val, "dst": zero_fill}
-        sent = {k: Signal(name=f"sent_{k}") for k in port_cmd}
-        done = {k: Signal(name=f"done_{k}") for k in port_cmd}
-        for key, e in port_cmd.items():
-            m.d.comb += [e.cmd.payload.addr.eq(ranges[key].addr), e.cmd.payload.length.eq(ranges[key].length),
-                         e.cmd.valid.eq(running & ~sent[key]), e.status.ready.eq(running & ~done[key])]
-            with m.If(e.cmd.valid & e.cmd.ready):
-                m.d.sync += sent[key].eq(1)
-            with m.If(e.status.valid & e.status.ready):
-                m.d.sync += done[key].eq(1)
-                with m.If(status == 0):
-                    m.d.sync += status.eq(e.status.payload.error)
+        transfers = TransferGroup(m, {"idx": read_idx, "val": read_val, "dst": zero_fill}, ranges, running)
+        status = transfers.error
 
         # zero fill: n elements' bytes strobed, the rest of the last word untouched
         beats = lengths["dst"][word_shift:]
@@ -196,7 +178,7 @@ class DecompEngine(wiring.Component):
         # ---- control ------------------------------------------------------------------------
         error = Signal(4)
         accepted = Signal()
-        finished = (Cat(*done.values()).all() & ((pairs_done == cmd.pairs) | (stream_error != 0))
+        finished = (transfers.finished & ((pairs_done == cmd.pairs) | (stream_error != 0))
                     & (outstanding == 0) & ~aw_sent)
         with m.FSM(name="control"):
             with m.State("IDLE"):
@@ -208,16 +190,15 @@ class DecompEngine(wiring.Component):
                 for e in engines:
                     m.d.comb += e.clear_counters.eq(1)
                 m.d.comb += unpacker.start.eq(1)
-                m.d.sync += [error.eq(check), accepted.eq(check == 0), status.eq(0), beat.eq(0),
-                             pairs_done.eq(0), written.eq(0), stream_error.eq(0), aw_sent.eq(0), w_sent.eq(0)]
-                m.d.sync += [s.eq(0) for s in sent.values()] + [d.eq(0) for d in done.values()]
+                m.d.sync += [error.eq(check), accepted.eq(check == 0), beat.eq(0), pairs_done.eq(0),
+                             written.eq(0), stream_error.eq(0), aw_sent.eq(0), w_sent.eq(0)] + transfers.clear()
                 with m.If(check != 0):
                     m.next = "COMPLETE"
                 with m.Else():
                     m.next = "ZERO"
             with m.State("ZERO"):
                 m.d.comb += running.eq(1)
-                with m.If(done["dst"]):          # every zero-fill write acknowledged
+                with m.If(transfers.done["dst"]):          # every zero-fill write acknowledged
                     m.next = "SCATTER"
             with m.State("SCATTER"):
                 m.d.comb += [running.eq(1), scattering.eq(1)]
