@@ -8,8 +8,9 @@ JOBS   ?= auto
 PYTEST := $(VPY) -m pytest -n $(JOBS) --dist loadgroup
 
 IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
+FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
 
-.PHONY: all venv test sim lint demo perf impl regs clean distclean
+.PHONY: all venv test sim formal lint demo perf impl regs clean distclean
 
 all: test
 
@@ -27,11 +28,15 @@ venv: $(STAMP)
 
 # The lean tier: unit tests and small benches (cached Verilator builds, run in parallel).
 test: $(STAMP)
-	$(PYTEST) -m "not long"
+	$(PYTEST) -m "not long and not formal"
 
 # The full cocotb regression: everything in `test` plus the long randomised runs.
-sim: $(STAMP)
-	$(PYTEST) -m "sim or long" -p no:cacheprovider
+sim: $(STAMP) $(FORMAL_STAMP)
+	$(PYTEST) -m "sim or long or formal" -p no:cacheprovider
+
+# Bounded formal proofs of the AXI rules (SymbiYosys, YoWASP tools from PyPI).
+formal: $(FORMAL_STAMP)
+	$(PYTEST) -m formal -p no:cacheprovider
 
 # verilator --lint-only -Wall on every generated top, with tb/verilator_waivers.vlt.
 lint: $(STAMP)
@@ -47,6 +52,10 @@ perf: $(STAMP)
 	$(VPY) -m tb.bus.dma_perf_report $(if $(QUICK),--quick,)
 	QUICK=$(QUICK) $(VPY) -m tb.device.copy_bench
 	QUICK=$(QUICK) $(VPY) -m tb.adam.adam_bench
+
+$(FORMAL_STAMP): $(STAMP)
+	$(VPY) -m pip install --quiet -e '.[formal]'
+	touch $@
 
 $(IMPL_STAMP): $(STAMP)
 	$(VPY) -m pip install --quiet -e '.[impl]'
