@@ -212,10 +212,11 @@ class AdamEngine(wiring.Component):
 
         # ---- updater -> writers ------------------------------------------------------
         # after a pair error, once the updater has delivered every vector it took, the
-        # writers get their remaining beats with every strobe off
+        # writers get their remaining beats with every strobe off (only while the command
+        # runs: between commands the stale error must not push beats into idle writers)
         o = updater.o
         flush = Signal()
-        m.d.comb += flush.eq(stream_error & (out_count >= in_count) & (out_count != vectors))
+        m.d.comb += flush.eq(running & stream_error & (out_count >= in_count) & (out_count != vectors))
         out_valid = o.valid | flush
         last = out_count + 1 == vectors
         tail = Signal(range(lanes + 1))
