@@ -19,7 +19,7 @@ solver's time grows steeply with depth (the engines' 32-bit lengths and 48-bit b
 counters are all state): about 4 minutes for the write engine at 12.
 """
 import pytest
-from amaranth.hdl import Assert, Assume, Module, Signal, Cat, Const, Mux
+from amaranth.hdl import Assert, Assume, Module, Signal, Mux
 
 from ndpkit.sim.formal import ChannelMonitor, assume_stable, prove, tools_available
 
@@ -60,6 +60,34 @@ def _burst_rules(m, bus, prefix, dut):
         ]
 
 
+def _burst_shadow(m, addr_fire, length, data_valid, data_fire, data_last, role, what):
+    """The lengths of accepted bursts whose data beats are not all through (a 2-entry
+    queue, max_outstanding = 2): data only for an accepted burst, last exactly on its
+    last beat (``role`` Assert: the design sends the data; Assume: the memory does).
+    Returns the burst-complete strobe."""
+    lens = [Signal(8, name=f"{what}_shadow_len{i}") for i in range(2)]
+    count = Signal(range(3), name=f"{what}_bursts")
+    beat = Signal(8, name=f"{what}_beat")
+    done = data_fire & data_last
+    with m.If(data_valid):
+        m.d.comb += [role(count != 0, f"{what}: a beat before its burst's address"),
+                     role(data_last == (beat == lens[0]), f"{what}: last not on the burst's last beat")]
+    with m.If(data_fire):
+        m.d.sync += beat.eq(Mux(data_last, 0, beat + 1))
+    with m.If(addr_fire & done):
+        m.d.sync += [lens[0].eq(Mux(count == 1, length, lens[1])), lens[1].eq(length)]
+    with m.Elif(addr_fire):
+        m.d.sync += count.eq(count + 1)
+        with m.If(count == 0):
+            m.d.sync += lens[0].eq(length)
+        with m.Else():
+            m.d.sync += lens[1].eq(length)
+    with m.Elif(done):
+        m.d.sync += [count.eq(count - 1), lens[0].eq(lens[1])]
+    m.d.comb += Assert(count <= 2, "more bursts in flight than max_outstanding")
+    return done
+
+
 def test_burst_writer_formal(tmp_path):
     from ndpkit_hw.bus.dma import BurstWriter
     m = Module()
@@ -70,28 +98,8 @@ def test_burst_writer_formal(tmp_path):
     _burst_rules(m, bus, "aw", dut)
     ChannelMonitor(m, "w", bus.wvalid, bus.wready, [bus.wdata, bus.wstrb, bus.wlast], role=Assert)
     ChannelMonitor(m, "b", bus.bvalid, bus.bready, [bus.bresp, bus.bid], role=Assume)
-    # the lengths of accepted AWs whose W beats are not all sent (a 2-entry shadow queue)
-    lens = [Signal(8, name=f"shadow_len{i}") for i in range(2)]
-    count = Signal(range(3))
-    beat = Signal(8)
-    aw_fire, w_fire = bus.awvalid & bus.awready, bus.wvalid & bus.wready
-    w_done = w_fire & bus.wlast
-    with m.If(bus.wvalid):
-        m.d.comb += [Assert(count != 0, "w: a beat before its burst's AW"),
-                     Assert(bus.wlast == (beat == lens[0]), "w: wlast not on the burst's last beat")]
-    with m.If(w_fire):
-        m.d.sync += beat.eq(Mux(bus.wlast, 0, beat + 1))
-    with m.If(aw_fire & w_done):
-        m.d.sync += [lens[0].eq(Mux(count == 1, bus.awlen, lens[1])), lens[1].eq(bus.awlen)]
-    with m.Elif(aw_fire):
-        m.d.sync += count.eq(count + 1)
-        with m.If(count == 0):
-            m.d.sync += lens[0].eq(bus.awlen)
-        with m.Else():
-            m.d.sync += lens[1].eq(bus.awlen)
-    with m.Elif(w_done):
-        m.d.sync += [count.eq(count - 1), lens[0].eq(lens[1])]
-    m.d.comb += Assert(count <= 2, "more bursts in flight than max_outstanding")
+    w_done = _burst_shadow(m, bus.awvalid & bus.awready, bus.awlen, bus.wvalid, bus.wvalid & bus.wready,
+                           bus.wlast, Assert, "w")
     # B only for bursts whose W beats were all sent
     sent, answered = Signal(4), Signal(4)
     m.d.sync += [sent.eq(sent + w_done), answered.eq(answered + (bus.bvalid & bus.bready))]
@@ -112,26 +120,8 @@ def test_burst_reader_formal(tmp_path):
     _burst_rules(m, bus, "ar", dut)
     ChannelMonitor(m, "r", bus.rvalid, bus.rready, [bus.rdata, bus.rresp, bus.rlast, bus.rid], role=Assume)
     # the memory answers each accepted AR with exactly arlen + 1 beats, rlast on the last
-    lens = [Signal(8, name=f"shadow_len{i}") for i in range(2)]
-    count = Signal(range(3))
-    beat = Signal(8)
-    ar_fire, r_fire = bus.arvalid & bus.arready, bus.rvalid & bus.rready
-    r_done = r_fire & bus.rlast
-    with m.If(bus.rvalid):
-        m.d.comb += [Assume(count != 0), Assume(bus.rlast == (beat == lens[0]))]
-    with m.If(r_fire):
-        m.d.sync += beat.eq(Mux(bus.rlast, 0, beat + 1))
-    with m.If(ar_fire & r_done):
-        m.d.sync += [lens[0].eq(Mux(count == 1, bus.arlen, lens[1])), lens[1].eq(bus.arlen)]
-    with m.Elif(ar_fire):
-        m.d.sync += count.eq(count + 1)
-        with m.If(count == 0):
-            m.d.sync += lens[0].eq(bus.arlen)
-        with m.Else():
-            m.d.sync += lens[1].eq(bus.arlen)
-    with m.Elif(r_done):
-        m.d.sync += [count.eq(count - 1), lens[0].eq(lens[1])]
-    m.d.comb += Assert(count <= 2, "more bursts in flight than max_outstanding")
+    _burst_shadow(m, bus.arvalid & bus.arready, bus.arlen, bus.rvalid, bus.rvalid & bus.rready, bus.rlast,
+                  Assume, "r")
     ports = [dut.cmd.valid, dut.cmd.payload.as_value(), dut.data.ready, dut.status.ready, dut.window_base,
              dut.window_size, bus.arready, bus.rvalid, bus.rdata, bus.rresp, bus.rlast, bus.rid]
     prove(m, ports, name="burst_reader", depth=12, work_dir=tmp_path)
