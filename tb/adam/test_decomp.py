@@ -14,7 +14,7 @@ from ndpkit.codes import ErrorCode
 from ndpkit.golden import decomp as golden
 from ndpkit.golden.adam import Format
 from ndpkit.regs.blocks import DECOMP
-from ndpkit.sim.bench import Backdoor, StreamSink, StreamSource, bench_params, start_clock_and_reset
+from ndpkit.sim.bench import bench_params, engine_bench
 
 CONFIGS = {"w64": {"data_width": 64, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3}}
 REGION = 0x4000
@@ -63,13 +63,8 @@ async def _run(p, source, sink, memory, rng, n, idx, vals, fmt, tag, change=None
 async def decomp_engine(dut):
     p = bench_params()
     rng = np.random.default_rng(cocotb.RANDOM_SEED)
-    from ndpkit_hw.shell.engine_frontend import CompletionLayout, command_layout
-    source = StreamSource(dut, "cmd", command_layout(DECOMP), stall=p["stall"])
-    sink = StreamSink(dut, "cpl", CompletionLayout, stall=p["stall"])
-    dut.read_latency.value = 40
-    dut.write_latency.value = 20
-    memory = Backdoor(dut.memory.storage.mem, p["data_width"] // 8)
-    await start_clock_and_reset(dut)
+    from ndpkit_hw.shell.engine_frontend import command_layout
+    source, sink, memory = await engine_bench(dut, command_layout(DECOMP), stall=p["stall"])
     tag = 0
     for n, k, fmt, kw in ((300, 30, Format.FP32, {"order": "ascending"}),
                           (301, 40, Format.FP16, {}),

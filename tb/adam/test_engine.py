@@ -14,7 +14,7 @@ from ndpkit.codes import ErrorCode
 from ndpkit.golden import fp
 from ndpkit.golden.adam import Format, Mode, adam_step, scalars_for_step
 from ndpkit.regs.blocks import ADAM
-from ndpkit.sim.bench import Backdoor, StreamSink, StreamSource, bench_params, start_clock_and_reset
+from ndpkit.sim.bench import bench_params, engine_bench
 
 CONFIGS = {"w64": {"data_width": 64, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3}}
 REGION = 0x4000          # bytes per array region; arrays start 0x100 in
@@ -95,13 +95,7 @@ async def _bad(dut, rng, source, sink, memory, change, code, tag):
 async def adam_engine(dut):
     p = bench_params()
     rng = np.random.default_rng(cocotb.RANDOM_SEED)
-    cmd_layout, cpl_layout = _layouts()
-    source = StreamSource(dut, "cmd", cmd_layout, stall=p["stall"])
-    sink = StreamSink(dut, "cpl", cpl_layout, stall=p["stall"])
-    dut.read_latency.value = 40
-    dut.write_latency.value = 20
-    memory = Backdoor(dut.memory.storage.mem, p["data_width"] // 8)
-    await start_clock_and_reset(dut)
+    source, sink, memory = await engine_bench(dut, _layouts()[0], stall=p["stall"])
     tag = 0
     for n, mode, grad_fmt, copy_fmt in ((37, Mode.ADAMW, Format.FP32, Format.FP16),
                                         (50, Mode.ADAM, Format.FP16, Format.BF16),
@@ -174,13 +168,7 @@ async def adam_engine_sparse(dut):
     model says, and the next command works."""
     p = bench_params()
     rng = np.random.default_rng(cocotb.RANDOM_SEED + 1)
-    cmd_layout, cpl_layout = _layouts()
-    source = StreamSource(dut, "cmd", cmd_layout, stall=p["stall"])
-    sink = StreamSink(dut, "cpl", cpl_layout, stall=p["stall"])
-    dut.read_latency.value = 40
-    dut.write_latency.value = 20
-    memory = Backdoor(dut.memory.storage.mem, p["data_width"] // 8)
-    await start_clock_and_reset(dut)
+    source, sink, memory = await engine_bench(dut, _layouts()[0], stall=p["stall"])
     tag = 100
     for n, k, fmt, mode, copy_fmt in ((300, 30, Format.FP32, Mode.ADAMW, Format.FP16),
                                       (301, 3, Format.FP16, Mode.ADAM, 0),

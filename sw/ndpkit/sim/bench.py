@@ -23,7 +23,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-__all__ = ["bench_params", "start_clock_and_reset", "pack", "unpack", "StreamSource", "StreamSink",
+__all__ = ["bench_params", "start_clock_and_reset", "engine_bench", "pack", "unpack", "StreamSource", "StreamSink",
            "Backdoor", "BulkBackdoor", "pause_generator", "stall_axi", "wait_until"]
 
 
@@ -229,3 +229,17 @@ class Backdoor:
         for i in self._words(address, length):
             out += int(self.handle[i].value).to_bytes(self.data_bytes, "little")
         return bytes(out)
+
+
+async def engine_bench(dut, cmd_layout, *, stall: float, read_latency: int = 40, write_latency: int = 20):
+    """An engine on :class:`ndpkit_hw.cores.harness.EngineHarness`: stalling command
+    source and completion sink, memory latencies set, clock and reset started.
+    Returns (source, sink, memory backdoor)."""
+    from ndpkit_hw.shell.engine_frontend import CompletionLayout
+    source = StreamSource(dut, "cmd", cmd_layout, stall=stall)
+    sink = StreamSink(dut, "cpl", CompletionLayout, stall=stall)
+    dut.read_latency.value = read_latency
+    dut.write_latency.value = write_latency
+    memory = Backdoor(dut.memory.storage.mem, bench_params()["data_width"] // 8)
+    await start_clock_and_reset(dut)
+    return source, sink, memory
