@@ -53,16 +53,23 @@ def _decomp(device):
                         max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding)
 
 
+def _attention(device):
+    from .cores.attention.engine import AttentionEngine
+    return AttentionEngine(addr_width=device.addr_width, data_width=device.data_width,
+                           max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding,
+                           units=device.attention_units)
+
+
 # engine name -> (kind, constructor taking the Device); later engines add themselves here
 ENGINE_BUILDERS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy), "adam": (EngineKind.ADAM, _adam),
-                   "decomp": (EngineKind.DECOMP, _decomp)}
+                   "decomp": (EngineKind.DECOMP, _decomp), "attention": (EngineKind.ATTENTION, _attention)}
 
 
 class Device(wiring.Component):
     def __init__(self, *, data_width: int = 512, addr_width: int = 32, mem_base: int = 0,
                  mem_size: int = 1 << 30, engines=("dma_copy",), queue_depth: int = 4,
                  host_id_width: int = 4, clock_mhz: int = 250, max_burst_bytes: int = 4096,
-                 max_outstanding: int = 8):
+                 max_outstanding: int = 8, attention_units: int = 4):
         log2_exact(data_width // 8, "data_width/8")
         if data_width < 32:
             raise ValueError("data_width must be at least 32")
@@ -83,6 +90,7 @@ class Device(wiring.Component):
         self.queue_depth, self.clock_mhz = queue_depth, clock_mhz
         self.max_burst_bytes, self.max_outstanding = max_burst_bytes, max_outstanding
         self.host_id_width = host_id_width
+        self.attention_units = attention_units          # dot/fma units of the attention engine (G <= units: port bound)
 
         self.engines = {}
         for name in self.engine_names:

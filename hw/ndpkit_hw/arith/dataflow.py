@@ -20,6 +20,7 @@ from amaranth.hdl import Const, Mux, Signal, Value
 from .add import FpAdd
 from .convert import Fp32ToBf16, Fp32ToFp16, Fp16ToFp32, Bf16ToFp32
 from .div import FpDiv
+from .exp import FpExp
 from .fma import FpFma
 from .fp_common import Pipeline
 from .mul import FpMul
@@ -34,6 +35,7 @@ OPS = {
     "fma": (FpFma, ("a", "b", "c")),
     "div": (FpDiv, ("a", "b")),
     "sqrt": (FpSqrt, ("a",)),
+    "exp": (FpExp, ("a",)),
     "fp32_to_fp16": (Fp32ToFp16, ("a",)),
     "fp32_to_bf16": (Fp32ToBf16, ("a",)),
     "fp16_to_fp32": (Fp16ToFp32, ("a",)),
@@ -99,6 +101,11 @@ class Dataflow:
         done = Timed(Value.cast(result), start + unit.latency)
         self.latency = max(self.latency, done.time)
         return done
+
+    def sub(self, a: Timed, b: Timed) -> Timed:
+        """``a - b``: the adder with b's sign flipped (exactly IEEE subtraction, signed
+        zeros included)."""
+        return self.op("add", a, Timed(b.value ^ (1 << 31), b.time))
 
     def select(self, condition: Timed, if_true: Timed, if_false: Timed) -> Timed:
         """A multiplexer (no latency) at the later of its operands' times."""

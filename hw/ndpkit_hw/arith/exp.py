@@ -42,7 +42,7 @@ class FpExp(FpUnit):
         f = y[:FRACTION_BITS]
         index, r = f[32:40], f[:32]
         table = Memory(shape=32, depth=256, init=[int(v) for v in TABLE])
-        m.submodules[f"exp_table_{id(pipe)}"] = table
+        m.submodules[f"exp_table_{pipe.name}"] = table
         port = table.read_port()         # addressed one stage later, so the data lines up
         r_ln2, (index, k, sign, nan, pos_inf, big) = staged_product(
             m, pipe, r, Const(LN2_Q32, 32), carry=(index, k, sign, nan, pos_inf, big))

@@ -9,7 +9,7 @@ from amaranth.hdl import Signal, Cat, Mux
 
 from .fp_common import F32, FpUnit, unpack
 
-__all__ = ["FpMinMax", "FpCompare", "minmax_datapath"]
+__all__ = ["FpMinMax", "FpCompare", "minmax_datapath", "minmax_value"]
 
 
 def _ordered(value):
@@ -28,6 +28,11 @@ class FpMinMax(FpUnit):
 
 def minmax_datapath(m, pipe, a_bits, b_bits, is_max):
     """maximum (``is_max``) or minimum of ``a`` and ``b`` through one stage of ``pipe``."""
+    return pipe.stage(minmax_value(m, a_bits, b_bits, is_max))
+
+
+def minmax_value(m, a_bits, b_bits, is_max):
+    """The same without a register (for a running maximum updated every cycle)."""
     a, b = unpack(m, a_bits, F32, "a"), unpack(m, b_bits, F32, "b")
     result = Signal(32)
     with m.If(a.is_nan | b.is_nan):
@@ -36,7 +41,7 @@ def minmax_datapath(m, pipe, a_bits, b_bits, is_max):
         m.d.comb += result.eq(Mux(_ordered(a_bits) >= _ordered(b_bits), a_bits, b_bits))
     with m.Else():
         m.d.comb += result.eq(Mux(_ordered(a_bits) <= _ordered(b_bits), a_bits, b_bits))
-    return pipe.stage(result)
+    return result
 
 
 class FpCompare(FpUnit):

@@ -271,8 +271,7 @@ def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, window_ba
                 for h in range(hkv):
                     for name, new in (("k", "k_new"), ("v", "v_new")):
                         at(r[name] + (h * r["capacity"] + length) * row, row)[:] = at(r[new] + h * row, row)
-                read += 2 * hkv * row
-                written += 2 * hkv * row
+                written += 2 * hkv * row      # (the new rows are read once, as the last rows attended)
                 length += 1
             first = max(0, length - r["window"]) if r["window"] else 0
             tokens = length - first

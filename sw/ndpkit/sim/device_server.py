@@ -21,7 +21,7 @@ __all__ = ["DEFAULTS", "card_params", "main"]
 DEFAULTS = {
     "data_width": 512, "mem_base": 0, "mem_size": 16 << 20, "engines": ["dma_copy"], "queue_depth": 4,
     "clock_mhz": 250, "read_latency": 64, "write_latency": 32, "dma": "backdoor", "waves": None,
-    "link": {}, "storage": {},
+    "link": {}, "storage": {}, "attention_units": 2,
 }
 
 
@@ -29,7 +29,7 @@ def card_params(config: dict) -> dict:
     """The SimCard constructor arguments of a configuration (what the build depends on)."""
     return {"data_width": config["data_width"], "mem_base": config["mem_base"], "mem_size": config["mem_size"],
             "engines": tuple(config["engines"]), "queue_depth": config["queue_depth"],
-            "clock_mhz": config["clock_mhz"]}
+            "clock_mhz": config["clock_mhz"], "attention_units": config["attention_units"]}
 
 
 def main(argv=None) -> int:

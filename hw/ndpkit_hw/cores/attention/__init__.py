@@ -1,0 +1,1 @@
+"""Decode attention engine (see docs/attention.md)."""
