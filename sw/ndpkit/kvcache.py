@@ -19,7 +19,7 @@ import numpy as np
 from .errors import NdpkitError
 from .golden.attention import HEAD_DIMS, MAX_KV_HEADS, KvFormat, widen
 
-__all__ = ["KVCache", "to_bits16"]
+__all__ = ["ShardedKVCache", "KVCache", "to_bits16"]
 
 
 def to_bits16(x, fmt: KvFormat) -> np.ndarray:
@@ -130,3 +130,62 @@ class KVCache:
     def __repr__(self):
         return (f"<KVCache {self.layers} layers x {self.slots} slots x {self.kv_heads} kv heads x {self.capacity} "
                 f"tokens x d={self.head_dim} {self.format.name.lower()}, {len(self._used)} in use>")
+
+
+class ShardedKVCache:
+    """A KV cache over several cards, whole requests per card (batch-parallel, as the
+    HPU prototype splits a decode batch): ``slots_per_device`` slots on each device;
+    global slot ``s`` lives on device ``s // slots_per_device``.  ``new_request`` puts a
+    request on the card with the most free slots.  :func:`ndpkit.engines.attention.decode`
+    (and ``ndpkit.torch.decode_attention``) split a batch by card, run the cards at the
+    same time and put the outputs back in batch order."""
+
+    def __init__(self, devices, *, slots_per_device: int, **cache_args):
+        devices = list(devices)
+        if not devices:
+            raise ValueError("a sharded cache needs at least one device")
+        self.slots_per_device = slots_per_device
+        self.shards = []
+        try:
+            for dev in devices:
+                self.shards.append(KVCache(dev, slots=slots_per_device, **cache_args))
+        except BaseException:
+            self.close()
+            raise
+        first = self.shards[0]
+        self.layers, self.kv_heads, self.head_dim = first.layers, first.kv_heads, first.head_dim
+        self.capacity, self.format = first.capacity, first.format
+        self.slots = slots_per_device * len(devices)
+
+    def locate(self, slot: int) -> tuple[KVCache, int]:
+        """(the card's cache, the slot there) of a global slot."""
+        if not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.slots:
+            raise ValueError(f"slot must be in 0..{self.slots - 1}, not {slot!r}")
+        return self.shards[slot // self.slots_per_device], int(slot) % self.slots_per_device
+
+    def new_request(self) -> int:
+        index = max(range(len(self.shards)), key=lambda i: (len(self.shards[i]._free), -i))
+        return index * self.slots_per_device + self.shards[index].new_request()
+
+    def free(self, slot: int) -> None:
+        shard, local = self.locate(slot)
+        shard.free(local)
+
+    def length(self, layer: int, slot: int) -> int:
+        shard, local = self.locate(slot)
+        return int(shard.lengths[layer, local])
+
+    def prefill(self, layer: int, slot: int, k, v) -> None:
+        shard, local = self.locate(slot)
+        shard.prefill(layer, local, k, v)
+
+    def read(self, layer: int, slot: int):
+        shard, local = self.locate(slot)
+        return shard.read(layer, local)
+
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.close()
+
+    def __repr__(self):
+        return f"<ShardedKVCache over {len(self.shards)} devices: {self.shards!r}>"

@@ -263,8 +263,12 @@ def decode_attention(dev, q, k_new, v_new, cache, layer: int, slots, *, scale: f
     """``dev.attention.decode`` with tensors: ``q`` (B, H, 1, d) as
     ``scaled_dot_product_attention`` takes it for one query token per request,
     ``k_new``/``v_new`` (B, Hkv, 1, d) appended to the cache first (or None).  Returns
-    (B, H, 1, d) in q's dtype."""
-    out = dev.attention.decode(_as_float32(q)[:, :, 0], None if k_new is None else _as_float32(k_new)[:, :, 0],
+    (B, H, 1, d) in q's dtype.  ``cache`` may be a ``ShardedKVCache`` over several cards
+    (the batch is split by card); ``dev`` is then unused and may be None."""
+    from .engines.attention import decode
+    if dev is not None and getattr(cache, "dev", dev) is not dev:
+        raise ValueError("the cache lives on another device than dev")
+    out = decode(_as_float32(q)[:, :, 0], None if k_new is None else _as_float32(k_new)[:, :, 0],
                                None if v_new is None else _as_float32(v_new)[:, :, 0], cache, layer, slots,
                                scale=scale, window=window,
                                out_format=_FORMAT_OF_DTYPE.get(q.dtype, "fp32"))

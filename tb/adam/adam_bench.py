@@ -133,7 +133,7 @@ def main() -> int:
     params = {"data_width": 512, "latency": 200, "elements": (1 << 16) if quick else (1 << 18), "out": str(out)}
     print("adam benchmark: building the 512-bit engine (16 lanes) once; the first build takes several minutes")
     run_bench(Design(EngineHarness(AdamEngine(data_width=512), mem_size=params["elements"] * 24 + (1 << 16)),
-                     "adam_engine_512"), "tb.adam.adam_bench", params=params)
+                     "adam_engine_512", key=f"w512 {params['elements']}"), "tb.adam.adam_bench", params=params)
     rows = json.loads(out.read_text())
     print(f"\nadam engine, 512-bit port (64 B/cycle), memory latency {params['latency']} cycles")
     print(f"{'grad':>6} {'copy':>6} {'density':>8} {'elements':>9} {'cycles':>8} {'read B/el':>10} "

@@ -212,5 +212,5 @@ def test_adam_engine(config):
     from ndpkit_hw.cores.harness import EngineHarness
     c = CONFIGS[config]
     engine = AdamEngine(data_width=c["data_width"], max_burst_bytes=c["max_burst_bytes"])
-    run_bench(Design(EngineHarness(engine, mem_size=1 << 20, stall_per_256=c["stall_per_256"]), "adam_engine"),
+    run_bench(Design(EngineHarness(engine, mem_size=1 << 20, stall_per_256=c["stall_per_256"]), "adam_engine", key=str(c)),
               __name__, params=c)

@@ -98,4 +98,4 @@ def test_adam_updater(config):
     from ndpkit.sim.runner import Design, run_bench
     from ndpkit_hw.cores.adam.updater import AdamUpdater
     params = CONFIGS[config]
-    run_bench(Design(AdamUpdater(lanes=params["lanes"]), "adam_updater"), __name__, params=params)
+    run_bench(Design(AdamUpdater(lanes=params["lanes"]), "adam_updater", key=f"lanes={params['lanes']}"), __name__, params=params)

@@ -100,7 +100,7 @@ def unit_lanes(unit: str) -> int:
 
 def fp_design(unit: str):
     from ndpkit.sim.runner import Design
-    return Design(UNITS[unit].build(unit_lanes(unit)), f"fp_{unit}")
+    return Design(UNITS[unit].build(unit_lanes(unit)), f"fp_{unit}", key=f"{unit} lanes={unit_lanes(unit)}")
 
 
 @pytest.mark.sim

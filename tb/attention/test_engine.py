@@ -165,5 +165,5 @@ def test_attention_engine(config):
     from ndpkit_hw.cores.harness import EngineHarness
     c = CONFIGS[config]
     engine = AttentionEngine(data_width=c["data_width"], units=c["units"], max_burst_bytes=c["max_burst_bytes"])
-    run_bench(Design(EngineHarness(engine, mem_size=MEM, stall_per_256=c["stall_per_256"]), "attention_engine"),
-              __name__, params=c)
+    run_bench(Design(EngineHarness(engine, mem_size=MEM, stall_per_256=c["stall_per_256"]), "attention_engine",
+                     key=f"{c} {MEM}"), __name__, params=c)

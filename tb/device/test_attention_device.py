@@ -1,5 +1,5 @@
-"""The attention engine through the driver (behavioural model; the RTL engine joins
-these tests when it lands): a decode loop over a KV cache with prefill, appends, GQA
+"""The attention engine through the driver on the behavioural model
+(tb/device/test_attention_sim.py runs them on the RTL): a decode loop over a KV cache with prefill, appends, GQA
 and slot reuse, bit-exact to the golden model; torch SDPA equivalence; per-request
 and whole-command errors."""
 import numpy as np
@@ -30,16 +30,16 @@ def _golden(cache, layer, slot, q, scale, window=0, out_format=KvFormat.FP32):
 
 
 @pytest.mark.parametrize("fmt, group, d", [("fp16", 4, 64), ("bf16", 1, 128), ("fp16", 8, 128)])
-def test_decode_loop_bit_exact(dev, fmt, group, d):
+def test_decode_loop_bit_exact(dev, fmt, group, d, steps=4, layers=2):
     rng = np.random.default_rng(group * d)
-    hkv, layers = 2, 2
+    hkv = 2
     cache = KVCache(dev, layers=layers, slots=4, kv_heads=hkv, head_dim=d, capacity=200, fmt=fmt)
     slots = [cache.new_request() for _ in range(3)]
     for layer in range(layers):
         for s, length in zip(slots, (1, 77, 130)):
             cache.prefill(layer, s, rng.normal(0, 1, (hkv, length, d)), rng.normal(0, 1, (hkv, length, d)))
     scale = 1 / np.sqrt(d)
-    for step in range(4):
+    for step in range(steps):
         for layer in range(layers):
             q = rng.normal(0, 1, (3, group * hkv, d)).astype(np.float32)
             kn = rng.normal(0, 1, (3, hkv, d)).astype(np.float32)
@@ -125,7 +125,7 @@ def test_bad_requests_and_commands(dev):
                                 ({"format_kv": 0}, ErrorCode.BAD_FIELD, "kv_format"),
                                 ({"shape_group": 0}, ErrorCode.BAD_FIELD, "group"),
                                 ({"requests": 0}, ErrorCode.ZERO_LENGTH, "requests"),
-                                ({"table": dev.mem_size - 32}, ErrorCode.UNALIGNED, "table")):
+                                ({"table": dev.mem_size - dev.word_bytes // 2}, ErrorCode.UNALIGNED, "table")):
         with pytest.raises(DeviceError) as e:
             client.submit({**good, **change}).wait()
         assert (e.value.code, e.value.field) == (code, field)
@@ -136,3 +136,37 @@ def test_bad_requests_and_commands(dev):
     with pytest.raises(ValueError, match="head_dim"):
         KVCache(dev, layers=1, slots=1, kv_heads=1, head_dim=96, capacity=4)
     cache.close()
+
+
+def test_sharded_cache_equals_one_card():
+    """Batch-parallel over two cards: the same outputs, bit for bit, as one card."""
+    rng = np.random.default_rng(7)
+    with ndpkit.open(URI) as a, ndpkit.open(URI) as b:
+        check_sharded(a, [a, b], rng)
+
+
+def check_sharded(single_dev, devices, rng, *, d=64, hkv=2, group=2, steps=2):
+    from ndpkit.engines.attention import decode as decode_any
+    from ndpkit.kvcache import ShardedKVCache
+    one = KVCache(single_dev, layers=1, slots=4, kv_heads=hkv, head_dim=d, capacity=40)
+    many = ShardedKVCache(devices, slots_per_device=2, layers=1, kv_heads=hkv, head_dim=d, capacity=40)
+    try:
+        s1 = [one.new_request() for _ in range(4)]
+        s2 = [many.new_request() for _ in range(4)]
+        assert sorted(many.locate(s)[0].dev is devices[1] for s in s2) == [False, False, True, True]
+        for i, length in enumerate((3, 9, 17, 30)):
+            k, v = rng.normal(0, 1, (2, hkv, length, d))
+            one.prefill(0, s1[i], k, v)
+            many.prefill(0, s2[i], k, v)
+        for _ in range(steps):
+            q = rng.normal(0, 1, (4, group * hkv, d)).astype(np.float32)
+            kn, vn = rng.normal(0, 1, (2, 4, hkv, d)).astype(np.float32)
+            want = decode_any(q, kn, vn, one, 0, s1)
+            got = decode_any(q, kn, vn, many, 0, s2)
+            assert np.array_equal(fp.bits(got), fp.bits(want))
+        assert [many.length(0, s) for s in s2] == [int(one.lengths[0, s]) for s in s1]
+        for i in range(4):
+            assert all(np.array_equal(x, y) for x, y in zip(many.read(0, s2[i]), one.read(0, s1[i])))
+    finally:
+        one.close()
+        many.close()

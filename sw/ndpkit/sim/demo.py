@@ -7,7 +7,9 @@ queued batch and three bad commands, downloads the results, checks every byte
 against the golden model (and the guard regions around every buffer), and prints a
 table of cycles, bytes and efficiency.  Then (with PyTorch installed) a second card
 with the optimizer engines trains a small model with its step offloaded next to
-storage (:mod:`ndpkit.sim.demo_training`).  ``--device model`` runs both on the
+storage (:mod:`ndpkit.sim.demo_training`), and a third card with the attention
+engine runs the decode loop of a small transformer layer
+(:mod:`ndpkit.sim.demo_decode`).  ``--device model`` runs all three on the
 behavioural model.
 """
 from __future__ import annotations
@@ -89,6 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="sim", help="device URI (default: sim)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-training", action="store_true", help="skip the training part")
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode (attention) part")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     print(f"ndpkit demo on '{args.device}' (seed {seed}); the first run builds the simulated card, "
@@ -114,6 +117,9 @@ def main(argv=None) -> int:
     ok = stats["mismatched_bytes"] == 0
     if not args.no_training:
         ok &= _training(args.device)
+    if not args.no_decode:
+        from .demo_decode import run as decode_part
+        ok &= decode_part(args.device)
     return 0 if ok else 1
 
 

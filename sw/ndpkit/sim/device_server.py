@@ -45,7 +45,8 @@ def main(argv=None) -> int:
 
     os.environ["NDP_WAVES"] = ("vcd" if str(config["waves"]).endswith(".vcd") else "1") if config["waves"] else "0"
     run_dir = Path(args.run_dir)
-    design = Design(SimCard(**card_params(config)), "ndpkit_sim_card")
+    design = Design(SimCard(**card_params(config)), "ndpkit_sim_card",
+                    key=json.dumps(card_params(config), sort_keys=True))
     try:
         run_bench(design, "ndpkit.sim.device_server_bench", params=config, test_dir=run_dir,
                   extra_env={"NDP_SOCKET": args.socket}, seed=1)

@@ -50,15 +50,47 @@ class BenchFailed(AssertionError):
     """A cocotb bench reported failures (the seed is in the message)."""
 
 
+@functools.cache
+def _source_digest() -> str:
+    """A digest of every Python source the generated Verilog can depend on (the
+    gateware, the register declarations and golden constants it imports) and of the
+    Amaranth version."""
+    import amaranth
+    h = hashlib.sha256(amaranth.__version__.encode())
+    for root in (PROJECT_ROOT / "hw" / "ndpkit_hw", PROJECT_ROOT / "sw" / "ndpkit"):
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(PROJECT_ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 @dataclass
 class Design:
-    """An Amaranth component to simulate, and the name of its Verilog module."""
+    """An Amaranth component to simulate, and the name of its Verilog module.
+
+    ``key``: a string naming the component's parameters (e.g. the JSON of its
+    constructor arguments).  With a key the Verilog is cached in
+    ``build/verilog/`` under the key and a digest of the sources, so a large design
+    converts once, not once per test process (conversion of the big engines takes
+    minutes)."""
     component: object
     toplevel: str
+    key: str | None = None
 
     def verilog(self) -> str:
         from ndpkit_hw.convert import to_verilog
-        return to_verilog(self.component, self.toplevel)
+        if self.key is None:
+            return to_verilog(self.component, self.toplevel)
+        digest = hashlib.sha256(f"{self.toplevel}\0{self.key}\0{_source_digest()}".encode()).hexdigest()[:16]
+        cache = build_dir_root().parent / "verilog" / f"{self.toplevel}-{digest}.v"
+        if cache.exists():
+            return cache.read_text()
+        text = to_verilog(self.component, self.toplevel)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(cache)
+        return text
 
 
 def build_dir_root() -> Path:

@@ -1,0 +1,155 @@
+"""attention engine benchmark (part of `make perf`): KV bytes per cycle against the
+port's peak for contexts 128..8192 and group sizes 1, 4, 8 (d = 128, fp16 cache) at
+a 200-cycle memory latency on a 512-bit port, and decode tokens per second for a
+Llama-2-7B-like model next to PyTorch attention on this machine's CPU.
+
+Each case is one command: 2 requests x 2 KV heads, each attending over ``L`` cached
+tokens (no append); cycles from the command's acceptance to its completion, so
+descriptor reads, q loads, pipeline fill and drain, output and status writes are all
+in.  Efficiency = K and V bytes read / cycles / 64 B.  The engine alone with the
+memory model (no shell).  Writes build/perf/attention.json.  QUICK=1: fewer cases.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import cocotb
+import numpy as np
+from cocotb.triggers import RisingEdge
+
+from ndpkit.golden import attention as golden
+from ndpkit.regs.blocks import ATTENTION
+from ndpkit.sim.bench import BulkBackdoor, StreamSink, StreamSource, bench_params, start_clock_and_reset
+
+CLOCK_MHZ = 250         # the stated clock the per-second figures use
+OUT_NAME = "attention.json"
+D = 128
+REQUESTS, KV_HEADS = 2, 2
+LLAMA = {"layers": 32, "heads": 32, "head_dim": 128}      # Llama-2-7B: multi-head attention (G = 1)
+
+
+def cases(quick: bool):
+    contexts = (128, 512, 2048) if quick else (128, 512, 2048, 8192)
+    groups = (1, 8) if quick else (1, 4, 8)
+    return [(g, n) for g in groups for n in contexts]
+
+
+@cocotb.test(timeout_time=7200, timeout_unit="sec")
+async def attention_throughput(dut):
+    from ndpkit_hw.shell.engine_frontend import CompletionLayout, command_layout
+    p = bench_params()
+    source = StreamSource(dut, "cmd", command_layout(ATTENTION))
+    sink = StreamSink(dut, "cpl", CompletionLayout)
+    dut.read_latency.value = p["latency"]
+    dut.write_latency.value = p["latency"]
+    await start_clock_and_reset(dut)
+    word = p["data_width"] // 8
+    memory = BulkBackdoor(dut.memory.storage, dut.clk, word)
+    rng = np.random.default_rng(1)
+    rows = []
+    row = 2 * D
+    for group, length in p["cases"]:
+        heads = group * KV_HEADS
+        table, q_base, out_base = 0, 4096, 4096 + REQUESTS * heads * D * 2
+        cache = out_base + REQUESTS * heads * D * 4
+        region = KV_HEADS * length * row
+        descs = [{"q": q_base + i * heads * D * 2, "out": out_base + i * heads * D * 4,
+                  "k": cache + 2 * i * region, "v": cache + (2 * i + 1) * region, "length": length,
+                  "capacity": length} for i in range(REQUESTS)]
+        q = golden.narrow(rng.standard_normal(REQUESTS * heads * D).astype(np.float32).view(np.uint32),
+                          golden.KvFormat.FP16)
+        await memory.write(q_base, q.tobytes())
+        await memory.write(table, golden.pack_descriptors(descs))
+        fields = {"format_q": 1, "format_kv": 1, "format_out": 0, "table": table, "requests": REQUESTS,
+                  "shape_head_dim": D, "shape_group": group, "shape_kv_heads": KV_HEADS, "tag": 1,
+                  "scale": int(np.float32(1 / np.sqrt(D)).view(np.uint32))}
+        t0 = time.perf_counter()
+        source.send(fields)
+        cycles = 0
+        while not sink.items:
+            await RisingEdge(dut.clk)
+            cycles += 1
+        seconds = time.perf_counter() - t0
+        cpl = sink.items.popleft()
+        assert cpl["error"] == 0 and cpl["aux"] == 0, cpl
+        kv_bytes = REQUESTS * 2 * region
+        rows.append({"group": group, "context": length, "head_dim": D, "requests": REQUESTS, "kv_heads": KV_HEADS,
+                     "cycles": cycles, "kv_bytes": kv_bytes, "kv_bytes_per_cycle": kv_bytes / cycles,
+                     "port_bytes_per_cycle": word, "efficiency": kv_bytes / cycles / word,
+                     "bytes_read": cpl["bytes_read"], "latency": p["latency"], "data_width": p["data_width"],
+                     "units": p["units"], "sim_cycles_per_second": cycles / seconds})
+        dut._log.info(f"G={group} L={length}: {cycles} cycles, efficiency {rows[-1]['efficiency']:.3f}")
+    with open(p["out"], "w") as f:
+        json.dump(rows, f, indent=2)
+
+
+def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
+    """One Llama-2-7B-like layer's decode attention (batch x 32 heads, one query token,
+    ``context`` cached tokens, d = 128, fp32) with PyTorch SDPA on this CPU."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    h, d = LLAMA["heads"], LLAMA["head_dim"]
+    q = torch.randn(batch, h, 1, d)
+    k = torch.randn(batch, h, context, d)
+    v = torch.randn(batch, h, context, d)
+    torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    seconds = (time.perf_counter() - t0) / repeats
+    return {"batch": batch, "context": context, "layer_seconds": seconds, "threads": torch.get_num_threads(),
+            "torch": torch.__version__}
+
+
+def main() -> int:
+    from ndpkit.sim.runner import PROJECT_ROOT, Design, run_bench
+    from ndpkit_hw.cores.attention.engine import AttentionEngine
+    from ndpkit_hw.cores.harness import EngineHarness
+    quick = os.environ.get("QUICK", "0") not in ("", "0")
+    out = PROJECT_ROOT / "build" / "perf" / OUT_NAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    todo = cases(quick)
+    longest = max(n for _, n in todo)
+    mem = 1 << (4096 + REQUESTS * 16 * D * 6 + 2 * REQUESTS * 2 * KV_HEADS * longest * 2 * D).bit_length()
+    params = {"data_width": 512, "units": 8, "latency": 200, "cases": todo, "out": str(out)}
+    print("attention benchmark: building the 512-bit engine (8 units of 32 lanes) once; the first build "
+          "takes a long time")
+    engine = AttentionEngine(data_width=512, units=8)
+    run_bench(Design(EngineHarness(engine, mem_size=mem), "attention_engine_512", key=f"w512 u8 {mem}"),
+              "tb.attention.attention_bench", params=params)
+    rows = json.loads(out.read_text())
+    print(f"\nattention engine, 512-bit port (64 B/cycle), 8 units, d = {D}, fp16 cache, memory latency "
+          f"{params['latency']} cycles; {REQUESTS} requests x {KV_HEADS} KV heads per command")
+    print(f"{'G':>3} {'context':>8} {'cycles':>9} {'KV B/cycle':>11} {'efficiency':>11} {'sim cyc/s':>10}")
+    for r in rows:
+        print(f"{r['group']:>3} {r['context']:>8} {r['cycles']:>9} {r['kv_bytes_per_cycle']:>11.2f} "
+              f"{r['efficiency']:>11.3f} {r['sim_cycles_per_second']:>10.0f}")
+    # decode throughput of a Llama-2-7B-like model (G = 1): attention of every layer and head
+    system = []
+    for r in (x for x in rows if x["group"] == 1):
+        cycles_per_head = r["cycles"] / (REQUESTS * KV_HEADS)
+        for batch in (16, 64):
+            step_cycles = cycles_per_head * LLAMA["layers"] * LLAMA["heads"] * batch
+            card = batch / (step_cycles / (CLOCK_MHZ * 1e6))
+            cpu = cpu_attention(batch, r["context"]) if r["context"] <= 2048 else {}
+            cpu_tps = batch / (cpu["layer_seconds"] * LLAMA["layers"]) if cpu else None
+            system.append({"context": r["context"], "batch": batch, "card_tokens_per_second": card,
+                           "cpu_tokens_per_second": cpu_tps, "cpu": cpu, "clock_mhz": CLOCK_MHZ})
+    print(f"\nLlama-2-7B-like decode (32 layers x 32 heads, d = 128), attention only: tokens per second, "
+          f"one card at a stated {CLOCK_MHZ} MHz vs PyTorch SDPA (fp32) on this CPU")
+    print(f"{'context':>8} {'batch':>6} {'card tok/s':>11} {'CPU tok/s':>10} {'ratio':>7}")
+    for s in system:
+        cpu = s["cpu_tokens_per_second"]
+        ratio = f"{s['card_tokens_per_second'] / cpu:.1f}x" if cpu else "-"
+        print(f"{s['context']:>8} {s['batch']:>6} {s['card_tokens_per_second']:>11.1f} "
+              f"{(f'{cpu:.1f}' if cpu else '-'):>10} {ratio:>7}")
+    out.write_text(json.dumps({"engine": rows, "llama_decode": system}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
