@@ -42,16 +42,18 @@ formal: $(FORMAL_STAMP)
 lint: $(STAMP)
 	$(VPY) -m ndpkit.sim.lint
 
-# The main job on the simulated card (until the driver lands: a DMA copy through the
-# bus blocks, printed cycle by cycle summary).
+# The main job on the simulated card: copies through the driver, near-storage training,
+# a transformer layer's decode loop with its attention on the card.
 demo: $(STAMP)
 	$(VPY) -m ndpkit.sim.demo
 
-# Read/write engine efficiency vs memory latency and burst size (prints a table, writes JSON).
+# Engine benchmarks: port efficiency of the burst engines, copies, the Adam updater and
+# decode attention (prints tables, writes build/perf/*.json).
 perf: $(STAMP)
 	$(VPY) -m tb.bus.dma_perf_report $(if $(QUICK),--quick,)
 	QUICK=$(QUICK) $(VPY) -m tb.device.copy_bench
 	QUICK=$(QUICK) $(VPY) -m tb.adam.adam_bench
+	QUICK=$(QUICK) $(VPY) -m tb.attention.attention_bench
 
 $(FORMAL_STAMP): $(STAMP)
 	$(VPY) -m pip install --quiet -e '.[formal]'

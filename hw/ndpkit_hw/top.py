@@ -20,7 +20,7 @@ AXI transaction is ever cut: the interconnect and host DMA are not reset.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Cat, ResetInserter
+from amaranth.hdl import Mux, Module, Signal, Cat, ResetInserter
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -113,6 +113,21 @@ class Device(wiring.Component):
             "m_axi_mem": Out(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=mem_id_width)),
         })
 
+    def _window(self, m, name, frontend):
+        """The engine's address window: its window registers intersected with card
+        memory, all of card memory when window_size is 0
+        (:func:`ndpkit.regs.blocks.effective_window`)."""
+        base, size = frontend.window_base, frontend.window_size
+        mem_end = self.mem_base + self.mem_size
+        end = Signal(34, name=f"{name}_window_end")
+        lo = Signal(self.addr_width + 1, name=f"{name}_window_lo")
+        hi = Signal(34, name=f"{name}_window_hi")
+        m.d.comb += [end.eq(base + size), lo.eq(Mux(base > self.mem_base, base, self.mem_base)),
+                     hi.eq(Mux(end < mem_end, end, mem_end))]
+        whole = size == 0
+        return (Mux(whole, self.mem_base, lo),
+                Mux(whole, self.mem_size, Mux(hi > lo, hi - lo, 0)))
+
     def elaborate(self, platform):
         m = Module()
         regions = [(0, ENGINE_STRIDE)] + [(kind * ENGINE_STRIDE, ENGINE_STRIDE)
@@ -143,7 +158,8 @@ class Device(wiring.Component):
             wiring.connect(m, getattr(decoder, f"m{index + 1}"), frontend.bus)
             wiring.connect(m, frontend.cmd, core.cmd)
             wiring.connect(m, core.cpl, frontend.cpl)
-            m.d.comb += [core.window_base.eq(self.mem_base), core.window_size.eq(self.mem_size),
+            window_base, window_size = self._window(m, name, frontend)
+            m.d.comb += [core.window_base.eq(window_base), core.window_size.eq(window_size),
                          frontend.hold.eq(reset_pending | shell.control_hold),
                          frontend.irq_clear.eq(shell.irq_clear_lines[kind]), irq_lines[kind].eq(frontend.irq)]
             running.append(frontend.running)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .codes import ErrorCode
 from .errors import DeviceError, DeviceTimeout, NdpkitError
 from .regs.access import RegisterFile, decode_fields
-from .regs.blocks import ENGINE_BLOCKS, ENGINE_STRIDE, command_fields
+from .regs.blocks import ENGINE_BLOCKS, ENGINE_STRIDE, command_fields, effective_window
 
 __all__ = ["Completion", "Command", "EngineClient"]
 
@@ -86,6 +86,26 @@ class EngineClient:
         self.capacity = device.queue_depth + 1     # queued + running; completions hold one more
         self.regs.write("irq", 0b11)               # clear stale interrupts
         self.regs.write("irq_enable", 0b11)
+
+    # -- memory isolation ----------------------------------------------------------
+    def set_window(self, base: int = 0, size: int = 0) -> None:
+        """Restrict this engine's commands to ``[base, base + size)`` of card memory:
+        the shell checks every transfer of a command against the window taken at its
+        doorbell and fails a command reaching outside with OUT_OF_WINDOW before it
+        moves any data.  ``size`` 0 (the default, and the state after reset) lets the
+        engine use all of card memory."""
+        for name, value in (("base", base), ("size", size)):
+            if not isinstance(value, int) or not 0 <= value < (1 << 32):
+                raise ValueError(f"{self.name}: window {name} must be a 32-bit unsigned integer, not {value!r}")
+        self.regs.write("window_base", base)
+        self.regs.write("window_size", size)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """(base, size) the engine's next command is checked against."""
+        d = self.device
+        return effective_window(self.regs.read("window_base"), self.regs.read("window_size"), d.mem_base,
+                                d.mem_size)
 
     # -- to override -------------------------------------------------------------
     def blame(self, args: dict, code: ErrorCode) -> str | None:

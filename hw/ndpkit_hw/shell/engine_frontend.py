@@ -13,7 +13,9 @@ One :class:`EngineFrontend` per engine holds the engine's CSR block (declared wi
   and queues it for the host (``cpl_*`` registers, ``cpl_pop``), setting
   ``irq.done``.
 
-``irq`` is ``(irq & irq_enable) != 0``.  ``hold`` keeps queued commands from
+The window registers (``window_base``, ``window_size``) go into the queue with the
+command and reach the engine (through the shell, which intersects them with card
+memory) when it takes the command.  ``irq`` is ``(irq & irq_enable) != 0``.  ``hold`` keeps queued commands from
 starting (the shell's soft reset drains engines that way); ``running`` says a
 command is in the engine.  The engine is always ready to complete: the
 completion queue holds one more entry than the command queue can start.
@@ -76,6 +78,9 @@ class EngineFrontend(wiring.Component):
             "running": Out(1),
             "hold": In(1),
             "irq_clear": In(1),
+            # the window registers as they were at the running command's doorbell
+            "window_base": Out(32),
+            "window_size": Out(32),
         })
 
     def elaborate(self, platform):
@@ -84,7 +89,8 @@ class EngineFrontend(wiring.Component):
         wiring.connect(m, wiring.flipped(self.bus), csr.bus)
 
         layout = command_layout(self.block)
-        m.submodules.commands = commands = fifo.SyncFIFOBuffered(width=layout.size, depth=self.queue_depth)
+        entry_layout = data.StructLayout({"cmd": layout, "window_base": 32, "window_size": 32})
+        m.submodules.commands = commands = fifo.SyncFIFOBuffered(width=entry_layout.size, depth=self.queue_depth)
         cpl_layout = data.StructLayout({"cpl": CompletionLayout, "cycles": 32, "start": 32})
         m.submodules.completions = completions = fifo.SyncFIFOBuffered(width=cpl_layout.size,
                                                                          depth=self.queue_depth + self.max_in_flight)
@@ -93,8 +99,11 @@ class EngineFrontend(wiring.Component):
         snapshot = Signal(layout)
         for name, port, _ in _arg_fields(self.block):
             m.d.comb += getattr(snapshot, name).eq(getattr(csr, port))
+        queued = Signal(entry_layout)
         m.d.comb += [snapshot.tag.eq(csr.tag_value),
-                     commands.w_data.eq(snapshot),
+                     queued.cmd.eq(snapshot), queued.window_base.eq(csr.window_base_value),
+                     queued.window_size.eq(csr.window_size_value),
+                     commands.w_data.eq(queued),
                      commands.w_en.eq(csr.doorbell_submit & commands.w_rdy),
                      csr.irq_overflow_set.eq(csr.doorbell_submit & ~commands.w_rdy)]
 
@@ -106,7 +115,10 @@ class EngineFrontend(wiring.Component):
         m.submodules.started = started = fifo.SyncFIFO(width=32, depth=max(2, self.max_in_flight))
         room = Signal()
         m.d.comb += room.eq(started.level < self.max_in_flight)
-        m.d.comb += [self.cmd.payload.eq(commands.r_data),
+        head_entry = data.View(entry_layout, commands.r_data)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [self.window_base.eq(head_entry.window_base), self.window_size.eq(head_entry.window_size)]
+        m.d.comb += [self.cmd.payload.eq(head_entry.cmd),
                      self.cmd.valid.eq(commands.r_rdy & room & ~self.hold),
                      commands.r_en.eq(self.cmd.ready & room & ~self.hold),
                      started.w_data.eq(now),

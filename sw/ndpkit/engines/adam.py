@@ -30,8 +30,8 @@ class AdamClient(EngineClient):
 
     def blame(self, args, code):
         d = self.device
-        field = golden.check_command(args, word_bytes=d.word_bytes, window_base=d.mem_base,
-                                     window_size=d.mem_size)[1]
+        field = golden.check_command(args, word_bytes=d.word_bytes, window_base=self.window[0],
+                                     window_size=self.window[1])[1]
         # a command that passed the checks and failed anyway met a bad pair mid-stream
         stream_error = code in (ErrorCode.BAD_FIELD, ErrorCode.OUT_OF_WINDOW)
         return field or ("indices" if args.get("format_sparse") and stream_error else None)
@@ -87,8 +87,8 @@ class DecompClient(EngineClient):
     def blame(self, args, code):
         from ..golden import decomp
         d = self.device
-        field = decomp.check_command(args, word_bytes=d.word_bytes, window_base=d.mem_base,
-                                     window_size=d.mem_size)[1]
+        field = decomp.check_command(args, word_bytes=d.word_bytes, window_base=self.window[0],
+                                     window_size=self.window[1])[1]
         return field or ("indices" if code == ErrorCode.OUT_OF_WINDOW else None)
 
     def scatter(self, dst, indices, values, *, n: int, pairs: int | None = None, fmt="fp32", wait: bool = True):

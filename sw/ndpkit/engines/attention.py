@@ -42,8 +42,8 @@ class AttentionClient(EngineClient):
 
     def blame(self, args, code):
         d = self.device
-        return golden.command_check(args, word_bytes=d.word_bytes, window_base=d.mem_base,
-                                    window_size=d.mem_size)[1]
+        return golden.command_check(args, word_bytes=d.word_bytes, window_base=self.window[0],
+                                    window_size=self.window[1])[1]
 
     def decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
                q_format: str = "fp32", out_format: str = "fp32", window: int = 0):
@@ -141,11 +141,12 @@ class PendingDecode:
             raw = np.frombuffer(obuf.read(batch * obytes), np.uint32 if of == KvFormat.FP32 else np.uint16)
             out = fp.floats(golden.widen(raw, of)).reshape(batch, heads, d).copy()
             failures = {}
+            window = self.client.window
             for i, (s, r) in enumerate(zip(self.slots, statuses)):
                 code = ErrorCode(r["status"] & 0xFF)
                 if code:
                     _, field = golden.request_check(self.args, dict(self.requests[i]), word_bytes=dev.word_bytes,
-                                                    window_base=dev.mem_base, window_size=dev.mem_size)
+                                                    window_base=window[0], window_size=window[1])
                     failures[i] = (code, field)
                     out[i] = np.nan
                 elif self.append:

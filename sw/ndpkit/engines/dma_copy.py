@@ -13,7 +13,7 @@ class DmaCopyClient(EngineClient):
     def blame(self, args, code):
         d = self.device
         _, field = golden.check(args["op"], args["src"], args["dst"], args["length"], word_bytes=d.word_bytes,
-                                window_base=d.mem_base, window_size=d.mem_size)
+                                window_base=self.window[0], window_size=self.window[1])
         return field
 
     def copy(self, dst: int, src: int, length: int) -> Command:

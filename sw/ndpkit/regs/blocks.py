@@ -15,10 +15,11 @@ from .declare import Access, Field, Register, RegisterBlock
 
 __all__ = ["GLOBAL", "DMA_COPY", "ADAM", "DECOMP", "ATTENTION", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
            "ENGINE_STRIDE", "ENGINE_ARGS_OFFSET", "BAR0_SIZE", "IRQ_LINES", "engine_block", "engine_args",
+           "effective_window",
            "command_fields"]
 
 NDPKIT_MAGIC = 0x4E44504B   # "NDPK"
-VERSION = (0, 2)            # (major, minor) of the register interface
+VERSION = (0, 3)            # (major, minor) of the register interface
 ENGINE_STRIDE = 0x1000
 ENGINE_ARGS_OFFSET = 0x40
 BAR0_SIZE = 0x10000
@@ -99,8 +100,23 @@ def engine_block(name: str, args, doc: str) -> RegisterBlock:
                         "commands on a timeline."),
         Register.single("cpl_aux", 0x30, Access.RO, doc="Engine-defined result of the command (adam: "
                         "non-finite gradients seen; dma_copy: 0)."),
+        Register.single("window_base", 0x34, Access.RW, doc="First byte of the address window the engine's "
+                        "commands may read and write (memory isolation; taken with each command at its doorbell)."),
+        Register.single("window_size", 0x38, Access.RW, doc="Bytes in the window; 0 (reset) = all of card "
+                        "memory.  The window used is its intersection with card memory; a command reaching "
+                        "outside it fails with OUT_OF_WINDOW before moving any data."),
     ]
     return RegisterBlock(name, common + list(args), doc=doc, size=ENGINE_STRIDE)
+
+
+def effective_window(base: int, size: int, mem_base: int, mem_size: int) -> tuple[int, int]:
+    """The (base, size) an engine checks its transfers against: the window registers
+    intersected with card memory (size 0: all of card memory).  The shell computes
+    the same in hardware (ndpkit_hw.top)."""
+    if size == 0:
+        return mem_base, mem_size
+    lo, hi = max(base, mem_base), min(base + size, mem_base + mem_size)
+    return (lo, hi - lo) if hi > lo else (lo, 0)
 
 
 def engine_args(block: RegisterBlock):

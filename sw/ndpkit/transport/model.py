@@ -26,18 +26,17 @@ from ..golden import decomp as decomp_golden
 from ..golden import dma_copy as dma_copy_golden
 from ..pcie import PcieLink, StorageLink
 from ..regs.blocks import (ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
-                           command_fields)
+                           command_fields, effective_window)
 from ..regs.model import RegisterModel, UnmappedRegister
 from .base import Transport
 
 __all__ = ["ModelTransport", "ModelDevice", "ENGINE_MODELS"]
 
 
-def _dma_copy(device: "ModelDevice", cmd: dict) -> tuple[int, int, int]:
-    """(error, bytes read, bytes written) of one dma_copy command."""
+def _dma_copy(device: "ModelDevice", cmd: dict, window: tuple[int, int]) -> tuple[int, int, int]:
+    """(error, bytes read, bytes written) of one dma_copy command in ``window``."""
     code, _ = dma_copy_golden.check(cmd["op"], cmd["src"], cmd["dst"], cmd["length"],
-                                    word_bytes=device.word_bytes, window_base=device.mem_base,
-                                    window_size=device.mem_size)
+                                    word_bytes=device.word_bytes, window_base=window[0], window_size=window[1])
     if code:
         return int(code), 0, 0
     dma_copy_golden.execute(device.memory, cmd["op"], cmd["src"], cmd["dst"], cmd["length"], cmd["pattern"],
@@ -45,10 +44,11 @@ def _dma_copy(device: "ModelDevice", cmd: dict) -> tuple[int, int, int]:
     return 0, (cmd["length"] if cmd["op"] == dma_copy_golden.OP_COPY else 0), cmd["length"]
 
 
-def _checked(golden, device: "ModelDevice", cmd: dict, *, window_args: bool = False) -> tuple[int, int, int, int]:
+def _checked(golden, device: "ModelDevice", cmd: dict, engine_window: tuple[int, int], *,
+             window_args: bool = False) -> tuple[int, int, int, int]:
     """(error, bytes read, bytes written, aux) of one command of an engine whose golden
     module has ``check_command``/``command_check`` and ``execute_command``."""
-    window = dict(word_bytes=device.word_bytes, window_base=device.mem_base, window_size=device.mem_size)
+    window = dict(word_bytes=device.word_bytes, window_base=engine_window[0], window_size=engine_window[1])
     check = getattr(golden, "check_command", None) or golden.command_check
     code, _ = check(cmd, **window)
     if code:
@@ -57,16 +57,16 @@ def _checked(golden, device: "ModelDevice", cmd: dict, *, window_args: bool = Fa
     return golden.execute_command(device.memory, cmd, base=device.mem_base, **extra)
 
 
-def _adam(device, cmd):
-    return _checked(adam_golden, device, cmd)
+def _adam(device, cmd, window):
+    return _checked(adam_golden, device, cmd, window)
 
 
-def _decomp(device, cmd):
-    return _checked(decomp_golden, device, cmd)
+def _decomp(device, cmd, window):
+    return _checked(decomp_golden, device, cmd, window)
 
 
-def _attention(device, cmd):
-    return _checked(attention_golden, device, cmd, window_args=True)
+def _attention(device, cmd, window):
+    return _checked(attention_golden, device, cmd, window, window_args=True)
 
 
 #: engine name -> (kind, behaviour, commands the engine takes before completing the first)
@@ -92,6 +92,9 @@ class _EngineModel:
     def _snapshot(self) -> dict:
         cmd = {name: self.regs.output(reg.name, f.name) for name, reg, f in command_fields(self.block)}
         cmd["tag"] = self.regs.output("tag", "value")
+        cmd["window"] = effective_window(self.regs.output("window_base", "value"),
+                                         self.regs.output("window_size", "value"),
+                                         self.device.mem_base, self.device.mem_size)
         return cmd
 
     def write(self, offset, value):
@@ -114,8 +117,9 @@ class _EngineModel:
     def advance(self):
         self._start()
         while self.running and len(self.completions) < self.depth + self.max_in_flight:
-            cmd = self.running.popleft()
-            error, read, written, *aux = self.behaviour(self.device, cmd)
+            cmd = dict(self.running.popleft())
+            window = cmd.pop("window")
+            error, read, written, *aux = self.behaviour(self.device, cmd, window)
             self.completions.append({"tag": cmd["tag"], "error": error, "cycles": 0,
                                      "bytes_read": read, "bytes_written": written, "aux": aux[0] if aux else 0})
             self.regs.set_bits("irq", "done", 1)
