@@ -10,7 +10,7 @@ PYTEST := $(VPY) -m pytest -n $(JOBS) --dist loadgroup
 IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
 
-.PHONY: all venv test sim formal lint demo perf impl regs clean distclean
+.PHONY: all venv test sim formal lint demo perf impl regs soak clean distclean
 
 all: test
 
@@ -54,6 +54,11 @@ perf: $(STAMP)
 	QUICK=$(QUICK) $(VPY) -m tb.device.copy_bench
 	QUICK=$(QUICK) $(VPY) -m tb.adam.adam_bench
 	QUICK=$(QUICK) $(VPY) -m tb.attention.attention_bench
+
+# Mixed concurrent workloads on simulated cards against the model, with injected
+# errors and bus faults, for DURATION seconds (default 600): counts, mismatches, hangs.
+soak: $(STAMP)
+	$(VPY) -m tb.device.soak --duration $(or $(DURATION),600)
 
 $(FORMAL_STAMP): $(STAMP)
 	$(VPY) -m pip install --quiet -e '.[formal]'

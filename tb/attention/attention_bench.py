@@ -105,6 +105,32 @@ def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
             "torch": torch.__version__}
 
 
+def unit_counts(data_width: int, units: int) -> dict:
+    """Floating-point units in the engine's datapath (ndpkit_hw/cores/attention/datapath.py)."""
+    P, R = data_width // 16, 128 // (data_width // 16)
+    return {"fp16_to_fp32": 3 * P, "bf16_to_fp32": 0, "mul": P + units * P,
+            "add": units * (P - 1 + R - 1 + 1 + 1 + 1) + 3 * (P + 1), "exp": 2 * units,
+            "fma": units * P + P + 1, "div": P, "fp32_to_fp16": P, "fp32_to_bf16": P}
+
+
+def resource_estimate(data_width: int, units: int) -> dict | None:
+    """UltraScale+ LUT/FF/DSP of the datapath's arithmetic: its unit counts times the
+    per-unit synth_xilinx figures of docs/arith_impl.md (`make impl`).  An estimate: the
+    sequencer, burst engines, memories and delay lines are not in it."""
+    from ndpkit.sim.runner import PROJECT_ROOT
+    table = PROJECT_ROOT / "docs" / "arith_impl.md"
+    per_unit = {}
+    for line in table.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 12 and cells[0] and cells[1].isdigit():
+            per_unit[cells[0]] = {"lut": int(cells[8]), "ff": int(cells[9]), "dsp": int(cells[10])}
+    counts = unit_counts(data_width, units)
+    if not all(name in per_unit for name in counts):
+        return None
+    total = {k: sum(n * per_unit[name][k] for name, n in counts.items()) for k in ("lut", "ff", "dsp")}
+    return {"data_width": data_width, "units": units, "counts": counts, **total}
+
+
 def main() -> int:
     from ndpkit.sim.runner import PROJECT_ROOT, Design, run_bench
     from ndpkit_hw.cores.attention.engine import AttentionEngine
@@ -147,7 +173,14 @@ def main() -> int:
         ratio = f"{s['card_tokens_per_second'] / cpu:.1f}x" if cpu else "-"
         print(f"{s['context']:>8} {s['batch']:>6} {s['card_tokens_per_second']:>11.1f} "
               f"{(f'{cpu:.1f}' if cpu else '-'):>10} {ratio:>7}")
-    out.write_text(json.dumps({"engine": rows, "llama_decode": system}, indent=2))
+    estimates = [e for e in (resource_estimate(512, u) for u in (1, 8)) if e]
+    if estimates:
+        print("\nthe datapath's arithmetic, UltraScale+ estimate (unit counts x per-unit synth_xilinx figures, "
+              "docs/arith_impl.md; no sequencer, memories or delay lines)")
+        print(f"{'units':>6} {'LUT':>9} {'FF':>9} {'DSP48E2':>8}")
+        for e in estimates:
+            print(f"{e['units']:>6} {e['lut']:>9} {e['ff']:>9} {e['dsp']:>8}")
+    out.write_text(json.dumps({"engine": rows, "llama_decode": system, "resources": estimates}, indent=2))
     return 0
 
 

@@ -280,13 +280,12 @@ class AttentionDatapath(wiring.Component):
             _, rp, _ = q_mem[u]
             m.d.comb += rp.addr.eq(q_read_addr)
         score_time = None
-        score_of = []
+        score_of = []                      # each unit's score (Timed)
         for u in range(U):
             qd = q_mem[u][1].data
             products = [kdf.op("mul", Timed(qd.word_select(i, 32), k_time), k_lanes[i]) for i in range(P)]
             word_sum = _tree(kdf, products)[-1][0]
             # the row's word sums, collected; the tree over them fires with the row's last word
-            fire = kdf.at(k_tag["fire"], word_sum.time)
             w_at = kdf.at(k_tag["w"], word_sum.time)
             seen = [Signal(32, name=f"row_sum_u{u}_{i}", reset_less=True) for i in range(R128)]
             with m.If(kdf.at(k_tag["valid"], word_sum.time)):
@@ -296,7 +295,7 @@ class AttentionDatapath(wiring.Component):
             inputs = [Timed(Mux(w_at == i, word_sum.value, seen[i]), word_sum.time) for i in range(R128)]
             levels = _tree(kdf, inputs)
             s = kdf.select(kdf.static(self.head_dim128), levels[-1][0], levels[-2][0])
-            score_of.append((s, fire))
+            score_of.append(s)
             score_time = s.time
         at_s = {name: kdf.at(t, score_time) for name, t in k_tag.items()}
         s_fire = kdf.at(k_tag["fire"], score_time)
@@ -308,7 +307,7 @@ class AttentionDatapath(wiring.Component):
         m_prev = [Array(Signal(32, name=f"mprev_u{u}_{j}") for j in range(PM)) for u in range(U)]
         cdf = Dataflow(m, "corr")
         for u in range(U):
-            s, _ = score_of[u]
+            s = score_of[u]
             _, _, wp = score_mem[u]
             g_valid = in_group(at_s["j"], u)
             m.d.comb += [wp.addr.eq((at_s["b"] * PM + at_s["j"]) * BLOCK + at_s["t"]), wp.data.eq(s.value),

@@ -49,7 +49,7 @@ class _Issuer:
     """Walks the heads of the current request, handing one transfer per head (or two:
     ``parts``) to a burst engine's command stream; ``done`` when all are taken."""
 
-    def __init__(self, m: Module, name: str, engine_cmd, start, heads, enabled=Const(1)):
+    def __init__(self, m: Module, name: str, engine_cmd, start, enabled=Const(1)):
         self.head = Signal(range(MAX_KV_HEADS + 1), name=f"{name}_head")
         self.done = Signal(name=f"{name}_done", init=1)
         self.fire = Signal(name=f"{name}_fire")
@@ -182,13 +182,13 @@ class AttentionEngine(wiring.Component):
         start = Signal()                           # the cycle a checked request starts issuing
         rd = {k: self.readers[k] for k in READS}
         wr = {k: self.writers[k] for k in WRITES}
-        q_iss = _Issuer(m, "q_issue", rd["q"].cmd, start, hkv)
-        out_iss = _Issuer(m, "out_issue", wr["out"].cmd, start, hkv)
-        head_iss = _Issuer(m, "head_issue", dp.head, start, hkv)
-        k_iss = _Issuer(m, "k_issue", rd["k"].cmd, start, hkv)
-        v_iss = _Issuer(m, "v_issue", rd["v"].cmd, start, hkv)
-        ka_iss = _Issuer(m, "k_append_issue", wr["k_append"].cmd, start, hkv, append)
-        va_iss = _Issuer(m, "v_append_issue", wr["v_append"].cmd, start, hkv, append)
+        q_iss = _Issuer(m, "q_issue", rd["q"].cmd, start)
+        out_iss = _Issuer(m, "out_issue", wr["out"].cmd, start)
+        head_iss = _Issuer(m, "head_issue", dp.head, start)
+        k_iss = _Issuer(m, "k_issue", rd["k"].cmd, start)
+        v_iss = _Issuer(m, "v_issue", rd["v"].cmd, start)
+        ka_iss = _Issuer(m, "k_append_issue", wr["k_append"].cmd, start, append)
+        va_iss = _Issuer(m, "v_append_issue", wr["v_append"].cmd, start, append)
         issuers = [q_iss, out_iss, head_iss, k_iss, v_iss, ka_iss, va_iss]
 
         # per-head address steps
@@ -197,13 +197,13 @@ class AttentionEngine(wiring.Component):
         region_step = Signal(40)
         m.d.comb += region_step.eq(desc.capacity << row_shift)
 
-        def simple(iss, base, step, length, payload_is_transfer=True):
+        def simple(iss, base, step, length):
+            """One transfer a head: ``length`` bytes from ``base``, ``step`` apart."""
             addr = Signal(self.addr_width, name=f"{iss.head.name}_addr")
             with m.If(start):
                 m.d.sync += addr.eq(base)
-            if payload_is_transfer:
-                m.d.comb += [iss.cmd.payload.addr.eq(addr), iss.cmd.payload.length.eq(length)]
-            m.d.comb += iss.cmd.valid.eq(iss.active)
+            m.d.comb += [iss.cmd.payload.addr.eq(addr), iss.cmd.payload.length.eq(length),
+                         iss.cmd.valid.eq(iss.active)]
             with m.If(iss.fire):
                 m.d.sync += [addr.eq(addr + step), iss.head.eq(iss.head + 1)]
                 with m.If(iss.head == hkv - 1):
