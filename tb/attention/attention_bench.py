@@ -3,11 +3,15 @@ port's peak for contexts 128..8192 and group sizes 1, 4, 8 (d = 128, fp16 cache)
 a 200-cycle memory latency on a 512-bit port, and decode tokens per second for a
 Llama-2-7B-like model next to PyTorch attention on this machine's CPU.
 
-Each case is one command: 2 requests x 2 KV heads, each attending over ``L`` cached
-tokens (no append); cycles from the command's acceptance to its completion, so
-descriptor reads, q loads, pipeline fill and drain, output and status writes are all
-in.  Efficiency = K and V bytes read / cycles / 64 B.  The engine alone with the
-memory model (no shell).  Writes build/perf/attention.json.  QUICK=1: fewer cases.
+Each case is one command: R requests x H KV heads (2 x 2 for the sweep, 4 x 4 for a
+batch-sized check), each attending over ``L`` cached tokens (no append); cycles from
+the command's acceptance to its completion, so descriptor reads, q loads, pipeline
+fill and drain, output and status writes are all in.  Efficiency = K and V bytes read
+/ cycles / 64 B.  From two contexts the report also derives the steady-state
+efficiency (extra KV bytes per extra cycle) and the fixed cycles a command costs
+beyond its KV bytes (the memory latency chain: table, q, first K; last V, combine,
+division, output and status writes).  The engine alone with the memory model (no
+shell).  Writes build/perf/attention.json.  QUICK=1: contexts up to 2048.
 """
 from __future__ import annotations
 
@@ -26,14 +30,19 @@ from ndpkit.sim.bench import BulkBackdoor, StreamSink, StreamSource, bench_param
 CLOCK_MHZ = 250         # the stated clock the per-second figures use
 OUT_NAME = "attention.json"
 D = 128
-REQUESTS, KV_HEADS = 2, 2
 LLAMA = {"layers": 32, "heads": 32, "head_dim": 128}      # Llama-2-7B: multi-head attention (G = 1)
 
 
 def cases(quick: bool):
+    """(G, L, requests, KV heads) of every command."""
     contexts = (128, 512, 2048) if quick else (128, 512, 2048, 8192)
-    groups = (1, 8) if quick else (1, 4, 8)
-    return [(g, n) for g in groups for n in contexts]
+    groups = (1, 4, 8)
+    return [(g, n, 2, 2) for g in groups for n in contexts] + [(g, 512, 4, 4) for g in groups]
+
+
+def memory_bytes(todo) -> int:
+    need = max(2 * r * h * n * 2 * D for _, n, r, h in todo) + (1 << 20)
+    return max(1 << 24, 1 << (need - 1).bit_length())
 
 
 @cocotb.test(timeout_time=7200, timeout_unit="sec")
@@ -50,7 +59,7 @@ async def attention_throughput(dut):
     rng = np.random.default_rng(1)
     rows = []
     row = 2 * D
-    for group, length in p["cases"]:
+    for group, length, REQUESTS, KV_HEADS in p["cases"]:
         heads = group * KV_HEADS
         table, q_base, out_base = 0, 4096, 4096 + REQUESTS * heads * D * 2
         cache = out_base + REQUESTS * heads * D * 4
@@ -80,7 +89,8 @@ async def attention_throughput(dut):
                      "port_bytes_per_cycle": word, "efficiency": kv_bytes / cycles / word,
                      "bytes_read": cpl["bytes_read"], "latency": p["latency"], "data_width": p["data_width"],
                      "units": p["units"], "sim_cycles_per_second": cycles / seconds})
-        dut._log.info(f"G={group} L={length}: {cycles} cycles, efficiency {rows[-1]['efficiency']:.3f}")
+        dut._log.info(f"G={group} L={length} {REQUESTS}x{KV_HEADS}: {cycles} cycles, "
+                      f"efficiency {rows[-1]['efficiency']:.3f}")
     with open(p["out"], "w") as f:
         json.dump(rows, f, indent=2)
 
@@ -139,8 +149,7 @@ def main() -> int:
     out = PROJECT_ROOT / "build" / "perf" / OUT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
     todo = cases(quick)
-    longest = max(n for _, n in todo)
-    mem = 1 << (4096 + REQUESTS * 16 * D * 6 + 2 * REQUESTS * 2 * KV_HEADS * longest * 2 * D).bit_length()
+    mem = memory_bytes(todo)
     params = {"data_width": 512, "units": 8, "latency": 200, "cases": todo, "out": str(out)}
     print("attention benchmark: building the 512-bit engine (8 units of 32 lanes) once; the first build "
           "takes a long time")
@@ -149,21 +158,41 @@ def main() -> int:
               "tb.attention.attention_bench", params=params)
     rows = json.loads(out.read_text())
     print(f"\nattention engine, 512-bit port (64 B/cycle), 8 units, d = {D}, fp16 cache, memory latency "
-          f"{params['latency']} cycles; {REQUESTS} requests x {KV_HEADS} KV heads per command")
-    print(f"{'G':>3} {'context':>8} {'cycles':>9} {'KV B/cycle':>11} {'efficiency':>11} {'sim cyc/s':>10}")
+          f"{params['latency']} cycles")
+    print(f"{'G':>3} {'context':>8} {'requests x heads':>17} {'cycles':>9} {'KV B/cycle':>11} {'efficiency':>11} "
+          f"{'sim cyc/s':>10}")
     for r in rows:
-        print(f"{r['group']:>3} {r['context']:>8} {r['cycles']:>9} {r['kv_bytes_per_cycle']:>11.2f} "
-              f"{r['efficiency']:>11.3f} {r['sim_cycles_per_second']:>10.0f}")
-    # decode throughput of a Llama-2-7B-like model (G = 1): attention of every layer and head
+        print(f"{r['group']:>3} {r['context']:>8} {str(r['requests']) + ' x ' + str(r['kv_heads']):>17} "
+              f"{r['cycles']:>9} {r['kv_bytes_per_cycle']:>11.2f} {r['efficiency']:>11.3f} "
+              f"{r['sim_cycles_per_second']:>10.0f}")
+    steady = []
+    for g in sorted({r["group"] for r in rows}):
+        sweep = sorted((r for r in rows if r["group"] == g and (r["requests"], r["kv_heads"]) == (2, 2)),
+                       key=lambda r: r["context"])
+        if len(sweep) >= 2:
+            a, b = sweep[-2], sweep[-1]
+            slope = (b["kv_bytes"] - a["kv_bytes"]) / (b["cycles"] - a["cycles"]) / b["port_bytes_per_cycle"]
+            fixed = b["cycles"] - b["kv_bytes"] / b["port_bytes_per_cycle"]
+            steady.append({"group": g, "steady_state_efficiency": slope, "fixed_cycles_per_command": fixed,
+                           "from_contexts": [a["context"], b["context"]]})
+    print(f"\n{'G':>3} {'steady-state efficiency':>24} {'fixed cycles / command (2 x 2)':>31}")
+    for s in steady:
+        print(f"{s['group']:>3} {s['steady_state_efficiency']:>24.3f} {s['fixed_cycles_per_command']:>31.0f}")
+    # decode throughput of a Llama-2-7B-like model (G = 1): one command per layer for the whole
+    # batch (B x 32 heads), its cycles from the measured steady-state rate and fixed cost
     system = []
-    for r in (x for x in rows if x["group"] == 1):
-        cycles_per_head = r["cycles"] / (REQUESTS * KV_HEADS)
+    mha = next((x for x in steady if x["group"] == 1), None)
+    contexts = sorted({r["context"] for r in rows})
+    for length in contexts if mha else []:
+        row_cycles = 2 * 2 * LLAMA["head_dim"] / 64          # K and V rows of one token, 64 B a cycle
         for batch in (16, 64):
-            step_cycles = cycles_per_head * LLAMA["layers"] * LLAMA["heads"] * batch
+            heads = batch * LLAMA["heads"]
+            step_cycles = LLAMA["layers"] * (heads * length * row_cycles / mha["steady_state_efficiency"]
+                                             + mha["fixed_cycles_per_command"])
             card = batch / (step_cycles / (CLOCK_MHZ * 1e6))
-            cpu = cpu_attention(batch, r["context"]) if r["context"] <= 2048 else {}
+            cpu = cpu_attention(batch, length) if length <= 2048 else {}
             cpu_tps = batch / (cpu["layer_seconds"] * LLAMA["layers"]) if cpu else None
-            system.append({"context": r["context"], "batch": batch, "card_tokens_per_second": card,
+            system.append({"context": length, "batch": batch, "card_tokens_per_second": card,
                            "cpu_tokens_per_second": cpu_tps, "cpu": cpu, "clock_mhz": CLOCK_MHZ})
     print(f"\nLlama-2-7B-like decode (32 layers x 32 heads, d = 128), attention only: tokens per second, "
           f"one card at a stated {CLOCK_MHZ} MHz vs PyTorch SDPA (fp32) on this CPU")
@@ -180,7 +209,8 @@ def main() -> int:
         print(f"{'units':>6} {'LUT':>9} {'FF':>9} {'DSP48E2':>8}")
         for e in estimates:
             print(f"{e['units']:>6} {e['lut']:>9} {e['ff']:>9} {e['dsp']:>8}")
-    out.write_text(json.dumps({"engine": rows, "llama_decode": system, "resources": estimates}, indent=2))
+    out.write_text(json.dumps({"engine": rows, "steady_state": steady, "llama_decode": system,
+                               "resources": estimates}, indent=2))
     return 0
 
 

@@ -286,6 +286,9 @@ class AttentionDatapath(wiring.Component):
             products = [kdf.op("mul", Timed(qd.word_select(i, 32), k_time), k_lanes[i]) for i in range(P)]
             word_sum = _tree(kdf, products)[-1][0]
             # the row's word sums, collected; the tree over them fires with the row's last word
+            # (the fire tag is tapped here first: that fixes the delay registers' names, so the
+            # cached Verilator builds stay valid)
+            kdf.at(k_tag["fire"], word_sum.time)
             w_at = kdf.at(k_tag["w"], word_sum.time)
             seen = [Signal(32, name=f"row_sum_u{u}_{i}", reset_less=True) for i in range(R128)]
             with m.If(kdf.at(k_tag["valid"], word_sum.time)):
