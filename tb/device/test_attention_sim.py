@@ -19,7 +19,8 @@ def dev():
         yield d
 
 
-@pytest.mark.parametrize("fmt, group, d", [("fp16", 4, 64), ("bf16", 1, 128)])
+@pytest.mark.parametrize("fmt, group, d", [("fp16", 4, 64),
+                                           pytest.param("bf16", 1, 128, marks=pytest.mark.long)])
 def test_decode_loop_bit_exact(dev, fmt, group, d):
     on_model.test_decode_loop_bit_exact(dev, fmt, group, d, steps=2, layers=1)
 

@@ -16,7 +16,7 @@ from ndpkit import DeviceError, ErrorCode
 from ndpkit.golden import attention as attention_golden
 from ndpkit.golden.adam import scalars_for_step
 
-CARDS = {"dma_copy": "{}?mem_size=4M", "adam": "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M",
+CARDS = {"dma_copy": "{}", "adam": "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M",
          "decomp": "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M",
          "attention": "{}?data_width=128&engines=attention&mem_size=8M"}
 ARENA = 64 << 10
