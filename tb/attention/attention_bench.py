@@ -11,7 +11,8 @@ fill and drain, output and status writes are all in.  Efficiency = K and V bytes
 efficiency (extra KV bytes per extra cycle) and the fixed cycles a command costs
 beyond its KV bytes (the memory latency chain: table, q, first K; last V, combine,
 division, output and status writes).  The engine alone with the memory model (no
-shell).  Writes build/perf/attention.json.  QUICK=1: contexts up to 2048.
+shell).  Writes build/perf/attention.json.  QUICK=1: contexts up to 2048; ATTN_GROUPS=1,8
+runs only those group sizes.
 """
 from __future__ import annotations
 
@@ -33,10 +34,9 @@ D = 128
 LLAMA = {"layers": 32, "heads": 32, "head_dim": 128}      # Llama-2-7B: multi-head attention (G = 1)
 
 
-def cases(quick: bool):
+def cases(quick: bool, groups=(1, 4, 8)):
     """(G, L, requests, KV heads) of every command."""
     contexts = (128, 512, 2048) if quick else (128, 512, 2048, 8192)
-    groups = (1, 4, 8)
     return [(g, n, 2, 2) for g in groups for n in contexts] + [(g, 512, 4, 4) for g in groups]
 
 
@@ -148,7 +148,8 @@ def main() -> int:
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     out = PROJECT_ROOT / "build" / "perf" / OUT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
-    todo = cases(quick)
+    groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4,8").split(","))
+    todo = cases(quick, groups)
     mem = memory_bytes(todo)
     params = {"data_width": 512, "units": 8, "latency": 200, "cases": todo, "out": str(out)}
     print("attention benchmark: building the 512-bit engine (8 units of 32 lanes) once; the first build "
