@@ -123,6 +123,19 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
+def run_part(device: str, uri: str, what: str, build_note: str, session, report) -> bool:
+    """One part of the demo on its own card: ``uri`` (a "sim?..." URI; ``device``'s
+    transport replaces "sim"), ``session(dev) -> result``, ``report(result) -> ok``."""
+    uri = uri.replace("sim", device.split("?")[0], 1)
+    print(f"\nopening {uri} for the {what} part (the first run builds it, {build_note}) ...", flush=True)
+    started = time.perf_counter()
+    with ndpkit.open(uri) as dev:
+        result = session(dev)
+    ok = report(result)
+    print(f"{what} part: {time.perf_counter() - started:.1f} s")
+    return ok
+
+
 def _training(device: str) -> bool:
     from .demo_training import TRAINING_URI, print_training, training_session
     try:
@@ -130,14 +143,7 @@ def _training(device: str) -> bool:
     except ImportError:
         print("\n(training part skipped: PyTorch is not installed; pip install 'ndpkit[torch]')")
         return True
-    uri = TRAINING_URI.replace("sim", device.split("?")[0], 1)
-    print(f"\nopening {uri} for the training part (the first run builds it, about three minutes) ...", flush=True)
-    started = time.perf_counter()
-    with ndpkit.open(uri) as dev:
-        result = training_session(dev)
-    ok = print_training(result)
-    print(f"training part: {time.perf_counter() - started:.1f} s")
-    return ok
+    return run_part(device, TRAINING_URI, "training", "about three minutes", training_session, print_training)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ back from the card, and against float64 attention.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..golden import fp
@@ -87,12 +85,5 @@ def print_decode(result: dict) -> bool:
 
 
 def run(device: str) -> bool:
-    import ndpkit
-    uri = DECODE_URI.replace("sim", device.split("?")[0], 1)
-    print(f"\nopening {uri} for the decode part (the first run builds it, a few minutes) ...", flush=True)
-    started = time.perf_counter()
-    with ndpkit.open(uri) as dev:
-        result = decode_session(dev)
-    ok = print_decode(result)
-    print(f"decode part: {time.perf_counter() - started:.1f} s")
-    return ok
+    from .demo import run_part
+    return run_part(device, DECODE_URI, "decode", "a few minutes", decode_session, print_decode)
