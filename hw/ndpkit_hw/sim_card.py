@@ -31,6 +31,7 @@ class SimCard(wiring.Component):
         members.update({
             "mem_read_latency": In(16), "mem_write_latency": In(16),
             "mem_error_base": In(d.addr_width), "mem_error_size": In(d.addr_width + 1),
+            "mem_error_decerr": In(1),
         })
         super().__init__(members)
 
@@ -48,5 +49,6 @@ class SimCard(wiring.Component):
             memory.write_latency.eq(self.mem_write_latency),
             memory.error_base.eq(self.mem_error_base),
             memory.error_size.eq(self.mem_error_size),
+            memory.error_decerr.eq(self.mem_error_decerr),
         ]
         return m

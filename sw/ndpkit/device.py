@@ -214,7 +214,7 @@ def _raw(data) -> bytes:
 class Device:
     """One card, through any :class:`Transport`."""
 
-    def __init__(self, transport: Transport):
+    def __init__(self, transport: Transport, *, reset: bool = True, reset_timeout: float = 0.1):
         self.transport = transport
         #: bytes moved by Buffer transfers since open: the host link each way, and the
         #: storage peer-to-peer path each way
@@ -240,6 +240,11 @@ class Device:
             if present >> kind & 1 and kind.name.lower() in CLIENTS:
                 self.engines[kind.name.lower()] = CLIENTS[kind.name.lower()](self, kind)
         self.shell.write("irq_mask", lines=sum(1 << e.kind for e in self.engines.values()))
+        if reset:
+            # a previous host may have left commands running or completions queued (it
+            # crashed, or closed the card mid-command): drain and reset the engines so
+            # none of that is taken for this host's work
+            self.soft_reset(timeout=reset_timeout)
 
     # -- memory ----------------------------------------------------------------------
     def alloc(self, size: int, align: int | None = None) -> Buffer:

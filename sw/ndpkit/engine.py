@@ -82,6 +82,8 @@ class EngineClient:
         self.regs = _RememberingRegisterFile(self.block, t.read32, t.write32, base=self.kind * ENGINE_STRIDE)
         self._next_tag = 0
         self._in_flight: dict[int, Command] = {}
+        #: completions found by polling after their interrupt did not arrive
+        self.missed_interrupts = 0
         self._done: dict[int, Completion] = {}
         self.capacity = device.queue_depth + 1     # queued + running; completions hold one more
         self.regs.write("irq", 0b11)               # clear stale interrupts
@@ -171,27 +173,38 @@ class EngineClient:
             self._done[done.tag] = done
             popped += 1
 
+    #: device seconds of the first interrupt wait before the completion registers are
+    #: polled; each further wait doubles, so a lost interrupt costs about as long as
+    #: the command took, never the whole timeout
+    first_poll = 20e-6
+
     def _collect(self, *, block: bool, timeout: float) -> None:
         t = self.device.transport
         self.regs.write("irq", done=1)         # clear first, then drain: a later completion re-raises it
         if self._drain() or not block:
             return
-        lines = t.wait_irq(1 << self.kind, timeout)
-        if not lines:
-            self._drain()
-            if self._in_flight:
-                overflow = self.regs.field("irq", "overflow")
-                if overflow:
-                    self.regs.write("irq", overflow=1)
-                    lost = sorted(self._in_flight)
-                    self._in_flight.clear()
-                    raise DeviceError(self.name, ErrorCode.QUEUE_FULL, tag=lost[-1],
-                                      detail=f"commands {lost} were not accepted")
-                raise DeviceTimeout(f"{self.name}: no completion within {timeout:.3g} s of device time "
-                                    f"(commands in flight: {sorted(self._in_flight)})")
-            return
-        self.regs.write("irq", done=1)
-        self._drain()
+        waited, step = 0.0, self.first_poll
+        while waited < timeout:
+            step = min(step, timeout - waited)
+            if t.wait_irq(1 << self.kind, step):
+                self.regs.write("irq", done=1)
+                self._drain()
+                return
+            waited += step
+            step *= 2
+            if self._drain():                 # done, but its interrupt never came
+                self.missed_interrupts += 1
+                return
+        if self._in_flight:
+            overflow = self.regs.field("irq", "overflow")
+            if overflow:
+                self.regs.write("irq", overflow=1)
+                lost = sorted(self._in_flight)
+                self._in_flight.clear()
+                raise DeviceError(self.name, ErrorCode.QUEUE_FULL, tag=lost[-1],
+                                  detail=f"commands {lost} were not accepted")
+            raise DeviceTimeout(f"{self.name}: no completion within {timeout:.3g} s of device time "
+                                f"(commands in flight: {sorted(self._in_flight)})")
 
     def wait_for(self, command: Command, timeout: float | None) -> Completion:
         if timeout is None:

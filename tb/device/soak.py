@@ -7,9 +7,11 @@ Workers (one thread each, every simulated card its own Verilator process):
   commands with valid and invalid fields (the model-vs-sim fuzz generator of
   tb/device/test_agreement_optim.py) on the card and on the model; every outcome
   (error code, byte counts, aux) and, after every batch, the whole working region must
-  agree.  One batch in ten injects a bus fault: the memory model answers SLVERR for
-  one slot, a copy reading it must report SLVERR (and a copy elsewhere still work),
-  then the fault is cleared and the model's region re-synchronised from the card.
+  agree.  One batch in ten injects a bus fault: the memory model answers SLVERR or
+  DECERR for one array of a valid copy or dense Adam update (read or written), the
+  card must report that code (and a copy elsewhere still work), then the fault is
+  cleared and the model's region re-synchronised from the card.  One batch in seven
+  runs with long memory stalls (500-4000 cycles of latency): outcomes must not change.
 - ``attention``: the attention card: decode steps of a batch of requests with random
   lengths, group sizes and appends, outputs and caches compared bit for bit with the
   model; one step in ten has a request that overflows its slot (it must fail alone).
@@ -30,7 +32,9 @@ import numpy as np
 
 import ndpkit
 from ndpkit import DeviceTimeout, ErrorCode
+from ndpkit.sim.device_server import DEFAULTS
 
+DEFAULT_LATENCY = (DEFAULTS["read_latency"], DEFAULTS["write_latency"])     # the sim card's
 OPTIM_URI = "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M"
 ATTENTION_URI = "{}?data_width=128&engines=attention&mem_size=8M"
 
@@ -39,7 +43,7 @@ class Stats:
     def __init__(self):
         self.lock = threading.Lock()
         self.counts = {"commands": 0, "errors_injected": 0, "errors_detected": 0, "mismatches": 0, "hangs": 0,
-                       "faults_injected": 0, "faults_detected": 0}
+                       "faults_injected": 0, "faults_detected": 0, "stalls_injected": 0}
         self.notes: list[str] = []
 
     def add(self, **kw):
@@ -61,6 +65,31 @@ def _random_command(rng) -> dict:
             "sorted": bool(rng.random() < 0.67), "mode": int(rng.integers(2)), "grad": int(rng.integers(3)),
             "copy": int(rng.integers(3)), "sparse": bool(rng.integers(2)), "op": int(rng.integers(2)),
             "words": int(rng.integers(1, 65))}
+
+
+def _bus_fault(rng, sim, base, stats: Stats, batch: int) -> None:
+    """A SLVERR or DECERR window over one array of a valid command (a copy's source or
+    destination, a dense Adam update's p, m, v or g): the card must report exactly that
+    code; after clearing it, a copy elsewhere must work."""
+    from tb.device.test_agreement_optim import SLOT, _run
+    resp = str(rng.choice(["SLVERR", "DECERR"]))
+    cmd = dict(_random_command(rng), fault=None, sparse=False, op=0, engine=str(rng.choice(["dma_copy", "adam"])))
+    victim = int(rng.integers(2 if cmd["engine"] == "dma_copy" else 4))   # src/dst or p/m/v/g
+    sim.transport.set_memory(error_base=base + cmd["slots"][victim] * SLOT, error_size=SLOT, error_resp=resp)
+    try:
+        outcome = _run(sim, base, cmd, int(rng.integers(2 ** 31)))
+        detected = outcome[1] == ErrorCode[resp]
+        stats.add(commands=1, faults_injected=1, faults_detected=int(detected))
+        if not detected:
+            stats.note(f"optim batch {batch}: {resp} on {cmd['engine']} array {victim} reported {outcome}")
+    finally:
+        sim.transport.set_memory(error_base=0, error_size=0, error_resp="SLVERR")
+    done = sim.engine("dma_copy").copy(base + cmd["slots"][6] * SLOT, base + cmd["slots"][7] * SLOT,
+                                       256).wait(check=False)
+    stats.add(commands=1)
+    if done.error:
+        stats.add(mismatches=1)
+        stats.note(f"optim batch {batch}: the copy after a cleared fault failed: {done.error!r}")
 
 
 def optim_worker(duration: float, seed: int, stats: Stats):
@@ -97,22 +126,15 @@ def optim_worker(duration: float, seed: int, stats: Stats):
                 stats.note(f"optim batch {batch} (seed {cmd_seed}): model {outcomes[0]} sim {outcomes[1]} "
                            f"memory {'equal' if memory[0] == memory[1] else 'differs'}")
             if batch % 10 == 0:                   # a bus fault on the card
-                base = regions[1].address
-                slot = int(rng.integers(8))
-                sim.transport.set_memory(error_base=base + slot * SLOT, error_size=SLOT)
-                try:
-                    done = sim.engine("dma_copy").copy(base + ((slot + 1) % 8) * SLOT, base + slot * SLOT, 256).wait(check=False)
-                    stats.add(commands=1, faults_injected=1, faults_detected=int(done.error == ErrorCode.SLVERR))
-                finally:
-                    sim.transport.set_memory(error_base=0, error_size=0)
-                done = sim.engine("dma_copy").copy(base + ((slot + 2) % 8) * SLOT, base + ((slot + 3) % 8) * SLOT,
-                                         256).wait(check=False)
-                stats.add(commands=1)
-                if done.error:
-                    stats.add(mismatches=1)
-                    stats.note(f"optim batch {batch}: the copy after a cleared fault failed: {done.error!r}")
-                # the faulted copy's destination is undefined: take the card's region as the new reference
-                model.transport.dma_write(regions[0].address, sim.transport.dma_read(base, REGION))
+                _bus_fault(rng, sim, regions[1].address, stats, batch)
+                # the faulted command's destination is undefined: take the card's region as the new reference
+                model.transport.dma_write(regions[0].address, sim.transport.dma_read(regions[1].address, REGION))
+            elif batch % 7 == 0:                  # long memory stalls for the next batch: timing changes nothing
+                latency = int(rng.integers(500, 4000))
+                sim.transport.set_memory(read_latency=latency, write_latency=latency // 2)
+                stats.add(stalls_injected=1)
+            else:
+                sim.transport.set_memory(read_latency=DEFAULT_LATENCY[0], write_latency=DEFAULT_LATENCY[1])
     finally:
         model.close()
         sim.close()
@@ -210,9 +232,10 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"\n{'seconds':>8} {'commands':>9} {'errors injected':>16} {'detected':>9} {'bus faults':>11} "
-          f"{'detected':>9} {'mismatches':>11} {'hangs':>6}")
+          f"{'detected':>9} {'stalled batches':>16} {'mismatches':>11} {'hangs':>6}")
     print(f"{result['seconds']:>8} {c['commands']:>9} {c['errors_injected']:>16} {c['errors_detected']:>9} "
-          f"{c['faults_injected']:>11} {c['faults_detected']:>9} {c['mismatches']:>11} {c['hangs']:>6}")
+          f"{c['faults_injected']:>11} {c['faults_detected']:>9} {c['stalls_injected']:>16} {c['mismatches']:>11} "
+          f"{c['hangs']:>6}")
     for line in stats.notes[:20] + errors:
         print("  " + line)
     print(f"wrote {out}")

@@ -19,7 +19,7 @@ solver's time grows steeply with depth (the engines' 32-bit lengths and 48-bit b
 counters are all state): about 4 minutes for the write engine at 12.
 """
 import pytest
-from amaranth.hdl import Assert, Assume, Module, Signal, Mux
+from amaranth.hdl import Assert, Assume, Cat, Module, Signal, Mux
 
 from ndpkit.sim.formal import ChannelMonitor, assume_stable, prove, tools_available
 
@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.formal,
 DMA = dict(addr_width=16, data_width=32, id_width=1, max_burst_bytes=16, max_outstanding=2, axi_id=0)
 WORD = 4
 BEATS = 4
+INTERCONNECT_DEPTH = 12
 
 
 def _window_and_command_env(m, dut):
@@ -60,13 +61,15 @@ def _burst_rules(m, bus, prefix, dut):
         ]
 
 
-def _burst_shadow(m, addr_fire, length, data_valid, data_fire, data_last, role, what):
-    """The lengths of accepted bursts whose data beats are not all through (a 2-entry
-    queue, max_outstanding = 2): data only for an accepted burst, last exactly on its
-    last beat (``role`` Assert: the design sends the data; Assume: the memory does).
-    Returns the burst-complete strobe."""
-    lens = [Signal(8, name=f"{what}_shadow_len{i}") for i in range(2)]
-    count = Signal(range(3), name=f"{what}_bursts")
+def _burst_shadow(m, addr_fire, length, data_valid, data_fire, data_last, role, what, *, depth=2,
+                  bound_role=Assert):
+    """The lengths of accepted bursts whose data beats are not all through (a queue of
+    ``depth``): data only for an accepted burst, last exactly on its last beat
+    (``role`` Assert: the design sends the data; Assume: the other side does), at most
+    ``depth`` bursts in flight (``bound_role``).  Returns (burst-complete strobe,
+    bursts in flight)."""
+    lens = [Signal(8, name=f"{what}_shadow_len{i}") for i in range(depth)]
+    count = Signal(range(depth + 2), name=f"{what}_bursts")
     beat = Signal(8, name=f"{what}_beat")
     done = data_fire & data_last
     with m.If(data_valid):
@@ -74,18 +77,15 @@ def _burst_shadow(m, addr_fire, length, data_valid, data_fire, data_last, role, 
                      role(data_last == (beat == lens[0]), f"{what}: last not on the burst's last beat")]
     with m.If(data_fire):
         m.d.sync += beat.eq(Mux(data_last, 0, beat + 1))
-    with m.If(addr_fire & done):
-        m.d.sync += [lens[0].eq(Mux(count == 1, length, lens[1])), lens[1].eq(length)]
-    with m.Elif(addr_fire):
-        m.d.sync += count.eq(count + 1)
-        with m.If(count == 0):
-            m.d.sync += lens[0].eq(length)
-        with m.Else():
-            m.d.sync += lens[1].eq(length)
-    with m.Elif(done):
-        m.d.sync += [count.eq(count - 1), lens[0].eq(lens[1])]
-    m.d.comb += Assert(count <= 2, "more bursts in flight than max_outstanding")
-    return done
+    for k in range(depth):
+        following = lens[k + 1] if k + 1 < depth else 0
+        with m.If(done):                          # the head leaves; a new burst lands behind the rest
+            m.d.sync += lens[k].eq(Mux(addr_fire & (count == k + 1), length, following))
+        with m.Elif(addr_fire & (count == k)):
+            m.d.sync += lens[k].eq(length)
+    m.d.sync += count.eq(count + addr_fire - done)
+    m.d.comb += bound_role(count <= depth, f"{what}: more bursts in flight than {depth}")
+    return done, count
 
 
 def test_burst_writer_formal(tmp_path):
@@ -98,8 +98,8 @@ def test_burst_writer_formal(tmp_path):
     _burst_rules(m, bus, "aw", dut)
     ChannelMonitor(m, "w", bus.wvalid, bus.wready, [bus.wdata, bus.wstrb, bus.wlast], role=Assert)
     ChannelMonitor(m, "b", bus.bvalid, bus.bready, [bus.bresp, bus.bid], role=Assume)
-    w_done = _burst_shadow(m, bus.awvalid & bus.awready, bus.awlen, bus.wvalid, bus.wvalid & bus.wready,
-                           bus.wlast, Assert, "w")
+    w_done, _ = _burst_shadow(m, bus.awvalid & bus.awready, bus.awlen, bus.wvalid, bus.wvalid & bus.wready,
+                              bus.wlast, Assert, "w")
     # B only for bursts whose W beats were all sent
     sent, answered = Signal(4), Signal(4)
     m.d.sync += [sent.eq(sent + w_done), answered.eq(answered + (bus.bvalid & bus.bready))]
@@ -152,3 +152,72 @@ def test_csr_block_formal(tmp_path):
     ports = [p for p in (bus.awvalid, bus.awaddr, bus.wvalid, bus.wdata, bus.wstrb, bus.bready, bus.arvalid,
                          bus.araddr, bus.rready)]
     prove(m, ports, name="csr_block", depth=16, work_dir=tmp_path)
+
+
+def test_interconnect_formal(tmp_path):
+    """The N:1 interconnect (2 masters): every channel it drives keeps the handshake
+    rules; a request reaches the shared port unchanged with its master's index on its
+    ID (payload preserved, so the engines' burst rules carry over); W bursts reach the
+    shared port whole, in AW order, wlast on each burst's last beat; every R/B goes
+    back to the master that asked, none to one that did not.  The masters obey the
+    protocol (W after their own AW, at most 2 bursts each in flight); the memory
+    answers only IDs it was asked for and takes W after AW (as ours does)."""
+    from ndpkit_hw.bus.interconnect import AxiInterconnect
+    m = Module()
+    m.submodules.dut = dut = AxiInterconnect(num_masters=2, addr_width=16, data_width=32, id_width=1,
+                                             w_route_depth=2)
+    down = dut.m
+    ports = [dut.s0, dut.s1]
+    inputs = []
+    for i, s in enumerate(ports):
+        for ch, fields in (("ar", ["addr", "len", "size", "burst", "id"]), ("aw", ["addr", "len", "size", "burst", "id"])):
+            payload = [getattr(s, f"{ch}{f}") for f in fields]
+            ChannelMonitor(m, f"s{i}_{ch}", getattr(s, f"{ch}valid"), getattr(s, f"{ch}ready"), payload, role=Assume)
+            inputs += [getattr(s, f"{ch}valid")] + payload
+            # the shared port carries the last request this master handed over, with its index on the ID
+            held = Signal(len(Cat(*payload)), name=f"s{i}_{ch}_last")
+            with m.If(getattr(s, f"{ch}valid") & getattr(s, f"{ch}ready")):
+                m.d.sync += held.eq(Cat(*payload))
+            down_payload = Cat(*[getattr(down, f"{ch}{f}") for f in fields[:-1]], getattr(down, f"{ch}id")[:1])
+            with m.If(getattr(down, f"{ch}valid") & (getattr(down, f"{ch}id")[1:] == i)):
+                m.d.comb += Assert(down_payload == held, f"{ch}: master {i}'s request changed on the way")
+        ChannelMonitor(m, f"s{i}_w", s.wvalid, s.wready, [s.wdata, s.wstrb, s.wlast], role=Assume)
+        _burst_shadow(m, s.awvalid & s.awready, s.awlen, s.wvalid, s.wvalid & s.wready, s.wlast, Assume,
+                      f"s{i}_w", bound_role=Assume)
+        ChannelMonitor(m, f"s{i}_r", s.rvalid, s.rready, [s.rdata, s.rresp, s.rlast, s.rid], role=Assert)
+        ChannelMonitor(m, f"s{i}_b", s.bvalid, s.bready, [s.bresp, s.bid], role=Assert)
+        inputs += [s.wvalid, s.wdata, s.wstrb, s.wlast, s.rready, s.bready]
+    ChannelMonitor(m, "m_ar", down.arvalid, down.arready, [down.araddr, down.arlen, down.arid], role=Assert)
+    ChannelMonitor(m, "m_aw", down.awvalid, down.awready, [down.awaddr, down.awlen, down.awid], role=Assert)
+    ChannelMonitor(m, "m_w", down.wvalid, down.wready, [down.wdata, down.wstrb, down.wlast], role=Assert)
+    ChannelMonitor(m, "m_r", down.rvalid, down.rready, [down.rdata, down.rresp, down.rlast, down.rid], role=Assume)
+    ChannelMonitor(m, "m_b", down.bvalid, down.bready, [down.bresp, down.bid], role=Assume)
+    # W on the shared port: whole bursts in AW order (checked as it is taken: a slave may
+    # see W before AW, ours waits for AW before taking W)
+    w_fire = down.wvalid & down.wready
+    _, in_flight = _burst_shadow(m, down.awvalid & down.awready, down.awlen, w_fire, w_fire, down.wlast, Assert,
+                                 "m_w", depth=6, bound_role=Assert)
+    m.d.comb += Assume(~down.wready | (in_flight != 0))
+    # responses: the memory answers only (ID-wise) outstanding requests; each reaches its master
+    for ch, req_fire, resp_valid, resp_fire, last in (
+            ("r", down.arvalid & down.arready, down.rvalid, down.rvalid & down.rready, down.rlast),
+            ("b", down.awvalid & down.awready, down.bvalid, down.bvalid & down.bready, 1)):
+        req_id = getattr(down, "arid" if ch == "r" else "awid")
+        resp_id = getattr(down, f"{ch}id")
+        for ident in range(4):
+            pending = Signal(4, name=f"m_{ch}_pending{ident}")
+            m.d.sync += pending.eq(pending + (req_fire & (req_id == ident)) - (resp_fire & last & (resp_id == ident)))
+            with m.If(resp_valid & (resp_id == ident)):
+                m.d.comb += Assume(pending != 0)
+            s = ports[ident >> 1]
+            asked, answered = Signal(4, name=f"s{ident >> 1}_{ch}_asked{ident & 1}"), \
+                Signal(4, name=f"s{ident >> 1}_{ch}_answered{ident & 1}")
+            s_req = getattr(s, "arvalid" if ch == "r" else "awvalid") & getattr(s, "arready" if ch == "r" else "awready") \
+                & (getattr(s, "arid" if ch == "r" else "awid") == (ident & 1))
+            s_valid = getattr(s, f"{ch}valid") & (getattr(s, f"{ch}id") == (ident & 1))
+            s_fire = s_valid & getattr(s, f"{ch}ready") & (getattr(s, "rlast") if ch == "r" else 1)
+            m.d.sync += [asked.eq(asked + s_req), answered.eq(answered + s_fire)]
+            m.d.comb += Assert(~s_valid | (asked != answered), f"{ch}: a response master {ident >> 1} did not ask for")
+        inputs += [resp_valid, resp_id, getattr(down, f"{ch}resp")]
+    inputs += [down.arready, down.awready, down.wready, down.rdata, down.rlast]
+    prove(m, inputs, name="interconnect", depth=INTERCONNECT_DEPTH, work_dir=tmp_path)

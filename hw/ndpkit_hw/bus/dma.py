@@ -28,10 +28,11 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit.codes import ErrorCode
-from .axi import AXI4Signature, BURST_INCR, log2_exact
+from .axi import AXI4Signature, BURST_INCR, READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
+from .interconnect import AxiInterconnect
 
 __all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter", "transfer_error",
-           "Transfer", "transfers_overlap", "TransferGroup"]
+           "Transfer", "transfers_overlap", "TransferGroup", "BurstPorts"]
 
 LENGTH_WIDTH = 32
 COUNTER_WIDTH = 48
@@ -466,3 +467,45 @@ class BurstWriter(_DmaEngine):
         ]
         _DmaCounters(m, self, self.busy, Mux(w_fire, p.data_bytes, 0))
         return m
+
+
+class BurstPorts:
+    """An engine's burst readers and writers behind one AXI4 master port.
+
+    Reader ``reads[i]`` and writer ``writes[i]`` share interconnect port ``i`` (reads
+    and writes route apart, so a pair costs one arbiter input); ports past the end of
+    ``writes`` have their write side left to the caller (``port(i)``: tie it off or
+    drive it).  All engines see the shell's window.  Submodules are named
+    ``read_<name>`` and ``write_<name>``.
+    """
+
+    def __init__(self, reads, writes, *, addr_width: int, data_width: int, max_burst_bytes: int,
+                 max_outstanding: int, writer_commands: int | None = None):
+        if len(writes) > len(reads):
+            raise ValueError("each writer shares a port with a reader: no more writers than readers")
+        dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
+                   max_outstanding=max_outstanding)
+        extra = {} if writer_commands is None else {"max_commands": writer_commands}
+        self.readers = {name: BurstReader(axi_id=0, **dma) for name in reads}
+        self.writers = {name: BurstWriter(axi_id=0, **extra, **dma) for name in writes}
+        self.interconnect = AxiInterconnect(num_masters=len(reads), addr_width=addr_width, data_width=data_width,
+                                            id_width=1)
+        self.id_width = 1 + self.interconnect.index_bits     # of the shared master port
+        self.engines = list(self.readers.values()) + list(self.writers.values())
+
+    def port(self, i: int):
+        return getattr(self.interconnect, f"s{i}")
+
+    def elaborate(self, m: Module, bus, window_base, window_size) -> None:
+        """Add the engines and the interconnect to ``m``; ``bus`` is the component's
+        AXI4 master member."""
+        m.submodules.interconnect = ic = self.interconnect
+        for i, (name, reader) in enumerate(self.readers.items()):
+            m.submodules[f"read_{name}"] = reader
+            connect_members(m, reader.bus, self.port(i), READ_MEMBERS)
+        for i, (name, writer) in enumerate(self.writers.items()):
+            m.submodules[f"write_{name}"] = writer
+            connect_members(m, writer.bus, self.port(i), WRITE_MEMBERS)
+        wiring.connect(m, ic.m, wiring.flipped(bus))
+        for engine in self.engines:
+            m.d.comb += [engine.window_base.eq(window_base), engine.window_size.eq(window_size)]

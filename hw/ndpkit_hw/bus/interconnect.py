@@ -79,6 +79,10 @@ class AxiInterconnect(wiring.Component):
                             *[getattr(down, f"{prefix}{f}").eq(getattr(port, f"{prefix}{f}"))
                               for f in ("addr", "len", "size", "burst")],
                         ]
+        with m.Elif(getattr(down, f"{prefix}ready")):
+            # taken while the stage cannot reload (W route full): it must empty, or the
+            # same request would be issued twice (found by the bounded proof)
+            m.d.sync += valid.eq(0)
         return grant, load & any_request
 
     def _response_channel(self, m: Module, prefix: str, fields):

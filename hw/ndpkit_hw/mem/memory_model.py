@@ -18,8 +18,9 @@ It stands where the MIG DDR4 / HBM controller stands on a card.  Parameters:
 
 Reads and writes are served in order of arrival, each direction independently.
 Addresses outside ``[base, base + size)`` answer DECERR (writes are dropped), and
-the ``error_base``/``error_size`` inputs name a window that answers SLVERR (writes
-dropped), so benches can inject memory errors at run time.
+the ``error_base``/``error_size`` inputs name a window that answers SLVERR, or DECERR
+with ``error_decerr`` high (writes dropped), so benches can inject memory errors at
+run time.
 
 Benches preload and inspect contents through the ``storage.mem`` array (VPI), see
 :class:`ndpkit.sim.bench.Backdoor`.
@@ -111,6 +112,7 @@ class AxiMemoryModel(wiring.Component):
             "bus": In(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
             "error_base": In(addr_width),
             "error_size": In(addr_width + 1),
+            "error_decerr": In(1),
         }
         if latency_ports:
             # Run-time latencies (a sweep needs no rebuild); values below the minimum act
@@ -128,7 +130,7 @@ class AxiMemoryModel(wiring.Component):
         with m.If(~in_memory):
             m.d.comb += resp.eq(AxiResp.DECERR)
         with m.Elif(in_error):
-            m.d.comb += resp.eq(AxiResp.SLVERR)
+            m.d.comb += resp.eq(Mux(self.error_decerr, AxiResp.DECERR, AxiResp.SLVERR))
         return resp
 
     def _word_index(self, addr):

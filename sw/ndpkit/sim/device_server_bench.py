@@ -62,6 +62,10 @@ class _Server:
             d.mem_error_base.value = int(cfg["error_base"])
         if "error_size" in cfg:
             d.mem_error_size.value = int(cfg["error_size"])
+        if "error_resp" in cfg:
+            if cfg["error_resp"] not in ("SLVERR", "DECERR"):
+                raise ValueError(f"error_resp must be 'SLVERR' or 'DECERR', not {cfg['error_resp']!r}")
+            d.mem_error_decerr.value = int(cfg["error_resp"] == "DECERR")
 
     def _check_range(self, address, length):
         if length < 0 or address < self.base or address + length > self.base + self.size:
@@ -172,7 +176,7 @@ async def serve(dut):
     params = bench_params()
     server = _Server(dut, params)
     server.set_memory({"read_latency": params["read_latency"], "write_latency": params["write_latency"],
-                       "error_base": 0, "error_size": 0})
+                       "error_base": 0, "error_size": 0, "error_resp": "SLVERR"})
     dut.usr_irq_ack.value = 0
     await start_clock_and_reset(dut)
     server.reset_time = get_sim_time("ns")

@@ -15,7 +15,7 @@ WAIT_IRQ ``<IQd mask, max cycles, wall secs>``  ``<IQ lines, cycles waited>`` (l
 CYCLES   --                                     ``<Q cycles since reset>``
 RUN      ``<Q cycles>``                         --
 MEMORY   JSON {read_latency, write_latency,     --
-         error_base, error_size}
+         error_base, error_size, error_resp}
 SHUTDOWN --                                     -- (then the server exits)
 P2P_WR   ``<Q address>`` + data                 --   (storage -> card, charged on the storage link)
 P2P_RD   ``<QQ address, length>``               data (card -> storage, likewise)

@@ -42,6 +42,8 @@ class SimTransport(Transport):
         self.config = dict(DEFAULTS, **config)
         self.link = PcieLink(**self.config["link"])
         self.reply_timeout = reply_timeout
+        #: fault injection: when True, interrupts never reach the host (the device runs on)
+        self.drop_irqs = False
         self.sock = None
         self.closed = False
         self.run_dir = Path(tempfile.mkdtemp(prefix="ndpkit-sim-"))
@@ -148,6 +150,9 @@ class SimTransport(Transport):
 
     def wait_irq(self, mask, timeout):
         budget = max(1, int(timeout * self.config["clock_mhz"] * 1e6))
+        if self.drop_irqs:                    # fault injection: the interrupt is lost on the way
+            self.run(budget)
+            return 0
         lines, _ = struct.unpack("<IQ", self._call(Op.WAIT_IRQ, struct.pack("<IQd", mask, budget,
                                                                             self.reply_timeout * 0.9)))
         return lines
@@ -161,7 +166,10 @@ class SimTransport(Transport):
 
     def set_memory(self, **cfg) -> None:
         """Change the memory model at run time: read_latency, write_latency (cycles),
-        error_base/error_size (a range answering SLVERR)."""
+        error_base/error_size (a range answering error_resp: "SLVERR", the default, or
+        "DECERR"; writes there are dropped)."""
+        if cfg.get("error_resp", "SLVERR") not in ("SLVERR", "DECERR"):
+            raise ValueError(f"error_resp must be 'SLVERR' or 'DECERR', not {cfg['error_resp']!r}")
         self._call(Op.MEMORY, json.dumps(cfg).encode())
 
     def close(self):

@@ -12,8 +12,9 @@ bus width / 32 elements per vector; a 16-bit gradient word feeds two vectors), a
 its results fork to four burst writers (p, m, v and the copy, two vectors packed per
 word).  Reads and writes overlap: there are no per-chunk phases.  The last vector's
 lanes beyond ``n`` are written with their byte strobes off, so nothing outside the
-arrays changes.  All eight engines share the engine's AXI4 master through an 8:1
-interconnect.  The completion's ``aux`` is the number of non-finite gradients.
+arrays changes.  The nine engines share the engine's AXI4 master through a 5:1
+interconnect (:class:`BurstPorts`: reader and writer paired on a port).
+The completion's ``aux`` is the number of non-finite gradients.
 """
 from __future__ import annotations
 
@@ -22,9 +23,8 @@ from amaranth.lib import wiring
 
 from ndpkit.codes import ErrorCode
 from ndpkit.regs.blocks import ADAM
-from ...bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
-from ...bus.dma import BurstReader, BurstWriter, Transfer, TransferGroup, transfer_error, transfers_overlap
-from ...bus.interconnect import AxiInterconnect
+from ...bus.axi import log2_exact
+from ...bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
 from ...shell.engine_frontend import command_layout, engine_members
 from .stream_decompressor import StreamDecompressor
 from .updater import SCALARS, AdamUpdater
@@ -46,15 +46,11 @@ class AdamEngine(wiring.Component):
         self.lanes = data_width // 32
         self.updater = AdamUpdater(lanes=self.lanes)
         self.decompressor = StreamDecompressor(data_width=data_width)
-        dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
-                   max_outstanding=max_outstanding)
-        self.readers = {name: BurstReader(axi_id=0, **dma) for name in READS}
-        self.writers = {name: BurstWriter(axi_id=0, **dma) for name in WRITES}
-        # reader i and writer i share interconnect port i (reads and writes route apart)
-        self.interconnect = AxiInterconnect(num_masters=len(READS), addr_width=addr_width, data_width=data_width,
-                                            id_width=1)
+        self.ports = BurstPorts(READS, WRITES, addr_width=addr_width, data_width=data_width,
+                                max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding)
+        self.readers, self.writers = self.ports.readers, self.ports.writers
         super().__init__(engine_members(ADAM, addr_width=addr_width, data_width=data_width,
-                                        id_width=1 + self.interconnect.index_bits))
+                                        id_width=self.ports.id_width))
 
     def elaborate(self, platform):
         m = Module()
@@ -62,20 +58,9 @@ class AdamEngine(wiring.Component):
         word_shift, lane_shift = word.bit_length() - 1, lanes.bit_length() - 1
         m.submodules.updater = updater = self.updater
         m.submodules.decompressor = dec = self.decompressor
-        m.submodules.interconnect = ic = self.interconnect
-        for i, name in enumerate(READS):
-            r = m.submodules[f"read_{name}"] = self.readers[name]
-            connect_members(m, r.bus, getattr(ic, f"s{i}"), READ_MEMBERS)
-        for i, name in enumerate(WRITES):
-            w = m.submodules[f"write_{name}"] = self.writers[name]
-            connect_members(m, w.bus, getattr(ic, f"s{i}"), WRITE_MEMBERS)
-        port = getattr(ic, f"s{len(READS) - 1}")
+        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        port = self.ports.port(len(READS) - 1)         # its reader has no writer beside it
         m.d.comb += [port.awvalid.eq(0), port.wvalid.eq(0), port.bready.eq(1)]
-        wiring.connect(m, ic.m, wiring.flipped(self.bus))
-        engines = list(self.readers.values()) + list(self.writers.values())
-        for e in engines:
-            m.d.comb += [e.window_base.eq(self.window_base), e.window_size.eq(self.window_size)]
-
         # ---- the command and its derived sizes ----------------------------------
         cmd = Signal(command_layout(ADAM))
         vectors = Signal(33)
@@ -150,7 +135,7 @@ class AdamEngine(wiring.Component):
                     m.d.sync += cmd.eq(self.cmd.payload)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                for e in engines:
+                for e in self.ports.engines:
                     m.d.comb += e.clear_counters.eq(1)
                 m.d.comb += dec.start.eq(1)
                 m.d.sync += [error.eq(check), accepted.eq(check == 0), in_count.eq(0), out_count.eq(0),

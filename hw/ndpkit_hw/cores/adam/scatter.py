@@ -28,9 +28,8 @@ from amaranth.lib import wiring
 from ndpkit.codes import ErrorCode
 from ndpkit.golden.decomp import SENTINEL
 from ndpkit.regs.blocks import DECOMP
-from ...bus.axi import READ_MEMBERS, WRITE_MEMBERS, AxiResp, connect_members, log2_exact
-from ...bus.dma import BurstReader, BurstWriter, Transfer, TransferGroup, transfer_error, transfers_overlap
-from ...bus.interconnect import AxiInterconnect
+from ...bus.axi import AxiResp, log2_exact
+from ...bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
 from ...shell.engine_frontend import command_layout, engine_members
 from .pairs import PairUnpacker
 
@@ -46,34 +45,23 @@ class DecompEngine(wiring.Component):
         self.word_bytes = data_width // 8
         log2_exact(self.word_bytes, "data_width/8")
         self.max_scatter_outstanding = max_scatter_outstanding
-        dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
-                   max_outstanding=max_outstanding)
-        self.read_idx = BurstReader(axi_id=0, **dma)
-        self.read_val = BurstReader(axi_id=0, **dma)
-        self.zero_fill = BurstWriter(axi_id=0, **dma)
+        # port 0: index reads + zero fill, port 1: value reads + scatter writes (driven below)
+        self.ports = BurstPorts(("idx", "val"), ("zero_fill",), addr_width=addr_width, data_width=data_width,
+                                max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding)
+        self.read_idx, self.read_val = self.ports.readers["idx"], self.ports.readers["val"]
+        self.zero_fill = self.ports.writers["zero_fill"]
         self.unpacker = PairUnpacker(data_width=data_width)
-        # port 0: idx reads + zero fill, port 1: value reads + scatter writes
-        self.interconnect = AxiInterconnect(num_masters=2, addr_width=addr_width, data_width=data_width, id_width=1)
         super().__init__(engine_members(DECOMP, addr_width=addr_width, data_width=data_width,
-                                        id_width=1 + self.interconnect.index_bits))
+                                        id_width=self.ports.id_width))
 
     def elaborate(self, platform):
         m = Module()
         word = self.word_bytes
         word_shift = word.bit_length() - 1
-        m.submodules.read_idx = read_idx = self.read_idx
-        m.submodules.read_val = read_val = self.read_val
-        m.submodules.zero_fill = zero_fill = self.zero_fill
+        read_idx, read_val, zero_fill = self.read_idx, self.read_val, self.zero_fill
         m.submodules.unpacker = unpacker = self.unpacker
-        m.submodules.interconnect = ic = self.interconnect
-        connect_members(m, read_idx.bus, ic.s0, READ_MEMBERS)
-        connect_members(m, zero_fill.bus, ic.s0, WRITE_MEMBERS)
-        connect_members(m, read_val.bus, ic.s1, READ_MEMBERS)
-        scatter = ic.s1
-        wiring.connect(m, ic.m, wiring.flipped(self.bus))
-        engines = (read_idx, read_val, zero_fill)
-        for e in engines:
-            m.d.comb += [e.window_base.eq(self.window_base), e.window_size.eq(self.window_size)]
+        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        scatter = self.ports.port(1)
 
         # ---- the command and its checks ------------------------------------------------
         cmd = Signal(command_layout(DECOMP))
@@ -187,7 +175,7 @@ class DecompEngine(wiring.Component):
                     m.d.sync += cmd.eq(self.cmd.payload)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                for e in engines:
+                for e in self.ports.engines:
                     m.d.comb += e.clear_counters.eq(1)
                 m.d.comb += unpacker.start.eq(1)
                 m.d.sync += [error.eq(check), accepted.eq(check == 0), beat.eq(0), pairs_done.eq(0),

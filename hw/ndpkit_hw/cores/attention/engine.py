@@ -29,9 +29,8 @@ from ndpkit.codes import ErrorCode
 from ndpkit.golden.attention import DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS, MAX_KV_HEADS, \
     STATUS_DONE, KvFormat
 from ndpkit.regs.blocks import ATTENTION
-from ...bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
-from ...bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
-from ...bus.interconnect import AxiInterconnect
+from ...bus.axi import log2_exact
+from ...bus.dma import BurstPorts, Transfer, transfer_error, transfers_overlap
 from ...shell.engine_frontend import command_layout, engine_members
 from .datapath import MAX_GROUP, AttentionDatapath
 
@@ -69,14 +68,11 @@ class AttentionEngine(wiring.Component):
         self.word_bytes = data_width // 8
         log2_exact(self.word_bytes, "data_width/8")
         self.datapath = AttentionDatapath(data_width=data_width, units=units)
-        dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
-                   max_outstanding=max_outstanding)
-        self.readers = {name: BurstReader(axi_id=0, **dma) for name in READS}
-        self.writers = {name: BurstWriter(axi_id=0, max_commands=8, **dma) for name in WRITES}
-        self.interconnect = AxiInterconnect(num_masters=len(READS), addr_width=addr_width, data_width=data_width,
-                                            id_width=1)
+        self.ports = BurstPorts(READS, WRITES, addr_width=addr_width, data_width=data_width,
+                                max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding, writer_commands=8)
+        self.readers, self.writers = self.ports.readers, self.ports.writers
         super().__init__(engine_members(ATTENTION, addr_width=addr_width, data_width=data_width,
-                                        id_width=1 + self.interconnect.index_bits))
+                                        id_width=self.ports.id_width))
 
     def elaborate(self, platform):
         m = Module()
@@ -84,18 +80,7 @@ class AttentionEngine(wiring.Component):
         word_shift = wb.bit_length() - 1
         desc_words = DESCRIPTOR_BYTES // wb
         m.submodules.datapath = dp = self.datapath
-        m.submodules.interconnect = ic = self.interconnect
-        for i, name in enumerate(READS):
-            r = m.submodules[f"read_{name}"] = self.readers[name]
-            connect_members(m, r.bus, getattr(ic, f"s{i}"), READ_MEMBERS)
-        for i, name in enumerate(WRITES):
-            w = m.submodules[f"write_{name}"] = self.writers[name]
-            connect_members(m, w.bus, getattr(ic, f"s{i}"), WRITE_MEMBERS)
-        wiring.connect(m, ic.m, wiring.flipped(self.bus))
-        engines = list(self.readers.values()) + list(self.writers.values())
-        for e in engines:
-            m.d.comb += [e.window_base.eq(self.window_base), e.window_size.eq(self.window_size)]
-
+        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
         # ---- the command ----------------------------------------------------------------
         cmd = Signal(command_layout(ATTENTION))
         d128 = cmd.shape_head_dim == 128
@@ -324,7 +309,7 @@ class AttentionEngine(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += clear.eq(1)
-                for e in engines:
+                for e in self.ports.engines:
                     m.d.comb += e.clear_counters.eq(1)
                 m.d.sync += [error.eq(check), accepted.eq(check == 0), index.eq(0), desc_word.eq(0),
                              desc_addr.eq(cmd.table), failed.eq(0), bytes_read.eq(0), bytes_written.eq(0)]
