@@ -9,8 +9,9 @@ PYTEST := $(VPY) -m pytest -n $(JOBS) --dist loadgroup
 
 IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
+BOARDS_STAMP := $(VENV)/.ndpkit-boards-installed
 
-.PHONY: all venv test sim formal lint demo perf impl regs soak clean distclean
+.PHONY: all venv test sim formal lint fusesoc-lint demo perf impl regs soak clean distclean
 
 all: test
 
@@ -31,7 +32,7 @@ test: $(STAMP)
 	$(PYTEST) -m "not long and not formal"
 
 # The full cocotb regression: everything in `test` plus the long randomised runs.
-sim: $(STAMP) $(FORMAL_STAMP)
+sim: $(STAMP) $(FORMAL_STAMP) $(BOARDS_STAMP)
 	$(PYTEST) -m "sim or long or formal" -p no:cacheprovider
 
 # Bounded formal proofs of the AXI rules (SymbiYosys, YoWASP tools from PyPI).
@@ -41,6 +42,11 @@ formal: $(FORMAL_STAMP)
 # verilator --lint-only -Wall on every generated top, with tb/verilator_waivers.vlt.
 lint: $(STAMP)
 	$(VPY) -m ndpkit.sim.lint
+
+# FuseSoC: the lint target of every core in fusesoc/ (the generator runs Amaranth;
+# CORES="dma_copy decomp" for a subset).
+fusesoc-lint: $(BOARDS_STAMP)
+	$(VPY) -m ndpkit.sim.fusesoc_lint $(CORES)
 
 # The main job on the simulated card: copies through the driver, near-storage training,
 # a transformer layer's decode loop with its attention on the card.
@@ -62,6 +68,10 @@ soak: $(STAMP)
 
 $(FORMAL_STAMP): $(STAMP)
 	$(VPY) -m pip install --quiet -e '.[formal]'
+	touch $@
+
+$(BOARDS_STAMP): $(STAMP)
+	$(VPY) -m pip install --quiet -e '.[boards]'
 	touch $@
 
 $(IMPL_STAMP): $(STAMP)

@@ -243,8 +243,9 @@ class Device:
         if reset:
             # a previous host may have left commands running or completions queued (it
             # crashed, or closed the card mid-command): drain and reset the engines so
-            # none of that is taken for this host's work
+            # none of that is taken for this host's work; a hold it left set is released
             self.soft_reset(timeout=reset_timeout)
+            self.shell.write("control", 0)
 
     # -- memory ----------------------------------------------------------------------
     def alloc(self, size: int, align: int | None = None) -> Buffer:

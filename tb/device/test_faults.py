@@ -211,8 +211,7 @@ def test_host_closes_the_socket_mid_dma():
         dev.fill(buf, 0x12345678, wait=False)              # and an engine busy meanwhile
         t.sock.sendall(HEADER.pack(1 << 20, Op.DMA_WR) + (buf.address).to_bytes(8, "little") + bytes(4096))
         t.sock.close()
-        assert t.proc.wait(timeout=120) == 0, t._log_tail()
-        assert "host closed the connection" in t.log_path.read_text()
+        assert t.proc.wait(timeout=120) == 0, t._log_tail()     # a clean exit, promptly
     finally:
         t.sock = None
         t._kill()

@@ -22,7 +22,7 @@ completion queue holds one more entry than the command queue can start.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -136,7 +136,8 @@ class EngineFrontend(wiring.Component):
                      started.r_en.eq(self.cpl.valid & self.cpl.ready),
                      csr.irq_done_set.eq(self.cpl.valid & self.cpl.ready)]
 
-        head = data.View(cpl_layout, completions.r_data)
+        # with no completion waiting the cpl_* registers read 0, not the last one popped
+        head = data.View(cpl_layout, Mux(completions.r_rdy, completions.r_data, 0))
         m.d.comb += [
             completions.r_en.eq(csr.cpl_pop_pop),
             csr.kind_value.eq(self.kind),
