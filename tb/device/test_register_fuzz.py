@@ -112,10 +112,7 @@ def both(request):
         d.close()
 
 
-@pytest.mark.sim
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
-@given(data=st.data())
-def test_random_register_writes_agree_and_leave_the_card_usable(both, data):
+def _check(both, data):
     ops = data.draw(_ops(len(_blocks(both[0]))))
     logs = [_session(dev, ops) for dev in both]
     for a, b in zip(*logs):
@@ -123,3 +120,18 @@ def test_random_register_writes_agree_and_leave_the_card_usable(both, data):
     assert len(logs[0]) == len(logs[1])
     after = [_still_usable(dev) for dev in both]
     assert after[0] == after[1]
+
+
+@pytest.mark.sim
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
+@given(data=st.data())
+def test_random_register_writes_agree_and_leave_the_card_usable(both, data):
+    _check(both, data)
+
+
+@pytest.mark.sim
+@pytest.mark.long
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
+@given(data=st.data())
+def test_random_register_writes_long(both, data):
+    _check(both, data)
