@@ -13,12 +13,14 @@ optional ``?key=value&...`` options: for ``model`` and ``sim`` ``mem_size`` (``1
 ``1G``), ``engines`` (comma list), ``queue_depth``, ``data_width``; for ``sim`` also
 ``read_latency``, ``write_latency``, ``waves`` (a .fst/.vcd path), ``dma``
 (``backdoor`` or ``axi``); for ``xdma`` ``channel`` and ``events`` (see
-:mod:`ndpkit.transport.xdma`).
+:mod:`ndpkit.transport.xdma`); for every kind ``guard`` (bytes of guard region
+around every buffer, see :class:`Device`).
 """
 from __future__ import annotations
 
 import bisect
 import contextlib
+import os
 import urllib.parse
 
 import numpy as np
@@ -26,7 +28,7 @@ import numpy as np
 from .codes import EngineKind
 from .engine import Command, Completion
 from .engines import CLIENTS
-from .errors import NdpkitError, OutOfDeviceMemory
+from .errors import GuardViolation, NdpkitError, OutOfDeviceMemory, TransportClosed
 from .regs.access import RegisterFile
 from .regs.blocks import GLOBAL, NDPKIT_MAGIC, VERSION
 from .transport.base import Transport
@@ -70,6 +72,7 @@ def open_device(uri: str = "sim", **options) -> "Device":
     """Open a card.  ``options`` add to (and override) the URI's query options."""
     kind, path, query = parse_uri(uri)
     query.update(options)
+    guard = query.pop("guard", None)
     if kind == "model":
         from .transport.model import ModelTransport
         transport = ModelTransport(**query)
@@ -80,7 +83,7 @@ def open_device(uri: str = "sim", **options) -> "Device":
         from .transport.xdma import XdmaTransport
         transport = XdmaTransport(path, **query)
     try:
-        return Device(transport)
+        return Device(transport, guard_bytes=guard)
     except BaseException:
         transport.close()
         raise
@@ -184,8 +187,8 @@ class Buffer:
 
     def free(self) -> None:
         if not self.freed:
-            self.device.allocator.free(self.address)
             self.freed = True
+            self.device._release(self.address)
 
     def __enter__(self):
         return self
@@ -214,7 +217,19 @@ def _raw(data) -> bytes:
 class Device:
     """One card, through any :class:`Transport`."""
 
-    def __init__(self, transport: Transport, *, reset: bool = True, reset_timeout: float = 0.1):
+    def __init__(self, transport: Transport, *, reset: bool = True, reset_timeout: float = 0.1,
+                 guard_bytes: int | None = None):
+        """``guard_bytes`` > 0 puts a guard region of at least that many bytes of
+        pseudo-random data on both sides of every buffer; freeing a buffer,
+        :meth:`check_guards`, :meth:`free_all` and :meth:`close` check them and raise
+        :class:`GuardViolation` if a command wrote outside its buffers.  Default: the
+        ``NDPKIT_GUARD_BYTES`` environment variable, else 0 (test suites set it)."""
+        if guard_bytes is None:
+            guard_bytes = int(os.environ.get("NDPKIT_GUARD_BYTES") or 0)
+        if not isinstance(guard_bytes, (int, np.integer)) or guard_bytes < 0:
+            raise ValueError(f"guard_bytes must be a non-negative number of bytes, not {guard_bytes!r}")
+        self.guard_bytes = int(guard_bytes)
+        self._guards: dict[int, tuple[int, int, bytes, bytes]] = {}   # address -> (outer, size, below, above)
         self.transport = transport
         #: bytes moved by Buffer transfers since open: the host link each way, and the
         #: storage peer-to-peer path each way
@@ -255,7 +270,49 @@ class Device:
             raise ValueError(f"size must be a positive number of bytes, not {size!r}")
         align = self.word_bytes if align is None else align
         rounded = -(-int(size) // self.word_bytes) * self.word_bytes
-        return Buffer(self, self.allocator.alloc(rounded, align), rounded)
+        if not self.guard_bytes:
+            return Buffer(self, self.allocator.alloc(rounded, align), rounded)
+        # whole alignment units of guard on each side keep the buffer aligned
+        unit = max(align, self.word_bytes)
+        guard = -(-self.guard_bytes // unit) * unit
+        outer = self.allocator.alloc(rounded + 2 * guard, align)
+        address = outer + guard
+        # the pattern depends only on the address, so two cards given the same
+        # allocations (model and sim compared) hold the same bytes
+        pattern = np.random.default_rng(address).bytes(2 * guard)
+        below, above = pattern[:guard], pattern[guard:]
+        self.transport.dma_write(outer, below)
+        self.transport.dma_write(address + rounded, above)
+        self._guards[address] = (outer, rounded, below, above)
+        return Buffer(self, address, rounded)
+
+    def _release(self, address: int) -> None:
+        guards = self._guards.pop(address, None)
+        self.allocator.free(address if guards is None else guards[0])
+        if guards is not None:          # freed either way; then report a stray write
+            self._check_guard(address, *guards)
+
+    def check_guards(self) -> None:
+        """Read the guard regions of every live buffer and raise
+        :class:`GuardViolation` naming the first one written."""
+        for address, guards in list(self._guards.items()):
+            self._check_guard(address, *guards)
+
+    def _check_guard(self, address, outer, size, below, above) -> None:
+        for side, start, expected in (("below", outer, below), ("above", address + size, above)):
+            found = self.transport.dma_read(start, len(expected))
+            if found != expected:
+                first = next(i for i, (a, b) in enumerate(zip(found, expected)) if a != b)
+                raise GuardViolation(f"the guard region {side} the buffer at {address:#x}+{size:#x} was "
+                                     f"written: first changed byte at card address {start + first:#x}")
+
+    def free_all(self) -> None:
+        """Check every guard, then forget every buffer (the allocator starts afresh)."""
+        try:
+            self.check_guards()
+        finally:
+            self._guards.clear()
+            self.allocator = Allocator(self.mem_base, self.mem_size)
 
     def upload(self, data, align: int | None = None) -> Buffer:
         """Allocate a buffer and copy ``data`` (bytes or NumPy array) into it."""
@@ -376,7 +433,17 @@ class Device:
         }
 
     def close(self) -> None:
-        self.transport.close()
+        """Check the guards of the buffers still allocated (if guards are on and the
+        card is still reachable), then close the transport."""
+        try:
+            if self._guards and not getattr(self.transport, "closed", False):
+                try:
+                    self.check_guards()
+                except TransportClosed:     # the card is gone: nothing left to check
+                    pass
+        finally:
+            self._guards.clear()
+            self.transport.close()
 
     def __enter__(self):
         return self

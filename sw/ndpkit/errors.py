@@ -43,6 +43,10 @@ class OutOfDeviceMemory(NdpkitError, MemoryError):
     """The device-memory allocator has no free range of the requested size."""
 
 
+class GuardViolation(NdpkitError):
+    """A guard region beside a buffer changed: something wrote outside its buffers."""
+
+
 class RegisterAccessError(NdpkitError):
     """A BAR0 access was answered with an AXI error (an offset with no register)."""
 

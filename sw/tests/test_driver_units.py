@@ -43,6 +43,26 @@ def test_allocator_alignment_free_and_out_of_memory():
         a.alloc(64, 3)
 
 
+@pytest.mark.parametrize("side", ["below", "above"])
+def test_guard_regions_catch_a_write_outside_a_buffer(side):
+    with ndpkit.open("model?mem_size=1M&guard=100") as dev:
+        assert dev.guard_bytes == 100
+        keep, buf = dev.alloc(256, align=256), dev.alloc(1000)
+        assert buf.address % dev.word_bytes == 0 and keep.address % 256 == 0
+        buf.write(bytes(range(256)) * 4)            # inside: fine
+        dev.check_guards()
+        # a stray write one byte past (or before) the buffer, as a faulty engine would do
+        stray = buf.address - 1 if side == "below" else buf.address + buf.size
+        dev.transport.dma_write(stray, b"\x5a")
+        with pytest.raises(ndpkit.GuardViolation, match=f"{side} the buffer at {buf.address:#x}.*{stray:#x}"):
+            buf.free()
+        keep.free()                                 # its own guards are intact
+        dev.free_all()
+        assert dev.allocator.free_bytes == dev.mem_size
+    with pytest.raises(ValueError, match="guard_bytes"):
+        ndpkit.open("model?guard=-1")
+
+
 def test_pcie_link_model():
     gen3 = PcieLink()
     assert gen3.raw_bytes_per_ns == pytest.approx(15.754, rel=1e-3)

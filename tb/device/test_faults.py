@@ -122,7 +122,7 @@ def _jobs(cards, engine, seed):
     for kind in ("sim", "model"):
         dev = cards(engine, kind)
         dev.wait_all()
-        dev.allocator.__init__(dev.mem_base, dev.mem_size)
+        dev.free_all()
         inside, outside = dev.alloc(ARENA), dev.alloc(ARENA)
         jobs.append((dev, Job(dev, engine, inside, outside, np.random.default_rng(seed))))
     return jobs
