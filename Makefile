@@ -11,7 +11,7 @@ IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
 BOARDS_STAMP := $(VENV)/.ndpkit-boards-installed
 
-.PHONY: all venv test sim formal lint fusesoc-lint demo perf impl regs soak clean distclean
+.PHONY: all venv test sim formal lint fusesoc-lint bitstream demo perf impl regs soak clean distclean
 
 all: test
 
@@ -34,6 +34,13 @@ test: $(STAMP)
 # The full cocotb regression: everything in `test` plus the long randomised runs.
 sim: $(STAMP) $(FORMAL_STAMP) $(BOARDS_STAMP)
 	$(PYTEST) -m "sim or long or formal" -p no:cacheprovider
+
+# make bitstream BOARD=<name> [ENGINES=a,b] [MEMORY_PORTS=n]: the board's build (boards/).
+# Xilinx boards: the Vivado project, checked with the Tcl stubs, built if vivado is on
+# PATH; exit status 3 when it is not (project generated), 2 on a bad board or parameter.
+bitstream: $(STAMP)
+	@test -n "$(BOARD)" || { echo "make bitstream: give BOARD=<name>; boards: $$(ls boards/*/board.toml | cut -d/ -f2 | tr '\n' ' ')"; exit 2; }
+	$(VPY) boards/build.py $(BOARD) $(if $(ENGINES),--engines $(ENGINES)) $(if $(MEMORY_PORTS),--memory-ports $(MEMORY_PORTS))
 
 # Bounded formal proofs of the AXI rules (SymbiYosys, YoWASP tools from PyPI).
 formal: $(FORMAL_STAMP)

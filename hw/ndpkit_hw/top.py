@@ -10,7 +10,10 @@ them by prefix):
   (level: held until the host clears the engine's ``irq`` register, as XDMA's legacy
   and MSI modes expect); ``usr_irq_ack`` is accepted and not needed.
 - ``m_axi_mem_*``: AXI4 master toward the memory controller (MIG / HBM port), which
-  the host DMA and every engine share through a round-robin interconnect.
+  the host DMA and every engine share through a round-robin interconnect.  With
+  ``memory_ports=P`` > 1 there are P such masters, ``m_axi_mem0_*`` ..
+  ``m_axi_mem{P-1}_*`` (for HBM pseudo-channels, whose switch lets every port reach
+  all of memory): master ``i`` of [host DMA, engines in order] uses port ``i mod P``.
 
 Inside: :class:`AxiLiteDecoder` -> shell CSR block and one :class:`EngineFrontend`
 per engine; each engine's AXI master and the host port -> :class:`AxiInterconnect`
@@ -69,7 +72,7 @@ class Device(wiring.Component):
     def __init__(self, *, data_width: int = 512, addr_width: int = 32, mem_base: int = 0,
                  mem_size: int = 1 << 30, engines=("dma_copy",), queue_depth: int = 4,
                  host_id_width: int = 4, clock_mhz: int = 250, max_burst_bytes: int = 4096,
-                 max_outstanding: int = 8, attention_units: int = 4):
+                 max_outstanding: int = 8, attention_units: int = 4, memory_ports: int = 1):
         log2_exact(data_width // 8, "data_width/8")
         if data_width < 32:
             raise ValueError("data_width must be at least 32")
@@ -84,6 +87,9 @@ class Device(wiring.Component):
             raise ValueError("queue_depth must be 1..255")
         if not 1 <= clock_mhz <= 255:
             raise ValueError("clock_mhz must be 1..255")
+        if not isinstance(memory_ports, int) or not 1 <= memory_ports <= 1 + len(engines):
+            raise ValueError(f"memory_ports must be 1..{1 + len(engines)} (one per master at most: the host DMA "
+                             f"and {len(engines)} engine(s)), not {memory_ports!r}")
         self.data_width, self.addr_width = data_width, addr_width
         self.mem_base, self.mem_size = mem_base, mem_size
         self.engine_names = tuple(engines)
@@ -100,17 +106,23 @@ class Device(wiring.Component):
                                       max_in_flight=getattr(core, "max_in_flight", 1))
             self.engines[name] = (kind, core, frontend)
         masters = 1 + len(self.engines)
+        self.memory_ports = memory_ports
         self.id_width = max([host_id_width] + [len(core.bus.arid) for _, core, _ in self.engines.values()])
-        self.interconnect = (AxiInterconnect(num_masters=masters, addr_width=addr_width, data_width=data_width,
-                                             id_width=self.id_width) if masters > 1 else None)
-        mem_id_width = self.id_width + self.interconnect.index_bits if self.interconnect else host_id_width
-        self.mem_id_width = mem_id_width
+        # master i -> port i mod P; a port with two or more masters gets an interconnect
+        self.port_masters = [list(range(p, masters, memory_ports)) for p in range(memory_ports)]
+        self.interconnects = [AxiInterconnect(num_masters=len(group), addr_width=addr_width, data_width=data_width,
+                                              id_width=self.id_width) if len(group) > 1 else None
+                              for group in self.port_masters]
+        index_bits = max((ic.index_bits for ic in self.interconnects if ic is not None), default=0)
+        self.mem_id_width = mem_id_width = self.id_width + index_bits if masters > 1 else host_id_width
+        memory_signature = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=mem_id_width)
+        self.memory_port_names = ["m_axi_mem"] if memory_ports == 1 else [f"m_axi_mem{p}" for p in range(memory_ports)]
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=(BAR0_SIZE - 1).bit_length())),
             "s_axi": In(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=host_id_width)),
             "usr_irq_req": Out(IRQ_LINES),
             "usr_irq_ack": In(IRQ_LINES),
-            "m_axi_mem": Out(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=mem_id_width)),
+            **{name: Out(memory_signature) for name in self.memory_port_names},
         })
 
     def _window(self, m, name, frontend):
@@ -168,13 +180,15 @@ class Device(wiring.Component):
         m.d.comb += any_running.eq(Cat(*running).any() if running else 0)
 
         members = READ_MEMBERS + WRITE_MEMBERS
-        if self.interconnect is not None:
-            m.submodules.interconnect = interconnect = self.interconnect
-            for i, port in enumerate(ports):
-                connect_members(m, port, getattr(interconnect, f"s{i}"), members)
-            wiring.connect(m, interconnect.m, wiring.flipped(self.m_axi_mem))
-        else:
-            connect_members(m, self.s_axi, self.m_axi_mem, members)
+        for port_name, group, interconnect in zip(self.memory_port_names, self.port_masters, self.interconnects):
+            memory = getattr(self, port_name)
+            if interconnect is None:
+                connect_members(m, ports[group[0]], memory, members)
+                continue
+            m.submodules[f"interconnect_{port_name}" if self.memory_ports > 1 else "interconnect"] = interconnect
+            for i, master in enumerate(group):
+                connect_members(m, ports[master], getattr(interconnect, f"s{i}"), members)
+            connect_members(m, interconnect.m, memory, members)
 
         # ---- shell registers ---------------------------------------------------------
         cycles = Signal(64)

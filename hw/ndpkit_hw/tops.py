@@ -52,6 +52,12 @@ def _device():
     return Device(mem_size=1 << 30)
 
 
+def _device_hbm():
+    """Every engine, one memory master each (as on an HBM card)."""
+    from .top import Device
+    return Device(mem_size=1 << 30, engines=("dma_copy", "adam", "decomp", "attention"), memory_ports=5)
+
+
 def _memory():
     from .mem.memory_model import AxiMemoryModel
     return AxiMemoryModel(size=1 << 16, data_width=512, stall_per_256=16, bytes_per_cycle=48)
@@ -79,6 +85,7 @@ TOPS: dict[str, Callable] = {
     "engine_frontend": _engine_frontend,
     "dma_copy": _dma_copy,
     "device": _device,
+    "device_hbm": _device_hbm,
     "sim_card": _sim_card,
     **_fp_units(),
 }

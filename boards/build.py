@@ -1,0 +1,72 @@
+"""`make bitstream BOARD=<name>`: build the device for a board.
+
+Xilinx boards: generate the Vivado project (hw/ndpkit_hw/vivado.py), check it with
+the Tcl stubs, and run Vivado if it is on PATH; otherwise stop after generating,
+say so, and exit with status 3.  Every check runs before any long step; a bad board
+name or parameter exits with status 2 and a message naming it.
+
+    python boards/build.py alveo_u280 [--engines dma_copy,adam] [--memory-ports 4] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXIT_NO_VIVADO = 3
+
+
+def main(argv=None) -> int:
+    from ndpkit_hw.boards import BoardError, board_names, device_options, load_board
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("board", help=f"one of: {', '.join(board_names())}")
+    ap.add_argument("--engines", help="comma list (default: the board's)")
+    ap.add_argument("--attention-units", type=int)
+    ap.add_argument("--memory-ports", type=int)
+    ap.add_argument("--data-width", type=int)
+    ap.add_argument("--clock-mhz", type=int)
+    ap.add_argument("--out", type=Path, help="output folder (default build/boards/<board>)")
+    args = ap.parse_args(argv)
+    try:
+        board = load_board(args.board)
+        options = device_options(board, engines=args.engines, attention_units=args.attention_units,
+                                 memory_ports=args.memory_ports, data_width=args.data_width,
+                                 clock_mhz=args.clock_mhz)
+        out = args.out or ROOT / "build" / "boards" / board.name
+        if board.vendor != "xilinx":
+            raise BoardError(f"{board.name}: no build flow for vendor {board.vendor!r}")
+        return _xilinx(board, options, out)
+    except BoardError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _xilinx(board, options, out: Path) -> int:
+    from ndpkit_hw.tclcheck import check_project
+    from ndpkit_hw.vivado import generate, local_settings, vivado
+    local_settings(board)                       # a board whose pinout is not public: fail now
+    print(f"{board.name}: generating the Vivado project in {out} ...", flush=True)
+    plan = generate(board, options, out)
+    summary = check_project(out)
+    print(f"  device: {', '.join(options['engines'])}; {options['data_width']}-bit; memory ports "
+          f"{', '.join(plan['memory_ports'])}" + (f" -> HBM pseudo-channels {plan['hbm_pseudo_channels']}"
+                                                 if "hbm_pseudo_channels" in plan else ""))
+    print(f"  Tcl check: {len(summary['cells'])} cells, {summary['nets']} nets, every device interface "
+          f"connected, XDC ports all exist ({len(summary['constrained_ports'])} constrained)")
+    tool = vivado()
+    if tool is None:
+        print(f"Vivado is not on PATH: the project is generated and checked, not built.  To build it:\n"
+              f"  cd {out} && vivado -mode batch -source project.tcl && vivado -mode batch -source build.tcl")
+        return EXIT_NO_VIVADO
+    for script in ("project.tcl", "build.tcl"):
+        subprocess.run([tool, "-mode", "batch", "-source", script], cwd=out, check=True)
+    print(f"bitstream: {out / f'ndpkit_{board.name}.bit'}; flash image: {out / f'ndpkit_{board.name}.mcs'}")
+    (out / "result.json").write_text(json.dumps({"board": board.name, "built": True}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

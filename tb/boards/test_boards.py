@@ -1,0 +1,146 @@
+"""Board builds: board files load, bad parameters are refused before any long step,
+and every Xilinx board's generated Vivado project passes the Tcl stub check (the
+project Tcl runs through, creates every IP it connects, connects every interface and
+port of the device, and its XDC names only ports the block design has)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ndpkit_hw.boards import BoardError, board_names, device_options, load_board
+from ndpkit_hw.tclcheck import TclCheckError, check_project
+from ndpkit_hw.vivado import generate
+
+ROOT = Path(__file__).resolve().parents[2]
+XILINX = ["alveo_u280", "alveo_u55c", "smartssd"]
+SMARTSSD_PINS = """set_property PACKAGE_PIN A1 [get_ports pcie_refclk_clk_p]
+set_property -dict {PACKAGE_PIN A2 IOSTANDARD LVCMOS18} [get_ports pcie_perstn]
+set_property PACKAGE_PIN A3 [get_ports ddr4_refclk_clk_p]
+set_property PACKAGE_PIN A4 [get_ports {ddr4_dq[0]}]
+"""
+
+
+def _local(board, tmp_path):
+    """Stand-in local settings for the SmartSSD (its pinout is not public)."""
+    if board.name != "smartssd":
+        return None
+    pins = tmp_path / "pins.xdc"
+    pins.write_text(SMARTSSD_PINS)
+    return {"pins": str(pins), "ddr4_part": "MT40A1G16RC-062E"}
+
+
+def _project(name, tmp_path, **overrides):
+    board = load_board(name)
+    options = device_options(board, **overrides)
+    out = tmp_path / name
+    plan = generate(board, options, out, local=_local(board, tmp_path))
+    return board, options, out, plan
+
+
+def test_every_board_loads():
+    assert set(XILINX) <= set(board_names())
+    for name in XILINX:
+        board = load_board(name)
+        assert board.part.startswith("xc") and board.resources["lut"] > 0
+        assert (board.folder / "README.md").exists() and board.file("constraints").exists()
+
+
+@pytest.mark.parametrize("name, overrides, message", [
+    ("alveo_u281", {}, "unknown board 'alveo_u281'; boards: "),
+    ("alveo_u280", {"memory_ports": 33, "engines": ",".join(["dma_copy"])}, "memory_ports=33 but the board has 32 HBM"),
+    ("alveo_u280", {"memory_ports": 3, "engines": "dma_copy"}, "only 2 memory masters"),
+    ("smartssd", {"memory_ports": 2}, "memory_ports=2 but the board has 1 memory controller port"),
+    ("smartssd", {"attention_units": 64}, "attention_units=64 does not fit the xcku15p"),
+    ("alveo_u280", {"engines": "dma_copy,graph"}, "unknown engine 'graph'"),
+    ("alveo_u280", {"data_width": 96}, "data_width 96"),
+])
+def test_bad_board_parameters_are_refused_with_a_clear_message(name, overrides, message):
+    with pytest.raises(BoardError, match=message.replace("(", r"\(")):
+        device_options(load_board(name), **overrides)
+
+
+def test_smartssd_without_its_local_settings_stops_before_generating(tmp_path):
+    if (ROOT / "boards" / "smartssd" / "local.toml").exists():
+        pytest.skip("this machine has the SmartSSD's local.toml")
+    proc = subprocess.run([sys.executable, str(ROOT / "boards" / "build.py"), "smartssd", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "local.toml is missing" in proc.stderr and "not public" in proc.stderr
+    assert not any(tmp_path.iterdir()), "files were generated before the check"
+
+
+@pytest.mark.parametrize("name", XILINX)
+def test_generated_project_passes_the_tcl_stub_check(name, tmp_path):
+    board, options, out, plan = _project(name, tmp_path, engines="dma_copy,decomp",
+                                         memory_ports=3 if board_is_hbm(name) else 1)
+    summary = check_project(out)
+    assert summary["part"] == board.part
+    kinds = {v.split(":")[2] if not v.startswith("module:") else v for v in summary["cells"].values()}
+    assert {"xdma", "module:ndpkit_device", "smartconnect"} <= kinds
+    assert ("hbm" if board_is_hbm(name) else "ddr4") in kinds
+    assert summary["device_interfaces"] == sorted(["s_axil", "s_axi"] + plan["memory_ports"])
+    assert {"pcie_refclk_clk_p", "pcie_perstn"} <= set(summary["constrained_ports"])
+    if board_is_hbm(name):
+        assert plan["hbm_pseudo_channels"] == [0, 10, 20]
+        assert "hbm_cattrip" in summary["constrained_ports"]
+        suffix = board.memory.get("axi_suffix", "")
+        tcl = (out / "project.tcl").read_text()
+        assert all(f"hbm/SAXI_{pc:02d}{suffix}]" in tcl for pc in plan["hbm_pseudo_channels"])
+    assert json.loads((out / "plan.json").read_text())["part"] == board.part
+
+
+def board_is_hbm(name):
+    return load_board(name).memory["kind"] == "hbm"
+
+
+@pytest.mark.parametrize("mutation, message", [
+    (("xdma/usr_irq_ack]", "xdma/usr_irq_acknowledge]"), "has no 'usr_irq_acknowledge'"),
+    (("[get_bd_intf_pins ndpkit/s_axil]", "[get_bd_intf_pins ndpkit/s_axil_x]"), "has no 's_axil_x'"),
+    (("connect_bd_net [get_bd_pins ndpkit/usr_irq_req] [get_bd_pins xdma/usr_irq_req]\n", ""),
+     "device port usr_irq_req is not connected"),
+    (("create_bd_cell -type ip -vlnv xilinx.com:ip:util_ds_buf:2.2 pcie_refclk_buf\n", ""),
+     "'pcie_refclk_buf' (does not exist|was never created)"),
+    (("assign_bd_address\n", "assign_bd_addresses\n"), "did not run through"),
+])
+def test_tcl_check_catches_a_broken_project(tmp_path, mutation, message):
+    _, _, out, _ = _project("alveo_u280", tmp_path, engines="dma_copy", memory_ports=1)
+    check_project(out)
+    tcl = out / "project.tcl"
+    text = tcl.read_text()
+    assert mutation[0] in text
+    tcl.write_text(text.replace(mutation[0], mutation[1], 1))
+    with pytest.raises(TclCheckError, match=message):
+        check_project(out)
+
+
+def test_tcl_check_catches_an_xdc_port_that_does_not_exist(tmp_path):
+    _, _, out, _ = _project("alveo_u55c", tmp_path, engines="dma_copy", memory_ports=1)
+    xdc = out / "constraints.xdc"
+    xdc.write_text(xdc.read_text().replace("get_ports hbm_cattrip]", "get_ports hbm_catrip]", 1))
+    with pytest.raises(TclCheckError, match="get_ports 'hbm_catrip': no such top-level port"):
+        check_project(out)
+
+
+def test_bitstream_without_vivado_generates_checks_and_exits_3(tmp_path):
+    env = dict(os.environ, PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                               if not (Path(p) / "vivado").exists()))
+    proc = subprocess.run([sys.executable, str(ROOT / "boards" / "build.py"), "alveo_u280", "--engines", "dma_copy",
+                           "--memory-ports", "2", "--out", str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "Vivado is not on PATH" in proc.stdout and "Tcl check:" in proc.stdout
+    for f in ("ndpkit_device.v", "project.tcl", "build.tcl", "constraints.xdc", "plan.json"):
+        assert (tmp_path / f).exists()
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", XILINX)
+def test_default_card_build_passes_the_tcl_stub_check(name, tmp_path):
+    """The board's own device (every engine, its lane counts and memory ports)."""
+    board, options, out, plan = _project(name, tmp_path)
+    summary = check_project(out)
+    assert len(plan["memory_ports"]) == options["memory_ports"]
+    assert summary["device_interfaces"] == sorted(["s_axil", "s_axi"] + plan["memory_ports"])
