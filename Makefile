@@ -38,7 +38,7 @@ sim: $(STAMP) $(FORMAL_STAMP) $(BOARDS_STAMP)
 # make bitstream BOARD=<name> [ENGINES=a,b] [MEMORY_PORTS=n]: the board's build (boards/).
 # Xilinx boards: the Vivado project, checked with the Tcl stubs, built if vivado is on
 # PATH; exit status 3 when it is not (project generated), 2 on a bad board or parameter.
-bitstream: $(STAMP)
+bitstream: $(STAMP) $(BOARDS_STAMP)
 	@test -n "$(BOARD)" || { echo "make bitstream: give BOARD=<name>; boards: $$(ls boards/*/board.toml | cut -d/ -f2 | tr '\n' ' ')"; exit 2; }
 	$(VPY) boards/build.py $(BOARD) $(if $(ENGINES),--engines $(ENGINES)) $(if $(MEMORY_PORTS),--memory-ports $(MEMORY_PORTS))
 

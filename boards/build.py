@@ -1,6 +1,7 @@
 """`make bitstream BOARD=<name>`: build the device for a board.
 
-Xilinx boards: generate the Vivado project (hw/ndpkit_hw/vivado.py), check it with
+ECP5: a real bitstream with the yowasp tools (hw/ndpkit_hw/ecp5_build.py); exit 1
+if it misses its timing constraint.  Xilinx boards: generate the Vivado project (hw/ndpkit_hw/vivado.py), check it with
 the Tcl stubs, and run Vivado if it is on PATH; otherwise stop after generating,
 say so, and exit with status 3.  Every check runs before any long step; a bad board
 name or parameter exits with status 2 and a message naming it.
@@ -36,12 +37,25 @@ def main(argv=None) -> int:
                                  memory_ports=args.memory_ports, data_width=args.data_width,
                                  clock_mhz=args.clock_mhz)
         out = args.out or ROOT / "build" / "boards" / board.name
-        if board.vendor != "xilinx":
-            raise BoardError(f"{board.name}: no build flow for vendor {board.vendor!r}")
-        return _xilinx(board, options, out)
+        if board.vendor == "xilinx":
+            return _xilinx(board, options, out)
+        return _ecp5(board, options, out)
     except BoardError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _ecp5(board, options, out: Path) -> int:
+    from ndpkit_hw.ecp5_build import build
+    print(f"{board.name}: synthesis, place and route, pack (yowasp) in {out} ...", flush=True)
+    r = build(board, options, out)
+    print(f"  device: {', '.join(options['engines'])}; {options['data_width']}-bit; UART card, "
+          f"{board.memory['size']} block RAM")
+    print(f"  timing: {r['sync_fmax_mhz']} MHz achieved for the {r['constraint_mhz']:.0f} MHz constraint -> "
+          f"{'met' if r['meets_timing'] else 'NOT MET'}")
+    print("  used: " + ", ".join(f"{k} {v}/{r['available'][k]}" for k, v in r["used"].items()))
+    print(f"bitstream: {r['bitstream']}")
+    return 0 if r["meets_timing"] else 1
 
 
 def _xilinx(board, options, out: Path) -> int:

@@ -72,6 +72,8 @@ def load_board(name: str) -> Board:
             raise BoardError(f"{folder / 'board.toml'}: missing {key!r}")
     if spec["name"] != name:
         raise BoardError(f"{folder / 'board.toml'}: name {spec['name']!r} is not the folder's name {name!r}")
+    if spec["vendor"] not in ("xilinx", "lattice"):
+        raise BoardError(f"{folder / 'board.toml'}: vendor must be 'xilinx' or 'lattice'")
     if spec["vendor"] == "xilinx":
         pcie = spec.get("pcie", {})
         if pcie.get("ip") != "xdma":
@@ -90,7 +92,8 @@ def device_options(board: Board, **overrides) -> dict:
     from .top import ENGINE_BUILDERS
     options = dict(board.spec["device"])
     options.update({k: v for k, v in overrides.items() if v is not None})
-    known = {"engines", "data_width", "attention_units", "memory_ports", "clock_mhz", "queue_depth"}
+    known = {"engines", "data_width", "attention_units", "memory_ports", "clock_mhz", "queue_depth",
+             "max_burst_bytes", "max_outstanding"}
     unknown = set(options) - known
     if unknown:
         raise BoardError(f"{board.name}: unknown device parameter(s) {', '.join(sorted(unknown))}; "
@@ -102,8 +105,9 @@ def device_options(board: Board, **overrides) -> dict:
         if engine not in ENGINE_BUILDERS:
             raise BoardError(f"unknown engine {engine!r}; engines: {', '.join(ENGINE_BUILDERS)}")
     width = options["data_width"]
-    if width not in (128, 256, 512):
-        raise BoardError(f"{board.name}: data_width {width} is not 128, 256 or 512")
+    widths = (128, 256, 512) if board.vendor == "xilinx" else (32, 64, 128)
+    if width not in widths:
+        raise BoardError(f"{board.name}: data_width {width} is not one of {', '.join(map(str, widths))}")
     ports, channels = options["memory_ports"], board.memory["pseudo_channels"]
     masters = 1 + len(engines)
     if not 1 <= ports <= channels:
@@ -130,7 +134,7 @@ def device_options(board: Board, **overrides) -> dict:
 # dot lanes and P fma lanes, and each lane's fp32 multiplier takes 2 DSP48E2 (24x17
 # partial products of the 24-bit significands).  Units may use 60 % of the part's
 # DSPs, leaving the rest to the other engines and the shell.
-_DSP_PER_ATTENTION_UNIT = {w: 2 * 2 * (w // 16) for w in (128, 256, 512)}
+_DSP_PER_ATTENTION_UNIT = {w: 2 * 2 * (w // 16) for w in (32, 64, 128, 256, 512)}
 _UNIT_BUDGET = 0.6
 
 

@@ -8,12 +8,14 @@
 ...     assert (dst.download(np.float32) == np.arange(1 << 16)).all()
 ...     print(done.cycles, done.bytes_written)
 
-URIs: ``model``, ``sim``, ``xdma:/dev/xdma0`` (or just ``/dev/xdma0``), each with
+URIs: ``model``, ``sim``, ``xdma:/dev/xdma0`` (or just ``/dev/xdma0``),
+``uart:/dev/ttyUSB1`` (a card behind the UART bridge, e.g. the ECP5 board;
+``uart:model`` puts the bridge's protocol in front of a model card), each with
 optional ``?key=value&...`` options: for ``model`` and ``sim`` ``mem_size`` (``16M``,
 ``1G``), ``engines`` (comma list), ``queue_depth``, ``data_width``; for ``sim`` also
 ``read_latency``, ``write_latency``, ``waves`` (a .fst/.vcd path), ``dma``
 (``backdoor`` or ``axi``); for ``xdma`` ``channel`` and ``events`` (see
-:mod:`ndpkit.transport.xdma`); for every kind ``guard`` (bytes of guard region
+:mod:`ndpkit.transport.xdma`); for ``uart`` ``baud`` and ``timeout``; for every kind ``guard`` (bytes of guard region
 around every buffer, see :class:`Device`).
 """
 from __future__ import annotations
@@ -55,10 +57,11 @@ def parse_uri(uri: str) -> tuple[str, str | None, dict]:
         kind, path = "xdma", parsed.path
     elif parsed.scheme in ("", "model", "sim") and parsed.path in ("model", "sim", ""):
         kind, path = (parsed.path or parsed.scheme), None
-    elif parsed.scheme == "xdma":
-        kind, path = "xdma", parsed.path
+    elif parsed.scheme in ("xdma", "uart"):
+        kind, path = parsed.scheme, parsed.path
     else:
-        raise ValueError(f"unknown device URI {uri!r}: use 'model', 'sim' or 'xdma:/dev/xdma0' (with ?options)")
+        raise ValueError(f"unknown device URI {uri!r}: use 'model', 'sim', 'xdma:/dev/xdma0' or "
+                         f"'uart:/dev/ttyUSB1' (with ?options)")
     options = {}
     for key, value in urllib.parse.parse_qsl(parsed.query, keep_blank_values=True):
         if key == "engines":
@@ -79,6 +82,17 @@ def open_device(uri: str = "sim", **options) -> "Device":
     elif kind == "sim":
         from .transport.sim import SimTransport
         transport = SimTransport(**query)
+    elif kind == "uart":
+        from .transport.uart import UartTransport
+        link_options = {k: query.pop(k) for k in ("baud", "timeout") if k in query}
+        if path == "model":           # the bridge's protocol in Python, in front of a model card
+            from .transport.model import ModelTransport
+            from .transport.uart import BridgeModel
+            transport = UartTransport(link=BridgeModel(ModelTransport(**query)), **link_options)
+        else:
+            if query:
+                raise ValueError(f"unknown uart option(s) {', '.join(query)}: baud, timeout")
+            transport = UartTransport(path, **link_options)
     else:
         from .transport.xdma import XdmaTransport
         transport = XdmaTransport(path, **query)

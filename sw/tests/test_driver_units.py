@@ -132,3 +132,31 @@ def test_xdma_transport_on_a_fake_device(tmp_path):
         writer.join()
     with pytest.raises(TransportClosed, match="missing"):
         ndpkit.open(str(tmp_path / "xdma9"))
+
+
+def test_uart_transport_reports_a_silent_or_out_of_step_link():
+    from ndpkit.transport.uart import UartTransport
+
+    class Link:
+        def __init__(self, reply):
+            self.reply, self.sent = reply, b""
+
+        def write(self, data):
+            self.sent += data
+
+        def read(self, n):
+            out, self.reply = self.reply[:n], self.reply[n:]
+            return out
+
+    silent = UartTransport(link=Link(b""), timeout=0.01)
+    with pytest.raises(TransportClosed, match="stopped answering"):
+        silent.read32(0)
+    assert silent.link.sent == bytes([0x02, 0, 0])              # REG_READ, offset 0
+    with pytest.raises(TransportClosed, match="out of step"):
+        UartTransport(link=Link(bytes([0x81, 0, 0, 0, 0, 0]))).read32(4)
+    with pytest.raises(ndpkit.RegisterAccessError):
+        UartTransport(link=Link(bytes([0x82, 2, 0, 0, 0, 0]))).read32(4)       # SLVERR
+    with pytest.raises(ValueError, match="serial device path"):
+        UartTransport()
+    with pytest.raises(ValueError, match="unknown uart option"):
+        ndpkit.open("uart:/dev/ttyUSB9?speed=9600")

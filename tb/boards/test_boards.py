@@ -55,7 +55,8 @@ def test_every_board_loads():
     ("smartssd", {"memory_ports": 2}, "memory_ports=2 but the board has 1 memory controller port"),
     ("smartssd", {"attention_units": 64}, "attention_units=64 does not fit the xcku15p"),
     ("alveo_u280", {"engines": "dma_copy,graph"}, "unknown engine 'graph'"),
-    ("alveo_u280", {"data_width": 96}, "data_width 96"),
+    ("alveo_u280", {"data_width": 96}, "data_width 96 is not one of 128, 256, 512"),
+    ("ecp5_5g", {"data_width": 512}, "data_width 512 is not one of 32, 64, 128"),
 ])
 def test_bad_board_parameters_are_refused_with_a_clear_message(name, overrides, message):
     with pytest.raises(BoardError, match=message.replace("(", r"\(")):
@@ -144,3 +145,21 @@ def test_default_card_build_passes_the_tcl_stub_check(name, tmp_path):
     summary = check_project(out)
     assert len(plan["memory_ports"]) == options["memory_ports"]
     assert summary["device_interfaces"] == sorted(["s_axil", "s_axi"] + plan["memory_ports"])
+
+
+def test_ecp5_build_names_a_missing_tool_before_starting(monkeypatch):
+    from ndpkit_hw import ecp5_build
+    monkeypatch.setitem(ecp5_build.TOOLS, "ECPPACK", "yowasp-ecppack-that-does-not-exist")
+    with pytest.raises(BoardError, match="yowasp-ecppack-that-does-not-exist is not installed"):
+        ecp5_build.build(load_board("ecp5_5g"), device_options(load_board("ecp5_5g")), Path("/nonexistent"))
+
+
+@pytest.mark.long
+def test_ecp5_bitstream_builds_and_meets_timing(tmp_path):
+    """A real bitstream: yowasp synthesis, place and route and pack of the UART card."""
+    from ndpkit_hw.ecp5_build import build
+    board = load_board("ecp5_5g")
+    result = build(board, device_options(board), tmp_path)
+    assert Path(result["bitstream"]).stat().st_size > 100_000
+    assert result["meets_timing"], result["fmax_mhz"]
+    assert result["used"]["TRELLIS_COMB"] > 1000 and result["used"]["DP16KD"] >= 32     # 64 KiB of block RAM

@@ -12,6 +12,8 @@ import pytest
 import ndpkit
 
 TRANSPORTS = [pytest.param("model", id="model"),
+              # the UART transport and the bridge protocol (in Python) in front of a model card
+              pytest.param("uart:model", id="uart"),
               pytest.param("sim", id="sim", marks=[pytest.mark.sim, pytest.mark.xdist_group("device_sim")])]
 
 
