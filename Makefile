@@ -11,7 +11,7 @@ IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
 BOARDS_STAMP := $(VENV)/.ndpkit-boards-installed
 
-.PHONY: all venv test sim formal lint fusesoc-lint bitstream demo perf impl regs soak clean distclean
+.PHONY: all venv test sim formal lint fusesoc-lint bitstream demo perf impl impl-report regs soak clean distclean
 
 all: test
 
@@ -29,7 +29,7 @@ venv: $(STAMP)
 
 # The lean tier: unit tests and small benches (cached Verilator builds, run in parallel).
 test: $(STAMP)
-	$(PYTEST) -m "not long and not formal"
+	$(PYTEST) -m "not long and not formal" --durations=15
 
 # The full cocotb regression: everything in `test` plus the long randomised runs.
 sim: $(STAMP) $(FORMAL_STAMP) $(BOARDS_STAMP)
@@ -89,6 +89,13 @@ $(IMPL_STAMP): $(STAMP)
 # synthesis estimate); writes docs/arith_impl.md.  UNITS="add mul" for a subset.
 impl: $(IMPL_STAMP)
 	$(VPY) -m tb.arith.impl_report $(UNITS)
+
+# Resources and Fmax of every engine at its default and largest configuration (ECP5
+# place and route, UltraScale+ estimate as a share of each board's part, the papers'
+# figures beside them); writes build/impl/engines.json and docs/impl_report.md.
+# ENGINES="dma_copy adam:max" for a subset (updates the JSON only).
+impl-report: $(IMPL_STAMP)
+	$(VPY) -m tb.impl_report $(ENGINES)
 
 # Regenerate the register documents (docs/registers.md, build/include/*.h).
 regs: $(STAMP)

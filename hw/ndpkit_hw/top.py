@@ -36,36 +36,36 @@ from .bus.interconnect import AxiInterconnect
 from .shell.csr import CSRBlock
 from .shell.engine_frontend import EngineFrontend
 
-__all__ = ["Device", "ENGINE_BUILDERS"]
+__all__ = ["Device", "ENGINE_BUILDERS", "engine_component"]
 
-def _dma_copy(device):
-    from .cores.dma_copy import DmaCopy
-    return DmaCopy(addr_width=device.addr_width, data_width=device.data_width,
-                   max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding)
-
-
-def _adam(device):
-    from .cores.adam.engine import AdamEngine
-    return AdamEngine(addr_width=device.addr_width, data_width=device.data_width,
-                      max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding)
-
-
-def _decomp(device):
-    from .cores.adam.scatter import DecompEngine
-    return DecompEngine(addr_width=device.addr_width, data_width=device.data_width,
-                        max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding)
+def engine_component(name: str, **params):
+    """An engine core by name with its constructor arguments (``units`` for attention)."""
+    if name == "dma_copy":
+        from .cores.dma_copy import DmaCopy as cls
+    elif name == "adam":
+        from .cores.adam.engine import AdamEngine as cls
+    elif name == "decomp":
+        from .cores.adam.scatter import DecompEngine as cls
+    elif name == "attention":
+        from .cores.attention.engine import AttentionEngine as cls
+    else:
+        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINE_BUILDERS)}")
+    return cls(**params)
 
 
-def _attention(device):
-    from .cores.attention.engine import AttentionEngine
-    return AttentionEngine(addr_width=device.addr_width, data_width=device.data_width,
-                           max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding,
-                           units=device.attention_units)
+def _builder(name):
+    def build(device):
+        extra = {"units": device.attention_units} if name == "attention" else {}
+        return engine_component(name, addr_width=device.addr_width, data_width=device.data_width,
+                                max_burst_bytes=device.max_burst_bytes, max_outstanding=device.max_outstanding,
+                                **extra)
+    return build
 
 
 # engine name -> (kind, constructor taking the Device); later engines add themselves here
-ENGINE_BUILDERS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy), "adam": (EngineKind.ADAM, _adam),
-                   "decomp": (EngineKind.DECOMP, _decomp), "attention": (EngineKind.ATTENTION, _attention)}
+ENGINE_BUILDERS = {name: (kind, _builder(name)) for name, kind in (
+    ("dma_copy", EngineKind.DMA_COPY), ("adam", EngineKind.ADAM), ("decomp", EngineKind.DECOMP),
+    ("attention", EngineKind.ATTENTION))}
 
 
 class Device(wiring.Component):

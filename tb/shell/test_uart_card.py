@@ -3,7 +3,8 @@ board's design) in Verilator, with cocotbext-uart driving and watching its seria
 lines and the ndpkit driver (``UartTransport``) on top, through ``bridge`` /
 ``resume`` (cocotb.task) so the blocking driver runs against the simulation.
 
-The same checks (:func:`exercise`) run on ``uart:model`` (the bridge protocol in
+The RTL bench is in ``make sim`` (a Verilator build of its own); the same checks
+(:func:`exercise`) run in ``make test`` on ``uart:model`` (the bridge protocol in
 Python in front of the behavioural model) without Verilator: registers, memory at
 odd offsets and lengths (partial words keep their neighbours), a copy on the card,
 a bad copy reported with its code and the next one working, an unknown opcode
@@ -140,6 +141,7 @@ def test_uart_card_model():
 
 
 @pytest.mark.sim
+@pytest.mark.long
 def test_uart_card():
     from ndpkit.sim.runner import run_bench
     run_bench(uart_card_design(), __name__, params={"divisor": DIVISOR, "seed": random.randrange(1 << 30)})

