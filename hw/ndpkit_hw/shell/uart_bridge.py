@@ -108,6 +108,28 @@ class UartTx(wiring.Component):
         return m
 
 
+def write_states(m: Module, prefix: str, bus) -> None:
+    """FSM states ``<prefix>_AW`` (enter here), ``_W``, ``_AW_ONLY``: AW and W offered
+    together, each held until taken (a slave may take them in either order), then on
+    to ``<prefix>_B``, which the caller writes."""
+    with m.State(f"{prefix}_AW"):
+        m.d.comb += [bus.awvalid.eq(1), bus.wvalid.eq(1)]
+        with m.If(bus.awready & bus.wready):
+            m.next = f"{prefix}_B"
+        with m.Elif(bus.awready):
+            m.next = f"{prefix}_W"
+        with m.Elif(bus.wready):
+            m.next = f"{prefix}_AW_ONLY"
+    with m.State(f"{prefix}_W"):
+        m.d.comb += bus.wvalid.eq(1)
+        with m.If(bus.wready):
+            m.next = f"{prefix}_B"
+    with m.State(f"{prefix}_AW_ONLY"):
+        m.d.comb += bus.awvalid.eq(1)
+        with m.If(bus.awready):
+            m.next = f"{prefix}_B"
+
+
 class UartBridge(wiring.Component):
     """``regs``: AXI4-Lite master to the device's BAR0; ``mem``: AXI4 master to the
     device's host DMA port (``data_width`` bits)."""
@@ -214,22 +236,7 @@ class UartBridge(wiring.Component):
                     m.d.comb += take.eq(1)
                     m.d.sync += [value.eq(Cat(value[8:], rx_fifo.r_data)), got.eq(got + 1)]
             # ---- registers
-            with m.State("REG_AW"):
-                m.d.comb += [regs.awvalid.eq(1), regs.wvalid.eq(1)]
-                with m.If(regs.awready & regs.wready):
-                    m.next = "REG_B"
-                with m.Elif(regs.awready):
-                    m.next = "REG_W"
-                with m.Elif(regs.wready):
-                    m.next = "REG_AW_ONLY"
-            with m.State("REG_W"):
-                m.d.comb += regs.wvalid.eq(1)
-                with m.If(regs.wready):
-                    m.next = "REG_B"
-            with m.State("REG_AW_ONLY"):
-                m.d.comb += regs.awvalid.eq(1)
-                with m.If(regs.awready):
-                    m.next = "REG_B"
+            write_states(m, "REG", regs)
             with m.State("REG_B"):
                 m.d.comb += regs.bready.eq(1)
                 with m.If(regs.bvalid):
@@ -245,22 +252,7 @@ class UartBridge(wiring.Component):
                     m.d.sync += send(6, Cat(Const(REG_READ | 0x80, 8), regs.rresp, Const(0, 6), regs.rdata))
                     m.next = "OPCODE"
             # ---- memory writes: one single-beat burst per word
-            with m.State("MEM_AW"):
-                m.d.comb += [mem.awvalid.eq(1), mem.wvalid.eq(1)]
-                with m.If(mem.awready & mem.wready):
-                    m.next = "MEM_B"
-                with m.Elif(mem.awready):
-                    m.next = "MEM_W"
-                with m.Elif(mem.wready):
-                    m.next = "MEM_AW_ONLY"
-            with m.State("MEM_W"):
-                m.d.comb += mem.wvalid.eq(1)
-                with m.If(mem.wready):
-                    m.next = "MEM_B"
-            with m.State("MEM_AW_ONLY"):
-                m.d.comb += mem.awvalid.eq(1)
-                with m.If(mem.awready):
-                    m.next = "MEM_B"
+            write_states(m, "MEM", mem)
             with m.State("MEM_B"):
                 m.d.comb += mem.bready.eq(1)
                 with m.If(mem.bvalid):
