@@ -92,7 +92,11 @@ async def random_updates(dut):
             await RisingEdge(dut.clk)
 
 
+# make sim: its Verilator build alone takes ~15 min of a core; in make test the same
+# datapath is checked bit for bit inside the engine bench (tb/adam/test_engine.py)
+# and the device tests
 @pytest.mark.sim
+@pytest.mark.long
 @pytest.mark.parametrize("config", CONFIGS)
 def test_adam_updater(config):
     from ndpkit.sim.runner import Design, run_bench
