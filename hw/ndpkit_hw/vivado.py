@@ -263,7 +263,7 @@ def generate(board: Board, options: dict, out: Path, *, local: dict | None = Non
     from .top import Device
     local = local_settings(board, local)
     out.mkdir(parents=True, exist_ok=True)
-    device = Device(**{k: v for k, v in options.items()})
+    device = Device(**options)
     (out / f"{DEVICE_MODULE}.v").write_text(to_verilog(device, DEVICE_MODULE))
     (out / "project.tcl").write_text(_project_tcl(board, options, local))
     (out / "build.tcl").write_text(_build_tcl(board))

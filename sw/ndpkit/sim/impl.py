@@ -62,16 +62,19 @@ def xilinx_counts(stat: str) -> dict:
     return counts
 
 
+_ECP5_CELLS = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4", "CCU2C")
+
+
 def ecp5_counts(stat: str) -> dict:
+    """ECP5 cell counts from a Yosys ``stat`` (either column order, as in xilinx_counts)."""
     counts = {}
     for line in stat.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[-1] in ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4",
-                                             "CCU2C") and parts[0].isdigit():
-            counts[parts[-1]] = int(parts[0])
-        elif len(parts) >= 2 and parts[0] in ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4",
-                                              "CCU2C") and parts[-1].isdigit():
-            counts[parts[0]] = int(parts[-1])
+        if len(parts) < 2:
+            continue
+        for count, cell in ((parts[0], parts[-1]), (parts[-1], parts[0])):
+            if cell in _ECP5_CELLS and count.isdigit():
+                counts[cell] = int(count)
     return counts
 
 
