@@ -11,7 +11,7 @@ IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
 BOARDS_STAMP := $(VENV)/.ndpkit-boards-installed
 
-.PHONY: all venv test sim formal lint fusesoc-lint bitstream demo perf impl impl-report regs soak clean distclean
+.PHONY: all venv test sim formal lint fusesoc-lint bitstream demo perf bench impl impl-report regs soak clean distclean
 
 all: test
 
@@ -59,6 +59,12 @@ fusesoc-lint: $(BOARDS_STAMP)
 # a transformer layer's decode loop with its attention on the card.
 demo: $(STAMP)
 	$(VPY) -m ndpkit.sim.demo
+
+# The benchmark report: every engine benchmark, the CPU alternatives and the system model;
+# writes docs/bench/ (Markdown, plots, JSON) and the README's results section.
+# QUICK=1: the 128-bit engines and small problems (minutes once the builds are cached).
+bench: $(STAMP)
+	$(VPY) -m tb.bench $(if $(filter-out 0,$(QUICK)),--quick,)
 
 # Engine benchmarks: port efficiency of the burst engines, copies, the Adam updater and
 # decode attention (prints tables, writes build/perf/*.json).

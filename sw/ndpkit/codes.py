@@ -26,6 +26,8 @@ class ErrorCode(enum.IntEnum):
     OVERLAP = 8         # source and destination ranges overlap (dma_copy copies forward only)
     QUEUE_FULL = 9      # a doorbell arrived with the command queue full: the command was dropped
     BAD_FIELD = 10      # another command field is out of its documented range
+    BAD_INDEX = 11      # an index read from memory (a vertex id, an element offset) is out of range
+    BAD_GRAPH = 12      # a graph's row pointers are not monotone or do not match its edge array
 
     @property
     def is_bus_error(self) -> bool:

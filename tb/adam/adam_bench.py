@@ -1,17 +1,18 @@
-"""adam engine benchmark (part of `make perf` once built): elements per cycle and port
-efficiency of dense and stream-decompressed (sparse) updates at a 200-cycle memory
-latency on a 512-bit port, next to PyTorch's AdamW on this machine's CPU.
+"""adam engine benchmark (part of `make perf` and `make bench`): elements per cycle and
+port efficiency of dense and stream-decompressed (sparse) updates at a 200-cycle memory
+latency on a 512-bit port (128-bit with QUICK=1), next to PyTorch's AdamW on this
+machine's CPU.
 
 The port-limited bound of an update is its busier direction (AXI reads and writes
 move on separate channels): reads of p, m, v and an fp32 gradient are 16 bytes per
 element, so 4 elements per cycle at 64 B/cycle (fp16/bf16 gradients: 14 bytes, 4.57
-elements per cycle); a sparse gradient of density d reads 12 + d * (4 + value bytes)
+elements per cycle; a quarter of that on a 128-bit port); a sparse gradient of density d reads 12 + d * (4 + value bytes)
 per element (fp32 values: 12 + 8 d); writes are 12 bytes, 14 with the 16-bit copy,
 which then bounds the sparse update.  Efficiency = measured elements per cycle / the
 bound.
 The engine alone with the memory model (no shell); cycles from the command's
-acceptance to its completion.  Writes build/perf/adam.json.  QUICK=1 uses fewer
-elements.
+acceptance to its completion.  Writes build/perf/adam.json.  QUICK=1: the 128-bit
+engine and fewer elements.
 """
 from __future__ import annotations
 
@@ -39,8 +40,6 @@ async def adam_throughput(dut):
     p = bench_params()
     source = StreamSource(dut, "cmd", command_layout(ADAM))
     sink = StreamSink(dut, "cpl", CompletionLayout)
-    dut.read_latency.value = p["latency"]
-    dut.write_latency.value = p["latency"]
     await start_clock_and_reset(dut)
     rows = []
     n = p["elements"]
@@ -51,7 +50,11 @@ async def adam_throughput(dut):
     cases = [(grad, copy, None) for grad, copy in ((Format.FP32, 0), (Format.FP16, Format.FP16),
                                                   (Format.BF16, Format.BF16))]
     cases += [(Format.FP32, 0, d) for d in DENSITIES] + [(Format.FP16, 0, 0.05), (Format.FP32, Format.FP16, 0.05)]
-    for grad, copy, density in cases:
+    # the dense fp32 update over the latency sweep, then every case at the main latency
+    jobs = [(lat, cases[0]) for lat in p.get("sweep_latencies", ()) if lat != p["latency"]]
+    for latency, (grad, copy, density) in jobs + [(p["latency"], c) for c in cases]:
+        dut.read_latency.value = latency
+        dut.write_latency.value = latency
         fields = {"format_mode": 0, "format_grad": int(grad), "format_copy": int(copy), "format_sparse": 0,
                   "count": n, "pairs": 0, "idx": 0, "tag": 1, "p": 0, "m": arr, "v": 2 * arr, "g": 3 * arr,
                   "copy": 4 * arr, **scalars_for_step(1, lr=1e-3).bits()}
@@ -76,7 +79,8 @@ async def adam_throughput(dut):
         rows.append({"grad": grad.name, "copy": copy.name if copy else "none",
                      "density": density, "elements": n, "cycles": cycles,
                      "elements_per_cycle": n / cycles, "bound": bound, "efficiency": n / cycles / bound,
-                     "read_bytes_per_element": read_bytes, "write_bytes_per_element": write_bytes, "latency": p["latency"], "data_width": p["data_width"]})
+                     "read_bytes_per_element": read_bytes, "write_bytes_per_element": write_bytes, "latency": latency,
+                     "data_width": p["data_width"]})
     with open(p["out"], "w") as f:
         json.dump(rows, f, indent=2)
 
@@ -130,21 +134,29 @@ def main() -> int:
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     out = PROJECT_ROOT / "build" / "perf" / OUT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
-    params = {"data_width": 512, "latency": 200, "elements": (1 << 16) if quick else (1 << 18), "out": str(out)}
-    print("adam benchmark: building the 512-bit engine (16 lanes) once; the first build takes several minutes")
-    run_bench(Design(EngineHarness(AdamEngine(data_width=512), mem_size=params["elements"] * 24 + (1 << 16)),
-                     "adam_engine_512", key=f"w512 {params['elements']}"), "tb.adam.adam_bench", params=params)
+    width = 128 if quick else 512
+    params = {"data_width": width, "latency": 200, "sweep_latencies": [2, 64], "elements": (1 << 14) if quick else (1 << 18), "out": str(out)}
+    print(f"adam benchmark: building the {width}-bit engine ({width // 32} lanes) once; the first build takes "
+          "several minutes")
+    run_bench(Design(EngineHarness(AdamEngine(data_width=width), mem_size=params["elements"] * 24 + (1 << 16)),
+                     f"adam_engine_{width}", key=f"w{width} {params['elements']}"), "tb.adam.adam_bench",
+              params=params)
     rows = json.loads(out.read_text())
-    print(f"\nadam engine, 512-bit port (64 B/cycle), memory latency {params['latency']} cycles")
+    print(f"\nadam engine, {width}-bit port ({width // 8} B/cycle), memory latency {params['latency']} cycles")
     print(f"{'grad':>6} {'copy':>6} {'density':>8} {'elements':>9} {'cycles':>8} {'read B/el':>10} "
           f"{'write B/el':>11} {'elem/cycle':>11} {'bound':>6} {'efficiency':>11}")
     for r in rows:
+        if r["latency"] != params["latency"]:
+            continue
         dens = "dense" if r["density"] is None else f"{r['density']:.0%}"
         print(f"{r['grad']:>6} {r['copy']:>6} {dens:>8} {r['elements']:>9} {r['cycles']:>8} "
               f"{r['read_bytes_per_element']:>10.2f} {r['write_bytes_per_element']:>11} {r['elements_per_cycle']:>11.3f} {r['bound']:>6.2f} "
               f"{r['efficiency']:>11.3f}")
     cpu = cpu_adamw((1 << 22) if quick else (1 << 24))
-    dense = rows[0]["elements_per_cycle"] * CLOCK_MHZ * 1e6
+    sweep = [r for r in rows if r["grad"] == "FP32" and r["copy"] == "none" and r["density"] is None]
+    print("dense fp32 update vs memory latency: " + ", ".join(
+        f"{r['latency']} cycles {r['efficiency']:.3f}" for r in sweep))
+    dense = sweep[-1]["elements_per_cycle"] * CLOCK_MHZ * 1e6
     if cpu:
         print(f"\nagainst PyTorch AdamW on this CPU (fp32, {cpu[0].get('elements', 0)} elements, "
               f"{cpu[0].get('threads', '?')} threads); the engine at a stated {CLOCK_MHZ} MHz, dense fp32 "

@@ -1,17 +1,18 @@
 """attention engine benchmark (part of `make perf`): KV bytes per cycle against the
 port's peak for contexts 128..8192 and group sizes 1, 4, 8 (d = 128, fp16 cache) at
-a 200-cycle memory latency on a 512-bit port, and decode tokens per second for a
+a 200-cycle memory latency on a 512-bit port with 8 units (QUICK=1: 128-bit, 2
+units), G = 1 at context 512 also at latencies 2 and 64, and decode tokens per second for a
 Llama-2-7B-like model next to PyTorch attention on this machine's CPU.
 
 Each case is one command: R requests x H KV heads (2 x 2 for the sweep, 4 x 4 for a
 batch-sized check), each attending over ``L`` cached tokens (no append); cycles from
 the command's acceptance to its completion, so descriptor reads, q loads, pipeline
 fill and drain, output and status writes are all in.  Efficiency = K and V bytes read
-/ cycles / 64 B.  From two contexts the report also derives the steady-state
+/ cycles / the port's bytes per cycle.  From two contexts the report also derives the steady-state
 efficiency (extra KV bytes per extra cycle) and the fixed cycles a command costs
 beyond its KV bytes (the memory latency chain: table, q, first K; last V, combine,
 division, output and status writes).  The engine alone with the memory model (no
-shell).  Writes build/perf/attention.json.  QUICK=1: contexts up to 2048; ATTN_GROUPS=1,8
+shell).  Writes build/perf/attention.json.  QUICK=1: contexts up to 2048, G = 1 and 4; ATTN_GROUPS=1,8
 runs only those group sizes.
 """
 from __future__ import annotations
@@ -51,15 +52,17 @@ async def attention_throughput(dut):
     p = bench_params()
     source = StreamSource(dut, "cmd", command_layout(ATTENTION))
     sink = StreamSink(dut, "cpl", CompletionLayout)
-    dut.read_latency.value = p["latency"]
-    dut.write_latency.value = p["latency"]
     await start_clock_and_reset(dut)
     word = p["data_width"] // 8
     memory = BulkBackdoor(dut.memory.storage, dut.clk, word)
     rng = np.random.default_rng(1)
     rows = []
     row = 2 * D
-    for group, length, REQUESTS, KV_HEADS in p["cases"]:
+    # G = 1 at context 512 over the latency sweep, then every case at the main latency
+    jobs = [(lat, (1, 512, 2, 2)) for lat in p.get("sweep_latencies", ()) if lat != p["latency"]]
+    for latency, (group, length, REQUESTS, KV_HEADS) in jobs + [(p["latency"], c) for c in p["cases"]]:
+        dut.read_latency.value = latency
+        dut.write_latency.value = latency
         heads = group * KV_HEADS
         table, q_base, out_base = 0, 4096, 4096 + REQUESTS * heads * D * 2
         cache = out_base + REQUESTS * heads * D * 4
@@ -87,7 +90,7 @@ async def attention_throughput(dut):
         rows.append({"group": group, "context": length, "head_dim": D, "requests": REQUESTS, "kv_heads": KV_HEADS,
                      "cycles": cycles, "kv_bytes": kv_bytes, "kv_bytes_per_cycle": kv_bytes / cycles,
                      "port_bytes_per_cycle": word, "efficiency": kv_bytes / cycles / word,
-                     "bytes_read": cpl["bytes_read"], "latency": p["latency"], "data_width": p["data_width"],
+                     "bytes_read": cpl["bytes_read"], "latency": latency, "data_width": p["data_width"],
                      "units": p["units"], "sim_cycles_per_second": cycles / seconds})
         dut._log.info(f"G={group} L={length} {REQUESTS}x{KV_HEADS}: {cycles} cycles, "
                       f"efficiency {rows[-1]['efficiency']:.3f}")
@@ -148,18 +151,21 @@ def main() -> int:
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     out = PROJECT_ROOT / "build" / "perf" / OUT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
-    groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4,8").split(","))
+    groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4" if quick else "1,4,8").split(","))
     todo = cases(quick, groups)
     mem = memory_bytes(todo)
-    params = {"data_width": 512, "units": 8, "latency": 200, "cases": todo, "out": str(out)}
-    print("attention benchmark: building the 512-bit engine (8 units of 32 lanes) once; the first build "
-          "takes a long time")
-    engine = AttentionEngine(data_width=512, units=8)
-    run_bench(Design(EngineHarness(engine, mem_size=mem), "attention_engine_512", key=f"w512 u8 {mem}"),
-              "tb.attention.attention_bench", params=params)
-    rows = json.loads(out.read_text())
-    print(f"\nattention engine, 512-bit port (64 B/cycle), 8 units, d = {D}, fp16 cache, memory latency "
-          f"{params['latency']} cycles")
+    width, units = (128, 2) if quick else (512, 8)
+    params = {"data_width": width, "units": units, "latency": 200, "sweep_latencies": [2, 64], "cases": todo,
+              "out": str(out)}
+    print(f"attention benchmark: building the {width}-bit engine ({units} units of {width // 16} lanes) once; "
+          "the first build takes a long time")
+    engine = AttentionEngine(data_width=width, units=units)
+    run_bench(Design(EngineHarness(engine, mem_size=mem), f"attention_engine_{width}",
+                     key=f"w{width} u{units} {mem}"), "tb.attention.attention_bench", params=params)
+    every = json.loads(out.read_text())
+    rows = [r for r in every if r["latency"] == params["latency"]]
+    print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {units} units, d = {D}, fp16 cache, "
+          f"memory latency {params['latency']} cycles")
     print(f"{'G':>3} {'context':>8} {'requests x heads':>17} {'cycles':>9} {'KV B/cycle':>11} {'efficiency':>11} "
           f"{'sim cyc/s':>10}")
     for r in rows:
@@ -185,7 +191,7 @@ def main() -> int:
     mha = next((x for x in steady if x["group"] == 1), None)
     contexts = sorted({r["context"] for r in rows})
     for length in contexts if mha else []:
-        row_cycles = 2 * 2 * LLAMA["head_dim"] / 64          # K and V rows of one token, 64 B a cycle
+        row_cycles = 2 * 2 * LLAMA["head_dim"] / (width // 8)     # K and V rows of one token, a word a cycle
         for batch in (16, 64):
             heads = batch * LLAMA["heads"]
             step_cycles = LLAMA["layers"] * (heads * length * row_cycles / mha["steady_state_efficiency"]
@@ -210,7 +216,8 @@ def main() -> int:
         print(f"{'units':>6} {'LUT':>9} {'FF':>9} {'DSP48E2':>8}")
         for e in estimates:
             print(f"{e['units']:>6} {e['lut']:>9} {e['ff']:>9} {e['dsp']:>8}")
-    out.write_text(json.dumps({"engine": rows, "steady_state": steady, "llama_decode": system,
+    out.write_text(json.dumps({"engine": every, "params": {k: v for k, v in params.items() if k != "out"},
+                               "clock_mhz": CLOCK_MHZ, "steady_state": steady, "llama_decode": system,
                                "resources": estimates}, indent=2))
     return 0
 

