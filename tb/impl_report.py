@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ndpkit.sim.runner import PROJECT_ROOT
 
@@ -126,15 +126,29 @@ def main(argv=None) -> int:
     results = OUT / "engines.json"
     previous = {(r["engine"], r["config"]): r for r in json.loads(results.read_text())["rows"]} \
         if results.exists() else {}
+    order = [(e, c) for e in CONFIGS for c in CONFIGS[e]]
+    versions = tool_versions()
+
+    def save():
+        rows = [previous[k] for k in order if k in previous]
+        results.write_text(json.dumps({"tools": versions, "target_mhz": TARGET_MHZ, "rows": rows}, indent=1))
+        return rows
+
+    failed = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for row in pool.map(run_one, jobs):
+        futures = {pool.submit(run_one, job): job for job in jobs}
+        for done in as_completed(futures):          # each result is kept as soon as it is in
+            try:
+                row = done.result()
+            except Exception as e:                  # one failed tool run does not lose the others
+                failed.append(futures[done])
+                print(f"{':'.join(futures[done])}: FAILED: {e}", flush=True)
+                continue
             previous[(row["engine"], row["config"])] = row
+            save()
             print(f"{row['engine']:10s} {row['config']:8s} ECP5 {row.get('ecp5_fmax_mhz') or row.get('ecp5_note')} MHz, "
                   f"US+ {row['xcup']['LUT']} LUT {row['xcup']['DSP']} DSP ({row['seconds']} s)", flush=True)
-    order = [(e, c) for e in CONFIGS for c in CONFIGS[e]]
-    rows = [previous[k] for k in order if k in previous]
-    versions = tool_versions()
-    results.write_text(json.dumps({"tools": versions, "target_mhz": TARGET_MHZ, "rows": rows}, indent=1))
+    rows = save()
     text = markdown(rows, versions)
     print(text)
     if len(rows) == len(order):
@@ -142,7 +156,7 @@ def main(argv=None) -> int:
         print(f"wrote {DOC.relative_to(PROJECT_ROOT)}")
     else:
         print(f"{len(order) - len(rows)} configuration(s) not yet measured: docs/impl_report.md not written")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

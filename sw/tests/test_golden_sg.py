@@ -34,13 +34,14 @@ def test_counts_by_hand():
     mem = sg.RowMemory(1 << 16, row_bytes=2048, banks=2)
     mem.line_read(0)                                  # row 0, bank 0: activation
     mem.line_read(64)                                 # row 0 open: no activation
-    mem.row_gather(2048, 4, [0, 1, 16, 17, 500])      # row 1 (bank 1): columns 0, 1, 31 -> 3
+    mem.row_gather(2048, 4, [0, 1, 16, 17, 500])      # row 1 (bank 1): columns 0, 0, 1, 1, 31 -> 3 runs
+    mem.row_gather(2048, 4, [0, 16, 1])               # columns 0, 1, 0 -> 3 runs, row 1 still open
     mem.row_gather(4096, 8, [0])                      # row 2 (bank 0): closes row 0
     mem.line_read(0)                                  # row 0 again: activation
     c = mem.counters
-    assert (c.requests, c.activations, c.column_accesses) == (5, 4, 1 + 1 + 3 + 1 + 1)
-    assert c.link_bytes == 3 * (8 + 64) + (8 + 2 * 5 + 64) + (8 + 2 + 64)
-    assert c.useful_bytes == 5 * 4 + 8
+    assert (c.requests, c.activations, c.column_accesses) == (6, 4, 1 + 1 + 3 + 3 + 1 + 1)
+    assert c.link_bytes == 3 * (8 + 64) + (8 + 2 * 5 + 64) + (8 + 2 * 3 + 64) + (8 + 2 + 64)
+    assert c.useful_bytes == 8 * 4 + 8
 
 
 def test_gather_packing():
@@ -74,4 +75,4 @@ def test_errors_change_nothing(call, code, field):
 def test_grouping_is_row_local_and_stable():
     reqs = sg.group_by_row([4096 + 4, 0, 4096 + 8, 2044, 8], 4, 2048)
     assert [(r, o.tolist(), p.tolist()) for r, o, p in reqs] == [
-        (4096, [1, 2], [0, 2]), (0, [0, 511, 2], [1, 3, 4])]
+        (4096, [1, 2], [0, 2]), (0, [0, 2, 511], [1, 4, 3])]

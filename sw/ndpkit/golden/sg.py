@@ -20,8 +20,9 @@ ROW_SCATTER    row address, element size, ``k`` offsets,    (none)
 
 Link bytes (what a request costs on the link, both directions): an 8-byte header per
 request, 2 bytes per offset, 64 bytes per line of data or packed response.  Memory
-side: a request to a row that is not open in its bank costs one activation; each
-distinct 64 B column the request touches costs one column access.
+side: a request to a row that is not open in its bank costs one activation; each run of
+consecutive offsets that fall in the same 64 B column costs one column access (the
+unit reads or writes that column once for the whole run).
 
 Errors (``ndpkit.codes.ErrorCode``; nothing is read or written): an element size
 other than 4 or 8, or ``k`` outside ``1..64/size`` (BAD_FIELD); an address not
@@ -127,7 +128,9 @@ class RowMemory:
         self.data[address:address + LINE] = np.frombuffer(bytes(line), dtype=np.uint8)
 
     def _columns(self, offsets, size) -> int:
-        return len(np.unique(offsets * size // LINE))
+        """One column access per run of consecutive offsets in the same 64 B column."""
+        col = offsets * size // LINE
+        return 1 + int(np.count_nonzero(col[1:] != col[:-1]))
 
     def row_gather(self, row_address: int, size: int, offsets) -> bytes:
         offsets = self._check_row(row_address, size, offsets)
@@ -155,8 +158,11 @@ class RowMemory:
 
 def group_by_row(addresses, size: int, row_bytes: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """How the driver splits an arbitrary list of element addresses into row requests:
-    stable by first appearance of each row, at most ``64 / size`` offsets a request.
-    Returns ``(row address, element offsets, positions in the input)`` per request."""
+    rows in order of first appearance; within a row the elements sorted by address
+    (stably, so a repeated address keeps its input order and a scatter's last value
+    wins), then cut into requests of at most ``64 / size`` offsets.  Sorting makes
+    each column one run, so one access.  Returns ``(row address, element offsets,
+    positions in the input)`` per request."""
     addresses = np.asarray(addresses, dtype=np.int64)
     rows = addresses // row_bytes
     per = LINE // size
@@ -164,6 +170,7 @@ def group_by_row(addresses, size: int, row_bytes: int) -> list[tuple[int, np.nda
     _, first = np.unique(rows, return_index=True)
     for row in rows[np.sort(first)]:
         where = np.flatnonzero(rows == row)
+        where = where[np.argsort(addresses[where], kind="stable")]
         for i in range(0, len(where), per):
             chunk = where[i:i + per]
             requests.append((int(row) * row_bytes, (addresses[chunk] - row * row_bytes) // size, chunk))

@@ -1,0 +1,1 @@
+"""The memory-side scatter-gather unit (``unit.SgUnit``) and its bench harness."""
