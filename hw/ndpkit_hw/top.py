@@ -48,6 +48,8 @@ def engine_component(name: str, **params):
         from .cores.adam.scatter import DecompEngine as cls
     elif name == "attention":
         from .cores.attention.engine import AttentionEngine as cls
+    elif name == "sg":
+        from .cores.sg.engine import SgEngine as cls
     else:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINE_BUILDERS)}")
     return cls(**params)
@@ -65,7 +67,7 @@ def _builder(name):
 # engine name -> (kind, constructor taking the Device); later engines add themselves here
 ENGINE_BUILDERS = {name: (kind, _builder(name)) for name, kind in (
     ("dma_copy", EngineKind.DMA_COPY), ("adam", EngineKind.ADAM), ("decomp", EngineKind.DECOMP),
-    ("attention", EngineKind.ATTENTION))}
+    ("attention", EngineKind.ATTENTION), ("sg", EngineKind.SG))}
 
 
 class Device(wiring.Component):

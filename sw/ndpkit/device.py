@@ -358,6 +358,12 @@ class Device:
         """The decomp engine's client: ``dev.decomp.scatter(dst, indices, values, n=...)``."""
         return self.engine("decomp")
 
+    @property
+    def sg(self):
+        """The scatter-gather engine's client: ``dev.sg.gather(table, indices)``,
+        ``dev.sg.scatter(table, indices, values)``."""
+        return self.engine("sg")
+
     def _length(self, nbytes, dst, src=None) -> int:
         if nbytes is None:
             sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]

@@ -2,7 +2,9 @@
 from .adam import AdamClient, DecompClient
 from .attention import AttentionClient
 from .dma_copy import DmaCopyClient
+from .sg import SgClient
 
-CLIENTS = {"dma_copy": DmaCopyClient, "adam": AdamClient, "decomp": DecompClient, "attention": AttentionClient}
+CLIENTS = {"dma_copy": DmaCopyClient, "adam": AdamClient, "decomp": DecompClient, "attention": AttentionClient,
+           "sg": SgClient}
 
-__all__ = ["CLIENTS", "DmaCopyClient", "AdamClient", "DecompClient", "AttentionClient"]
+__all__ = ["CLIENTS", "DmaCopyClient", "AdamClient", "DecompClient", "AttentionClient", "SgClient"]

@@ -70,18 +70,29 @@ class Counters:
 
 @dataclass
 class RowMemory:
-    """DRAM contents plus its open rows and the traffic counters."""
+    """DRAM contents plus its open rows and the traffic counters.  ``data`` may be an
+    outside array (card memory starting at card address ``base``); requests may touch
+    ``window`` = (first address, bytes), by default all of ``data``."""
     size: int
     row_bytes: int = 2048
     banks: int = 16
-    data: np.ndarray = field(init=False)
+    data: np.ndarray | None = None
+    base: int = 0
+    window: tuple[int, int] | None = None
     counters: Counters = field(default_factory=Counters)
 
     def __post_init__(self):
         if self.row_bytes % LINE or self.row_bytes & (self.row_bytes - 1):
             raise ValueError("row_bytes: a power of two, a multiple of 64")
-        self.data = np.zeros(self.size, dtype=np.uint8)
+        if self.data is None:
+            self.data = np.zeros(self.size, dtype=np.uint8)
+        if self.window is None:
+            self.window = (self.base, self.size)
         self._open = [-1] * self.banks
+
+    def _inside(self, address: int, length: int) -> bool:
+        lo, size = self.window
+        return lo <= address and address + length <= lo + size
 
     def _touch(self, address: int, columns: int) -> None:
         row = address // self.row_bytes
@@ -94,8 +105,8 @@ class RowMemory:
     def _check_line(self, address: int) -> None:
         if address % LINE:
             raise SgError(ErrorCode.UNALIGNED, "address", f"{address:#x} is not 64-byte aligned")
-        if not 0 <= address <= self.size - LINE:
-            raise SgError(ErrorCode.OUT_OF_WINDOW, "address", f"{address:#x} outside the {self.size}-byte memory")
+        if not self._inside(address, LINE):
+            raise SgError(ErrorCode.OUT_OF_WINDOW, "address", f"{address:#x} outside the window")
 
     def _check_row(self, row_address: int, size: int, offsets) -> np.ndarray:
         if size not in (4, 8):
@@ -105,8 +116,8 @@ class RowMemory:
             raise SgError(ErrorCode.BAD_FIELD, "count", f"{len(offsets)} offsets, not 1..{LINE // size}")
         if row_address % self.row_bytes:
             raise SgError(ErrorCode.UNALIGNED, "row", f"{row_address:#x} is not a multiple of {self.row_bytes}")
-        if not 0 <= row_address <= self.size - self.row_bytes:
-            raise SgError(ErrorCode.OUT_OF_WINDOW, "row", f"{row_address:#x} outside the {self.size}-byte memory")
+        if not self._inside(row_address, self.row_bytes):
+            raise SgError(ErrorCode.OUT_OF_WINDOW, "row", f"{row_address:#x} outside the window")
         bad = np.flatnonzero((offsets < 0) | (offsets * size >= self.row_bytes))
         if bad.size:
             raise SgError(ErrorCode.BAD_INDEX, "offsets",
@@ -118,14 +129,16 @@ class RowMemory:
         self._touch(address, 1)
         self.counters.requests += 1
         self.counters.link_bytes += HEADER_BYTES + LINE
-        return self.data[address:address + LINE].tobytes()
+        a = address - self.base
+        return self.data[a:a + LINE].tobytes()
 
     def line_write(self, address: int, line: bytes) -> None:
         self._check_line(address)
         self._touch(address, 1)
         self.counters.requests += 1
         self.counters.link_bytes += HEADER_BYTES + LINE
-        self.data[address:address + LINE] = np.frombuffer(bytes(line), dtype=np.uint8)
+        a = address - self.base
+        self.data[a:a + LINE] = np.frombuffer(bytes(line), dtype=np.uint8)
 
     def _columns(self, offsets, size) -> int:
         """One column access per run of consecutive offsets in the same 64 B column."""
@@ -140,7 +153,7 @@ class RowMemory:
         self.counters.useful_bytes += size * len(offsets)
         out = np.zeros(LINE, dtype=np.uint8)
         for j, off in enumerate(offsets):
-            a = row_address + int(off) * size
+            a = row_address - self.base + int(off) * size
             out[j * size:(j + 1) * size] = self.data[a:a + size]
         return out.tobytes()
 
@@ -152,7 +165,7 @@ class RowMemory:
         self.counters.link_bytes += HEADER_BYTES + OFFSET_BYTES * len(offsets) + LINE
         self.counters.useful_bytes += size * len(offsets)
         for j, off in enumerate(offsets):
-            a = row_address + int(off) * size
+            a = row_address - self.base + int(off) * size
             self.data[a:a + size] = packed[j * size:(j + 1) * size]
 
 
@@ -203,3 +216,103 @@ def scatter(memory: RowMemory, table: int, indices, values, size: int) -> None:
     values = np.asarray(values, dtype=np.uint32 if size == 4 else np.uint64)
     for row, offsets, pos in group_by_row(table + indices * size, size, memory.row_bytes):
         memory.row_scatter(row, size, offsets, values[pos].tobytes())
+
+
+# ---- the sg engine's command (a batch of requests from a descriptor table) -----------
+
+DEVICE_ROW_BYTES = 2048          # the DRAM row the device's sg engine assumes (a DDR4 x16 page)
+DEVICE_BANKS = 16
+DESCRIPTOR_BYTES = 128
+OP_READ, OP_WRITE = 0, 1         # the command's op: read requests (responses to `out`) or writes
+
+
+def pack_descriptor(op: int, address: int, *, size: int = 4, offsets=(), data: bytes = b"") -> bytes:
+    """One 128-byte descriptor: word 0 = op | size << 4 | count << 8, word 1 = the
+    address, bytes 8..39 = 16 offsets (uint16), bytes 64..127 = the 64 data bytes."""
+    offsets = [int(o) for o in offsets]
+    head = np.zeros(16, dtype=np.uint32)
+    head[0] = int(op) | (size & 0xF) << 4 | (len(offsets) & 0x1F) << 8
+    head[1] = address
+    words = np.zeros(16, dtype=np.uint16)
+    words[:min(16, len(offsets))] = offsets[:16]
+    head[2:10] = words.view(np.uint32)
+    return head.tobytes() + bytes(data).ljust(LINE, b"\0")[:LINE]
+
+
+def parse_descriptor(raw: bytes) -> tuple[int, int, int, int, list[int], bytes]:
+    """(op, size, count, address, offsets (count of them, at most 16), data)."""
+    head = np.frombuffer(raw[:64], dtype=np.uint32)
+    op, size, count = int(head[0]) & 3, int(head[0]) >> 4 & 0xF, int(head[0]) >> 8 & 0x1F
+    offsets = np.frombuffer(raw[8:40], dtype=np.uint16).tolist()[:count]
+    return op, size, count, int(head[1]), offsets, bytes(raw[64:128])
+
+
+def command_ranges(cmd: dict) -> dict[str, tuple[int, int]]:
+    ranges = {"table": (cmd["table"], cmd["requests"] * DESCRIPTOR_BYTES)}
+    if cmd["op"] == OP_READ:
+        ranges["out"] = (cmd["out"], cmd["requests"] * LINE)
+    return ranges
+
+
+def command_check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+    """(ErrorCode, offending argument) of the whole command, in the hardware's order:
+    op (BAD_OPCODE), requests (ZERO_LENGTH), the table then (reads) the output array
+    by the transfer rule, and the two not overlapping."""
+    from .dma_copy import check_ranges
+    if cmd["op"] > OP_WRITE:
+        return ErrorCode.BAD_OPCODE, "op"
+    if cmd["requests"] == 0:
+        return ErrorCode.ZERO_LENGTH, "requests"
+    return check_ranges(command_ranges(cmd), word_bytes, window_base, window_size)
+
+
+def request_check(memory: RowMemory, cmd_op: int, descriptor: bytes) -> tuple[int, str | None]:
+    """A descriptor's own checks: its op of the command's direction (BAD_FIELD), then
+    the unit's checks (:class:`RowMemory`)."""
+    op, size, count, address, offsets, _ = parse_descriptor(descriptor)
+    if (op & 1) != cmd_op:
+        return ErrorCode.BAD_FIELD, "op"
+    try:
+        if op & 2:
+            memory._check_row(address, size, offsets if count <= 16 else offsets + [0] * (count - 16))
+        else:
+            memory._check_line(address)
+    except SgError as e:
+        return e.code, e.field
+    return ErrorCode.OK, None
+
+
+def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window_base: int,
+                    window_size: int) -> tuple[int, int, int, int]:
+    """Run an accepted command on card memory (``memory`` from card address ``base``):
+    requests in table order until the first bad one (its code is the command's; it and
+    the requests after it do nothing, and their ``out`` entries are zero).  Returns
+    (error, bytes read, bytes written, link bytes)."""
+    rows = RowMemory(len(memory), DEVICE_ROW_BYTES, DEVICE_BANKS, data=memory, base=base,
+                     window=(window_base, window_size))
+    n = cmd["requests"]
+    t = cmd["table"] - base
+    table = memory[t:t + n * DESCRIPTOR_BYTES].tobytes()      # read whole before anything is written
+    responses = np.zeros(n * LINE, dtype=np.uint8)
+    error = ErrorCode.OK
+    for i in range(n):
+        raw = table[i * DESCRIPTOR_BYTES:(i + 1) * DESCRIPTOR_BYTES]
+        code, _ = request_check(rows, cmd["op"], raw)
+        if code:
+            error = code
+            break
+        op, size, _, address, offsets, data = parse_descriptor(raw)
+        if op == Op.LINE_READ:
+            responses[i * LINE:(i + 1) * LINE] = np.frombuffer(rows.line_read(address), dtype=np.uint8)
+        elif op == Op.ROW_GATHER:
+            responses[i * LINE:(i + 1) * LINE] = np.frombuffer(rows.row_gather(address, size, offsets), np.uint8)
+        elif op == Op.LINE_WRITE:
+            rows.line_write(address, data)
+        else:
+            rows.row_scatter(address, size, offsets, data)
+    columns = LINE * rows.counters.column_accesses
+    if cmd["op"] == OP_READ:
+        o = cmd["out"] - base
+        memory[o:o + n * LINE] = responses
+        return int(error), n * DESCRIPTOR_BYTES + columns, n * LINE, rows.counters.link_bytes
+    return int(error), n * DESCRIPTOR_BYTES, columns, rows.counters.link_bytes

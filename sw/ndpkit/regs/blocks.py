@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .declare import Access, Field, Register, RegisterBlock
 
-__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "DECOMP", "ATTENTION", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
+__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "DECOMP", "ATTENTION", "SG", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
            "ENGINE_STRIDE", "ENGINE_ARGS_OFFSET", "BAR0_SIZE", "IRQ_LINES", "engine_block", "engine_args",
            "effective_window",
            "command_fields"]
@@ -214,6 +214,22 @@ ATTENTION = engine_block("attention", [
        "its own checks gets its code in its status word and the rest of the batch runs; cpl_aux counts the "
        "failed requests.")
 
-ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM, "decomp": DECOMP, "attention": ATTENTION}
+SG = engine_block("sg", [
+    Register("op", 0x40, [Field("op", 0, 4, Access.RW, doc="0 = read requests (line reads, row gathers: each "
+                                                           "response to `out`), 1 = write requests (line writes, "
+                                                           "row scatters).")]),
+    Register.single("table", 0x44, Access.RW, doc="Request descriptors, 128 bytes each (docs/sg.md): op, element "
+                    "size and count, the line or row address, 16 uint16 element offsets, 64 data bytes."),
+    Register.single("requests", 0x48, Access.RW, doc="Descriptors in the table (>= 1)."),
+    Register.single("out", 0x4C, Access.RW, doc="Read commands: 64 bytes per request, the line or the packed "
+                    "gathered elements (zero from a failed request on)."),
+], doc="Memory-side scatter-gather (after Piccolo): a batch of 64-byte line reads/writes and row-local gathers/"
+       "scatters of 4- or 8-byte elements through the scatter-gather unit and its modelled off-chip link "
+       "(2 KiB DRAM rows). Whole-command checks (op, requests, table and out ranges) fail with nothing done; "
+       "requests run in table order and the first bad one (its op of the other direction: BAD_FIELD; element size "
+       "or count: BAD_FIELD; alignment, window, an offset outside the row: BAD_INDEX) stops the batch with its code. "
+       "cpl_aux: the link bytes the command's requests moved.")
 
-ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM, DECOMP, ATTENTION)
+ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM, "decomp": DECOMP, "attention": ATTENTION, "sg": SG}
+
+ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM, DECOMP, ATTENTION, SG)

@@ -35,7 +35,7 @@ from ndpkit.codes import AxiResp, ErrorCode
 from ndpkit.golden.sg import HEADER_BYTES, LINE, OFFSET_BYTES, Op
 from ...bus.axi import AXI4Signature, log2_exact
 
-__all__ = ["SgUnit", "request_layout", "ResponseLayout", "MAX_OFFSETS"]
+__all__ = ["SgUnit", "request_layout", "request_error", "ResponseLayout", "MAX_OFFSETS"]
 
 MAX_OFFSETS = LINE // 4
 COUNTER_WIDTH = 48
@@ -53,6 +53,31 @@ def request_layout(addr_width: int) -> data.StructLayout:
 
 
 ResponseLayout = data.StructLayout({"op": 2, "error": 4, "data": 8 * LINE})
+
+
+def request_error(m: Module, head, window_base, window_size, row_bytes: int):
+    """A request's error code (0 = good) in the golden model's order: element size,
+    count, alignment, window, offsets.  The unit and the sg engine (which checks
+    descriptors before it forwards them) share it."""
+    is_row = head.op[1]
+    size8 = head.size == 8
+    max_count = Mux(size8, LINE // 8, LINE // 4)
+    span = Mux(is_row, row_bytes, LINE)
+    offset_limit = Mux(size8, row_bytes // 8, row_bytes // 4)
+    in_window = (head.address >= window_base) & (head.address - window_base + span <= window_size)
+    bad_offset = Cat(*[(j < head.count) & (head.offsets[j] >= offset_limit) for j in range(MAX_OFFSETS)]).any()
+    error = Signal(4)
+    with m.If(is_row & (head.size != 4) & (head.size != 8)):
+        m.d.comb += error.eq(ErrorCode.BAD_FIELD)
+    with m.Elif(is_row & ((head.count == 0) | (head.count > max_count))):
+        m.d.comb += error.eq(ErrorCode.BAD_FIELD)
+    with m.Elif(Mux(is_row, head.address[:log2_exact(row_bytes, "row_bytes")], head.address[:6]) != 0):
+        m.d.comb += error.eq(ErrorCode.UNALIGNED)
+    with m.Elif(~in_window):
+        m.d.comb += error.eq(ErrorCode.OUT_OF_WINDOW)
+    with m.Elif(is_row & bad_offset):
+        m.d.comb += error.eq(ErrorCode.BAD_INDEX)
+    return error
 
 
 def _code(resp):
@@ -120,26 +145,7 @@ class SgUnit(wiring.Component):
         is_row = head.op[1]
         is_write = head.op[0]
         size8 = head.size == 8
-        max_count = Mux(size8, LINE // 8, LINE // 4)
-        span = Mux(is_row, self.row_bytes, LINE)
-        offset_limit = Mux(size8, self.row_bytes // 8, self.row_bytes // 4)
-        in_window = ((head.address >= self.window_base) &
-                     (head.address - self.window_base + span <= self.window_size))
-        bad_offset = Signal()
-        m.d.comb += bad_offset.eq(Cat(*[(j < head.count) & (head.offsets[j] >= offset_limit)
-                                        for j in range(MAX_OFFSETS)]).any())
-        error = Signal(4)
-        with m.If(is_row & (head.size != 4) & (head.size != 8)):
-            m.d.comb += error.eq(ErrorCode.BAD_FIELD)
-        with m.Elif(is_row & ((head.count == 0) | (head.count > max_count))):
-            m.d.comb += error.eq(ErrorCode.BAD_FIELD)
-        with m.Elif(Mux(is_row, head.address[:log2_exact(self.row_bytes, "row_bytes")],
-                        head.address[:6]) != 0):
-            m.d.comb += error.eq(ErrorCode.UNALIGNED)
-        with m.Elif(~in_window):
-            m.d.comb += error.eq(ErrorCode.OUT_OF_WINDOW)
-        with m.Elif(is_row & bad_offset):
-            m.d.comb += error.eq(ErrorCode.BAD_INDEX)
+        error = request_error(m, head, self.window_base, self.window_size, self.row_bytes)
 
         # each element's column within the row and byte lane within the column; runs
         col_bits = max(1, (columns_per_row - 1).bit_length())
