@@ -47,6 +47,11 @@ def _dma_copy():
     return DmaCopy()
 
 
+def _sg_engine():
+    from .cores.sg.engine import SgEngine
+    return SgEngine()
+
+
 def _device():
     from .top import Device
     return Device(mem_size=1 << 30)
@@ -55,7 +60,7 @@ def _device():
 def _device_hbm():
     """Every engine, one memory master each (as on an HBM card)."""
     from .top import Device
-    return Device(mem_size=1 << 30, engines=("dma_copy", "adam", "decomp", "attention"), memory_ports=5)
+    return Device(mem_size=1 << 30, engines=("dma_copy", "adam", "decomp", "attention", "sg"), memory_ports=6)
 
 
 def _memory():
@@ -78,6 +83,7 @@ def _fp_units():
 TOPS: dict[str, Callable] = {
     "burst_reader": _reader,
     "burst_writer": _writer,
+    "sg_engine": _sg_engine,
     "interconnect": _interconnect,
     "axil_decoder": _decoder,
     "csr_shell": _csr,

@@ -124,7 +124,7 @@ class SgUnit(wiring.Component):
         columns_per_row = self.row_bytes // LINE
 
         # ---- 1. link in -------------------------------------------------------------
-        m.submodules.inbox = inbox = fifo.SyncFIFOBuffered(width=self.req_layout.size, depth=2)
+        m.submodules.inbox = inbox = fifo.SyncFIFO(width=self.req_layout.size, depth=2)
         incoming = self.req_layout(self.req.payload)
         row_op = incoming.op[1]                         # ROW_GATHER / ROW_SCATTER
         carries_data = incoming.op[0]                   # LINE_WRITE / ROW_SCATTER
@@ -275,7 +275,7 @@ class SgUnit(wiring.Component):
                          counters.activations.eq(0), counters.column_accesses.eq(0)]
 
         # ---- 3. complete, in request order -----------------------------------------
-        m.submodules.outbox = outbox = fifo.SyncFIFOBuffered(width=ResponseLayout.size, depth=2)
+        m.submodules.outbox = outbox = fifo.SyncFIFO(width=ResponseLayout.size, depth=2)
         done = entry_layout(pending.r_data)
         done_write = done.op[0]
         done_row = done.op[1]
