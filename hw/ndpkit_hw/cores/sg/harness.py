@@ -14,11 +14,12 @@ __all__ = ["SgHarness"]
 
 
 class SgHarness(wiring.Component):
-    def __init__(self, unit: SgUnit, *, mem_size: int = 1 << 20, stall_per_256: int = 0, seed: int = 1):
+    def __init__(self, unit: SgUnit, *, mem_size: int = 1 << 20, stall_per_256: int = 0, seed: int = 1,
+                 max_outstanding: int = 16):
         self.unit = unit
         self.memory = AxiMemoryModel(size=mem_size, addr_width=unit.addr_width, data_width=512,
                                      id_width=unit.id_width, stall_per_256=stall_per_256, seed=seed,
-                                     latency_ports=True)
+                                     latency_ports=True, max_outstanding=max_outstanding)
         members = {name: unit.signature.members[name] for name in ("req", "resp", "clear", "counters")}
         super().__init__({**members, "read_latency": In(16), "write_latency": In(16),
                           "error_base": In(unit.addr_width), "error_size": In(unit.addr_width + 1)})
