@@ -159,6 +159,10 @@ def main(argv=None) -> int:
     versions = tool_versions()
 
     def save():
+        # merge with what another run may have written meanwhile (runs of different engines)
+        if results.exists():
+            for r in json.loads(results.read_text())["rows"]:
+                previous.setdefault((r["engine"], r["config"]), r)
         rows = [previous[k] for k in order if k in previous]
         results.write_text(json.dumps({"tools": versions, "target_mhz": TARGET_MHZ, "rows": rows}, indent=1))
         return rows

@@ -68,6 +68,7 @@ async def adam_throughput(dut):
             fields.update(format_sparse=1, pairs=k, idx=5 * arr)
             read_bytes = 12 + density * (4 + value_bytes)
         cycles = 0
+        t0 = time.perf_counter()
         source.send(fields)
         while not sink.items:
             await RisingEdge(dut.clk)
@@ -80,7 +81,7 @@ async def adam_throughput(dut):
                      "density": density, "elements": n, "cycles": cycles,
                      "elements_per_cycle": n / cycles, "bound": bound, "efficiency": n / cycles / bound,
                      "read_bytes_per_element": read_bytes, "write_bytes_per_element": write_bytes, "latency": latency,
-                     "data_width": p["data_width"]})
+                     "data_width": p["data_width"], "sim_cycles_per_second": cycles / (time.perf_counter() - t0)})
     with open(p["out"], "w") as f:
         json.dump(rows, f, indent=2)
 

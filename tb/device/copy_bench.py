@@ -104,7 +104,8 @@ def main() -> int:
         dev.transport.set_memory(read_latency=64, write_latency=64)
         speed = sim_speed(dev, (1 << 20) if quick else (4 << 20))
         link = dev.transport.link.describe()
-    print("\ndma_copy efficiency (bytes/cycle / 64 B port peak)")
+        word_bytes = dev.word_bytes
+    print(f"\ndma_copy efficiency (bytes/cycle / {word_bytes} B port peak)")
     print(f"{'latency':>8} {'bytes':>9} {'single cyc':>11} {'single':>7} {'batch cyc':>10} {'batch':>7} "
           f"{'loop cyc':>10} {'loop':>7}")
     for r in rows:
@@ -119,7 +120,8 @@ def main() -> int:
     print(f"\nsimulation speed: {speed['cycles_per_second']:,.0f} device cycles/s "
           f"({speed['cycles']} cycles in {speed['seconds']:.2f} s)")
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"copy": rows, "host_dma": dma, "sim_speed": speed, "link": link}, indent=2))
+    OUT.write_text(json.dumps({"copy": rows, "host_dma": dma, "sim_speed": speed, "link": link,
+                               "word_bytes": word_bytes}, indent=2))
     print(f"wrote {OUT.relative_to(PROJECT_ROOT)}")
     return 0
 

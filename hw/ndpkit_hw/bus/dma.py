@@ -475,12 +475,12 @@ class BurstPorts:
     Reader ``reads[i]`` and writer ``writes[i]`` share interconnect port ``i`` (reads
     and writes route apart, so a pair costs one arbiter input); ports past the end of
     ``writes`` have their write side left to the caller (``port(i)``: tie it off or
-    drive it).  All engines see the shell's window.  Submodules are named
+    drive it), and ``extra_ports`` ports after the readers' are the caller's whole.  All engines see the shell's window.  Submodules are named
     ``read_<name>`` and ``write_<name>``.
     """
 
     def __init__(self, reads, writes, *, addr_width: int, data_width: int, max_burst_bytes: int,
-                 max_outstanding: int, writer_commands: int | None = None):
+                 max_outstanding: int, writer_commands: int | None = None, extra_ports: int = 0):
         if len(writes) > len(reads):
             raise ValueError("each writer shares a port with a reader: no more writers than readers")
         dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
@@ -488,8 +488,9 @@ class BurstPorts:
         extra = {} if writer_commands is None else {"max_commands": writer_commands}
         self.readers = {name: BurstReader(axi_id=0, **dma) for name in reads}
         self.writers = {name: BurstWriter(axi_id=0, **extra, **dma) for name in writes}
-        self.interconnect = AxiInterconnect(num_masters=len(reads), addr_width=addr_width, data_width=data_width,
-                                            id_width=1)
+        # ``extra_ports`` more interconnect ports (after the readers') for other masters of the engine
+        self.interconnect = AxiInterconnect(num_masters=len(reads) + extra_ports, addr_width=addr_width,
+                                            data_width=data_width, id_width=1)
         self.id_width = 1 + self.interconnect.index_bits     # of the shared master port
         self.engines = list(self.readers.values()) + list(self.writers.values())
 

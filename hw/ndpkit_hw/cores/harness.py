@@ -18,11 +18,15 @@ class EngineHarness(wiring.Component):
         self.memory = AxiMemoryModel(size=mem_size, addr_width=len(engine.bus.araddr),
                                      data_width=len(engine.bus.rdata), id_width=len(engine.bus.arid),
                                      stall_per_256=stall_per_256, seed=seed, latency_ports=True)
+        # the engine's own extra outputs (the graph engine's link counters) come out too
+        self.extra = [name for name in engine.signature.members
+                      if name not in ("cmd", "cpl", "bus", "window_base", "window_size")]
         super().__init__({
             "cmd": engine.signature.members["cmd"],
             "cpl": engine.signature.members["cpl"],
             "read_latency": In(16),
             "write_latency": In(16),
+            **{name: engine.signature.members[name] for name in self.extra},
         })
 
     def elaborate(self, platform):
@@ -32,6 +36,8 @@ class EngineHarness(wiring.Component):
         wiring.connect(m, engine.bus, memory.bus)
         wiring.connect(m, wiring.flipped(self.cmd), engine.cmd)
         wiring.connect(m, engine.cpl, wiring.flipped(self.cpl))
+        for name in self.extra:
+            m.d.comb += getattr(self, name).eq(getattr(engine, name))
         m.d.comb += [engine.window_base.eq(0), engine.window_size.eq(memory.size),
                      memory.error_base.eq(0), memory.error_size.eq(0),
                      memory.read_latency.eq(self.read_latency), memory.write_latency.eq(self.write_latency)]

@@ -93,11 +93,12 @@ def engine_rows(inputs: dict) -> list[dict]:
     copy = inputs["copy"]
     if copy:
         best = max((r for r in copy["copy"] if r["latency"] == 200), key=lambda r: r["bytes"])
-        rows.append({"engine": "dma_copy (device, batch of 16)", "port_bits": 128, "latency": 200,
+        word = copy.get("word_bytes", 64)
+        rows.append({"engine": "dma_copy (device, batch of 16)", "port_bits": 8 * word, "latency": 200,
                      "problem": f"{best['bytes'] >> 10} KiB x {best['commands']}",
                      "efficiency": best["batch_efficiency"], "work": "bytes",
-                     "work_per_cycle": best["batch_efficiency"] * 16,
-                     "fmax_mhz": _fmax(impl, "dma_copy", {"data_width": 128}),
+                     "work_per_cycle": best["batch_efficiency"] * word,
+                     "fmax_mhz": _fmax(impl, "dma_copy", {"data_width": 8 * word}),
                      "sim_cycles_per_second": copy["sim_speed"]["cycles_per_second"]})
     adam = inputs["adam"]
     if adam:
@@ -116,6 +117,7 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "problem": f"{r['elements']:,} elements", "efficiency": r["efficiency"],
                          "work": "elements", "work_per_cycle": r["elements_per_cycle"],
                          "fmax_mhz": _fmax(impl, "adam", {"data_width": r["data_width"]}),
+                         "sim_cycles_per_second": r.get("sim_cycles_per_second"),
                          "cpu": f"PyTorch AdamW ({best_cpu['impl']})" if best_cpu else None,
                          "cpu_ratio": per_second / best_cpu["elements_per_second"] if best_cpu else None})
     att = inputs["attention"]

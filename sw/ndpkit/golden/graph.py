@@ -246,3 +246,84 @@ def cc(rowptr, col, *, n: int | None = None, max_iterations: int = 1 << 24) -> R
     n = len(rowptr) - 1 if n is None else n
     validate(n, rowptr, col)
     return _until_stable(rowptr, col, np.arange(n, dtype=np.uint32), None, max_iterations)
+
+
+# ---- the graph engine's command (ndpkit_hw.cores.graph) ---------------------------------
+
+MODE_PICCOLO, MODE_BASELINE = 0, 1
+ENGINE_PROGRAMS = (Program.BFS, Program.SSSP, Program.CC)    # what the engine runs today
+
+
+def _words(nbytes: int, word_bytes: int) -> int:
+    return -(-nbytes // word_bytes) * word_bytes
+
+
+def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
+    """Every array a command names, (address, bytes rounded up to whole bus words)."""
+    n, e = cmd["n"], cmd["edges"]
+    ranges = {"rowptr": (cmd["rowptr"], _words(4 * (n + 1), word_bytes))}
+    if e:
+        ranges["col"] = (cmd["col"], _words(4 * e, word_bytes))
+        if cmd["format_program"] == Program.SSSP:
+            ranges["val"] = (cmd["val"], _words(4 * e, word_bytes))
+    ranges["a"] = (cmd["a"], _words(4 * n, word_bytes))
+    ranges["b"] = (cmd["b"], _words(4 * n, word_bytes))
+    return ranges
+
+
+def command_check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+    """(ErrorCode, argument) of the whole command in the hardware's order: program,
+    mode, n (1..2**24), max_iterations (>= 1), then every array by the transfer rule and
+    no two overlapping."""
+    from .dma_copy import check_ranges
+    if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
+        return ErrorCode.BAD_FIELD, "program"
+    if cmd["format_mode"] > MODE_BASELINE:
+        return ErrorCode.BAD_FIELD, "mode"
+    if not 1 <= cmd["n"] <= MAX_VERTICES:
+        return ErrorCode.BAD_FIELD, "n"
+    if cmd["max_iterations"] == 0:
+        return ErrorCode.BAD_FIELD, "max_iterations"
+    return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
+
+
+def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0) -> tuple[int, int, int, int]:
+    """Run an accepted command on card memory.  First a validation pass reads the whole
+    row-pointer and column arrays (BAD_GRAPH / BAD_INDEX end the command there, nothing
+    written).  Then iterations: iteration ``i`` reads ``a`` (odd ``i``) or ``b`` and
+    writes the other, whole bus words (elements past ``n`` in the last word written 0),
+    until an iteration changes nothing or ``max_iterations``; the result is in ``a``
+    after an even count, ``b`` after an odd one.  Returns (error, bytes read, bytes
+    written, iterations).  Bytes count the streamed arrays; the random property reads go
+    through the scatter-gather unit and are counted by its link counters."""
+    n, e, prog = cmd["n"], cmd["edges"], cmd["format_program"]
+    ranges = command_ranges(cmd, word_bytes)
+
+    def array(name, count):
+        a = cmd[name] - base
+        return memory[a:a + 4 * count].view(np.uint32)
+
+    rowptr, col = array("rowptr", n + 1).copy(), array("col", e).copy() if e else np.zeros(0, np.uint32)
+    scanned = ranges["rowptr"][1] + (ranges["col"][1] if e else 0)
+    try:
+        validate(n, rowptr, col)
+    except GraphError as err:
+        return int(err.code), scanned, 0, 0
+    weights = (array("val", e).copy() if prog == Program.SSSP else
+               np.ones(e, np.uint32) if prog == Program.BFS else None)
+    per_read = sum(length for name, (_, length) in ranges.items() if name in ("rowptr", "col", "val", "a"))
+    out_bytes = ranges["a"][1]
+    values = array("a", n).copy()
+    read = written = 0
+    names = ("b", "a")
+    for it in range(1, cmd["max_iterations"] + 1):
+        new = min_iteration(rowptr, col, values, weights)
+        dst = cmd[names[(it - 1) % 2]] - base
+        memory[dst:dst + out_bytes] = 0
+        memory[dst:dst + 4 * n] = new.view(np.uint8)
+        read += per_read
+        written += out_bytes
+        if np.array_equal(new, values):
+            return 0, scanned + read, written, it
+        values = new
+    return 0, scanned + read, written, cmd["max_iterations"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .declare import Access, Field, Register, RegisterBlock
 
-__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "DECOMP", "ATTENTION", "SG", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
+__all__ = ["GLOBAL", "DMA_COPY", "ADAM", "DECOMP", "ATTENTION", "SG", "GRAPH", "ENGINE_BLOCKS", "ALL_BLOCKS", "NDPKIT_MAGIC", "VERSION",
            "ENGINE_STRIDE", "ENGINE_ARGS_OFFSET", "BAR0_SIZE", "IRQ_LINES", "engine_block", "engine_args",
            "effective_window",
            "command_fields"]
@@ -230,6 +230,31 @@ SG = engine_block("sg", [
        "or count: BAD_FIELD; alignment, window, an offset outside the row: BAD_INDEX) stops the batch with its code. "
        "cpl_aux: the link bytes the command's requests moved.")
 
-ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM, "decomp": DECOMP, "attention": ATTENTION, "sg": SG}
+GRAPH = engine_block("graph", [
+    Register("format", 0x40, [
+        Field("program", 0, 4, Access.RW, doc="Vertex program (ndpkit.golden.graph.Program): 2 BFS, 3 SSSP, "
+              "4 connected components (0 SpMV and 1 PageRank are not in this engine yet: BAD_FIELD)."),
+        Field("mode", 4, 1, Access.RW, doc="0 = Piccolo (source values fetched by row gathers), 1 = baseline "
+              "(64-byte line reads)."),
+    ]),
+    Register.single("n", 0x44, Access.RW, doc="Vertices, 1..2**24."),
+    Register.single("edges", 0x48, Access.RW, doc="Entries of the column (and weight) arrays; 0 allowed."),
+    Register.single("rowptr", 0x4C, Access.RW, doc="uint32[n + 1] row pointers of the pull matrix (row v lists "
+                    "the sources of v's in-edges): 0 first, non-decreasing, `edges` last."),
+    Register.single("col", 0x50, Access.RW, doc="uint32[edges] source vertex ids, each < n."),
+    Register.single("val", 0x54, Access.RW, doc="SSSP: uint32[edges] edge weights."),
+    Register.single("a", 0x58, Access.RW, doc="uint32[n] initial values (BFS/SSSP: 0 at the source, 0xFFFFFFFF "
+                    "elsewhere; CC: the vertex ids); the result after an even number of iterations."),
+    Register.single("b", 0x5C, Access.RW, doc="uint32[n] the other buffer: the result after an odd number."),
+    Register.single("max_iterations", 0x60, Access.RW, doc="Iteration limit (>= 1)."),
+], doc="Pull-style graph programs (BFS levels, SSSP with uint32 weights, connected components) over a CSR pull "
+       "matrix, Jacobi iterations until nothing changes, source values fetched through the scatter-gather unit "
+       "(Piccolo row gathers or baseline line reads), bit-exact to ndpkit.golden.graph. Whole-command checks "
+       "(program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing "
+       "done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is "
+       "written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd).")
 
-ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM, DECOMP, ATTENTION, SG)
+ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM, "decomp": DECOMP, "attention": ATTENTION, "sg": SG,
+                 "graph": GRAPH}
+
+ALL_BLOCKS = (GLOBAL, DMA_COPY, ADAM, DECOMP, ATTENTION, SG, GRAPH)

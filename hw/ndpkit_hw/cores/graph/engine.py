@@ -1,0 +1,406 @@
+"""``graph``: pull-style vertex programs over a CSR matrix, with the source values
+fetched through the memory-side scatter-gather unit (after Piccolo).
+
+Command (:data:`ndpkit.regs.blocks.GRAPH`): program (BFS, SSSP, CC), mode (0 Piccolo
+row gathers, 1 baseline line reads), ``n``, ``edges``, the arrays ``rowptr``,
+``col``, ``val`` (SSSP weights), ``a`` (initial values) and ``b``, and
+``max_iterations``.  The golden model is :func:`ndpkit.golden.graph.execute_command`.
+
+Phases:
+
+1. *check* (no traffic): program, mode, ``n``, ``max_iterations`` (BAD_FIELD), every
+   array by the transfer rule and no two overlapping.
+2. *validate*: the row pointers and columns stream through once: ``rowptr[0] == 0``,
+   non-decreasing, ``rowptr[n] == edges`` (BAD_GRAPH), every column ``< n``
+   (BAD_INDEX); both arrays are read whole, the row-pointer error wins.  Nothing has
+   been written when a graph is rejected.
+3. *iterate*: the row pointers, columns (and weights) and the vertices' own values
+   stream in order; each edge's source value comes through the unit.  The
+   **collector** groups consecutive edges whose source values share a DRAM row (Piccolo
+   mode, up to 16 per row gather) or a 64-byte line (baseline mode, one line read)
+   into one request; a group is sent when the next edge falls elsewhere, when it is
+   full, or after ``group_timeout`` cycles without a new member.  Responses come back
+   in order, so a ticket per edge (which response, which lane) lets the **reducer**
+   consume edges in order: ``new[v] = min(old[v], min_u value[u] + w)`` (saturating;
+   BFS w = 1, CC w = 0), written in order through the burst writer (whole bus words,
+   padding 0).  Iterations alternate a -> b -> a until one changes nothing or
+   ``max_iterations``; ``cpl_aux`` = iterations.
+
+Completion bytes count the streamed arrays (the golden model's figures); the source
+value traffic is in the unit's counters (``link`` port), which depend on timing.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ndpkit.codes import ErrorCode
+from ndpkit.golden.graph import MAX_VERTICES, MODE_BASELINE, Program
+from ndpkit.golden.sg import DEVICE_BANKS, DEVICE_ROW_BYTES, LINE, Op
+from ndpkit.regs.blocks import GRAPH
+from ...bus.axi import log2_exact
+from ...bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
+from ...shell.engine_frontend import command_layout, engine_members
+from ..sg.unit import COUNTER_WIDTH, MAX_OFFSETS, SgUnit
+
+__all__ = ["GraphEngine"]
+
+INF = 0xFFFF_FFFF
+
+
+class WordUnpacker(wiring.Component):
+    """A reader's bus words -> ``count`` 32-bit elements, in order (the last word's
+    unused elements dropped).  ``start`` restarts the count."""
+
+    def __init__(self, data_width: int):
+        self.lanes = data_width // 32
+        super().__init__({
+            "words": In(stream.Signature(data.StructLayout({"data": data_width, "last": 1}))),
+            "elements": Out(stream.Signature(32)),
+            "count": In(32),
+            "start": In(1),
+            "done": Out(1),              # all ``count`` elements taken (their words too)
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lane = Signal(range(self.lanes))
+        emitted = Signal(32)
+        m.d.comb += self.done.eq(emitted == self.count)
+        m.d.comb += [self.elements.valid.eq(self.words.valid & (emitted != self.count)),
+                     self.elements.payload.eq(self.words.payload.data.word_select(lane, 32))]
+        with m.If(self.elements.valid & self.elements.ready):
+            m.d.sync += [emitted.eq(emitted + 1), lane.eq(lane + 1)]
+            with m.If((lane == self.lanes - 1) | (emitted + 1 == self.count)):
+                m.d.comb += self.words.ready.eq(1)
+                m.d.sync += lane.eq(0)
+        with m.If(self.start):
+            m.d.sync += [emitted.eq(0), lane.eq(0)]
+        return m
+
+
+class WordPacker(wiring.Component):
+    """``count`` 32-bit elements -> whole bus words for a writer (the last one padded
+    with zeros)."""
+
+    def __init__(self, data_width: int):
+        self.lanes = data_width // 32
+        super().__init__({
+            "elements": In(stream.Signature(32)),
+            "words": Out(stream.Signature(data.StructLayout({"data": data_width, "strb": data_width // 8}))),
+            "count": In(32),
+            "start": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lane = Signal(range(self.lanes))
+        taken = Signal(32)
+        word = Signal(len(self.words.payload.data))
+        full = Signal()
+        last = taken + 1 == self.count
+        m.d.comb += [self.words.valid.eq(full), self.words.payload.data.eq(word), self.words.payload.strb.eq(-1),
+                     self.elements.ready.eq(~full)]
+        with m.If(self.words.valid & self.words.ready):
+            m.d.sync += [full.eq(0), word.eq(0)]
+        with m.If(self.elements.valid & self.elements.ready):
+            m.d.sync += [word.word_select(lane, 32).eq(self.elements.payload), taken.eq(taken + 1),
+                         lane.eq(lane + 1)]
+            with m.If((lane == self.lanes - 1) | last):
+                m.d.sync += [full.eq(1), lane.eq(0)]
+        with m.If(self.start):
+            m.d.sync += [taken.eq(0), lane.eq(0), word.eq(0), full.eq(0)]
+        return m
+
+
+TicketLayout = data.StructLayout({"empty": 1, "first": 1, "last": 1, "fresh": 1, "lane": 4, "weight": 32})
+
+
+class GraphEngine(wiring.Component):
+    max_in_flight = 1
+
+    def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 4,
+                 max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
+                 row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
+                 tickets: int = 256):
+        if data_width != 8 * LINE:
+            raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
+        self.addr_width, self.data_width = addr_width, data_width
+        self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
+        self.ports = BurstPorts(["rowptr", "col", "val", "old"], ["out"], addr_width=addr_width,
+                                data_width=data_width, max_burst_bytes=max_burst_bytes,
+                                max_outstanding=max_outstanding, extra_ports=1)
+        if id_width < self.ports.id_width:
+            raise ValueError(f"graph: id_width must be at least {self.ports.id_width}")
+        self.unit = SgUnit(addr_width=addr_width, id_width=1, row_bytes=row_bytes, banks=banks,
+                           link_bytes=link_bytes, max_inflight=32)
+        members = engine_members(GRAPH, addr_width=addr_width, data_width=data_width, id_width=self.ports.id_width)
+        members["link"] = Out(self.unit.signature.members["counters"].shape)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        m.submodules.unit = unit = self.unit
+        wiring.connect(m, unit.bus, self.ports.port(4))
+        m.d.comb += [unit.window_base.eq(self.window_base), unit.window_size.eq(self.window_size),
+                     self.link.eq(unit.counters)]
+        readers, writer = self.ports.readers, self.ports.writers["out"]
+        word = self.data_width // 8
+
+        cmd = Signal(command_layout(GRAPH))
+        program = cmd.format_program
+        is_sssp = program == Program.SSSP
+
+        def words(count):             # bytes of `count` uint32 rounded up to whole bus words
+            nbytes = Signal(40)
+            m.d.comb += nbytes.eq(((count << 2) + (word - 1)) & ~Const(word - 1, 40))
+            return nbytes
+
+        rowptr_len, edge_len, vertex_len = words(cmd.n + 1), words(cmd.edges), words(cmd.n)
+        arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
+                  "val": (cmd.val, edge_len, is_sssp & (cmd.edges != 0)), "a": (cmd.a, vertex_len, 1),
+                  "b": (cmd.b, vertex_len, 1)}
+        range_error = {name: transfer_error(m, word, self.addr_width, Transfer(a, l[:32]), self.window_base,
+                                            self.window_size) for name, (a, l, _) in arrays.items()}
+        names = list(arrays)
+        overlap = Signal()
+        pairs = []
+        for i, x in enumerate(names):
+            for y in names[i + 1:]:
+                ax, lx, ex = arrays[x]
+                ay, ly, ey = arrays[y]
+                pairs.append(ex & ey & transfers_overlap(Transfer(ax, lx), Transfer(ay, ly)))
+        m.d.comb += overlap.eq(Cat(*pairs).any())
+        check = Signal(4)
+        good_program = (program == Program.BFS) | is_sssp | (program == Program.CC)
+        with m.If(~good_program | (cmd.format_mode > MODE_BASELINE)):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0)):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        for name in names:
+            _, length, enabled = arrays[name]
+            with m.Elif(enabled & ((length[32:] != 0) | (range_error[name] != 0))):
+                m.d.comb += check.eq(Mux(length[32:] != 0, ErrorCode.OUT_OF_WINDOW, range_error[name]))
+        with m.Elif(overlap):
+            m.d.comb += check.eq(ErrorCode.OVERLAP)
+
+        # ---- streams ----------------------------------------------------------------
+        validating = Signal()
+        iterating = Signal()
+        odd = Signal()                 # this iteration reads b and writes a
+        source_base = Mux(odd, cmd.b, cmd.a)
+        target_base = Mux(odd, cmd.a, cmd.b)
+        transfers = TransferGroup(
+            m, {"rowptr": readers["rowptr"], "col": readers["col"], "val": readers["val"], "old": readers["old"],
+                "out": writer},
+            {"rowptr": Transfer(cmd.rowptr, rowptr_len[:32]), "col": Transfer(cmd.col, edge_len[:32]),
+             "val": Transfer(cmd.val, edge_len[:32]), "old": Transfer(source_base, vertex_len[:32]),
+             "out": Transfer(target_base, vertex_len[:32])},
+            validating | iterating,
+            enabled={"col": cmd.edges != 0, "val": iterating & is_sssp & (cmd.edges != 0),
+                     "old": iterating, "out": iterating})
+        start = Signal()                # one cycle before a phase: counters restart
+        unpack = {}
+        for name in ("rowptr", "col", "val", "old"):
+            u = unpack[name] = WordUnpacker(self.data_width)
+            m.submodules[f"unpack_{name}"] = u
+            wiring.connect(m, readers[name].data, u.words)
+            m.d.comb += u.start.eq(start)
+        m.d.comb += [unpack["rowptr"].count.eq(cmd.n + 1), unpack["col"].count.eq(cmd.edges),
+                     unpack["val"].count.eq(cmd.edges), unpack["old"].count.eq(cmd.n)]
+        m.submodules.packer = packer = WordPacker(self.data_width)
+        wiring.connect(m, packer.words, writer.data)
+        m.d.comb += [packer.count.eq(cmd.n), packer.start.eq(start)]
+        rp, col, val, old = (unpack[k].elements for k in ("rowptr", "col", "val", "old"))
+
+        # ---- validation pass --------------------------------------------------------
+        graph_error, index_error = Signal(4), Signal(4)
+        seen = Signal(32)
+        previous = Signal(32)
+        with m.If(validating):
+            m.d.comb += [rp.ready.eq(1), col.ready.eq(1)]
+            with m.If(rp.valid):
+                m.d.sync += [seen.eq(seen + 1), previous.eq(rp.payload)]
+                bad = Mux(seen == 0, rp.payload != 0, rp.payload < previous) | \
+                    ((seen == cmd.n) & (rp.payload != cmd.edges))
+                with m.If(bad & (graph_error == 0)):
+                    m.d.sync += graph_error.eq(ErrorCode.BAD_GRAPH)
+            with m.If(col.valid & (col.payload >= cmd.n) & (index_error == 0)):
+                m.d.sync += index_error.eq(ErrorCode.BAD_INDEX)
+
+        # ---- edge generator: rows from the row pointers, edges from the columns ----
+        edge = Signal(data.StructLayout({"u": 32, "weight": 32, "empty": 1, "first": 1, "last": 1}))
+        edge_valid, edge_ready = Signal(), Signal()
+        row_left = Signal(32)
+        row_open = Signal()              # a row with edges left is being emitted
+        have_start = Signal()            # rowptr[0] consumed
+        weight = Mux(is_sssp, val.payload, Mux(program == Program.BFS, 1, 0))
+        with m.If(iterating):
+            with m.If(~have_start):
+                m.d.comb += rp.ready.eq(1)
+                with m.If(rp.valid):
+                    m.d.sync += [have_start.eq(1), previous.eq(rp.payload)]
+            with m.Elif(~row_open):
+                with m.If(rp.valid):
+                    length = rp.payload - previous
+                    with m.If(length == 0):
+                        m.d.comb += [edge_valid.eq(1), edge.empty.eq(1), edge.last.eq(1)]
+                        with m.If(edge_ready):
+                            m.d.comb += rp.ready.eq(1)
+                            m.d.sync += previous.eq(rp.payload)
+                    with m.Else():
+                        m.d.comb += rp.ready.eq(1)
+                        m.d.sync += [previous.eq(rp.payload), row_left.eq(length), row_open.eq(1)]
+            with m.Else():
+                both = col.valid & (val.valid | ~is_sssp)
+                m.d.comb += [edge_valid.eq(both), edge.u.eq(col.payload), edge.weight.eq(weight),
+                             edge.last.eq(row_left == 1)]
+                with m.If(edge_valid & edge_ready):
+                    m.d.comb += [col.ready.eq(1), val.ready.eq(is_sssp)]
+                    m.d.sync += row_left.eq(row_left - 1)
+                    with m.If(row_left == 1):
+                        m.d.sync += row_open.eq(0)
+        row_first = Signal(init=1)       # the next edge of an open row is its first
+        with m.If(edge_valid & edge_ready & ~edge.empty):
+            m.d.sync += row_first.eq(edge.last)
+        with m.If(start):
+            m.d.sync += [row_first.eq(1), have_start.eq(0), row_open.eq(0)]
+        m.d.comb += edge.first.eq(Mux(edge.empty, 1, row_first))
+
+        # ---- collector: consecutive edges of one row (Piccolo) or line (baseline) --
+        m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=TicketLayout.size, depth=self.tickets)
+        ticket = Signal(TicketLayout)
+        m.d.comb += [tickets.w_data.eq(ticket), ticket.empty.eq(edge.empty), ticket.first.eq(edge.first),
+                     ticket.last.eq(edge.last), ticket.weight.eq(edge.weight)]
+        baseline = cmd.format_mode == MODE_BASELINE
+        row_shift = log2_exact(self.row_bytes, "row_bytes")
+        address = Signal(self.addr_width)
+        m.d.comb += address.eq(source_base + (edge.u << 2))
+        key = Signal(self.addr_width)
+        m.d.comb += key.eq(Mux(baseline, address >> 6, address >> row_shift))
+        group_open, group_key, group_count = Signal(), Signal(self.addr_width), Signal(5)
+        offsets = Signal(data.ArrayLayout(16, MAX_OFFSETS))
+        idle = Signal(range(self.group_timeout + 1))
+        fits = group_open & (key == group_key) & (group_count < MAX_OFFSETS)
+        lane = Mux(baseline, address[2:6], group_count[:4])
+        request = unit.req.payload
+        m.d.comb += [request.op.eq(Mux(baseline, Op.LINE_READ, Op.ROW_GATHER)), request.size.eq(4),
+                     request.count.eq(group_count),
+                     request.address.eq(Mux(baseline, group_key << 6, group_key << row_shift)),
+                     request.offsets.eq(offsets), request.data.eq(0)]
+        streams_done = Signal()          # every edge of the iteration has been taken
+        send = Signal()
+        m.d.comb += send.eq(group_open & ((edge_valid & ~edge.empty & ~fits & tickets.w_rdy) |
+                                          (idle == self.group_timeout) | streams_done))
+        joins = fits & ~send             # a group being sent takes no more members
+        m.d.comb += unit.req.valid.eq(send)
+        sent = unit.req.valid & unit.req.ready
+        with m.If(sent):
+            m.d.sync += [group_open.eq(0), group_count.eq(0), idle.eq(0)]
+        take = Signal()
+        with m.If(edge_valid & tickets.w_rdy):
+            with m.If(edge.empty):
+                m.d.comb += take.eq(1)
+            with m.Elif(joins):
+                m.d.comb += [take.eq(1), ticket.lane.eq(lane), ticket.fresh.eq(0)]
+                m.d.sync += [offsets[group_count[:4]].eq(address[2:row_shift]), group_count.eq(group_count + 1),
+                             idle.eq(0)]
+            with m.Elif(~group_open | sent):
+                m.d.comb += [take.eq(1), ticket.lane.eq(Mux(baseline, address[2:6], 0)), ticket.fresh.eq(1)]
+                m.d.sync += [group_open.eq(1), group_key.eq(key), group_count.eq(1), idle.eq(0),
+                             offsets[0].eq(address[2:row_shift])]
+        with m.If(group_open & ~take & ~sent & (idle != self.group_timeout)):
+            m.d.sync += idle.eq(idle + 1)
+        m.d.comb += [edge_ready.eq(take), tickets.w_en.eq(take)]
+
+        # ---- reducer ----------------------------------------------------------------
+        held = Signal(8 * LINE)          # the response the current group's tickets read
+        acc, own = Signal(32), Signal(32)
+        changed = Signal()
+        t = TicketLayout(tickets.r_data)
+        resp = unit.resp
+        value_line = Mux(t.fresh, resp.payload.data, held)
+        value = value_line.word_select(t.lane, 32)
+        total = value + t.weight
+        candidate = Mux((value == INF) | total[32], INF, total[:32])
+        base = Mux(t.first, old.payload, acc)
+        best = Mux(t.empty | (candidate >= base), base, candidate)
+        has_value = t.empty | ~t.fresh | resp.valid
+        has_own = ~t.first | old.valid
+        can_emit = ~t.last | packer.elements.ready
+        fire = iterating & tickets.r_rdy & has_value & has_own & can_emit
+        m.d.comb += [tickets.r_en.eq(fire), resp.ready.eq(fire & ~t.empty & t.fresh), old.ready.eq(fire & t.first),
+                     packer.elements.valid.eq(iterating & tickets.r_rdy & has_value & has_own & t.last),
+                     packer.elements.payload.eq(best)]
+        with m.If(fire):
+            m.d.sync += acc.eq(best)
+            with m.If(~t.empty & t.fresh):
+                m.d.sync += held.eq(resp.payload.data)
+            with m.If(t.first):
+                m.d.sync += own.eq(old.payload)
+            with m.If(t.last & (best != Mux(t.first, old.payload, own))):
+                m.d.sync += changed.eq(1)
+
+        # ---- control ------------------------------------------------------------------
+        iterations = Signal(32)
+        bus_error = Signal(4)            # the first AXI error of any phase
+        bytes_read, bytes_written = Signal(32), Signal(32)
+        m.d.comb += [self.cpl.payload.tag.eq(cmd.tag), self.cpl.payload.aux.eq(iterations),
+                     self.cpl.payload.bytes_read.eq(bytes_read), self.cpl.payload.bytes_written.eq(bytes_written)]
+        scan_bytes = rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)
+        iteration_bytes = scan_bytes + Mux(is_sssp & (cmd.edges != 0), edge_len[:32], 0) + vertex_len[:32]
+        m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
+                                    & ~row_open & have_start & ~edge_valid)
+        with m.FSM(name="graph"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += cmd.eq(self.cmd.payload)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += start.eq(1)
+                m.d.sync += transfers.clear() + [graph_error.eq(0), index_error.eq(0), seen.eq(0), odd.eq(0),
+                                                 iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
+                                                 bus_error.eq(0)]
+                with m.If(check != 0):
+                    m.next = "REJECT"
+                with m.Else():
+                    m.next = "VALIDATE"
+            with m.State("REJECT"):
+                m.d.comb += [self.cpl.valid.eq(1), self.cpl.payload.error.eq(check)]
+                with m.If(self.cpl.ready):
+                    m.next = "IDLE"
+            with m.State("VALIDATE"):
+                m.d.comb += validating.eq(1)
+                # a reader reports before its last word is taken: wait for the streams too
+                drained = unpack["rowptr"].done & unpack["col"].done
+                with m.If(transfers.finished & (drained | (transfers.error != 0))):
+                    m.d.sync += [bytes_read.eq(scan_bytes), bus_error.eq(transfers.error)]
+                    m.next = "NEXT"
+            with m.State("NEXT"):
+                # start an iteration (or report the validation's verdict)
+                m.d.comb += start.eq(1)
+                m.d.sync += transfers.clear() + [changed.eq(0)]
+                with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
+                    m.next = "DONE"
+                with m.Else():
+                    m.next = "ITERATE"
+            with m.State("ITERATE"):
+                m.d.comb += iterating.eq(1)
+                with m.If(transfers.finished & ~group_open & ~tickets.r_rdy):
+                    m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd),
+                                 bytes_read.eq(bytes_read + iteration_bytes),
+                                 bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
+                    with m.If((transfers.error == 0) & changed & (iterations + 1 != cmd.max_iterations)):
+                        m.next = "NEXT"
+                    with m.Else():
+                        m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += [self.cpl.valid.eq(1),
+                             self.cpl.payload.error.eq(Mux(bus_error != 0, bus_error,
+                                                           Mux(graph_error != 0, graph_error, index_error)))]
+                with m.If(self.cpl.ready):
+                    m.next = "IDLE"
+        return m
