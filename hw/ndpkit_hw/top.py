@@ -50,6 +50,8 @@ def engine_component(name: str, **params):
         from .cores.attention.engine import AttentionEngine as cls
     elif name == "sg":
         from .cores.sg.engine import SgEngine as cls
+    elif name == "graph":
+        from .cores.graph.engine import GraphEngine as cls
     else:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINE_BUILDERS)}")
     return cls(**params)
@@ -67,7 +69,7 @@ def _builder(name):
 # engine name -> (kind, constructor taking the Device); later engines add themselves here
 ENGINE_BUILDERS = {name: (kind, _builder(name)) for name, kind in (
     ("dma_copy", EngineKind.DMA_COPY), ("adam", EngineKind.ADAM), ("decomp", EngineKind.DECOMP),
-    ("attention", EngineKind.ATTENTION), ("sg", EngineKind.SG))}
+    ("attention", EngineKind.ATTENTION), ("sg", EngineKind.SG), ("graph", EngineKind.GRAPH))}
 
 
 class Device(wiring.Component):

@@ -52,6 +52,11 @@ def _sg_engine():
     return SgEngine()
 
 
+def _graph_engine():
+    from .cores.graph.engine import GraphEngine
+    return GraphEngine()
+
+
 def _device():
     from .top import Device
     return Device(mem_size=1 << 30)
@@ -60,7 +65,8 @@ def _device():
 def _device_hbm():
     """Every engine, one memory master each (as on an HBM card)."""
     from .top import Device
-    return Device(mem_size=1 << 30, engines=("dma_copy", "adam", "decomp", "attention", "sg"), memory_ports=6)
+    return Device(mem_size=1 << 30, engines=("dma_copy", "adam", "decomp", "attention", "sg", "graph"),
+                  memory_ports=7)
 
 
 def _memory():
@@ -84,6 +90,7 @@ TOPS: dict[str, Callable] = {
     "burst_reader": _reader,
     "burst_writer": _writer,
     "sg_engine": _sg_engine,
+    "graph_engine": _graph_engine,
     "interconnect": _interconnect,
     "axil_decoder": _decoder,
     "csr_shell": _csr,

@@ -359,6 +359,12 @@ class Device:
         return self.engine("decomp")
 
     @property
+    def graph(self):
+        """The graph engine's client: ``dev.graph.run(...)``; ``ndpkit.graph.bfs(g, 0, dev)``
+        and friends are the user-level entry points."""
+        return self.engine("graph")
+
+    @property
     def sg(self):
         """The scatter-gather engine's client: ``dev.sg.gather(table, indices)``,
         ``dev.sg.scatter(table, indices, values)``."""

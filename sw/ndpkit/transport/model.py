@@ -24,6 +24,7 @@ from ..golden import adam as adam_golden
 from ..golden import attention as attention_golden
 from ..golden import decomp as decomp_golden
 from ..golden import dma_copy as dma_copy_golden
+from ..golden import graph as graph_golden
 from ..golden import sg as sg_golden
 from ..pcie import PcieLink, StorageLink
 from ..regs.blocks import (ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
@@ -74,10 +75,14 @@ def _sg(device, cmd, window):
     return _checked(sg_golden, device, cmd, window, window_args=True)
 
 
+def _graph(device, cmd, window):
+    return _checked(graph_golden, device, cmd, window)
+
+
 #: engine name -> (kind, behaviour, commands the engine takes before completing the first)
 ENGINE_MODELS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy, 2), "adam": (EngineKind.ADAM, _adam, 1),
                  "decomp": (EngineKind.DECOMP, _decomp, 1), "attention": (EngineKind.ATTENTION, _attention, 1),
-                 "sg": (EngineKind.SG, _sg, 1)}
+                 "sg": (EngineKind.SG, _sg, 1), "graph": (EngineKind.GRAPH, _graph, 1)}
 
 
 class _EngineModel:

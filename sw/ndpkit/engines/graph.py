@@ -1,0 +1,36 @@
+"""Driver of the ``graph`` engine: one command per program run (``dev.graph.run``).
+The user-level functions taking scipy/networkx graphs are in :mod:`ndpkit.graph`."""
+from __future__ import annotations
+
+from ..codes import ErrorCode
+from ..engine import Command, EngineClient
+from ..golden import graph as golden
+
+__all__ = ["GraphClient"]
+
+
+class GraphClient(EngineClient):
+    name = "graph"
+
+    def blame(self, args, code):
+        d = self.device
+        field = golden.command_check(args, word_bytes=d.word_bytes, window_base=self.window[0],
+                                     window_size=self.window[1])[1]
+        if field is None:
+            field = {ErrorCode.BAD_GRAPH: "rowptr", ErrorCode.BAD_INDEX: "col"}.get(code)
+        return field
+
+    def run(self, program: int, *, n: int, edges: int, rowptr, col, a, b, val=None, mode: int = 0,
+            max_iterations: int, wait: bool = True):
+        """Run ``program`` (``ndpkit.golden.graph.Program``) over the pull matrix
+        (``rowptr``, ``col``, ``val``) with initial values in ``a``; the Completion's
+        ``aux`` is the number of iterations (the result is in ``a`` if even, ``b`` if odd).
+        Buffers or card addresses; ``mode`` 0 = Piccolo row gathers, 1 = baseline."""
+        from ..device import _address
+        args = {"format_program": int(program), "format_mode": int(mode), "n": int(n), "edges": int(edges),
+                "rowptr": _address(rowptr, "rowptr"), "col": _address(col, "col") if col is not None else 0,
+                "val": _address(val, "val") if val is not None else 0, "a": _address(a, "a"), "b": _address(b, "b"),
+                "max_iterations": int(max_iterations)}
+        # a bound, not an estimate: every iteration may cost a 64-byte line per vertex and edge
+        cmd = self.submit(args, work_bytes=int(max_iterations) * 64 * (int(n) + int(edges) + 1))
+        return cmd.wait() if wait else cmd

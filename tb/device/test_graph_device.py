@@ -1,0 +1,104 @@
+"""ndpkit.graph on the behavioural model and on the RTL card (sim): BFS, SSSP and
+connected components on a Graph500 Kronecker graph, a uniform random graph and
+networkx's real graphs, exactly equal to scipy's answers, in both modes; bad graphs
+and bad commands rejected with their codes and the argument named, nothing written,
+the next command working."""
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse.csgraph as csgraph
+
+import ndpkit
+from ndpkit import graph
+from ndpkit.codes import ErrorCode
+from ndpkit.errors import DeviceError
+from ndpkit.golden.graph import Program
+from ndpkit.graph import csr, generators
+
+TRANSPORTS = [pytest.param("model", id="model"),
+              pytest.param("sim", id="sim", marks=[pytest.mark.sim, pytest.mark.xdist_group("device_sim_graph")])]
+GRAPHS = {
+    "kronecker": lambda: generators.kronecker(8, 8, seed=11),
+    "uniform": lambda: generators.uniform(8, 4, seed=12),
+    "karate": lambda: generators.real_graph("karate_club_graph"),
+    "les_miserables": lambda: generators.real_graph("les_miserables_graph"),
+}
+
+
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def dev(request):
+    with ndpkit.open(f"{request.param}?engines=graph&mem_size={4 << 20}") as d:
+        yield d
+
+
+def _matrix(g):
+    return csr.adjacency(g, weight="weight")[0] if isinstance(g, nx.Graph) else g
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
+def test_against_scipy(dev, name, mode):
+    g = GRAPHS[name]()
+    a = _matrix(g)
+    source = list(g.nodes)[3] if isinstance(g, nx.Graph) else 3
+    hops = graph.bfs(g, source, dev, mode=mode)
+    assert np.array_equal(hops, csgraph.shortest_path(a, directed=True, unweighted=True, indices=3))
+    count, labels = graph.connected_components(g, dev, mode=mode)
+    want_count, want_labels = csgraph.connected_components(a, directed=True, connection="weak")
+    assert count == want_count and np.array_equal(labels, want_labels)
+    w = generators.random_weights(a, 1, 20, seed=5)
+    dist = graph.sssp(w, 3, dev, mode=mode)
+    assert np.array_equal(dist, csgraph.shortest_path(w, directed=True, method="D", indices=3))
+
+
+def test_bad_graphs_and_commands(dev):
+    g = csr.pull(generators.uniform(5, 3, seed=2), "cc")
+    keep = dev.alloc(4096)
+    keep.write(bytes(range(256)) * 16)
+    rowptr, col = dev.upload(g.rowptr), dev.upload(g.col)
+    a, b = dev.upload(np.arange(g.n, dtype=np.uint32)), dev.alloc(4 * g.n)
+    b.write(b"\xab" * b.size)
+    before = (a.read(), b.read())
+    args = dict(n=g.n, edges=len(g.col), rowptr=rowptr, col=col, a=a, b=b, max_iterations=100)
+    try:
+        bad_rowptr = g.rowptr.copy()
+        bad_rowptr[7] = bad_rowptr[6] - 1 if bad_rowptr[6] else 1000
+        bad_col = g.col.copy()
+        bad_col[-1] = g.n
+        for arrays, code, field in (({"rowptr": bad_rowptr}, ErrorCode.BAD_GRAPH, "rowptr"),
+                                    ({"col": bad_col}, ErrorCode.BAD_INDEX, "col")):
+            for key, arr in arrays.items():
+                {"rowptr": rowptr, "col": col}[key].write(arr)
+            with pytest.raises(DeviceError) as e:
+                dev.graph.run(Program.CC, **args)
+            assert e.value.code == code and e.value.field == field
+            assert (a.read(), b.read()) == before            # nothing written
+            rowptr.write(g.rowptr)
+            col.write(g.col)
+        for change, code, field in (({"n": 0}, ErrorCode.BAD_FIELD, "n"),
+                                    ({"max_iterations": 0}, ErrorCode.BAD_FIELD, "max_iterations"),
+                                    ({"b": a}, ErrorCode.OVERLAP, "b")):
+            with pytest.raises(DeviceError) as e:
+                dev.graph.run(Program.CC, **{**args, **change})
+            assert e.value.code == code and e.value.field == field
+        with pytest.raises(DeviceError) as e:
+            dev.graph.run(Program.PAGERANK, **args)
+        assert e.value.code == ErrorCode.BAD_FIELD and e.value.field == "program"
+        done = dev.graph.run(Program.CC, **args)              # the next command works
+        assert done.ok and done.aux >= 1
+        assert keep.read() == bytes(range(256)) * 16
+    finally:
+        for buf in (keep, rowptr, col, a, b):
+            buf.free()
+
+
+def test_api_argument_checks(dev):
+    g = generators.uniform(4, 2, seed=1)
+    with pytest.raises(ValueError, match="mode"):
+        graph.bfs(g, 0, dev, mode="fast")
+    with pytest.raises(ValueError, match="source"):
+        graph.bfs(g, 16, dev)
+    with pytest.raises(TypeError, match="graph"):
+        graph.bfs([[0, 1]], 0, dev)
+    with pytest.raises(ValueError, match="source"):
+        graph.bfs(generators.real_graph("karate_club_graph"), "nobody", dev)
