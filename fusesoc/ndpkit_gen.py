@@ -28,7 +28,7 @@ def _engine(name):
     return build
 
 
-TOPS = {"device": _device, **{name: _engine(name) for name in ("dma_copy", "adam", "decomp", "attention", "sg")}}
+TOPS = {"device": _device, **{name: _engine(name) for name in ("dma_copy", "adam", "decomp", "attention", "sg", "graph")}}
 
 
 def generate(config: dict, out_dir: Path) -> Path:

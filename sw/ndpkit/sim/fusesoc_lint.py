@@ -17,7 +17,7 @@ from .runner import PROJECT_ROOT
 from .verilator import verilator_env
 
 CORES_ROOT = PROJECT_ROOT / "fusesoc"
-CORES = ["dma_copy", "decomp", "adam", "attention", "sg", "device"]
+CORES = ["dma_copy", "decomp", "adam", "attention", "sg", "graph", "device"]
 
 
 def fusesoc_lint(core: str, work_dir: Path) -> subprocess.CompletedProcess:

@@ -175,7 +175,7 @@ class GraphEngine(wiring.Component):
         m.d.comb += overlap.eq(Cat(*pairs).any())
         check = Signal(4)
         good_program = (program == Program.BFS) | is_sssp | (program == Program.CC)
-        with m.If(~good_program | (cmd.format_mode > MODE_BASELINE)):
+        with m.If(~good_program):           # (the 1-bit mode field cannot be out of range)
             m.d.comb += check.eq(ErrorCode.BAD_FIELD)
         with m.Elif((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0)):
             m.d.comb += check.eq(ErrorCode.BAD_FIELD)
