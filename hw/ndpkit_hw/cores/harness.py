@@ -13,11 +13,13 @@ __all__ = ["EngineHarness"]
 
 
 class EngineHarness(wiring.Component):
-    def __init__(self, engine, *, mem_size: int = 1 << 20, stall_per_256: int = 0, seed: int = 1):
+    def __init__(self, engine, *, mem_size: int = 1 << 20, stall_per_256: int = 0, seed: int = 1,
+                 max_outstanding: int = 16):
         self.engine = engine
         self.memory = AxiMemoryModel(size=mem_size, addr_width=len(engine.bus.araddr),
                                      data_width=len(engine.bus.rdata), id_width=len(engine.bus.arid),
-                                     stall_per_256=stall_per_256, seed=seed, latency_ports=True)
+                                     stall_per_256=stall_per_256, seed=seed, latency_ports=True,
+                                     max_outstanding=max_outstanding)
         # the engine's own extra outputs (the graph engine's link counters) come out too
         self.extra = [name for name in engine.signature.members
                       if name not in ("cmd", "cpl", "bus", "window_base", "window_size")]

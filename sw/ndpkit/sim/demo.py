@@ -9,7 +9,9 @@ table of cycles, bytes and efficiency.  Then (with PyTorch installed) a second c
 with the optimizer engines trains a small model with its step offloaded next to
 storage (:mod:`ndpkit.sim.demo_training`), and a third card with the attention
 engine runs the decode loop of a small transformer layer
-(:mod:`ndpkit.sim.demo_decode`).  ``--device model`` runs all three on the
+(:mod:`ndpkit.sim.demo_decode`), and a fourth with the graph engine runs BFS and
+connected components on a Kronecker graph in Piccolo and baseline modes
+(:mod:`ndpkit.sim.demo_graph`).  ``--device model`` runs them all on the
 behavioural model.
 """
 from __future__ import annotations
@@ -92,6 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-training", action="store_true", help="skip the training part")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode (attention) part")
+    ap.add_argument("--no-graph", action="store_true", help="skip the graph part")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     print(f"ndpkit demo on '{args.device}' (seed {seed}); the first run builds the simulated card, "
@@ -120,6 +123,9 @@ def main(argv=None) -> int:
     if not args.no_decode:
         from .demo_decode import run as decode_part
         ok &= decode_part(args.device)
+    if not args.no_graph:
+        from .demo_graph import run as graph_part
+        ok &= graph_part(args.device)
     return 0 if ok else 1
 
 
