@@ -108,6 +108,9 @@ def device_options(board: Board, **overrides) -> dict:
     widths = (128, 256, 512) if board.vendor == "xilinx" else (32, 64, 128)
     if width not in widths:
         raise BoardError(f"{board.name}: data_width {width} is not one of {', '.join(map(str, widths))}")
+    needs_512 = [e for e in engines if e in ("sg", "graph")]     # a 64-byte DRAM column per bus beat
+    if needs_512 and width != 512:
+        raise BoardError(f"{board.name}: engine {needs_512[0]!r} needs data_width 512, not {width}")
     ports, channels = options["memory_ports"], board.memory["pseudo_channels"]
     masters = 1 + len(engines)
     if not 1 <= ports <= channels:

@@ -55,7 +55,8 @@ def test_every_board_loads():
     ("alveo_u280", {"memory_ports": 3, "engines": "dma_copy"}, "only 2 memory masters"),
     ("smartssd", {"memory_ports": 2}, "memory_ports=2 but the board has 1 memory controller port"),
     ("smartssd", {"attention_units": 64}, "attention_units=64 does not fit the xcku15p"),
-    ("alveo_u280", {"engines": "dma_copy,graph"}, "unknown engine 'graph'"),
+    ("alveo_u280", {"engines": "dma_copy,pagerank"}, "unknown engine 'pagerank'"),
+    ("smartssd", {"engines": "dma_copy,graph", "data_width": 256}, "engine 'graph' needs data_width 512, not 256"),
     ("alveo_u280", {"data_width": 96}, "data_width 96 is not one of 128, 256, 512"),
     ("ecp5_5g", {"data_width": 512}, "data_width 512 is not one of 32, 64, 128"),
 ])
