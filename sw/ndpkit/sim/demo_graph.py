@@ -10,7 +10,9 @@ import time
 
 import numpy as np
 
-GRAPH_URI = "sim?engines=graph&mem_size=16M"
+# a memory controller queue as deep as the graph benchmark's: with the default 16 entries the
+# memory's request rate, not the link, bounds both modes (every column read is one request)
+GRAPH_URI = "sim?engines=graph&mem_size=16M&mem_queue=256"
 
 
 def graph_session(dev) -> dict:

@@ -22,14 +22,18 @@ DEFAULTS = {
     "data_width": 512, "mem_base": 0, "mem_size": 16 << 20, "engines": ["dma_copy"], "queue_depth": 4,
     "clock_mhz": 250, "read_latency": 64, "write_latency": 32, "dma": "backdoor", "waves": None,
     "link": {}, "storage": {}, "attention_units": 2,
+    "mem_queue": 16,       # requests the memory model queues (a DRAM controller with more banks: more)
 }
 
 
 def card_params(config: dict) -> dict:
     """The SimCard constructor arguments of a configuration (what the build depends on)."""
-    return {"data_width": config["data_width"], "mem_base": config["mem_base"], "mem_size": config["mem_size"],
-            "engines": tuple(config["engines"]), "queue_depth": config["queue_depth"],
-            "clock_mhz": config["clock_mhz"], "attention_units": config["attention_units"]}
+    params = {"data_width": config["data_width"], "mem_base": config["mem_base"], "mem_size": config["mem_size"],
+              "engines": tuple(config["engines"]), "queue_depth": config["queue_depth"],
+              "clock_mhz": config["clock_mhz"], "attention_units": config["attention_units"]}
+    if config["mem_queue"] != DEFAULTS["mem_queue"]:          # (so the default builds keep their cache key)
+        params["mem_max_outstanding"] = config["mem_queue"]
+    return params
 
 
 def main(argv=None) -> int:

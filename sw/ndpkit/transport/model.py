@@ -165,7 +165,8 @@ class ModelDevice:
     """The card: shell registers, engines, memory."""
 
     def __init__(self, *, mem_size: int = 16 << 20, mem_base: int = 0, data_width: int = 512,
-                 engines=("dma_copy",), queue_depth: int = 4, clock_mhz: int = 250):
+                 engines=("dma_copy",), queue_depth: int = 4, clock_mhz: int = 250, mem_queue: int = 16):
+        # mem_queue: the simulated card's memory request queue; the model has no timing
         self.mem_base, self.mem_size = mem_base, mem_size
         self.word_bytes = data_width // 8
         self.queue_depth, self.clock_mhz = queue_depth, clock_mhz

@@ -128,9 +128,12 @@ class GraphEngine(wiring.Component):
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.addr_width, self.data_width = addr_width, data_width
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
+        # The streams need a few bytes per edge; short bursts, two in flight each, leave the
+        # memory's request queue to the unit's single-column reads (long prefetching bursts
+        # would hold the queue and starve them).
         self.ports = BurstPorts(["rowptr", "col", "val", "old"], ["out"], addr_width=addr_width,
-                                data_width=data_width, max_burst_bytes=max_burst_bytes,
-                                max_outstanding=max_outstanding, extra_ports=1)
+                                data_width=data_width, max_burst_bytes=min(max_burst_bytes, 1024),
+                                max_outstanding=min(max_outstanding, 2), extra_ports=1)
         if id_width < self.ports.id_width:
             raise ValueError(f"graph: id_width must be at least {self.ports.id_width}")
         self.unit = SgUnit(addr_width=addr_width, id_width=1, row_bytes=row_bytes, banks=banks,
