@@ -398,6 +398,13 @@ def update_readme(readme: Path, section: str) -> None:
 
 # ---------------------------------------------------------------------------- plots
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plots(report: dict, inputs: dict, out: Path) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
@@ -443,10 +450,7 @@ def plots(report: dict, inputs: dict, out: Path) -> list[Path]:
               ylim=(0, 1.05), title="vs problem size, latency 200")
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(out / "efficiency.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_save(plt, fig, out / "efficiency.png"))
 
     off = report["offload"]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -454,10 +458,7 @@ def plots(report: dict, inputs: dict, out: Path) -> list[Path]:
         ax.plot(off["ssds"], times, marker="o", label=scheme)
     ax.set(xlabel="SSDs", ylabel="seconds per step", title=f"{fmt(off['plot_params'] / 1e9)} B parameters")
     ax.legend()
-    fig.tight_layout()
-    written.append(out / "offload.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_save(plt, fig, out / "offload.png"))
 
     dec = report["decode"]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -468,10 +469,7 @@ def plots(report: dict, inputs: dict, out: Path) -> list[Path]:
     ax.set(xscale="log", xlabel="batch", ylabel="tokens per second", title="Llama-2-7B decode (model)")
     ax.set_xticks(dec["batches"], [str(b) for b in dec["batches"]])
     ax.legend()
-    fig.tight_layout()
-    written.append(out / "decode.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_save(plt, fig, out / "decode.png"))
     return written
 
 

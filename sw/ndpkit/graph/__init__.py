@@ -66,26 +66,24 @@ def _distances(values) -> np.ndarray:
     return out
 
 
-def bfs(graph, source, device, *, mode: str = "piccolo") -> np.ndarray:
-    """Hop counts from ``source`` (float64, inf where unreachable)."""
-    g = csr.pull(graph, "bfs")
+def _from_source(graph, source, device, mode: str, kind: str, program: Program) -> np.ndarray:
+    g = csr.pull(graph, kind)
     s = csr.vertex_index(g, source)
     if not 0 <= s < g.n:
         raise ValueError(f"source: vertex {source} is not in the {g.n}-vertex graph")
     init = np.full(g.n, golden.INF, np.uint32)
     init[s] = 0
-    return _distances(run(device, g, Program.BFS, init, mode=mode)[0])
+    return _distances(run(device, g, program, init, mode=mode)[0])
+
+
+def bfs(graph, source, device, *, mode: str = "piccolo") -> np.ndarray:
+    """Hop counts from ``source`` (float64, inf where unreachable)."""
+    return _from_source(graph, source, device, mode, "bfs", Program.BFS)
 
 
 def sssp(graph, source, device, *, mode: str = "piccolo") -> np.ndarray:
     """Shortest-path distances from ``source`` over non-negative integer weights."""
-    g = csr.pull(graph, "sssp")
-    s = csr.vertex_index(g, source)
-    if not 0 <= s < g.n:
-        raise ValueError(f"source: vertex {source} is not in the {g.n}-vertex graph")
-    init = np.full(g.n, golden.INF, np.uint32)
-    init[s] = 0
-    return _distances(run(device, g, Program.SSSP, init, mode=mode)[0])
+    return _from_source(graph, source, device, mode, "sssp", Program.SSSP)
 
 
 def connected_components(graph, device, *, mode: str = "piccolo") -> tuple[int, np.ndarray]:
