@@ -8,8 +8,10 @@ one seed; skipped when synthesis already exceeds the part's LUTs) and the Yosys
 Xilinx board's part (boards/*/board.toml).  The published designs: Smart-Infinity's
 Adam updater and INF²'s attention accelerator, both on the SmartSSD's KU15P.
 
-Writes build/impl/engines.json and docs/impl_report.md (a subset given on the command
-line updates only the JSON).
+Writes docs/impl_report.json (committed: synthesis of the large engines takes the better
+part of an hour each, so measured rows are kept between runs and sessions) and, once every
+configuration has a row, docs/impl_report.md.  A subset given on the command line updates
+only the JSON.
 
     python -m tb.impl_report [engine[:config] ...] [--jobs 2]
 """
@@ -22,8 +24,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ndpkit.sim.runner import PROJECT_ROOT
 
-OUT = PROJECT_ROOT / "build" / "impl"
+OUT = PROJECT_ROOT / "build" / "impl"                 # tool runs (netlists, logs)
 DOC = PROJECT_ROOT / "docs" / "impl_report.md"
+RESULTS = PROJECT_ROOT / "docs" / "impl_report.json"
 TARGET_MHZ = 100
 
 # default = the simulated cards' configuration; max = the widest port (and, for
@@ -59,10 +62,13 @@ def _lanes(engine: str, params: dict) -> str:
 def run_one(job) -> dict:
     from ndpkit.sim.impl import implement
     from ndpkit_hw.top import engine_component
-    engine, config = job
+    engine, config, too_big = job
     params = CONFIGS[engine][config]
     started = time.monotonic()
-    figures = implement(engine_component(engine, **params), OUT / f"{engine}_{config}", target_mhz=TARGET_MHZ)
+    figures = implement(engine_component(engine, **params), OUT / f"{engine}_{config}", target_mhz=TARGET_MHZ,
+                        ecp5=too_big is None)
+    if too_big is not None:
+        figures.update(ecp5=None, ecp5_fmax_mhz=None, ecp5_note=too_big)
     return {"engine": engine, "config": config, "params": params, "lanes": _lanes(engine, params),
             "seconds": round(time.monotonic() - started), **figures}
 
@@ -81,6 +87,20 @@ def estimated_row(engine: str, config: str, base: dict) -> dict:
             "estimate_from": f"{base['config']} measured + arithmetic of {params} - {base_params}",
             "ecp5_note": f"not implemented (≈{x['LUT']:,} LUT6 on UltraScale+: far beyond the 84k-LUT ECP5)",
             "xcup": x}
+
+
+def ecp5_too_big(engine: str, config: str, previous: dict) -> str | None:
+    """Why ECP5 synthesis of a configuration is pointless: a smaller configuration of the same
+    engine (every parameter no larger) already does not fit the part.  None otherwise."""
+    params = CONFIGS[engine][config]
+    for other, other_params in CONFIGS[engine].items():
+        row = previous.get((engine, other))
+        if other == config or row is None or row.get("estimate") or row.get("ecp5") is not None:
+            continue
+        note = row.get("ecp5_note") or ""
+        if note.startswith("does not fit") and all(other_params[k] <= params[k] for k in params):
+            return f"not synthesised: the {other} configuration already {note}"
+    return None
 
 
 def part_share(row: dict) -> dict:
@@ -152,7 +172,7 @@ def main(argv=None) -> int:
             if (engine, c) not in ESTIMATED:
                 jobs.append((engine, c))
     OUT.mkdir(parents=True, exist_ok=True)
-    results = OUT / "engines.json"
+    results = RESULTS
     previous = {(r["engine"], r["config"]): r for r in json.loads(results.read_text())["rows"]} \
         if results.exists() else {}
     order = [(e, c) for e in CONFIGS for c in CONFIGS[e]]
@@ -167,6 +187,7 @@ def main(argv=None) -> int:
         results.write_text(json.dumps({"tools": versions, "target_mhz": TARGET_MHZ, "rows": rows}, indent=1))
         return rows
 
+    jobs = [(engine, c, ecp5_too_big(engine, c, previous)) for engine, c in jobs]
     failed = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_one, job): job for job in jobs}

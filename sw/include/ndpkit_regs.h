@@ -622,7 +622,7 @@
 #define NDPKIT_SG_OUT_VALUE_SHIFT 0u
 #define NDPKIT_SG_OUT_VALUE_MASK 0xffffffffu  /* RW */
 
-/* graph: Pull-style graph programs (BFS levels, SSSP with uint32 weights, connected components) over a CSR pull matrix, Jacobi iterations until nothing changes, source values fetched through the scatter-gather unit (Piccolo row gathers or baseline line reads), bit-exact to ndpkit.golden.graph. Whole-command checks (program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd). */
+/* graph: Pull-style graph programs (BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit (Piccolo row gathers or baseline line reads), bit-exact to ndpkit.golden.graph. Whole-command checks (program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd). */
 #define NDPKIT_GRAPH_SIZE 0x1000u
 #define NDPKIT_GRAPH_KIND_OFFSET 0x0000u
 #define NDPKIT_GRAPH_KIND_RESET 0x00000000u

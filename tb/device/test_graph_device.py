@@ -1,4 +1,4 @@
-"""ndpkit.graph on the behavioural model and on the RTL card (sim): BFS, SSSP and
+"""ndpkit.graph on the behavioural model and on the RTL card (sim): SpMV, BFS, SSSP and
 connected components on a Graph500 Kronecker graph, a uniform random graph and
 networkx's real graphs, exactly equal to scipy's answers, in both modes; bad graphs
 and bad commands rejected with their codes and the argument named, nothing written,
@@ -6,6 +6,7 @@ the next command working."""
 import networkx as nx
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 
 import ndpkit
@@ -49,6 +50,34 @@ def test_against_scipy(dev, name, mode):
     w = generators.random_weights(a, 1, 20, seed=5)
     dist = graph.sssp(w, 3, dev, mode=mode)
     assert np.array_equal(dist, csgraph.shortest_path(w, directed=True, method="D", indices=3))
+
+
+@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
+def test_spmv(dev, mode):
+    """y = A x: bit for bit the golden model's row sums, and A @ x in float64 to fp32
+    rounding; rectangular matrices and a networkx graph's weighted adjacency too."""
+    from ndpkit.golden import graph as golden
+    rng = np.random.default_rng(7)
+    for a in (generators.kronecker(8, 8, seed=11).astype(np.float32) * rng.standard_normal(1).astype(np.float32),
+              sp.random_array((300, 170), density=0.05, format="csr", dtype=np.float32, rng=rng),
+              sp.random_array((90, 260), density=0.08, format="csr", dtype=np.float32, rng=rng)):
+        a = sp.csr_array(a)
+        a.data = rng.standard_normal(a.nnz).astype(np.float32)
+        x = rng.standard_normal(a.shape[1]).astype(np.float32)
+        y = graph.spmv(a, x, dev, mode=mode)
+        assert y.dtype == np.float32 and y.shape == (a.shape[0],)
+        a.sort_indices()
+        want = golden.row_sums(a.indptr, a.data.view(np.uint32), x.view(np.uint32)[a.indices]).view(np.float32)
+        assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
+        exact = a.astype(np.float64) @ x.astype(np.float64)
+        bound = 1e-5 * (abs(a).astype(np.float64) @ np.abs(x.astype(np.float64))) + 1e-30
+        assert np.all(np.abs(y - exact) <= bound)
+    g = generators.real_graph("les_miserables_graph")
+    x = rng.standard_normal(g.number_of_nodes()).astype(np.float32)
+    want = _matrix(g).astype(np.float64) @ x.astype(np.float64)
+    assert np.allclose(graph.spmv(g, x, dev, mode=mode), want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="x: shape"):
+        graph.spmv(sp.eye_array(4, format="csr"), np.ones(5), dev)
 
 
 def test_bad_graphs_and_commands(dev):
@@ -102,3 +131,19 @@ def test_api_argument_checks(dev):
         graph.bfs([[0, 1]], 0, dev)
     with pytest.raises(ValueError, match="source"):
         graph.bfs(generators.real_graph("karate_club_graph"), "nobody", dev)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
+def test_larger_graphs_on_sim(mode):
+    """`make sim`: Kronecker scale 11 and uniform scale 11 (edge factor 8) on the RTL card,
+    all three programs, against scipy."""
+    with ndpkit.open(f"sim?engines=graph&mem_size={16 << 20}&mem_queue=256") as dev:
+        for a in (generators.kronecker(11, 8, seed=21), generators.uniform(11, 8, seed=22)):
+            assert np.array_equal(graph.bfs(a, 5, dev, mode=mode),
+                                  csgraph.shortest_path(a, unweighted=True, indices=5))
+            w = generators.random_weights(a, 1, 100, seed=23)
+            assert np.array_equal(graph.sssp(w, 5, dev, mode=mode), csgraph.shortest_path(w, method="D", indices=5))
+            count, labels = graph.connected_components(a, dev, mode=mode)
+            want = csgraph.connected_components(a, directed=True, connection="weak")
+            assert count == want[0] and np.array_equal(labels, want[1])

@@ -3,8 +3,8 @@ against ndpkit.golden.graph.execute_command.
 
 Small graphs that exercise the corners (one vertex, no edges, self-loops, multi-edges,
 isolated vertices, a vertex with a very high in-degree, disconnected parts) and a
-Kronecker and a uniform random graph, for BFS, SSSP and connected components in both
-modes (Piccolo row gathers and baseline line reads): the result array, the other
+Kronecker and a uniform random graph, for SpMV (fp32, with signed zeros, subnormals and
+huge values among the entries), BFS, SSSP and connected components in both modes (Piccolo row gathers and baseline line reads): the result array, the other
 buffer, the completion (error, bytes, iterations) and the untouched memory must equal
 the golden model's.  Bad graphs (row pointers not starting at 0, decreasing, not
 ending at the edge count; a column >= n) and bad commands are rejected with their
@@ -33,7 +33,8 @@ def _graphs(rng):
     yield "single", coo(1, [], [])
     yield "self_loops_multi", coo(6, [0, 0, 1, 2, 2, 3, 5, 5], [0, 1, 1, 3, 3, 4, 5, 0])
     hub = 300
-    yield "hub", coo(hub, list(range(1, hub)) + [0, 7], [0] * (hub - 1) + [5, 7])
+    # in-degree 299 at vertex 0 (the pull programs' long row) and out-degree 150 (SpMV's)
+    yield "hub", coo(hub, list(range(1, hub)) + [0, 7] + [0] * 150, [0] * (hub - 1) + [5, 7] + list(range(100, 250)))
     yield "two_parts", coo(40, list(range(0, 19)) + list(range(20, 39)), list(range(1, 20)) + list(range(21, 40)))
     yield "kronecker", generators.kronecker(8, 4, seed=int(rng.integers(1 << 30)))
     yield "uniform", generators.uniform(9, 3, seed=int(rng.integers(1 << 30)))
@@ -73,6 +74,15 @@ def _fields(layout, n, e, program, mode, max_iterations=1000):
             **{k: layout[k] for k in ("rowptr", "col", "val", "a", "b")}, "max_iterations": max_iterations, "tag": 1}
 
 
+def _fp32(rng, count):
+    """Random fp32 bit patterns: mostly normal values, some signed zeros, subnormals and huge ones."""
+    x = rng.standard_normal(count).astype(np.float32)
+    special = np.array([0.0, -0.0, 1e-40, -3e-39, 1e30, -2e38], dtype=np.float32)
+    pick = rng.random(count) < 0.1
+    x[pick] = rng.choice(special, int(pick.sum()))
+    return x.view(np.uint32)
+
+
 def _image(rng, layout, g, program, weights=None, source=0):
     image = np.frombuffer(rng.bytes(MEM), dtype=np.uint8).copy()
     n, e = g.n, len(g.col)
@@ -83,8 +93,11 @@ def _image(rng, layout, g, program, weights=None, source=0):
     put("col", g.col)
     if weights is not None:
         put("val", weights)
-    init = np.arange(n, dtype=np.uint32) if program == Program.CC else np.full(n, golden.INF, np.uint32)
-    if program != Program.CC:
+    if program == Program.SPMV:
+        init = _fp32(rng, n)
+    else:
+        init = np.arange(n, dtype=np.uint32) if program == Program.CC else np.full(n, golden.INF, np.uint32)
+    if program in (Program.BFS, Program.SSSP):
         init[source] = 0
     put("a", init)
     return image
@@ -100,14 +113,18 @@ async def graph_programs(dut):
     from ndpkit.sim.bench import BulkBackdoor
     memory = BulkBackdoor(dut.memory.storage, dut.clk, 64)
     for name, adj in _graphs(rng):
-        for program in (Program.BFS, Program.SSSP, Program.CC):
-            kind = "cc" if program == Program.CC else "sssp" if program == Program.SSSP else "bfs"
+        for program in (Program.SPMV, Program.BFS, Program.SSSP, Program.CC):
+            kind = program.name.lower()
             w = generators.random_weights(adj, 1, 9, seed=3) if program == Program.SSSP else adj
             g = csr.pull(w, kind)
+            values = None
+            if program == Program.SSSP:
+                values = g.values
+            elif program == Program.SPMV:
+                values = _fp32(rng, len(g.col))
             layout = _layout(g.n, len(g.col))
             mode = int(rng.integers(0, 2))
-            image = _image(rng, layout, g, program, g.values if program == Program.SSSP else None,
-                           source=int(rng.integers(0, g.n)))
+            image = _image(rng, layout, g, program, values, source=int(rng.integers(0, g.n)))
             cpl = await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col), program, mode), image,
                              expect=0)
             dut._log.info(f"{name} {program.name} mode {mode}: {cpl['aux']} iterations")
@@ -132,7 +149,7 @@ async def graph_programs(dut):
     bad_end = csr.PullGraph(g.n, g.rowptr, g.col, None, None)
     await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col) - 1, Program.CC, 0),
                _image(rng, layout, bad_end, Program.CC), expect=ErrorCode.BAD_GRAPH)
-    for change, code in (({"format_program": 0}, ErrorCode.BAD_FIELD), ({"format_program": 7}, ErrorCode.BAD_FIELD),
+    for change, code in (({"format_program": int(Program.PAGERANK)}, ErrorCode.BAD_FIELD), ({"format_program": 7}, ErrorCode.BAD_FIELD),
                          ({"n": 0}, ErrorCode.BAD_FIELD), ({"max_iterations": 0}, ErrorCode.BAD_FIELD),
                          ({"a": layout["a"] + 4}, ErrorCode.UNALIGNED), ({"b": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"b": layout["a"]}, ErrorCode.OVERLAP)):

@@ -3,12 +3,12 @@ alternatives measured in the same run, and the system model, as Markdown tables,
 matplotlib plots and one JSON file; the README's results section is regenerated from
 that JSON.
 
-    python -m ndpkit.bench.report [--perf build/perf] [--impl build/impl/engines.json]
+    python -m ndpkit.bench.report [--perf build/perf] [--impl docs/impl_report.json]
                                   [--out docs/bench] [--readme README.md]
 
 Inputs (any may be missing; the report says what was not run): the engine benchmarks'
 JSON in ``build/perf`` (``dma_efficiency``, ``device_copy``, ``adam``, ``attention``)
-and the implementation report's ``build/impl/engines.json`` (ECP5 Fmax).
+and the implementation report's ``docs/impl_report.json`` (ECP5 Fmax).
 """
 from __future__ import annotations
 
@@ -477,7 +477,7 @@ def main(argv=None) -> int:
     from ndpkit.sim.runner import PROJECT_ROOT
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--perf", type=Path, default=PROJECT_ROOT / "build" / "perf")
-    ap.add_argument("--impl", type=Path, default=PROJECT_ROOT / "build" / "impl" / "engines.json")
+    ap.add_argument("--impl", type=Path, default=PROJECT_ROOT / "docs" / "impl_report.json")
     ap.add_argument("--out", type=Path, default=PROJECT_ROOT / "docs" / "bench")
     ap.add_argument("--readme", default=str(PROJECT_ROOT / "README.md"),
                     help="README whose results section is regenerated ('' to leave it)")

@@ -251,7 +251,7 @@ def cc(rowptr, col, *, n: int | None = None, max_iterations: int = 1 << 24) -> R
 # ---- the graph engine's command (ndpkit_hw.cores.graph) ---------------------------------
 
 MODE_PICCOLO, MODE_BASELINE = 0, 1
-ENGINE_PROGRAMS = (Program.BFS, Program.SSSP, Program.CC)    # what the engine runs today
+ENGINE_PROGRAMS = (Program.SPMV, Program.BFS, Program.SSSP, Program.CC)    # what the engine runs today
 
 
 def _words(nbytes: int, word_bytes: int) -> int:
@@ -264,7 +264,7 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
     ranges = {"rowptr": (cmd["rowptr"], _words(4 * (n + 1), word_bytes))}
     if e:
         ranges["col"] = (cmd["col"], _words(4 * e, word_bytes))
-        if cmd["format_program"] == Program.SSSP:
+        if cmd["format_program"] in (Program.SSSP, Program.SPMV):
             ranges["val"] = (cmd["val"], _words(4 * e, word_bytes))
     ranges["a"] = (cmd["a"], _words(4 * n, word_bytes))
     ranges["b"] = (cmd["b"], _words(4 * n, word_bytes))
@@ -290,7 +290,8 @@ def command_check(cmd: dict, *, word_bytes: int, window_base: int, window_size: 
 def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0) -> tuple[int, int, int, int]:
     """Run an accepted command on card memory.  First a validation pass reads the whole
     row-pointer and column arrays (BAD_GRAPH / BAD_INDEX end the command there, nothing
-    written).  Then iterations: iteration ``i`` reads ``a`` (odd ``i``) or ``b`` and
+    written).  SpMV: one pass, ``b = A a`` (``val`` the matrix entries, ``a`` the vector,
+    fetched through the unit only), one iteration.  The min programs iterate: iteration ``i`` reads ``a`` (odd ``i``) or ``b`` and
     writes the other, whole bus words (elements past ``n`` in the last word written 0),
     until an iteration changes nothing or ``max_iterations``; the result is in ``a``
     after an even count, ``b`` after an odd one.  Returns (error, bytes read, bytes
@@ -309,6 +310,13 @@ def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int
         validate(n, rowptr, col)
     except GraphError as err:
         return int(err.code), scanned, 0, 0
+    if prog == Program.SPMV:
+        y = row_sums(rowptr, array("val", e).copy(), array("a", n).copy()[col.astype(np.int64)])
+        dst = cmd["b"] - base
+        memory[dst:dst + ranges["b"][1]] = 0
+        memory[dst:dst + 4 * n] = y.view(np.uint8)
+        streamed = ranges["rowptr"][1] + (2 * ranges["col"][1] if e else 0)
+        return 0, scanned + streamed, ranges["b"][1], 1
     weights = (array("val", e).copy() if prog == Program.SSSP else
                np.ones(e, np.uint32) if prog == Program.BFS else None)
     per_read = sum(length for name, (_, length) in ranges.items() if name in ("rowptr", "col", "val", "a"))

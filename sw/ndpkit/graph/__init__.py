@@ -8,13 +8,17 @@ device, returning NumPy arrays in scipy's conventions:
   networkx edge has no ``weight``), ``inf`` where unreachable (scipy's Dijkstra);
 - :func:`connected_components`: ``(count, labels)`` of the weakly connected components,
   labels numbered in order of each component's smallest vertex, as
-  ``scipy.sparse.csgraph.connected_components(..., directed=True, connection="weak")``.
+  ``scipy.sparse.csgraph.connected_components(..., directed=True, connection="weak")``;
+- :func:`spmv`: ``A @ x`` in fp32 (float32 out) for any sparse matrix, rectangular too
+  (a networkx graph: its weighted adjacency matrix).  Each row sums in the engine's
+  order (eight FMA partial sums, then a tree: :mod:`ndpkit.golden.graph`), so results
+  equal the golden model bit for bit and ``A @ x`` in float64 to within fp32 rounding.
 
 Vertices of a networkx graph are numbered in ``G.nodes`` order; ``source`` is a node
 label then.  ``mode="piccolo"`` fetches source values with row gathers,
 ``"baseline"`` with 64-byte line reads (the same answers; see docs/graph.md for the
-traffic).  PageRank and SpMV run on the golden model (:mod:`ndpkit.golden.graph`)
-but not yet on the engine.
+traffic).  PageRank runs on the golden model (:mod:`ndpkit.golden.graph`) but not
+yet on the engine.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from ..golden import graph as golden
 from ..golden.graph import Program
 from . import csr, generators
 
-__all__ = ["bfs", "sssp", "connected_components", "run", "csr", "generators", "MODES"]
+__all__ = ["bfs", "sssp", "connected_components", "spmv", "run", "csr", "generators", "MODES"]
 
 MODES = {"piccolo": golden.MODE_PICCOLO, "baseline": golden.MODE_BASELINE}
 
@@ -48,7 +52,9 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
     try:
         rowptr, a = upload(g.rowptr), upload(init)
         col = upload(g.col) if len(g.col) else None
-        val = upload(g.values) if program == Program.SSSP and len(g.col) else None
+        values = None if g.values is None else \
+            g.values if g.values.dtype == np.uint32 else g.values.astype(np.float32).view(np.uint32)
+        val = upload(values) if program in (Program.SSSP, Program.SPMV) and len(g.col) else None
         b = device.alloc(4 * g.n)
         buffers.append(b)
         done = device.graph.run(program, n=g.n, edges=len(g.col), rowptr=rowptr, col=col, val=val, a=a, b=b,
@@ -92,3 +98,25 @@ def connected_components(graph, device, *, mode: str = "piccolo") -> tuple[int, 
     smallest = run(device, g, Program.CC, np.arange(g.n, dtype=np.uint32), mode=mode)[0]
     roots, labels = np.unique(smallest, return_inverse=True)
     return len(roots), labels.astype(np.int32)
+
+
+def spmv(matrix, x, device, *, mode: str = "piccolo") -> np.ndarray:
+    """``y = A @ x`` in fp32 (a float32 array of A's row count).  ``matrix``: a
+    ``scipy.sparse`` matrix of any shape (entries rounded to fp32; stored zeros are
+    ordinary entries) or a networkx graph (its weighted adjacency matrix)."""
+    import scipy.sparse as sp
+    a = sp.csr_array(matrix) if sp.issparse(matrix) else csr.adjacency(matrix)[0]
+    rows, cols = a.shape
+    x = np.asarray(x)
+    if x.ndim != 1 or x.shape[0] != cols:
+        raise ValueError(f"x: shape {x.shape}, but the matrix has {cols} columns")
+    n = max(rows, cols)
+    if n == 0:
+        raise ValueError("matrix: no rows and no columns")
+    # the engine's matrices are square: pad with empty rows or unused columns
+    square = sp.csr_array((a.data.astype(np.float32), a.indices, a.indptr), shape=(rows, cols))
+    square.resize((n, n))
+    vector = np.zeros(n, np.float32)
+    vector[:cols] = x.astype(np.float32)
+    y = run(device, csr.pull(square, "spmv"), Program.SPMV, vector.view(np.uint32), mode=mode)[0]
+    return y.view(np.float32)[:rows].copy()

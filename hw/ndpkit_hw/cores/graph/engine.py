@@ -1,10 +1,10 @@
 """``graph``: pull-style vertex programs over a CSR matrix, with the source values
 fetched through the memory-side scatter-gather unit (after Piccolo).
 
-Command (:data:`ndpkit.regs.blocks.GRAPH`): program (BFS, SSSP, CC), mode (0 Piccolo
-row gathers, 1 baseline line reads), ``n``, ``edges``, the arrays ``rowptr``,
-``col``, ``val`` (SSSP weights), ``a`` (initial values) and ``b``, and
-``max_iterations``.  The golden model is :func:`ndpkit.golden.graph.execute_command`.
+Command (:data:`ndpkit.regs.blocks.GRAPH`): program (SpMV, BFS, SSSP, CC), mode (0
+Piccolo row gathers, 1 baseline line reads), ``n``, ``edges``, the arrays ``rowptr``,
+``col``, ``val`` (SSSP weights, SpMV matrix entries), ``a`` (initial values; SpMV's
+``x``) and ``b`` (SpMV's ``y``), and ``max_iterations``.  The golden model is :func:`ndpkit.golden.graph.execute_command`.
 
 Phases:
 
@@ -25,13 +25,20 @@ Phases:
    BFS w = 1, CC w = 0), written in order through the burst writer (whole bus words,
    padding 0).  Iterations alternate a -> b -> a until one changes nothing or
    ``max_iterations``; ``cpl_aux`` = iterations.
+4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to an FMA,
+   ``partial[k mod 8] = fma(val, x[u], partial[k mod 8])`` (a lane waits while its
+   previous FMA is in flight: latency 13, so rows longer than 8 entries run at 8
+   entries per 13 cycles); at a row's end, once its FMAs are back, the eight partials
+   go down the adder tree (((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) and the next row
+   starts (a row costs at least the FMA latency).  The tree's results queue for the
+   writer; a row enters the tree only when the queue has room for everything in it.
 
 Completion bytes count the streamed arrays (the golden model's figures); the source
 value traffic is in the unit's counters (``link`` port), which depend on timing.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -39,6 +46,8 @@ from ndpkit.codes import ErrorCode
 from ndpkit.golden.graph import MAX_VERTICES, MODE_BASELINE, Program
 from ndpkit.golden.sg import DEVICE_BANKS, DEVICE_ROW_BYTES, LINE, Op
 from ndpkit.regs.blocks import GRAPH
+from ...arith.fma import FpFma
+from ...arith.reduce import FpReduce
 from ...bus.axi import log2_exact
 from ...bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
 from ...shell.engine_frontend import command_layout, engine_members
@@ -155,6 +164,8 @@ class GraphEngine(wiring.Component):
         cmd = Signal(command_layout(GRAPH))
         program = cmd.format_program
         is_sssp = program == Program.SSSP
+        is_spmv = program == Program.SPMV
+        uses_val = is_sssp | is_spmv     # the val stream: SSSP weights or matrix entries
 
         def words(count):             # bytes of `count` uint32 rounded up to whole bus words
             nbytes = Signal(40)
@@ -163,7 +174,7 @@ class GraphEngine(wiring.Component):
 
         rowptr_len, edge_len, vertex_len = words(cmd.n + 1), words(cmd.edges), words(cmd.n)
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
-                  "val": (cmd.val, edge_len, is_sssp & (cmd.edges != 0)), "a": (cmd.a, vertex_len, 1),
+                  "val": (cmd.val, edge_len, uses_val & (cmd.edges != 0)), "a": (cmd.a, vertex_len, 1),
                   "b": (cmd.b, vertex_len, 1)}
         range_error = {name: transfer_error(m, word, self.addr_width, Transfer(a, l[:32]), self.window_base,
                                             self.window_size) for name, (a, l, _) in arrays.items()}
@@ -177,7 +188,7 @@ class GraphEngine(wiring.Component):
                 pairs.append(ex & ey & transfers_overlap(Transfer(ax, lx), Transfer(ay, ly)))
         m.d.comb += overlap.eq(Cat(*pairs).any())
         check = Signal(4)
-        good_program = (program == Program.BFS) | is_sssp | (program == Program.CC)
+        good_program = (program == Program.BFS) | is_sssp | (program == Program.CC) | is_spmv
         with m.If(~good_program):           # (the 1-bit mode field cannot be out of range)
             m.d.comb += check.eq(ErrorCode.BAD_FIELD)
         with m.Elif((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0)):
@@ -202,8 +213,8 @@ class GraphEngine(wiring.Component):
              "val": Transfer(cmd.val, edge_len[:32]), "old": Transfer(source_base, vertex_len[:32]),
              "out": Transfer(target_base, vertex_len[:32])},
             validating | iterating,
-            enabled={"col": cmd.edges != 0, "val": iterating & is_sssp & (cmd.edges != 0),
-                     "old": iterating, "out": iterating})
+            enabled={"col": cmd.edges != 0, "val": iterating & uses_val & (cmd.edges != 0),
+                     "old": iterating & ~is_spmv, "out": iterating})
         start = Signal()                # one cycle before a phase: counters restart
         unpack = {}
         for name in ("rowptr", "col", "val", "old"):
@@ -239,7 +250,7 @@ class GraphEngine(wiring.Component):
         row_left = Signal(32)
         row_open = Signal()              # a row with edges left is being emitted
         have_start = Signal()            # rowptr[0] consumed
-        weight = Mux(is_sssp, val.payload, Mux(program == Program.BFS, 1, 0))
+        weight = Mux(uses_val, val.payload, Mux(program == Program.BFS, 1, 0))
         with m.If(iterating):
             with m.If(~have_start):
                 m.d.comb += rp.ready.eq(1)
@@ -257,11 +268,11 @@ class GraphEngine(wiring.Component):
                         m.d.comb += rp.ready.eq(1)
                         m.d.sync += [previous.eq(rp.payload), row_left.eq(length), row_open.eq(1)]
             with m.Else():
-                both = col.valid & (val.valid | ~is_sssp)
+                both = col.valid & (val.valid | ~uses_val)
                 m.d.comb += [edge_valid.eq(both), edge.u.eq(col.payload), edge.weight.eq(weight),
                              edge.last.eq(row_left == 1)]
                 with m.If(edge_valid & edge_ready):
-                    m.d.comb += [col.ready.eq(1), val.ready.eq(is_sssp)]
+                    m.d.comb += [col.ready.eq(1), val.ready.eq(uses_val)]
                     m.d.sync += row_left.eq(row_left - 1)
                     with m.If(row_left == 1):
                         m.d.sync += row_open.eq(0)
@@ -333,18 +344,63 @@ class GraphEngine(wiring.Component):
         has_value = t.empty | ~t.fresh | resp.valid
         has_own = ~t.first | old.valid
         can_emit = ~t.last | packer.elements.ready
-        fire = iterating & tickets.r_rdy & has_value & has_own & can_emit
-        m.d.comb += [tickets.r_en.eq(fire), resp.ready.eq(fire & ~t.empty & t.fresh), old.ready.eq(fire & t.first),
-                     packer.elements.valid.eq(iterating & tickets.r_rdy & has_value & has_own & t.last),
-                     packer.elements.payload.eq(best)]
-        with m.If(fire):
+        min_fire = iterating & ~is_spmv & tickets.r_rdy & has_value & has_own & can_emit
+        spmv_fire = Signal()
+        fire = min_fire | spmv_fire
+        m.d.comb += [tickets.r_en.eq(fire), resp.ready.eq(fire & ~t.empty & t.fresh),
+                     old.ready.eq(min_fire & t.first)]
+        with m.If(fire & ~t.empty & t.fresh):
+            m.d.sync += held.eq(resp.payload.data)
+        with m.If(min_fire):
             m.d.sync += acc.eq(best)
-            with m.If(~t.empty & t.fresh):
-                m.d.sync += held.eq(resp.payload.data)
             with m.If(t.first):
                 m.d.sync += own.eq(old.payload)
             with m.If(t.last & (best != Mux(t.first, old.payload, own))):
                 m.d.sync += changed.eq(1)
+
+        # ---- SpMV reducer: eight FMA partial sums per row, then the adder tree -----
+        m.submodules.fma = fma = FpFma()
+        m.submodules.tree = tree = FpReduce(lanes=8, op="sum")
+        out_depth = tree.latency + 4
+        spmv_out = fifo.SyncFIFOBuffered(width=32, depth=out_depth)
+        m.submodules.spmv_out = ResetInserter(start)(spmv_out)   # nothing left from an aborted command
+        partial = Array(Signal(32, name=f"partial{i}") for i in range(8))
+        busy = Signal(8)                 # lanes with an FMA in flight
+        position = Signal(3)             # the next entry's lane
+        draining = Signal()              # the row's entries are issued; its sums go to the tree when back
+        in_tree = Signal(range(out_depth + 1))
+        lane_free = ~(busy >> position)[0]
+        m.d.comb += spmv_fire.eq(iterating & is_spmv & tickets.r_rdy & has_value & ~draining & (t.empty | lane_free))
+        m.d.comb += [fma.i.valid.eq(spmv_fire & ~t.empty), fma.i.payload.a[0].eq(t.weight),
+                     fma.i.payload.b[0].eq(value), fma.i.payload.c[0].eq(partial[position])]
+        lane_tags = [Signal(3, name=f"fma_lane{i}") for i in range(fma.latency)]   # travels with the FMA
+        m.d.sync += [lane_tags[0].eq(position)] + [b.eq(a) for a, b in zip(lane_tags, lane_tags[1:])]
+        issued = Mux(fma.i.valid, Const(1, 8) << position, 0)
+        returned = Mux(fma.o.valid, Const(1, 8) << lane_tags[-1], 0)
+        m.d.sync += busy.eq((busy | issued) & ~returned)
+        with m.If(fma.o.valid):
+            m.d.sync += partial[lane_tags[-1]].eq(fma.o.payload[0])
+        with m.If(fma.i.valid):
+            m.d.sync += position.eq(position + 1)
+        with m.If(spmv_fire & t.last):
+            m.d.sync += draining.eq(1)
+        room = in_tree + spmv_out.level < out_depth
+        to_tree = draining & (busy == 0) & room
+        m.d.comb += [tree.i.valid.eq(to_tree)] + [tree.i.payload.a[i].eq(partial[i]) for i in range(8)]
+        with m.If(to_tree):
+            m.d.sync += [draining.eq(0), position.eq(0)] + [p.eq(0) for p in partial]
+        m.d.sync += in_tree.eq(in_tree + to_tree - tree.o.valid)
+        m.d.comb += [spmv_out.w_en.eq(tree.o.valid), spmv_out.w_data.eq(tree.o.payload)]
+        with m.If(is_spmv):
+            m.d.comb += [packer.elements.valid.eq(iterating & spmv_out.r_rdy),
+                         packer.elements.payload.eq(spmv_out.r_data),
+                         spmv_out.r_en.eq(iterating & packer.elements.ready)]
+        with m.Else():
+            m.d.comb += [packer.elements.valid.eq(iterating & tickets.r_rdy & has_value & has_own & t.last),
+                         packer.elements.payload.eq(best)]
+        with m.If(start):
+            m.d.sync += [draining.eq(0), position.eq(0)] + [p.eq(0) for p in partial]
+        spmv_idle = ~is_spmv | (~draining & (busy == 0) & (in_tree == 0))
 
         # ---- control ------------------------------------------------------------------
         iterations = Signal(32)
@@ -353,7 +409,8 @@ class GraphEngine(wiring.Component):
         m.d.comb += [self.cpl.payload.tag.eq(cmd.tag), self.cpl.payload.aux.eq(iterations),
                      self.cpl.payload.bytes_read.eq(bytes_read), self.cpl.payload.bytes_written.eq(bytes_written)]
         scan_bytes = rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)
-        iteration_bytes = scan_bytes + Mux(is_sssp & (cmd.edges != 0), edge_len[:32], 0) + vertex_len[:32]
+        iteration_bytes = (scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
+                           Mux(is_spmv, 0, vertex_len[:32]))
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & ~row_open & have_start & ~edge_valid)
         with m.FSM(name="graph"):
@@ -392,11 +449,11 @@ class GraphEngine(wiring.Component):
                     m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                with m.If(transfers.finished & ~group_open & ~tickets.r_rdy):
+                with m.If(transfers.finished & ~group_open & ~tickets.r_rdy & spmv_idle):
                     m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd),
                                  bytes_read.eq(bytes_read + iteration_bytes),
                                  bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
-                    with m.If((transfers.error == 0) & changed & (iterations + 1 != cmd.max_iterations)):
+                    with m.If((transfers.error == 0) & changed & ~is_spmv & (iterations + 1 != cmd.max_iterations)):
                         m.next = "NEXT"
                     with m.Else():
                         m.next = "DONE"
