@@ -143,3 +143,17 @@ def test_generators():
     assert np.array_equal(generators.kronecker(10, 16, seed=5).indices, k.indices)      # reproducible
     with pytest.raises(ValueError, match="unknown graph"):
         generators.real_graph("nope")
+
+
+def test_unit_entry_fma_is_addition():
+    """PageRank's row sums run on the engine as SpMV with entries 1.0: fma(1, x, p) must
+    equal add(x, p) bit for bit, specials included."""
+    rng = np.random.default_rng(4)
+    specials = np.array([0.0, -0.0, 1e-40, -1e-45, 3.4e38, -3.4e38, np.inf, -np.inf], np.float32)
+    terms = np.concatenate([rng.standard_normal(4000).astype(np.float32) * np.float32(1e3),
+                            rng.choice(specials, 800)]).view(np.uint32)
+    rowptr = np.concatenate([[0], np.sort(rng.integers(0, len(terms), 150)), [len(terms)]])
+    ones = np.full(len(terms), 0x3F80_0000, np.uint32)
+    plain, fused = golden.row_sums(rowptr, terms), golden.row_sums(rowptr, ones, terms)
+    same = (plain == fused) | (np.isnan(fp.floats(plain)) & np.isnan(fp.floats(fused)))
+    assert same.all()

@@ -147,3 +147,24 @@ def test_larger_graphs_on_sim(mode):
             count, labels = graph.connected_components(a, dev, mode=mode)
             want = csgraph.connected_components(a, directed=True, connection="weak")
             assert count == want[0] and np.array_equal(labels, want[1])
+
+
+@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
+def test_pagerank(dev, mode):
+    """Bit for bit the golden PageRank (engine row sums, host vertex steps), and within
+    the stopping tolerance of networkx; no convergence within the limit raises."""
+    from ndpkit.golden import graph as golden
+    for g in (GRAPHS["kronecker"](), GRAPHS["karate"]()):
+        ranks = graph.pagerank(g, dev, mode=mode)
+        p = csr.pull(g, "pagerank")
+        want = golden.pagerank(p.rowptr, p.col, tol=1e-6)
+        assert np.array_equal(ranks.view(np.uint32), want.values)
+        nxg = g if isinstance(g, nx.Graph) else nx.from_scipy_sparse_array(g, create_using=nx.DiGraph)
+        ref = nx.pagerank(nxg, alpha=0.85, tol=1e-6, weight=None)
+        ref = np.array([ref[v] for v in (p.nodes if p.nodes is not None else range(p.n))])
+        assert np.abs(ranks - ref).sum() < 2 * p.n * 1e-6 + 1e-4
+    with pytest.raises(graph.ConvergenceError) as info:
+        graph.pagerank(GRAPHS["uniform"](), dev, mode=mode, tol=1e-12, max_iterations=2)
+    assert info.value.iterations == 2 and info.value.ranks.shape == (GRAPHS["uniform"]().shape[0],)
+    with pytest.raises(ValueError, match="alpha"):
+        graph.pagerank(GRAPHS["karate"](), dev, alpha=1.5)

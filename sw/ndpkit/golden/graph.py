@@ -175,13 +175,15 @@ def out_degrees(n: int, col) -> np.ndarray:
     return np.bincount(np.asarray(col, dtype=np.int64), minlength=n).astype(np.uint32)
 
 
-def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants):
-    """One iteration: (new ranks, L1 change), both fp32 bits."""
+def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sums=None):
+    """One iteration: (new ranks, L1 change), both fp32 bits.  ``pull_sums(contrib)``
+    computes the per-vertex row sums of ``contrib`` over the in-edges (default: here,
+    :func:`row_sums`; ``ndpkit.graph.pagerank`` passes the engine's)."""
     has_out = degree > 0
     contrib = np.where(has_out, fp.div(rank, fp.int32_to_fp32(degree.astype(np.int32))), np.uint32(0))
     dangling = vector_sum(np.where(has_out, np.uint32(0), rank))
     dterm = fp.mul(dangling, np.uint32(c.inv_n))
-    s = row_sums(rowptr, contrib[np.asarray(col, dtype=np.int64)])
+    s = row_sums(rowptr, contrib[np.asarray(col, dtype=np.int64)]) if pull_sums is None else pull_sums(contrib)
     new = fp.fma(np.uint32(c.damping), fp.add(s, dterm), np.uint32(c.teleport))
     err = vector_sum(fp.bits(np.abs(fp.floats(fp.sub(new, rank)))))
     return new.astype(np.uint32), err

@@ -9,8 +9,8 @@ table of cycles, bytes and efficiency.  Then (with PyTorch installed) a second c
 with the optimizer engines trains a small model with its step offloaded next to
 storage (:mod:`ndpkit.sim.demo_training`), and a third card with the attention
 engine runs the decode loop of a small transformer layer
-(:mod:`ndpkit.sim.demo_decode`), and a fourth with the graph engine runs BFS and
-connected components on a Kronecker graph in Piccolo and baseline modes
+(:mod:`ndpkit.sim.demo_decode`), and a fourth with the graph engine runs PageRank and
+BFS on a Kronecker graph in Piccolo and baseline modes
 (:mod:`ndpkit.sim.demo_graph`).  ``--device model`` runs them all on the
 behavioural model.
 """
