@@ -1,7 +1,9 @@
 """Graph benchmark (part of `make perf` / `make bench`): the graph engine in Piccolo mode
 (source values by row gathers) against baseline mode (64-byte line reads), on the same
-work: one connected-components iteration (every edge of the symmetric graph pulls its
-source's label) over Graph500 Kronecker and uniform random graphs (edge factor 16) and
+work, two kernels per graph: one connected-components iteration (every edge of the
+symmetric graph pulls its source's label) and one PageRank iteration's row sums (SpMV
+with unit entries over the in-edges, every edge pulls its source's fp32
+contribution), over Graph500 Kronecker and uniform random graphs (edge factor 16) and
 networkx's real graphs.
 
 The engine alone on the RTL memory model (512-bit port, 200-cycle latency, 256 requests
@@ -9,7 +11,7 @@ queued), its unit's
 link 16 bytes per cycle each way, 2 KiB rows.  Per graph and mode: cycles of the
 command (validation pass + one iteration), link bytes, useful bytes (4 per edge) ÷
 link bytes, row activations; the speed-up is baseline cycles ÷ Piccolo cycles, and
-the geometric mean over the graphs.  Each result is checked against the golden model.
+the geometric mean over the (graph, kernel) pairs.  Each result is checked against the golden model.
 Writes build/perf/graph.json.  QUICK=1: scales 10 and 12 (else 10, 12, 14).
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ndpkit.sim.bench import BulkBackdoor, StreamSink, StreamSource, bench_param
 
 MEM = 32 << 20
 OUT_NAME = "graph.json"
+KERNELS = ("cc", "pagerank")
 
 
 def workloads(quick: bool):
@@ -55,25 +58,35 @@ async def graph_throughput(dut):
     counters = SgUnit().signature.members["counters"].shape
     rows = []
     from ndpkit.graph import csr
-    for name, g in workloads(p["quick"]):        # rebuilt here: the arrays are too big for the command line
-        pg = csr.pull(g, "cc")
+    for (name, g), kernel in ((w, k) for w in workloads(p["quick"]) for k in KERNELS):
+        # rebuilt here: the arrays are too big for the command line
+        pg = csr.pull(g, kernel)
         rowptr, col = pg.rowptr, pg.col
         n, e = len(rowptr) - 1, len(col)
+        if kernel == "cc":
+            program, val, x = Program.CC, None, np.arange(n, dtype=np.uint32)
+            want = golden.min_iteration(rowptr, col, x)
+        else:                                   # the contributions of the first iteration: (1/n) / outdeg
+            program, val = Program.SPMV, np.full(e, 0x3F80_0000, np.uint32)
+            degree = golden.out_degrees(n, col)
+            x = np.where(degree > 0, (np.float32(1 / n) / np.maximum(degree, 1).astype(np.float32)), 0)
+            x = x.astype(np.float32).view(np.uint32)
+            want = golden.row_sums(rowptr, val, x[col.astype(np.int64)])
         layout, addr = {}, 0
-        for key, count in (("rowptr", n + 1), ("col", e), ("a", n), ("b", n)):
+        for key, count in (("rowptr", n + 1), ("col", e), ("val", e if val is not None else 0), ("a", n), ("b", n)):
             layout[key] = addr
             addr += -(-4 * count // 4096) * 4096
         assert addr <= MEM, name
         image = np.zeros(addr, np.uint8)
-        for key, arr in (("rowptr", rowptr), ("col", col), ("a", np.arange(n, dtype=np.uint32))):
-            image[layout[key]:layout[key] + 4 * len(arr)] = arr.view(np.uint8)
-        want = golden.min_iteration(rowptr, col, np.arange(n, dtype=np.uint32))
+        for key, arr in (("rowptr", rowptr), ("col", col), ("val", val), ("a", x)):
+            if arr is not None:
+                image[layout[key]:layout[key] + 4 * len(arr)] = arr.view(np.uint8)
         for mode in ("piccolo", "baseline"):
             await memory.write(0, image.tobytes())
             before = unpack(counters, int(dut.link.value))
-            fields = {"format_program": int(Program.CC), "format_mode": 0 if mode == "piccolo" else 1, "n": n,
-                      "edges": e, "rowptr": layout["rowptr"], "col": layout["col"], "val": 0, "a": layout["a"],
-                      "b": layout["b"], "max_iterations": 1, "tag": 1}
+            fields = {"format_program": int(program), "format_mode": 0 if mode == "piccolo" else 1, "n": n,
+                      "edges": e, "rowptr": layout["rowptr"], "col": layout["col"], "val": layout["val"],
+                      "a": layout["a"], "b": layout["b"], "max_iterations": 1, "tag": 1}
             t0 = time.perf_counter()
             source.send(fields)
             cycles = 0
@@ -87,13 +100,13 @@ async def graph_throughput(dut):
             assert np.array_equal(got, want), f"{name} {mode}: result differs from the golden model"
             after = unpack(counters, int(dut.link.value))
             delta = {k: after[k] - before[k] for k in after}
-            rows.append({"graph": name, "mode": mode, "vertices": n, "edges": e, "cycles": cycles,
+            rows.append({"graph": name, "kernel": kernel, "mode": mode, "vertices": n, "edges": e, "cycles": cycles,
                          "edges_per_cycle": e / cycles, "link_bytes": delta["link_bytes"],
                          "requests": delta["requests"], "useful_bytes": 4 * e,
                          "useful_fraction": 4 * e / max(1, delta["link_bytes"]),
                          "activations": delta["activations"], "column_accesses": delta["column_accesses"],
                          "sim_cycles_per_second": cycles / seconds})
-            dut._log.info(f"{name} {mode}: {cycles} cycles, {delta['link_bytes']} link bytes")
+            dut._log.info(f"{name} {kernel} {mode}: {cycles} cycles, {delta['link_bytes']} link bytes")
     with open(p["out"], "w") as f:
         json.dump(rows, f, indent=1)
 
@@ -113,17 +126,18 @@ def main() -> int:
     run_bench(Design(EngineHarness(GraphEngine(), mem_size=MEM, max_outstanding=256), "graph_engine_perf",
                      key=f"perf {MEM} 256"), "tb.graph.graph_bench", params=params)
     rows = json.loads(out.read_text())
-    print("\ngraph engine: one connected-components iteration, 512-bit port, latency 200, link 16 B/cycle, "
-          "2 KiB rows")
-    print(f"{'graph':>16} {'vertices':>8} {'edges':>8} {'mode':>9} {'cycles':>9} {'edges/cyc':>9} {'link B':>10} "
+    print("\ngraph engine: one connected-components iteration (cc) and one PageRank iteration's row sums "
+          "(pagerank), 512-bit port, latency 200, link 16 B/cycle, 2 KiB rows")
+    print(f"{'graph':>16} {'kernel':>8} {'vertices':>8} {'edges':>8} {'mode':>9} {'cycles':>9} {'edges/cyc':>9} {'link B':>10} "
           f"{'useful/link':>11} {'activations':>11} {'speed-up':>8}")
     speedups = []
     for r in rows:
-        base = next(x for x in rows if x["graph"] == r["graph"] and x["mode"] == "baseline")
+        base = next(x for x in rows if x["graph"] == r["graph"] and x["kernel"] == r["kernel"]
+                    and x["mode"] == "baseline")
         r["speedup_vs_baseline"] = base["cycles"] / r["cycles"]
         if r["mode"] == "piccolo":
             speedups.append(r["speedup_vs_baseline"])
-        print(f"{r['graph']:>16} {r['vertices']:>8} {r['edges']:>8} {r['mode']:>9} {r['cycles']:>9} "
+        print(f"{r['graph']:>16} {r['kernel']:>8} {r['vertices']:>8} {r['edges']:>8} {r['mode']:>9} {r['cycles']:>9} "
               f"{r['edges_per_cycle']:>9.3f} {r['link_bytes']:>10} {r['useful_fraction']:>11.3f} "
               f"{r['activations']:>11} {r['speedup_vs_baseline']:>7.2f}x")
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
