@@ -16,12 +16,14 @@ Phases:
    been written when a graph is rejected.
 3. *iterate*: the row pointers, columns (and weights) and the vertices' own values
    stream in order; each edge's source value comes through the unit.  The
-   **collector** groups consecutive edges whose source values share a DRAM row (Piccolo
-   mode, up to 16 per row gather) or a 64-byte line (baseline mode, one line read)
-   into one request; a group is sent when the next edge falls elsewhere, when it is
-   full, or after ``group_timeout`` cycles without a new member.  Responses come back
-   in order, so a ticket per edge (which response, which lane) lets the **reducer**
-   consume edges in order: ``new[v] = min(old[v], min_u value[u] + w)`` (saturating;
+   **collector** (a collection-extended MSHR of ``mshr_slots`` open groups) groups
+   edges whose source values share a DRAM row (Piccolo mode, up to 16 per row gather)
+   or a 64-byte line (baseline mode, one line read, an ordinary MSHR) into one
+   request; a group is sent when full, after ``group_timeout`` cycles without a new
+   member, to free a slot for an edge that fits no open group, or at the end.  Each
+   group holds a response id until its members are read; the unit's responses (in
+   send order) wait in a response buffer under their id, and a ticket per edge (id,
+   lane) lets the **reducer** consume edges in order: ``new[v] = min(old[v], min_u value[u] + w)`` (saturating;
    BFS w = 1, CC w = 0), written in order through the burst writer (whole bus words,
    padding 0).  Iterations alternate a -> b -> a until one changes nothing or
    ``max_iterations``; ``cpl_aux`` = iterations.
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ndpkit.codes import ErrorCode
@@ -123,20 +126,24 @@ class WordPacker(wiring.Component):
         return m
 
 
-TicketLayout = data.StructLayout({"empty": 1, "first": 1, "last": 1, "fresh": 1, "lane": 4, "weight": 32})
-
-
 class GraphEngine(wiring.Component):
     max_in_flight = 1
 
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 4,
                  max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
-                 tickets: int = 256):
+                 tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64):
         if data_width != 8 * LINE:
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.addr_width, self.data_width = addr_width, data_width
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
+        if mshr_slots < 1 or response_ids < 2 or response_ids & (response_ids - 1):
+            raise ValueError(f"graph: mshr_slots must be >= 1 and response_ids a power of two >= 2, not "
+                             f"{mshr_slots} and {response_ids}")
+        self.mshr_slots, self.response_ids = mshr_slots, response_ids
+        # a ticket per edge: row start/end, the response id and lane holding its source value
+        self.ticket_layout = data.StructLayout({"empty": 1, "first": 1, "last": 1, "id": range(response_ids),
+                                                "lane": 4, "weight": 32})
         # The streams need a few bytes per edge; short bursts, two in flight each, leave the
         # memory's request queue to the unit's single-column reads (long prefetching bursts
         # would hold the queue and starve them).
@@ -283,9 +290,18 @@ class GraphEngine(wiring.Component):
             m.d.sync += [row_first.eq(1), have_start.eq(0), row_open.eq(0)]
         m.d.comb += edge.first.eq(Mux(edge.empty, 1, row_first))
 
-        # ---- collector: consecutive edges of one row (Piccolo) or line (baseline) --
-        m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=TicketLayout.size, depth=self.tickets)
-        ticket = Signal(TicketLayout)
+        # ---- collector: a collection-extended MSHR --------------------------------
+        # `mshr_slots` groups are open at once, each collecting the edges whose source
+        # values share one DRAM row (Piccolo mode: up to 16 offsets, one row gather) or
+        # one 64-byte line (baseline mode: an ordinary MSHR merging misses to a line).
+        # An edge joins the open group with its key or opens one in a free slot; with
+        # no slot free, the round-robin victim is sent to make room.  A group also
+        # leaves when full, after `group_timeout` cycles without a new member, or when
+        # the iteration's edges are all taken.  Each group holds a response id from
+        # opening until the reducer has read all its members: responses come back in
+        # send order, not edge order, and wait in the response buffer under their id.
+        m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=self.ticket_layout.size, depth=self.tickets)
+        ticket = Signal(self.ticket_layout)
         m.d.comb += [tickets.w_data.eq(ticket), ticket.empty.eq(edge.empty), ticket.first.eq(edge.first),
                      ticket.last.eq(edge.last), ticket.weight.eq(edge.weight)]
         baseline = cmd.format_mode == MODE_BASELINE
@@ -294,63 +310,115 @@ class GraphEngine(wiring.Component):
         m.d.comb += address.eq(source_base + (edge.u << 2))
         key = Signal(self.addr_width)
         m.d.comb += key.eq(Mux(baseline, address >> 6, address >> row_shift))
-        group_open, group_key, group_count = Signal(), Signal(self.addr_width), Signal(5)
-        offsets = Signal(data.ArrayLayout(16, MAX_OFFSETS))
-        idle = Signal(range(self.group_timeout + 1))
-        fits = group_open & (key == group_key) & (group_count < MAX_OFFSETS)
-        lane = Mux(baseline, address[2:6], group_count[:4])
-        request = unit.req.payload
-        m.d.comb += [request.op.eq(Mux(baseline, Op.LINE_READ, Op.ROW_GATHER)), request.size.eq(4),
-                     request.count.eq(group_count),
-                     request.address.eq(Mux(baseline, group_key << 6, group_key << row_shift)),
-                     request.offsets.eq(offsets), request.data.eq(0)]
+        slots, ids = self.mshr_slots, self.response_ids
+        slot_open = Signal(slots)
+        slot_key = Array(Signal(self.addr_width, name=f"slot{i}_key") for i in range(slots))
+        slot_count = Array(Signal(5, name=f"slot{i}_count") for i in range(slots))
+        slot_id = Array(Signal(range(ids), name=f"slot{i}_id") for i in range(slots))
+        slot_idle = Array(Signal(range(self.group_timeout + 1), name=f"slot{i}_idle") for i in range(slots))
+        slot_offsets = Array(Signal(16 * MAX_OFFSETS, name=f"slot{i}_offsets") for i in range(slots))
         streams_done = Signal()          # every edge of the iteration has been taken
-        send = Signal()
-        m.d.comb += send.eq(group_open & ((edge_valid & ~edge.empty & ~fits & tickets.w_rdy) |
-                                          (idle == self.group_timeout) | streams_done))
-        joins = fits & ~send             # a group being sent takes no more members
-        m.d.comb += unit.req.valid.eq(send)
+        lookup = edge_valid & ~edge.empty & tickets.w_rdy
+        hits = Signal(slots)
+        m.d.comb += hits.eq(Cat(slot_open[i] & (slot_key[i] == key) & (slot_count[i] < MAX_OFFSETS)
+                                for i in range(slots)))
+        victim = Signal(range(slots))
+        evict = lookup & (hits == 0) & slot_open.all()
+        want = Signal(slots)
+        m.d.comb += want.eq(Cat(slot_open[i] & ((slot_count[i] == MAX_OFFSETS) | (slot_idle[i] == self.group_timeout) |
+                                                streams_done | (evict & (victim == i)))
+                                for i in range(slots)))
+        send_slot = Signal(range(slots))
+        for i in reversed(range(slots)):         # the lowest slot that wants to go
+            with m.If(want[i]):
+                m.d.comb += send_slot.eq(i)
+        m.submodules.sent_ids = sent_ids = fifo.SyncFIFO(width=len(slot_id[0]), depth=ids)
+        request = unit.req.payload
+        m.d.comb += [unit.req.valid.eq(want.any()),
+                     request.op.eq(Mux(baseline, Op.LINE_READ, Op.ROW_GATHER)), request.size.eq(4),
+                     request.count.eq(slot_count[send_slot]),
+                     request.address.eq(Mux(baseline, slot_key[send_slot] << 6, slot_key[send_slot] << row_shift)),
+                     request.offsets.eq(slot_offsets[send_slot]), request.data.eq(0)]
         sent = unit.req.valid & unit.req.ready
+        sending = Signal(slots)
+        m.d.comb += sending.eq(Mux(sent, Const(1, slots) << send_slot, 0))
+        members = Array(Signal(5, name=f"id{i}_members") for i in range(ids))
+        m.d.comb += [sent_ids.w_en.eq(sent), sent_ids.w_data.eq(slot_id[send_slot])]
         with m.If(sent):
-            m.d.sync += [group_open.eq(0), group_count.eq(0), idle.eq(0)]
+            m.d.sync += members[slot_id[send_slot]].eq(slot_count[send_slot])
+            with m.If(evict):
+                m.d.sync += victim.eq(Mux(victim == slots - 1, 0, victim + 1))
+        id_busy = Signal(ids)            # a group holds the id from opening until its members are read
+        next_id = Signal(range(ids))
+        joinable = hits & ~sending       # a group being sent takes no more members
+        join_slot, free_slot = Signal(range(slots)), Signal(range(slots))
+        for i in reversed(range(slots)):
+            with m.If(joinable[i]):
+                m.d.comb += join_slot.eq(i)
+            with m.If(~slot_open[i]):
+                m.d.comb += free_slot.eq(i)
+        can_open = (hits == 0) & ~slot_open.all() & ~(id_busy >> next_id)[0]
         take = Signal()
+        joined = Signal(slots)
         with m.If(edge_valid & tickets.w_rdy):
             with m.If(edge.empty):
                 m.d.comb += take.eq(1)
-            with m.Elif(joins):
-                m.d.comb += [take.eq(1), ticket.lane.eq(lane), ticket.fresh.eq(0)]
-                m.d.sync += [offsets[group_count[:4]].eq(address[2:row_shift]), group_count.eq(group_count + 1),
-                             idle.eq(0)]
-            with m.Elif(~group_open | sent):
-                m.d.comb += [take.eq(1), ticket.lane.eq(Mux(baseline, address[2:6], 0)), ticket.fresh.eq(1)]
-                m.d.sync += [group_open.eq(1), group_key.eq(key), group_count.eq(1), idle.eq(0),
-                             offsets[0].eq(address[2:row_shift])]
-        with m.If(group_open & ~take & ~sent & (idle != self.group_timeout)):
-            m.d.sync += idle.eq(idle + 1)
+            with m.Elif(joinable.any()):
+                count = slot_count[join_slot]
+                m.d.comb += [take.eq(1), ticket.id.eq(slot_id[join_slot]),
+                             ticket.lane.eq(Mux(baseline, address[2:6], count[:4])),
+                             joined.eq(Const(1, slots) << join_slot)]
+                m.d.sync += [slot_offsets[join_slot].word_select(count[:4], 16).eq(address[2:row_shift]),
+                             count.eq(count + 1)]
+            with m.Elif(can_open):
+                m.d.comb += [take.eq(1), ticket.id.eq(next_id), ticket.lane.eq(Mux(baseline, address[2:6], 0)),
+                             joined.eq(Const(1, slots) << free_slot)]
+                m.d.sync += [slot_key[free_slot].eq(key), slot_count[free_slot].eq(1), slot_id[free_slot].eq(next_id),
+                             slot_offsets[free_slot].word_select(0, 16).eq(address[2:row_shift]),
+                             next_id.eq(next_id + 1), id_busy.bit_select(next_id, 1).eq(1)]
+        m.d.sync += slot_open.eq((slot_open | joined) & ~sending)
+        for i in range(slots):
+            with m.If(joined[i]):
+                m.d.sync += slot_idle[i].eq(0)
+            with m.Elif(slot_open[i] & (slot_idle[i] != self.group_timeout)):
+                m.d.sync += slot_idle[i].eq(slot_idle[i] + 1)
         m.d.comb += [edge_ready.eq(take), tickets.w_en.eq(take)]
 
+        # ---- response buffer: every response under its group's id ---------------------
+        m.submodules.responses = responses = Memory(shape=8 * LINE, depth=ids, init=[])
+        response_write = responses.write_port()
+        response_read = responses.read_port(domain="comb")
+        arrived = Signal(ids)
+        resp = unit.resp
+        m.d.comb += [resp.ready.eq(1), sent_ids.r_en.eq(resp.valid),
+                     response_write.addr.eq(sent_ids.r_data), response_write.data.eq(resp.payload.data),
+                     response_write.en.eq(resp.valid)]
+        with m.If(resp.valid):
+            m.d.sync += arrived.bit_select(sent_ids.r_data, 1).eq(1)
+
         # ---- reducer ----------------------------------------------------------------
-        held = Signal(8 * LINE)          # the response the current group's tickets read
         acc, own = Signal(32), Signal(32)
         changed = Signal()
-        t = TicketLayout(tickets.r_data)
-        resp = unit.resp
-        value_line = Mux(t.fresh, resp.payload.data, held)
-        value = value_line.word_select(t.lane, 32)
+        t = self.ticket_layout(tickets.r_data)
+        m.d.comb += response_read.addr.eq(t.id)
+        value = response_read.data.word_select(t.lane, 32)
         total = value + t.weight
         candidate = Mux((value == INF) | total[32], INF, total[:32])
         base = Mux(t.first, old.payload, acc)
         best = Mux(t.empty | (candidate >= base), base, candidate)
-        has_value = t.empty | ~t.fresh | resp.valid
+        has_value = t.empty | (arrived >> t.id)[0]
         has_own = ~t.first | old.valid
         can_emit = ~t.last | packer.elements.ready
         min_fire = iterating & ~is_spmv & tickets.r_rdy & has_value & has_own & can_emit
         spmv_fire = Signal()
         fire = min_fire | spmv_fire
-        m.d.comb += [tickets.r_en.eq(fire), resp.ready.eq(fire & ~t.empty & t.fresh),
-                     old.ready.eq(min_fire & t.first)]
-        with m.If(fire & ~t.empty & t.fresh):
-            m.d.sync += held.eq(resp.payload.data)
+        m.d.comb += [tickets.r_en.eq(fire), old.ready.eq(min_fire & t.first)]
+        used = Array(Signal(5, name=f"id{i}_used") for i in range(ids))
+        with m.If(fire & ~t.empty):       # the group's last member read: its id is free again
+            with m.If(used[t.id] + 1 == members[t.id]):
+                m.d.sync += [used[t.id].eq(0), arrived.bit_select(t.id, 1).eq(0), id_busy.bit_select(t.id, 1).eq(0)]
+            with m.Else():
+                m.d.sync += used[t.id].eq(used[t.id] + 1)
         with m.If(min_fire):
             m.d.sync += acc.eq(best)
             with m.If(t.first):
@@ -449,7 +517,7 @@ class GraphEngine(wiring.Component):
                     m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                with m.If(transfers.finished & ~group_open & ~tickets.r_rdy & spmv_idle):
+                with m.If(transfers.finished & (slot_open == 0) & ~tickets.r_rdy & spmv_idle):
                     m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd),
                                  bytes_read.eq(bytes_read + iteration_bytes),
                                  bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
