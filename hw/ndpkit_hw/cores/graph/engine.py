@@ -30,9 +30,9 @@ Phases:
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to an FMA,
    ``partial[k mod 8] = fma(val, x[u], partial[k mod 8])`` (a lane waits while its
    previous FMA is in flight: latency 13, so rows longer than 8 entries run at 8
-   entries per 13 cycles); at a row's end, once its FMAs are back, the eight partials
-   go down the adder tree (((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) and the next row
-   starts (a row costs at least the FMA latency).  The tree's results queue for the
+   entries per 13 cycles); rows alternate between two banks of partials, so the next
+   row starts at once while the finished row's FMAs complete; then its eight partials
+   go down the adder tree (((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)), rows in order.  The tree's results queue for the
    writer; a row enters the tree only when the queue has room for everything in it.
 
 Completion bytes count the streamed arrays (the golden model's figures); the source
@@ -432,31 +432,44 @@ class GraphEngine(wiring.Component):
         out_depth = tree.latency + 4
         spmv_out = fifo.SyncFIFOBuffered(width=32, depth=out_depth)
         m.submodules.spmv_out = ResetInserter(start)(spmv_out)   # nothing left from an aborted command
-        partial = Array(Signal(32, name=f"partial{i}") for i in range(8))
-        busy = Signal(8)                 # lanes with an FMA in flight
+        # two banks of eight partial sums: a row accumulates in one while the previous
+        # row's FMAs finish in the other and its sums wait for the tree (rows leave in order)
+        flat = [Signal(32, name=f"partial{b}_{i}") for b in range(2) for i in range(8)]
+        partial = Array(flat)
+        busy = Signal(16)                # bank x lane with an FMA in flight
         position = Signal(3)             # the next entry's lane
-        draining = Signal()              # the row's entries are issued; its sums go to the tree when back
+        bank = Signal()                  # the bank the current row accumulates in
+        pending = Signal(2)              # per bank: a finished row whose sums have not gone to the tree
+        drain_bank = Signal()            # the bank whose row goes to the tree next
         in_tree = Signal(range(out_depth + 1))
-        lane_free = ~(busy >> position)[0]
-        m.d.comb += spmv_fire.eq(iterating & is_spmv & tickets.r_rdy & has_value & ~draining & (t.empty | lane_free))
+        slot = Cat(position, bank)
+        lane_free = ~(busy >> slot)[0]
+        bank_ready = ~(pending >> bank)[0]
+        m.d.comb += spmv_fire.eq(iterating & is_spmv & tickets.r_rdy & has_value & bank_ready & (t.empty | lane_free))
         m.d.comb += [fma.i.valid.eq(spmv_fire & ~t.empty), fma.i.payload.a[0].eq(t.weight),
-                     fma.i.payload.b[0].eq(value), fma.i.payload.c[0].eq(partial[position])]
-        lane_tags = [Signal(3, name=f"fma_lane{i}") for i in range(fma.latency)]   # travels with the FMA
-        m.d.sync += [lane_tags[0].eq(position)] + [b.eq(a) for a, b in zip(lane_tags, lane_tags[1:])]
-        issued = Mux(fma.i.valid, Const(1, 8) << position, 0)
-        returned = Mux(fma.o.valid, Const(1, 8) << lane_tags[-1], 0)
+                     fma.i.payload.b[0].eq(value), fma.i.payload.c[0].eq(partial[slot])]
+        slot_tags = [Signal(4, name=f"fma_slot{i}") for i in range(fma.latency)]   # travels with the FMA
+        m.d.sync += [slot_tags[0].eq(slot)] + [b.eq(a) for a, b in zip(slot_tags, slot_tags[1:])]
+        issued = Mux(fma.i.valid, Const(1, 16) << slot, 0)
+        returned = Mux(fma.o.valid, Const(1, 16) << slot_tags[-1], 0)
         m.d.sync += busy.eq((busy | issued) & ~returned)
         with m.If(fma.o.valid):
-            m.d.sync += partial[lane_tags[-1]].eq(fma.o.payload[0])
+            m.d.sync += partial[slot_tags[-1]].eq(fma.o.payload[0])
         with m.If(fma.i.valid):
             m.d.sync += position.eq(position + 1)
         with m.If(spmv_fire & t.last):
-            m.d.sync += draining.eq(1)
+            m.d.sync += [pending.bit_select(bank, 1).eq(1), bank.eq(~bank), position.eq(0)]
         room = in_tree + spmv_out.level < out_depth
-        to_tree = draining & (busy == 0) & room
-        m.d.comb += [tree.i.valid.eq(to_tree)] + [tree.i.payload.a[i].eq(partial[i]) for i in range(8)]
+        to_tree = (pending >> drain_bank)[0] & (busy.word_select(drain_bank, 8) == 0) & room
+        m.d.comb += [tree.i.valid.eq(to_tree)] + [tree.i.payload.a[i].eq(Mux(drain_bank, flat[8 + i], flat[i]))
+                                                  for i in range(8)]
         with m.If(to_tree):
-            m.d.sync += [draining.eq(0), position.eq(0)] + [p.eq(0) for p in partial]
+            m.d.sync += [pending.bit_select(drain_bank, 1).eq(0), drain_bank.eq(~drain_bank)]
+            for i in range(8):
+                with m.If(drain_bank):
+                    m.d.sync += flat[8 + i].eq(0)
+                with m.Else():
+                    m.d.sync += flat[i].eq(0)
         m.d.sync += in_tree.eq(in_tree + to_tree - tree.o.valid)
         m.d.comb += [spmv_out.w_en.eq(tree.o.valid), spmv_out.w_data.eq(tree.o.payload)]
         with m.If(is_spmv):
@@ -467,8 +480,8 @@ class GraphEngine(wiring.Component):
             m.d.comb += [packer.elements.valid.eq(iterating & tickets.r_rdy & has_value & has_own & t.last),
                          packer.elements.payload.eq(best)]
         with m.If(start):
-            m.d.sync += [draining.eq(0), position.eq(0)] + [p.eq(0) for p in partial]
-        spmv_idle = ~is_spmv | (~draining & (busy == 0) & (in_tree == 0))
+            m.d.sync += [pending.eq(0), bank.eq(0), drain_bank.eq(0), position.eq(0)] + [p.eq(0) for p in flat]
+        spmv_idle = ~is_spmv | ((pending == 0) & (busy == 0) & (in_tree == 0))
 
         # ---- control ------------------------------------------------------------------
         iterations = Signal(32)
