@@ -101,7 +101,7 @@ impl: $(IMPL_STAMP)
 # Resources and Fmax of every engine at its default and largest configuration (ECP5
 # place and route, UltraScale+ estimate as a share of each board's part, the papers'
 # figures beside them); writes docs/impl_report.json and docs/impl_report.md.
-# ENGINES="dma_copy adam:max" for a subset (updates the JSON only).
+# ENGINES="dma_copy adam:max" for a subset; the document lists what is not yet measured.
 impl-report: $(IMPL_STAMP)
 	$(VPY) -m tb.impl_report $(ENGINES)
 
