@@ -148,7 +148,7 @@ def markdown(rows, versions, missing=()) -> str:
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         e, x = r.get("ecp5") or {}, r["xcup"]
-        fmax = r["ecp5_fmax_mhz"] if r.get("ecp5") else r.get("ecp5_note", "—")
+        fmax = r.get("ecp5_fmax_mhz") or r.get("ecp5_note", "—")
         lut4 = e.get("TRELLIS_COMB", (r.get("ecp5_synth") or {}).get("LUT4", "—"))
         est = "≈" if r.get("estimate") else ""
         out.append(f"| {r['engine']} | {r['config']}{' (estimate)' if est else ''} | {r['lanes']} | {fmax} | {lut4} | "
