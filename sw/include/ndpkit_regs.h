@@ -622,7 +622,7 @@
 #define NDPKIT_SG_OUT_VALUE_SHIFT 0u
 #define NDPKIT_SG_OUT_VALUE_MASK 0xffffffffu  /* RW */
 
-/* graph: Pull-style graph programs (BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit (Piccolo row gathers or baseline line reads), bit-exact to ndpkit.golden.graph. Whole-command checks (program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd). */
+/* graph: Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit (Piccolo row gathers or baseline line reads), bit-exact to ndpkit.golden.graph. Whole-command checks (program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd); PageRank sets bit 31 when it stopped by its tolerance. */
 #define NDPKIT_GRAPH_SIZE 0x1000u
 #define NDPKIT_GRAPH_KIND_OFFSET 0x0000u
 #define NDPKIT_GRAPH_KIND_RESET 0x00000000u
@@ -734,5 +734,25 @@
 #define NDPKIT_GRAPH_MAX_ITERATIONS_RESET 0x00000000u
 #define NDPKIT_GRAPH_MAX_ITERATIONS_VALUE_SHIFT 0u
 #define NDPKIT_GRAPH_MAX_ITERATIONS_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_SCRATCH_OFFSET 0x0064u
+#define NDPKIT_GRAPH_SCRATCH_RESET 0x00000000u
+#define NDPKIT_GRAPH_SCRATCH_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_SCRATCH_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_DAMPING_OFFSET 0x0068u
+#define NDPKIT_GRAPH_DAMPING_RESET 0x00000000u
+#define NDPKIT_GRAPH_DAMPING_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_DAMPING_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_TELEPORT_OFFSET 0x006cu
+#define NDPKIT_GRAPH_TELEPORT_RESET 0x00000000u
+#define NDPKIT_GRAPH_TELEPORT_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_TELEPORT_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_INV_N_OFFSET 0x0070u
+#define NDPKIT_GRAPH_INV_N_RESET 0x00000000u
+#define NDPKIT_GRAPH_INV_N_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_INV_N_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_TOLERANCE_OFFSET 0x0074u
+#define NDPKIT_GRAPH_TOLERANCE_RESET 0x00000000u
+#define NDPKIT_GRAPH_TOLERANCE_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_TOLERANCE_VALUE_MASK 0xffffffffu  /* RW */
 
 #endif /* NDPKIT_REGS_H */

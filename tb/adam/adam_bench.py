@@ -22,7 +22,6 @@ import time
 
 import cocotb
 import numpy as np
-from cocotb.triggers import RisingEdge
 
 from ndpkit.golden.adam import Format, scalars_for_step
 from ndpkit.regs.blocks import ADAM
@@ -67,13 +66,9 @@ async def adam_throughput(dut):
             await memory.write(5 * arr, raw + bytes(-len(raw) % word))
             fields.update(format_sparse=1, pairs=k, idx=5 * arr)
             read_bytes = 12 + density * (4 + value_bytes)
-        cycles = 0
         t0 = time.perf_counter()
         source.send(fields)
-        while not sink.items:
-            await RisingEdge(dut.clk)
-            cycles += 1
-        cpl = sink.items.popleft()
+        cpl, cycles = await sink.timed_receive()
         assert cpl["error"] == 0, cpl
         write_bytes = 12 + (2 if copy else 0)
         bound = word / max(read_bytes, write_bytes)       # reads and writes use separate AXI channels

@@ -13,6 +13,7 @@ import ndpkit
 from ndpkit import graph
 from ndpkit.codes import ErrorCode
 from ndpkit.errors import DeviceError
+from ndpkit.golden import graph as golden
 from ndpkit.golden.graph import Program
 from ndpkit.graph import csr, generators
 
@@ -56,7 +57,6 @@ def test_against_scipy(dev, name, mode):
 def test_spmv(dev, mode):
     """y = A x: bit for bit the golden model's row sums, and A @ x in float64 to fp32
     rounding; rectangular matrices and a networkx graph's weighted adjacency too."""
-    from ndpkit.golden import graph as golden
     rng = np.random.default_rng(7)
     for a in (generators.kronecker(8, 8, seed=11).astype(np.float32) * rng.standard_normal(1).astype(np.float32),
               sp.random_array((300, 170), density=0.05, format="csr", dtype=np.float32, rng=rng),
@@ -111,8 +111,28 @@ def test_bad_graphs_and_commands(dev):
                 dev.graph.run(Program.CC, **{**args, **change})
             assert e.value.code == code and e.value.field == field
         with pytest.raises(DeviceError) as e:
-            dev.graph.run(Program.PAGERANK, **args)
+            dev.graph.run(7, **args)
         assert e.value.code == ErrorCode.BAD_FIELD and e.value.field == "program"
+        # PageRank's own fields: the tolerance (negative, NaN), the scratch array
+        good = golden.PageRankConstants.for_graph(g.n)
+        scratch = dev.alloc(2 * b.size)
+        degrees = dev.upload(golden.out_degrees(g.n, g.col))
+        try:
+            pr = dict(args, val=degrees, scratch=scratch, max_iterations=3)
+            for change, code, field in (({"constants": golden.PageRankConstants(good.damping, good.teleport,
+                                                                                good.inv_n, 0xBF80_0000)},
+                                         ErrorCode.BAD_FIELD, "tolerance"),
+                                        ({"constants": golden.PageRankConstants(good.damping, good.teleport,
+                                                                                good.inv_n, 0x7FC0_0000)},
+                                         ErrorCode.BAD_FIELD, "tolerance"),
+                                        ({"constants": good, "scratch": b}, ErrorCode.OVERLAP, "scratch")):
+                with pytest.raises(DeviceError) as e:
+                    dev.graph.run(Program.PAGERANK, **{**pr, **change})
+                assert e.value.code == code and e.value.field == field
+            assert (a.read(), b.read()) == before            # nothing written
+        finally:
+            scratch.free()
+            degrees.free()
         done = dev.graph.run(Program.CC, **args)              # the next command works
         assert done.ok and done.aux >= 1
         assert keep.read() == bytes(range(256)) * 16
@@ -133,6 +153,27 @@ def test_api_argument_checks(dev):
         graph.bfs(generators.real_graph("karate_club_graph"), "nobody", dev)
 
 
+def test_card_graph_frees_its_buffers(dev):
+    """Every buffer a graph command makes is freed, also when the engine rejects it."""
+    free = dev.allocator.free_bytes
+    g = csr.pull(generators.uniform(5, 3, seed=4), "cc")
+    bad = csr.PullGraph(g.n, g.rowptr, np.where(np.arange(len(g.col)) == 3, g.n + 7, g.col).astype(np.uint32),
+                        None, None)
+    with pytest.raises(DeviceError) as e:
+        graph.run(dev, bad, Program.CC, np.arange(g.n, dtype=np.uint32))
+    assert e.value.code == ErrorCode.BAD_INDEX and e.value.field == "col"
+    assert dev.allocator.free_bytes == free
+    with graph.CardGraph(dev, g) as card:
+        card.vector()
+        assert dev.allocator.free_bytes < free
+    assert dev.allocator.free_bytes == free
+    with pytest.raises(graph.ConvergenceError):
+        graph.pagerank(generators.uniform(6, 4, seed=5), dev, tol=1e-12, max_iterations=1)
+    assert dev.allocator.free_bytes == free
+    with pytest.raises(ValueError, match="mode"):
+        graph.CardGraph(dev, g, mode="fast")
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("mode", ["piccolo", "baseline"])
 def test_larger_graphs_on_sim(mode):
@@ -151,14 +192,14 @@ def test_larger_graphs_on_sim(mode):
 
 @pytest.mark.parametrize("mode", ["piccolo", "baseline"])
 def test_pagerank(dev, mode):
-    """Bit for bit the golden PageRank (engine row sums, host vertex steps), and within
-    the stopping tolerance of networkx; no convergence within the limit raises."""
-    from ndpkit.golden import graph as golden
+    """One engine command: bit for bit the golden PageRank (same iteration count), and
+    within the stopping tolerance of networkx; no convergence within the limit raises."""
     for g in (GRAPHS["kronecker"](), GRAPHS["karate"]()):
-        ranks = graph.pagerank(g, dev, mode=mode)
+        stats = {}
+        ranks = graph.pagerank(g, dev, mode=mode, stats=stats)
         p = csr.pull(g, "pagerank")
         want = golden.pagerank(p.rowptr, p.col, tol=1e-6)
-        assert np.array_equal(ranks.view(np.uint32), want.values)
+        assert np.array_equal(ranks.view(np.uint32), want.values) and stats["iterations"] == want.iterations
         nxg = g if isinstance(g, nx.Graph) else nx.from_scipy_sparse_array(g, create_using=nx.DiGraph)
         ref = nx.pagerank(nxg, alpha=0.85, tol=1e-6, weight=None)
         ref = np.array([ref[v] for v in (p.nodes if p.nodes is not None else range(p.n))])

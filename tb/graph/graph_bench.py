@@ -1,10 +1,11 @@
 """Graph benchmark (part of `make perf` / `make bench`): the graph engine in Piccolo mode
 (source values by row gathers) against baseline mode (64-byte line reads), on the same
 work, two kernels per graph: one connected-components iteration (every edge of the
-symmetric graph pulls its source's label) and one PageRank iteration's row sums (SpMV
-with unit entries over the in-edges, every edge pulls its source's fp32
-contribution), over Graph500 Kronecker and uniform random graphs (edge factor 16) and
-networkx's real graphs.
+symmetric graph pulls its source's label) and one PageRank iteration (the engine's
+PageRank command with an iteration limit of 1: the contributions pass, the pull pass in
+which every in-edge pulls its source's fp32 contribution, the update pass with the L1
+change; only the pull pass differs between the modes), over Graph500 Kronecker and
+uniform random graphs (edge factor 16) and networkx's real graphs.
 
 The engine alone on the RTL memory model (512-bit port, 200-cycle latency, 256 requests
 queued), its unit's
@@ -23,7 +24,6 @@ import time
 
 import cocotb
 import numpy as np
-from cocotb.triggers import RisingEdge
 
 from ndpkit.golden import graph as golden
 from ndpkit.golden.graph import Program
@@ -66,14 +66,14 @@ async def graph_throughput(dut):
         if kernel == "cc":
             program, val, x = Program.CC, None, np.arange(n, dtype=np.uint32)
             want = golden.min_iteration(rowptr, col, x)
-        else:                                   # the contributions of the first iteration: (1/n) / outdeg
-            program, val = Program.SPMV, np.full(e, 0x3F80_0000, np.uint32)
-            degree = golden.out_degrees(n, col)
-            x = np.where(degree > 0, (np.float32(1 / n) / np.maximum(degree, 1).astype(np.float32)), 0)
-            x = x.astype(np.float32).view(np.uint32)
-            want = golden.row_sums(rowptr, val, x[col.astype(np.int64)])
+        else:                                   # PageRank's first iteration
+            program, val = Program.PAGERANK, golden.out_degrees(n, col)
+            constants = golden.PageRankConstants.for_graph(n)
+            x = np.full(n, constants.inv_n, np.uint32)
+            want = golden.pagerank_iteration(rowptr, col, val, x, constants)[0]
         layout, addr = {}, 0
-        for key, count in (("rowptr", n + 1), ("col", e), ("val", e if val is not None else 0), ("a", n), ("b", n)):
+        for key, count in (("rowptr", n + 1), ("col", e), ("val", len(val) if val is not None else 0), ("a", n),
+                           ("b", n), ("scratch", 2 * -(-n // 16) * 16 if kernel == "pagerank" else 0)):
             layout[key] = addr
             addr += -(-4 * count // 4096) * 4096
         assert addr <= MEM, name
@@ -87,15 +87,15 @@ async def graph_throughput(dut):
             fields = {"format_program": int(program), "format_mode": 0 if mode == "piccolo" else 1, "n": n,
                       "edges": e, "rowptr": layout["rowptr"], "col": layout["col"], "val": layout["val"],
                       "a": layout["a"], "b": layout["b"], "max_iterations": 1, "tag": 1}
+            if program == Program.PAGERANK:
+                c = golden.PageRankConstants.for_graph(n)
+                fields.update(scratch=layout["scratch"], damping=c.damping, teleport=c.teleport, inv_n=c.inv_n,
+                              tolerance=c.tolerance)
             t0 = time.perf_counter()
             source.send(fields)
-            cycles = 0
-            while not sink.items:
-                await RisingEdge(dut.clk)
-                cycles += 1
+            cpl, cycles = await sink.timed_receive()
             seconds = time.perf_counter() - t0
-            cpl = sink.items.popleft()
-            assert cpl["error"] == 0 and cpl["aux"] == 1, cpl
+            assert cpl["error"] == 0 and cpl["aux"] & ~golden.CONVERGED == 1, cpl
             got = np.frombuffer(await memory.read(layout["b"], -(-4 * n // 64) * 64), np.uint32)[:n]
             assert np.array_equal(got, want), f"{name} {mode}: result differs from the golden model"
             after = unpack(counters, int(dut.link.value))

@@ -4,7 +4,9 @@ against ndpkit.golden.graph.execute_command.
 Small graphs that exercise the corners (one vertex, no edges, self-loops, multi-edges,
 isolated vertices, a vertex with a very high in-degree, disconnected parts) and a
 Kronecker and a uniform random graph, for SpMV (fp32, with signed zeros, subnormals and
-huge values among the entries), BFS, SSSP and connected components in both modes (Piccolo row gathers and baseline line reads): the result array, the other
+huge values among the entries), PageRank (to its tolerance; one graph with random
+degrees and starting ranks, stopped by the iteration limit), BFS, SSSP and connected
+components in both modes (Piccolo row gathers and baseline line reads): the result array, the other
 buffer, the completion (error, bytes, iterations) and the untouched memory must equal
 the golden model's.  Bad graphs (row pointers not starting at 0, decreasing, not
 ending at the edge count; a column >= n) and bad commands are rejected with their
@@ -41,9 +43,10 @@ def _graphs(rng):
 
 
 def _layout(n, e):
-    """Addresses of rowptr, col, val, a, b: 64-byte aligned, 4 KiB guard gaps."""
+    """Addresses of rowptr, col, val, a, b, scratch: 64-byte aligned, 4 KiB guard gaps."""
     addr, out = 0x1000, {}
-    for name, count in (("rowptr", n + 1), ("col", max(e, 1)), ("val", max(e, 1)), ("a", n), ("b", n)):
+    for name, count in (("rowptr", n + 1), ("col", max(e, 1)), ("val", max(e, n, 1)), ("a", n), ("b", n),
+                        ("scratch", 2 * -(-n // 16) * 16)):
         out[name] = addr
         addr += -(-4 * count // 64) * 64 + 0x1000
     assert addr < MEM
@@ -70,8 +73,10 @@ async def _run(dut, source, sink, memory, rng, fields, image, expect=None):
 
 
 def _fields(layout, n, e, program, mode, max_iterations=1000):
+    c = golden.PageRankConstants.for_graph(n)
     return {"format_program": int(program), "format_mode": mode, "n": n, "edges": e,
-            **{k: layout[k] for k in ("rowptr", "col", "val", "a", "b")}, "max_iterations": max_iterations, "tag": 1}
+            **{k: layout[k] for k in ("rowptr", "col", "val", "a", "b", "scratch")}, "max_iterations": max_iterations,
+            "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance, "tag": 1}
 
 
 def _fp32(rng, count):
@@ -95,6 +100,8 @@ def _image(rng, layout, g, program, weights=None, source=0):
         put("val", weights)
     if program == Program.SPMV:
         init = _fp32(rng, n)
+    elif program == Program.PAGERANK:
+        init = np.full(n, golden.PageRankConstants.for_graph(n).inv_n, np.uint32)
     else:
         init = np.arange(n, dtype=np.uint32) if program == Program.CC else np.full(n, golden.INF, np.uint32)
     if program in (Program.BFS, Program.SSSP):
@@ -113,7 +120,7 @@ async def graph_programs(dut):
     from ndpkit.sim.bench import BulkBackdoor
     memory = BulkBackdoor(dut.memory.storage, dut.clk, 64)
     for name, adj in _graphs(rng):
-        for program in (Program.SPMV, Program.BFS, Program.SSSP, Program.CC):
+        for program in (Program.SPMV, Program.PAGERANK, Program.BFS, Program.SSSP, Program.CC):
             kind = program.name.lower()
             w = generators.random_weights(adj, 1, 9, seed=3) if program == Program.SSSP else adj
             g = csr.pull(w, kind)
@@ -122,11 +129,21 @@ async def graph_programs(dut):
                 values = g.values
             elif program == Program.SPMV:
                 values = _fp32(rng, len(g.col))
+            elif program == Program.PAGERANK:
+                values = golden.out_degrees(g.n, g.col)
             layout = _layout(g.n, len(g.col))
             mode = int(rng.integers(0, 2))
+            fields = _fields(layout, g.n, len(g.col), program, mode)
             image = _image(rng, layout, g, program, values, source=int(rng.integers(0, g.n)))
-            cpl = await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col), program, mode), image,
-                             expect=0)
+            if program == Program.PAGERANK and name == "hub":
+                # any degrees (0, huge, >= 2**31) and starting values: bit-exact all the same
+                degrees = rng.integers(0, 1 << 32, g.n, dtype=np.uint64).astype(np.uint32)
+                degrees[rng.random(g.n) < 0.3] = 0
+                degrees[:4] = [0, 1, 0x8000_0000, 0xFFFF_FFFF]
+                image[layout["val"]:layout["val"] + 4 * g.n] = degrees.view(np.uint8)
+                image[layout["a"]:layout["a"] + 4 * g.n] = _fp32(rng, g.n).view(np.uint8)
+                fields["max_iterations"] = 3
+            cpl = await _run(dut, source, sink, memory, rng, fields, image, expect=0)
             dut._log.info(f"{name} {program.name} mode {mode}: {cpl['aux']} iterations")
     # an iteration limit stops early (the result is whatever that iteration wrote)
     g = csr.pull(generators.kronecker(7, 4, seed=5), "bfs")
@@ -149,7 +166,11 @@ async def graph_programs(dut):
     bad_end = csr.PullGraph(g.n, g.rowptr, g.col, None, None)
     await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col) - 1, Program.CC, 0),
                _image(rng, layout, bad_end, Program.CC), expect=ErrorCode.BAD_GRAPH)
-    for change, code in (({"format_program": int(Program.PAGERANK)}, ErrorCode.BAD_FIELD), ({"format_program": 7}, ErrorCode.BAD_FIELD),
+    for change, code in (({"format_program": 7}, ErrorCode.BAD_FIELD),
+                         ({"format_program": int(Program.PAGERANK), "tolerance": 0x8000_0000}, ErrorCode.BAD_FIELD),
+                         ({"format_program": int(Program.PAGERANK), "tolerance": 0x7F80_0001}, ErrorCode.BAD_FIELD),
+                         ({"format_program": int(Program.PAGERANK), "scratch": layout["b"]}, ErrorCode.OVERLAP),
+                         ({"format_program": int(Program.PAGERANK), "scratch": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"n": 0}, ErrorCode.BAD_FIELD), ({"max_iterations": 0}, ErrorCode.BAD_FIELD),
                          ({"a": layout["a"] + 4}, ErrorCode.UNALIGNED), ({"b": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"b": layout["a"]}, ErrorCode.OVERLAP)):

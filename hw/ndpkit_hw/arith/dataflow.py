@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Const, Mux, Signal, Value
 
 from .add import FpAdd
-from .convert import Fp32ToBf16, Fp32ToFp16, Fp16ToFp32, Bf16ToFp32
+from .convert import Fp32ToBf16, Fp32ToFp16, Fp16ToFp32, Bf16ToFp32, Int32ToFp32
 from .div import FpDiv
 from .exp import FpExp
 from .fma import FpFma
@@ -40,6 +40,7 @@ OPS = {
     "fp32_to_bf16": (Fp32ToBf16, ("a",)),
     "fp16_to_fp32": (Fp16ToFp32, ("a",)),
     "bf16_to_fp32": (Bf16ToFp32, ("a",)),
+    "int32_to_fp32": (Int32ToFp32, ("a",)),
 }
 
 

@@ -360,8 +360,9 @@ def markdown(report: dict) -> str:
     graph = report.get("graph")
     if graph:
         lines += ["The graph engine (`tb/graph/graph_bench.py`): per graph, one connected-components iteration "
-                  "(`cc`: every edge of the symmetric graph pulls its source's label) and one PageRank iteration's "
-                  "row sums (`pagerank`: SpMV with unit entries, every in-edge pulls its source's fp32 contribution), "
+                  "(`cc`: every edge of the symmetric graph pulls its source's label) and one PageRank iteration "
+                  "(`pagerank`: the engine's PageRank command, contributions, pull sums over the in-edges, update "
+                  "and L1 change; only the pull pass differs between the modes), "
                   "in Piccolo mode (row gathers) and baseline mode (line reads), 512-bit port, latency 200, link "
                   "16 B/cycle, results checked against the golden model.", "",
                   "| graph | kernel | vertices | edges | mode | cycles | edges / cycle | link bytes | "

@@ -175,10 +175,12 @@ def out_degrees(n: int, col) -> np.ndarray:
     return np.bincount(np.asarray(col, dtype=np.int64), minlength=n).astype(np.uint32)
 
 
-def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sums=None):
+def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sums=None, trace: dict | None = None):
     """One iteration: (new ranks, L1 change), both fp32 bits.  ``pull_sums(contrib)``
     computes the per-vertex row sums of ``contrib`` over the in-edges (default: here,
-    :func:`row_sums`; ``ndpkit.graph.pagerank`` passes the engine's)."""
+    :func:`row_sums`).  ``trace``, if given, receives the intermediate ``contrib``,
+    ``sums`` and ``dangling`` (the engine writes the first two to its scratch array)."""
+    degree = np.asarray(degree, dtype=np.uint32)
     has_out = degree > 0
     contrib = np.where(has_out, fp.div(rank, fp.int32_to_fp32(degree.astype(np.int32))), np.uint32(0))
     dangling = vector_sum(np.where(has_out, np.uint32(0), rank))
@@ -186,7 +188,14 @@ def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sum
     s = row_sums(rowptr, contrib[np.asarray(col, dtype=np.int64)]) if pull_sums is None else pull_sums(contrib)
     new = fp.fma(np.uint32(c.damping), fp.add(s, dterm), np.uint32(c.teleport))
     err = vector_sum(fp.bits(np.abs(fp.floats(fp.sub(new, rank)))))
+    if trace is not None:
+        trace.update(contrib=contrib.astype(np.uint32), sums=np.asarray(s, dtype=np.uint32), dangling=dangling)
     return new.astype(np.uint32), err
+
+
+def converged(err, tolerance) -> bool:
+    """The stopping rule ``err < tolerance`` as fp32 (False for a NaN ``err``)."""
+    return bool(fp.floats(np.uint32(err)) < fp.floats(np.uint32(tolerance)))
 
 
 def pagerank(rowptr, col, *, n: int | None = None, damping: float = 0.85, tol: float = 1e-6,
@@ -198,7 +207,7 @@ def pagerank(rowptr, col, *, n: int | None = None, damping: float = 0.85, tol: f
     rank = np.full(n, c.inv_n, dtype=np.uint32)
     for it in range(1, max_iterations + 1):
         rank, err = pagerank_iteration(rowptr, col, degree, rank, c)
-        if fp.floats(err) < fp.floats(np.uint32(c.tolerance)):
+        if converged(err, c.tolerance):
             return Result(rank, it, True)
     return Result(rank, max_iterations, False)
 
@@ -253,7 +262,8 @@ def cc(rowptr, col, *, n: int | None = None, max_iterations: int = 1 << 24) -> R
 # ---- the graph engine's command (ndpkit_hw.cores.graph) ---------------------------------
 
 MODE_PICCOLO, MODE_BASELINE = 0, 1
-ENGINE_PROGRAMS = (Program.SPMV, Program.BFS, Program.SSSP, Program.CC)    # what the engine runs today
+ENGINE_PROGRAMS = (Program.SPMV, Program.PAGERANK, Program.BFS, Program.SSSP, Program.CC)
+CONVERGED = 1 << 31             # PageRank's cpl_aux: set when it stopped by its tolerance
 
 
 def _words(nbytes: int, word_bytes: int) -> int:
@@ -263,20 +273,26 @@ def _words(nbytes: int, word_bytes: int) -> int:
 def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
     """Every array a command names, (address, bytes rounded up to whole bus words)."""
     n, e = cmd["n"], cmd["edges"]
+    pagerank = cmd["format_program"] == Program.PAGERANK
+    vertices = _words(4 * n, word_bytes)
     ranges = {"rowptr": (cmd["rowptr"], _words(4 * (n + 1), word_bytes))}
     if e:
         ranges["col"] = (cmd["col"], _words(4 * e, word_bytes))
         if cmd["format_program"] in (Program.SSSP, Program.SPMV):
             ranges["val"] = (cmd["val"], _words(4 * e, word_bytes))
-    ranges["a"] = (cmd["a"], _words(4 * n, word_bytes))
-    ranges["b"] = (cmd["b"], _words(4 * n, word_bytes))
+    if pagerank:
+        ranges["val"] = (cmd["val"], vertices)            # the out-degrees
+    ranges["a"] = (cmd["a"], vertices)
+    ranges["b"] = (cmd["b"], vertices)
+    if pagerank:
+        ranges["scratch"] = (cmd["scratch"], 2 * vertices)
     return ranges
 
 
 def command_check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
     """(ErrorCode, argument) of the whole command in the hardware's order: program,
-    mode, n (1..2**24), max_iterations (>= 1), then every array by the transfer rule and
-    no two overlapping."""
+    mode, n (1..2**24), max_iterations (>= 1), PageRank's tolerance (not negative, not
+    NaN), then every array by the transfer rule and no two overlapping."""
     from .dma_copy import check_ranges
     if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
         return ErrorCode.BAD_FIELD, "program"
@@ -286,6 +302,10 @@ def command_check(cmd: dict, *, word_bytes: int, window_base: int, window_size: 
         return ErrorCode.BAD_FIELD, "n"
     if cmd["max_iterations"] == 0:
         return ErrorCode.BAD_FIELD, "max_iterations"
+    if cmd["format_program"] == Program.PAGERANK:
+        tol = cmd.get("tolerance", 0)
+        if tol >> 31 or (tol >> 23 & 0xFF) == 0xFF and tol & 0x7F_FFFF:
+            return ErrorCode.BAD_FIELD, "tolerance"
     return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
 
 
@@ -312,6 +332,8 @@ def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int
         validate(n, rowptr, col)
     except GraphError as err:
         return int(err.code), scanned, 0, 0
+    if prog == Program.PAGERANK:
+        return _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base)
     if prog == Program.SPMV:
         y = row_sums(rowptr, array("val", e).copy(), array("a", n).copy()[col.astype(np.int64)])
         dst = cmd["b"] - base
@@ -336,4 +358,33 @@ def execute_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int
         if np.array_equal(new, values):
             return 0, scanned + read, written, it
         values = new
+    return 0, scanned + read, written, cmd["max_iterations"]
+
+
+def _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base):
+    """PageRank on the engine: every iteration writes the contributions to ``scratch``
+    and the pull sums after them, then the new ranks (a -> b -> a ...)."""
+    n = cmd["n"]
+    c = PageRankConstants(cmd["damping"], cmd["teleport"], cmd["inv_n"], cmd["tolerance"])
+    degree = array("val", n).copy()
+    rank = array("a", n).copy()
+    vertices = ranges["a"][1]
+    scratch = cmd["scratch"] - base
+
+    def put(at, values):
+        memory[at:at + vertices] = 0
+        memory[at:at + 4 * n] = np.asarray(values, dtype=np.uint32).view(np.uint8)
+    # per iteration: ranks + degrees, then rowptr + col, then sums + ranks; three n-word writes
+    per_read = 4 * vertices + ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0)
+    read = written = 0
+    for it in range(1, cmd["max_iterations"] + 1):
+        trace = {}
+        rank, err = pagerank_iteration(rowptr, col, degree, rank, c, trace=trace)
+        put(scratch, trace["contrib"])
+        put(scratch + vertices, trace["sums"])
+        put(cmd[("b", "a")[(it - 1) % 2]] - base, rank)
+        read += per_read
+        written += 3 * vertices
+        if converged(err, c.tolerance):
+            return 0, scanned + read, written, it | CONVERGED
     return 0, scanned + read, written, cmd["max_iterations"]

@@ -11,12 +11,10 @@ device, returning NumPy arrays in scipy's conventions:
   ``scipy.sparse.csgraph.connected_components(..., directed=True, connection="weak")``;
 - :func:`pagerank`: networkx's PageRank (uniform teleport, dangling rank spread
   uniformly, stop when the L1 change is below ``n * tol``) in fp32, as a float32
-  array in vertex order; raises :class:`ConvergenceError` like networkx.  Each
-  iteration's pull row sums (all the edge traffic) run on the engine as an SpMV command
-  with unit entries (``fma(1, x, p)`` is ``x + p`` exactly); the O(n) per-vertex steps
-  (division by the out-degree, dangling sum, teleport, L1 change) run on the host with
-  the golden model's fp32 operations, so the ranks equal ``ndpkit.golden.graph.pagerank``
-  bit for bit;
+  array in vertex order; raises :class:`ConvergenceError` like networkx.  One engine
+  command runs every iteration (contributions, pull sums, update, L1 change and the
+  tolerance test), equal to ``ndpkit.golden.graph.pagerank`` bit for bit; the host
+  only counts the out-degrees and rounds the four constants;
 - :func:`spmv`: ``A @ x`` in fp32 (float32 out) for any sparse matrix, rectangular too
   (a networkx graph: its weighted adjacency matrix).  Each row sums in the engine's
   order (eight FMA partial sums, then a tree: :mod:`ndpkit.golden.graph`), so results
@@ -35,41 +33,73 @@ from ..golden import graph as golden
 from ..golden.graph import Program
 from . import csr, generators
 
-__all__ = ["bfs", "sssp", "connected_components", "spmv", "pagerank", "ConvergenceError", "run", "csr", "generators", "MODES"]
+__all__ = ["bfs", "sssp", "connected_components", "spmv", "pagerank", "ConvergenceError", "run", "CardGraph", "csr", "generators", "MODES"]
 
 MODES = {"piccolo": golden.MODE_PICCOLO, "baseline": golden.MODE_BASELINE}
+
+
+class CardGraph:
+    """A pull graph's arrays in card memory for the length of a ``with`` block: ``rowptr``,
+    ``col`` and (when given) edge ``values`` uploaded on entry, every buffer made
+    through it freed on exit (also when a command fails), so one graph serves many
+    commands (PageRank's iterations) without the upload and free bookkeeping twice."""
+
+    def __init__(self, device, g: csr.PullGraph, *, mode: str = "piccolo", values: np.ndarray | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode: {mode!r}, not one of {', '.join(MODES)}")
+        if g.n == 0:
+            raise ValueError("graph: no vertices")
+        self.device, self.g, self.mode, self._values = device, g, mode, values
+        self._buffers = []
+
+    def upload(self, arr):
+        """A card buffer holding ``arr`` as 32-bit words (freed with the graph)."""
+        self._buffers.append(self.device.upload(np.ascontiguousarray(arr, dtype=np.uint32)))
+        return self._buffers[-1]
+
+    def vector(self, arrays: int = 1):
+        """An uninitialised card buffer of ``arrays`` vertex arrays (one 32-bit word per
+        vertex, each rounded up to whole bus words), freed with the graph."""
+        word = self.device.word_bytes
+        self._buffers.append(self.device.alloc(arrays * (-(-4 * self.g.n // word) * word)))
+        return self._buffers[-1]
+
+    def __enter__(self):
+        try:
+            edges = len(self.g.col) > 0
+            self.rowptr = self.upload(self.g.rowptr)
+            self.col = self.upload(self.g.col) if edges else None
+            self.val = self.upload(self._values) if self._values is not None and len(self._values) else None
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        while self._buffers:
+            self._buffers.pop().free()
+
+    def command(self, program: Program, a, b, max_iterations: int, **pagerank):
+        """One engine command over the graph (``a`` the input vector, ``b`` the other one;
+        PageRank's ``scratch`` and ``constants`` as keywords)."""
+        return self.device.graph.run(program, n=self.g.n, edges=len(self.g.col), rowptr=self.rowptr, col=self.col,
+                                     val=self.val, a=a, b=b, mode=MODES[self.mode], max_iterations=max_iterations,
+                                     **pagerank)
 
 
 def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: str = "piccolo",
         max_iterations: int | None = None):
     """One engine command over a prepared pull graph: (values, iterations, completion)."""
-    if mode not in MODES:
-        raise ValueError(f"mode: {mode!r}, not one of {', '.join(MODES)}")
-    if g.n == 0:
-        raise ValueError("graph: no vertices")
     max_iterations = g.n + 1 if max_iterations is None else int(max_iterations)
     if max_iterations < 1:
         raise ValueError(f"max_iterations: must be at least 1, not {max_iterations}")
-    buffers = []
-
-    def upload(arr):
-        buf = device.upload(np.ascontiguousarray(arr, dtype=np.uint32))
-        buffers.append(buf)
-        return buf
-    try:
-        rowptr, a = upload(g.rowptr), upload(init)
-        col = upload(g.col) if len(g.col) else None
-        values = None if g.values is None else \
-            g.values if g.values.dtype == np.uint32 else g.values.astype(np.float32).view(np.uint32)
-        val = upload(values) if program in (Program.SSSP, Program.SPMV) and len(g.col) else None
-        b = device.alloc(4 * g.n)
-        buffers.append(b)
-        done = device.graph.run(program, n=g.n, edges=len(g.col), rowptr=rowptr, col=col, val=val, a=a, b=b,
-                                mode=MODES[mode], max_iterations=max_iterations)
+    values = None
+    if program in (Program.SSSP, Program.SPMV) and g.values is not None:
+        values = g.values if g.values.dtype == np.uint32 else g.values.astype(np.float32).view(np.uint32)
+    with CardGraph(device, g, mode=mode, values=values) as card:
+        a, b = card.upload(init), card.vector()
+        done = card.command(program, a, b, max_iterations)
         result = (a if done.aux % 2 == 0 else b).download(np.uint32, g.n)
-    finally:
-        for buf in buffers:
-            buf.free()
     return result, done.aux, done
 
 
@@ -143,9 +173,6 @@ def pagerank(graph, device, *, alpha: float = 0.85, tol: float = 1e-6, max_itera
     """PageRank of every vertex (float32, vertex order): networkx's ``pagerank(G, alpha,
     tol=tol, weight=None)`` in fp32 (edge weights ignored, multi-edges counted once).
     ``stats``, if given, receives ``iterations`` and the engine ``cycles`` they took."""
-    from ..golden import fp
-    if mode not in MODES:
-        raise ValueError(f"mode: {mode!r}, not one of {', '.join(MODES)}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha: must be between 0 and 1, not {alpha}")
     if not tol > 0:
@@ -156,33 +183,14 @@ def pagerank(graph, device, *, alpha: float = 0.85, tol: float = 1e-6, max_itera
     if g.n == 0:
         raise ValueError("graph: no vertices")
     c = golden.PageRankConstants.for_graph(g.n, alpha, tol)
-    degree = golden.out_degrees(g.n, g.col)
-    buffers = []
-
-    def upload(arr):
-        buffers.append(device.upload(np.ascontiguousarray(arr, dtype=np.uint32)))
-        return buffers[-1]
-    try:
-        rowptr = upload(g.rowptr)
-        col = upload(g.col) if len(g.col) else None
-        ones = upload(np.full(len(g.col), 0x3F80_0000, np.uint32)) if len(g.col) else None   # fp32 1.0
-        x, y = upload(np.zeros(g.n, np.uint32)), upload(np.zeros(g.n, np.uint32))
-
-        def pull_sums(contrib):          # the engine's row sums of contrib over the in-edges
-            x.write(np.ascontiguousarray(contrib, dtype=np.uint32).tobytes())
-            done = device.graph.run(Program.SPMV, n=g.n, edges=len(g.col), rowptr=rowptr, col=col, val=ones, a=x,
-                                    b=y, mode=MODES[mode], max_iterations=1)
-            counts["cycles"] += done.cycles or 0
-            return y.download(np.uint32, g.n)
-        rank = np.full(g.n, c.inv_n, dtype=np.uint32)
-        counts = stats if stats is not None else {}
-        counts.update(iterations=0, cycles=0)
-        for _ in range(int(max_iterations)):
-            counts["iterations"] += 1
-            rank, err = golden.pagerank_iteration(g.rowptr, g.col, degree, rank, c, pull_sums)
-            if fp.floats(err) < fp.floats(np.uint32(c.tolerance)):
-                return rank.view(np.float32)
-    finally:
-        for buf in buffers:
-            buf.free()
-    raise ConvergenceError(int(max_iterations), rank.view(np.float32))
+    with CardGraph(device, g, mode=mode, values=golden.out_degrees(g.n, g.col)) as card:
+        ranks = card.upload(np.full(g.n, c.inv_n, dtype=np.uint32))
+        other, scratch = card.vector(), card.vector(arrays=2)
+        done = card.command(Program.PAGERANK, ranks, other, int(max_iterations), scratch=scratch, constants=c)
+        iterations = done.aux & ~golden.CONVERGED
+        rank = (ranks if iterations % 2 == 0 else other).download(np.uint32, g.n).view(np.float32)
+    if stats is not None:
+        stats.update(iterations=iterations, cycles=done.cycles or 0)
+    if done.aux & golden.CONVERGED:
+        return rank
+    raise ConvergenceError(int(max_iterations), rank)

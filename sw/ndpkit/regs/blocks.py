@@ -232,8 +232,8 @@ SG = engine_block("sg", [
 
 GRAPH = engine_block("graph", [
     Register("format", 0x40, [
-        Field("program", 0, 4, Access.RW, doc="Vertex program (ndpkit.golden.graph.Program): 0 SpMV (b = A a, fp32), 2 BFS, "
-              "3 SSSP, 4 connected components (1 PageRank is not in this engine yet: BAD_FIELD)."),
+        Field("program", 0, 4, Access.RW, doc="Vertex program (ndpkit.golden.graph.Program): 0 SpMV (b = A a, fp32), "
+              "1 PageRank (fp32, to the tolerance or max_iterations), 2 BFS, 3 SSSP, 4 connected components."),
         Field("mode", 4, 1, Access.RW, doc="0 = Piccolo (source values fetched by row gathers), 1 = baseline "
               "(64-byte line reads)."),
     ]),
@@ -242,18 +242,28 @@ GRAPH = engine_block("graph", [
     Register.single("rowptr", 0x4C, Access.RW, doc="uint32[n + 1] row pointers of the pull matrix (row v lists "
                     "the sources of v's in-edges): 0 first, non-decreasing, `edges` last."),
     Register.single("col", 0x50, Access.RW, doc="uint32[edges] source vertex ids, each < n."),
-    Register.single("val", 0x54, Access.RW, doc="SSSP: uint32[edges] edge weights; SpMV: fp32[edges] matrix entries."),
+    Register.single("val", 0x54, Access.RW, doc="SSSP: uint32[edges] edge weights; SpMV: fp32[edges] matrix entries; "
+                    "PageRank: uint32[n] out-degrees (how often each vertex appears in col)."),
     Register.single("a", 0x58, Access.RW, doc="uint32[n] initial values (BFS/SSSP: 0 at the source, 0xFFFFFFFF "
-                    "elsewhere; CC: the vertex ids; SpMV: the fp32 vector x, read only through the unit); the "
-                    "result after an even number of iterations."),
+                    "elsewhere; CC: the vertex ids; SpMV: the fp32 vector x, read only through the unit; PageRank: "
+                    "the fp32 starting ranks, 1/n each for networkx's); the result after an even number of "
+                    "iterations."),
     Register.single("b", 0x5C, Access.RW, doc="uint32[n] the other buffer: the result after an odd number (SpMV: y, one iteration)."),
     Register.single("max_iterations", 0x60, Access.RW, doc="Iteration limit (>= 1)."),
-], doc="Pull-style graph programs (BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) "
+    Register.single("scratch", 0x64, Access.RW, doc="PageRank: 2 x n words of card memory (whole bus words each) "
+                    "the engine writes every iteration: the contributions rank/out-degree, then the pull sums."),
+    Register.single("damping", 0x68, Access.RW, doc="PageRank: fp32 damping factor d."),
+    Register.single("teleport", 0x6C, Access.RW, doc="PageRank: fp32 (1 - d) / n."),
+    Register.single("inv_n", 0x70, Access.RW, doc="PageRank: fp32 1 / n (spreads the dangling rank)."),
+    Register.single("tolerance", 0x74, Access.RW, doc="PageRank: fp32 n x tol; converged when the iteration's L1 "
+                    "change is below it.  Negative or NaN: BAD_FIELD."),
+], doc="Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) "
        "over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit "
        "(Piccolo row gathers or baseline line reads), bit-exact to ndpkit.golden.graph. Whole-command checks "
        "(program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing "
        "done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is "
-       "written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd).")
+       "written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd); PageRank sets bit 31 "
+       "when it stopped by its tolerance.")
 
 ENGINE_BLOCKS = {"dma_copy": DMA_COPY, "adam": ADAM, "decomp": DECOMP, "attention": ATTENTION, "sg": SG,
                  "graph": GRAPH}

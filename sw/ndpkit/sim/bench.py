@@ -21,7 +21,8 @@ import numpy as np
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, Event, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
+from cocotb.utils import get_sim_time
 
 __all__ = ["bench_params", "start_clock_and_reset", "engine_bench", "pack", "unpack", "StreamSource", "StreamSink",
            "Backdoor", "BulkBackdoor", "pause_generator", "stall_axi", "wait_until"]
@@ -31,8 +32,11 @@ def bench_params() -> dict:
     return json.loads(os.environ.get("NDP_PARAMS", "{}"))
 
 
+CLOCK_PERIOD_NS = 10
+
+
 async def start_clock_and_reset(dut, cycles: int = 4):
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
     dut.rst.value = 1
     await ClockCycles(dut.clk, cycles)
     dut.rst.value = 0
@@ -139,6 +143,7 @@ class StreamSink(_StreamPort):
     def __init__(self, dut, prefix: str, layout=None, stall: float = 0.0):
         self.items: deque = deque()
         self.count = 0
+        self._arrived = Event()
         super().__init__(dut, prefix, layout, stall, "ready")
 
     async def _run(self):
@@ -149,12 +154,26 @@ class StreamSink(_StreamPort):
                 word = int(self.payload.value)
                 self.items.append(unpack(self.layout, word) if self.layout is not None else word)
                 self.count += 1
+                self._arrived.set()
             ready = not self._stalled()
             self.ready.value = int(ready)
 
     async def receive(self, timeout_cycles: int = 100_000):
         await wait_until(self.clk, lambda: bool(self.items), timeout_cycles, "a stream item")
         return self.items.popleft()
+
+    async def timed_receive(self, timeout_cycles: int = 50_000_000):
+        """The next payload and the clock cycles from the call to its handshake.  Sleeps
+        until it arrives (no coroutine woken every cycle: the benchmarks' long commands
+        simulate faster); a TimeoutError after ``timeout_cycles``."""
+        start = get_sim_time("ns")
+        while not self.items:
+            self._arrived.clear()
+            try:
+                await with_timeout(self._arrived.wait(), timeout_cycles * CLOCK_PERIOD_NS, "ns")
+            except SimTimeoutError:
+                raise TimeoutError(f"no item after {timeout_cycles} cycles") from None
+        return self.items.popleft(), round((get_sim_time("ns") - start) / CLOCK_PERIOD_NS)
 
 
 class BulkBackdoor:

@@ -1,7 +1,7 @@
 """``graph``: pull-style vertex programs over a CSR matrix, with the source values
 fetched through the memory-side scatter-gather unit (after Piccolo).
 
-Command (:data:`ndpkit.regs.blocks.GRAPH`): program (SpMV, BFS, SSSP, CC), mode (0
+Command (:data:`ndpkit.regs.blocks.GRAPH`): program (SpMV, PageRank, BFS, SSSP, CC), mode (0
 Piccolo row gathers, 1 baseline line reads), ``n``, ``edges``, the arrays ``rowptr``,
 ``col``, ``val`` (SSSP weights, SpMV matrix entries), ``a`` (initial values; SpMV's
 ``x``) and ``b`` (SpMV's ``y``), and ``max_iterations``.  The golden model is :func:`ndpkit.golden.graph.execute_command`.
@@ -35,6 +35,15 @@ Phases:
    go down the adder tree (((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)), rows in order.  The tree's results queue for the
    writer; a row enters the tree only when the queue has room for everything in it.
 
+5. *PageRank* (``val`` the out-degrees, ``scratch`` 2 x n words, four fp32 constants):
+   per iteration a contributions pass (ranks, degrees -> ``rank / deg`` into scratch;
+   the dangling rank summed), the SpMV edge pass with unit entries over the
+   contributions (-> scratch + n), and an update pass (sums, ranks -> ``fma(d, sum +
+   dangling / n, (1 - d) / n)`` into the other array; ``|new - rank|`` summed).  The
+   vertex passes run one fixed-latency dataflow into a queue; the sums use the SpMV
+   FMA lanes and tree (all n vertices as one row).  Stops when the L1 change is below
+   ``tolerance`` (``cpl_aux`` bit 31) or at ``max_iterations``.
+
 Completion bytes count the streamed arrays (the golden model's figures); the source
 value traffic is in the unit's counters (``link`` port), which depend on timing.
 """
@@ -49,7 +58,9 @@ from ndpkit.codes import ErrorCode
 from ndpkit.golden.graph import MAX_VERTICES, MODE_BASELINE, Program
 from ndpkit.golden.sg import DEVICE_BANKS, DEVICE_ROW_BYTES, LINE, Op
 from ndpkit.regs.blocks import GRAPH
+from ...arith.dataflow import Dataflow, Timed
 from ...arith.fma import FpFma
+from ...arith.mul import FpMul
 from ...arith.reduce import FpReduce
 from ...bus.axi import log2_exact
 from ...bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
@@ -59,6 +70,7 @@ from ..sg.unit import COUNTER_WIDTH, MAX_OFFSETS, SgUnit
 __all__ = ["GraphEngine"]
 
 INF = 0xFFFF_FFFF
+FP32_ONE = 0x3F80_0000
 
 
 class WordUnpacker(wiring.Component):
@@ -172,7 +184,9 @@ class GraphEngine(wiring.Component):
         program = cmd.format_program
         is_sssp = program == Program.SSSP
         is_spmv = program == Program.SPMV
-        uses_val = is_sssp | is_spmv     # the val stream: SSSP weights or matrix entries
+        is_pagerank = program == Program.PAGERANK
+        uses_val = is_sssp | is_spmv     # the edge pass's val stream: SSSP weights or matrix entries
+        sum_rows = is_spmv | is_pagerank     # the edge pass sums rows in fp32 (FMA partials + tree)
 
         def words(count):             # bytes of `count` uint32 rounded up to whole bus words
             nbytes = Signal(40)
@@ -181,8 +195,9 @@ class GraphEngine(wiring.Component):
 
         rowptr_len, edge_len, vertex_len = words(cmd.n + 1), words(cmd.edges), words(cmd.n)
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
-                  "val": (cmd.val, edge_len, uses_val & (cmd.edges != 0)), "a": (cmd.a, vertex_len, 1),
-                  "b": (cmd.b, vertex_len, 1)}
+                  "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
+                  "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
+                  "scratch": (cmd.scratch, vertex_len << 1, is_pagerank)}
         range_error = {name: transfer_error(m, word, self.addr_width, Transfer(a, l[:32]), self.window_base,
                                             self.window_size) for name, (a, l, _) in arrays.items()}
         names = list(arrays)
@@ -195,10 +210,13 @@ class GraphEngine(wiring.Component):
                 pairs.append(ex & ey & transfers_overlap(Transfer(ax, lx), Transfer(ay, ly)))
         m.d.comb += overlap.eq(Cat(*pairs).any())
         check = Signal(4)
-        good_program = (program == Program.BFS) | is_sssp | (program == Program.CC) | is_spmv
+        good_program = (program == Program.BFS) | is_sssp | (program == Program.CC) | is_spmv | is_pagerank
+        tolerance_nan = (cmd.tolerance[23:31] == 0xFF) & (cmd.tolerance[:23] != 0)
         with m.If(~good_program):           # (the 1-bit mode field cannot be out of range)
             m.d.comb += check.eq(ErrorCode.BAD_FIELD)
         with m.Elif((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0)):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif(is_pagerank & (cmd.tolerance[31] | tolerance_nan)):
             m.d.comb += check.eq(ErrorCode.BAD_FIELD)
         for name in names:
             _, length, enabled = arrays[name]
@@ -209,19 +227,29 @@ class GraphEngine(wiring.Component):
 
         # ---- streams ----------------------------------------------------------------
         validating = Signal()
-        iterating = Signal()
+        iterating = Signal()           # an edge pass
+        vertex_pass = Signal()         # PageRank: a pass over the vertices (contributions or update)
+        stage = Signal(2)              # PageRank's pass in an iteration: 0 contributions, 1 pull sums, 2 update
+        update = stage == 2
         odd = Signal()                 # this iteration reads b and writes a
         source_base = Mux(odd, cmd.b, cmd.a)
         target_base = Mux(odd, cmd.a, cmd.b)
+        sums_base = Signal(self.addr_width)      # PageRank: the pull sums, after the contributions
+        m.d.comb += sums_base.eq(cmd.scratch + vertex_len[:32])
+        # PageRank's passes: contributions (ranks, degrees -> scratch), pull sums (the edge
+        # pass over the contributions -> scratch + n), update (sums, ranks -> the other array)
+        val_base = Mux(vertex_pass & update, sums_base, cmd.val)
+        out_base = Mux(is_pagerank & (stage == 0), cmd.scratch, Mux(is_pagerank & (stage == 1), sums_base, target_base))
         transfers = TransferGroup(
             m, {"rowptr": readers["rowptr"], "col": readers["col"], "val": readers["val"], "old": readers["old"],
                 "out": writer},
             {"rowptr": Transfer(cmd.rowptr, rowptr_len[:32]), "col": Transfer(cmd.col, edge_len[:32]),
-             "val": Transfer(cmd.val, edge_len[:32]), "old": Transfer(source_base, vertex_len[:32]),
-             "out": Transfer(target_base, vertex_len[:32])},
-            validating | iterating,
-            enabled={"col": cmd.edges != 0, "val": iterating & uses_val & (cmd.edges != 0),
-                     "old": iterating & ~is_spmv, "out": iterating})
+             "val": Transfer(val_base, Mux(vertex_pass, vertex_len, edge_len)[:32]),
+             "old": Transfer(source_base, vertex_len[:32]), "out": Transfer(out_base, vertex_len[:32])},
+            validating | iterating | vertex_pass,
+            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0),
+                     "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
+                     "old": (iterating & ~sum_rows) | vertex_pass, "out": iterating | vertex_pass})
         start = Signal()                # one cycle before a phase: counters restart
         unpack = {}
         for name in ("rowptr", "col", "val", "old"):
@@ -230,7 +258,7 @@ class GraphEngine(wiring.Component):
             wiring.connect(m, readers[name].data, u.words)
             m.d.comb += u.start.eq(start)
         m.d.comb += [unpack["rowptr"].count.eq(cmd.n + 1), unpack["col"].count.eq(cmd.edges),
-                     unpack["val"].count.eq(cmd.edges), unpack["old"].count.eq(cmd.n)]
+                     unpack["val"].count.eq(Mux(vertex_pass, cmd.n, cmd.edges)), unpack["old"].count.eq(cmd.n)]
         m.submodules.packer = packer = WordPacker(self.data_width)
         wiring.connect(m, packer.words, writer.data)
         m.d.comb += [packer.count.eq(cmd.n), packer.start.eq(start)]
@@ -257,7 +285,7 @@ class GraphEngine(wiring.Component):
         row_left = Signal(32)
         row_open = Signal()              # a row with edges left is being emitted
         have_start = Signal()            # rowptr[0] consumed
-        weight = Mux(uses_val, val.payload, Mux(program == Program.BFS, 1, 0))
+        weight = Mux(is_pagerank, FP32_ONE, Mux(uses_val, val.payload, Mux(program == Program.BFS, 1, 0)))
         with m.If(iterating):
             with m.If(~have_start):
                 m.d.comb += rp.ready.eq(1)
@@ -307,7 +335,7 @@ class GraphEngine(wiring.Component):
         baseline = cmd.format_mode == MODE_BASELINE
         row_shift = log2_exact(self.row_bytes, "row_bytes")
         address = Signal(self.addr_width)
-        m.d.comb += address.eq(source_base + (edge.u << 2))
+        m.d.comb += address.eq(Mux(is_pagerank, cmd.scratch, source_base) + (edge.u << 2))   # PageRank pulls contributions
         key = Signal(self.addr_width)
         m.d.comb += key.eq(Mux(baseline, address >> 6, address >> row_shift))
         slots, ids = self.mshr_slots, self.response_ids
@@ -409,7 +437,7 @@ class GraphEngine(wiring.Component):
         has_value = t.empty | (arrived >> t.id)[0]
         has_own = ~t.first | old.valid
         can_emit = ~t.last | packer.elements.ready
-        min_fire = iterating & ~is_spmv & tickets.r_rdy & has_value & has_own & can_emit
+        min_fire = iterating & ~sum_rows & tickets.r_rdy & has_value & has_own & can_emit
         spmv_fire = Signal()
         fire = min_fire | spmv_fire
         m.d.comb += [tickets.r_en.eq(fire), old.ready.eq(min_fire & t.first)]
@@ -426,7 +454,43 @@ class GraphEngine(wiring.Component):
             with m.If(t.last & (best != Mux(t.first, old.payload, own))):
                 m.d.sync += changed.eq(1)
 
-        # ---- SpMV reducer: eight FMA partial sums per row, then the adder tree -----
+        # ---- PageRank's vertex passes: one fixed-latency dataflow for both -------------
+        # contributions: (rank, degree) -> (degree ? rank / degree : 0, degree ? +0 : rank),
+        # the second summed into the dangling rank; update: (rank, sum) -> (new, |new - rank|)
+        # with new = fma(d, sum + dangling / n, (1 - d) / n), the second summed into the
+        # L1 change.  A vertex enters only when the output queue has room for every vertex
+        # in flight; the queue's pairs go to the writer and the accumulating FMA together.
+        dterm = Signal(32)               # dangling x (1/n), for the update pass
+        df = Dataflow(m, "pagerank")
+        rank_in, other_in = df.input(old.payload), df.input(val.payload)
+        has_out = df.input(val.payload != 0)
+        zero = df.static(Const(0, 32))
+        contrib = df.select(has_out, df.op("div", rank_in, df.op("int32_to_fp32", other_in)), zero)
+        dangling_term = df.select(has_out, zero, rank_in)
+        new_rank = df.op("fma", df.static(cmd.damping), df.op("add", other_in, df.static(dterm)),
+                         df.static(cmd.teleport))
+        change = df.sub(new_rank, rank_in)
+        magnitude = Timed(Cat(change.value[:31], Const(0, 1)), change.time)
+        updating = df.static(update)
+        written = df.at(df.select(updating, new_rank, contrib), df.latency)
+        summed = df.at(df.select(updating, magnitude, dangling_term), df.latency)
+        vertex_depth = df.latency + 4
+        vertex_out = fifo.SyncFIFOBuffered(width=64, depth=vertex_depth)
+        m.submodules.vertex_out = ResetInserter(start)(vertex_out)
+        flowing = Signal(df.latency)     # valid bits travelling with the dataflow
+        in_flow = Signal(range(vertex_depth + 1))
+        vertex_in = vertex_pass & old.valid & val.valid & (in_flow + vertex_out.level < vertex_depth)
+        with m.If(vertex_pass):
+            m.d.comb += [old.ready.eq(vertex_in), val.ready.eq(vertex_in)]
+        m.d.sync += [flowing.eq(Cat(vertex_in, flowing[:-1])), in_flow.eq(in_flow + vertex_in - flowing[-1])]
+        m.d.comb += [vertex_out.w_en.eq(flowing[-1]), vertex_out.w_data.eq(Cat(written, summed))]
+        vertex_fire = Signal()
+        vertices_taken = Signal(32)
+        vertex_last = vertices_taken + 1 == cmd.n
+
+        # ---- fp32 sums: eight FMA partial sums per row, then the adder tree -----------
+        # SpMV and PageRank's pull pass: a row's entries; PageRank's vertex passes: one
+        # row of all n vertices (the dangling rank, the L1 change)
         m.submodules.fma = fma = FpFma()
         m.submodules.tree = tree = FpReduce(lanes=8, op="sum")
         out_depth = tree.latency + 4
@@ -445,9 +509,12 @@ class GraphEngine(wiring.Component):
         slot = Cat(position, bank)
         lane_free = ~(busy >> slot)[0]
         bank_ready = ~(pending >> bank)[0]
-        m.d.comb += spmv_fire.eq(iterating & is_spmv & tickets.r_rdy & has_value & bank_ready & (t.empty | lane_free))
-        m.d.comb += [fma.i.valid.eq(spmv_fire & ~t.empty), fma.i.payload.a[0].eq(t.weight),
-                     fma.i.payload.b[0].eq(value), fma.i.payload.c[0].eq(partial[slot])]
+        m.d.comb += spmv_fire.eq(iterating & sum_rows & tickets.r_rdy & has_value & bank_ready & (t.empty | lane_free))
+        m.d.comb += vertex_fire.eq(vertex_pass & vertex_out.r_rdy & packer.elements.ready & bank_ready & lane_free)
+        m.d.comb += [fma.i.valid.eq((spmv_fire & ~t.empty) | vertex_fire),
+                     fma.i.payload.a[0].eq(Mux(vertex_pass, FP32_ONE, t.weight)),
+                     fma.i.payload.b[0].eq(Mux(vertex_pass, vertex_out.r_data[32:], value)),
+                     fma.i.payload.c[0].eq(partial[slot]), vertex_out.r_en.eq(vertex_fire)]
         slot_tags = [Signal(4, name=f"fma_slot{i}") for i in range(fma.latency)]   # travels with the FMA
         m.d.sync += [slot_tags[0].eq(slot)] + [b.eq(a) for a, b in zip(slot_tags, slot_tags[1:])]
         issued = Mux(fma.i.valid, Const(1, 16) << slot, 0)
@@ -457,7 +524,9 @@ class GraphEngine(wiring.Component):
             m.d.sync += partial[slot_tags[-1]].eq(fma.o.payload[0])
         with m.If(fma.i.valid):
             m.d.sync += position.eq(position + 1)
-        with m.If(spmv_fire & t.last):
+        with m.If(vertex_fire):
+            m.d.sync += vertices_taken.eq(vertices_taken + 1)
+        with m.If((spmv_fire & t.last) | (vertex_fire & vertex_last)):
             m.d.sync += [pending.bit_select(bank, 1).eq(1), bank.eq(~bank), position.eq(0)]
         room = in_tree + spmv_out.level < out_depth
         to_tree = (pending >> drain_bank)[0] & (busy.word_select(drain_bank, 8) == 0) & room
@@ -471,8 +540,14 @@ class GraphEngine(wiring.Component):
                 with m.Else():
                     m.d.sync += flat[i].eq(0)
         m.d.sync += in_tree.eq(in_tree + to_tree - tree.o.valid)
-        m.d.comb += [spmv_out.w_en.eq(tree.o.valid), spmv_out.w_data.eq(tree.o.payload)]
-        with m.If(is_spmv):
+        total_sum, total_ready = Signal(32), Signal()       # a vertex pass's sum
+        m.d.comb += [spmv_out.w_en.eq(tree.o.valid & ~vertex_pass), spmv_out.w_data.eq(tree.o.payload)]
+        with m.If(tree.o.valid & vertex_pass):
+            m.d.sync += [total_sum.eq(tree.o.payload), total_ready.eq(1)]
+        with m.If(vertex_pass):
+            m.d.comb += [packer.elements.valid.eq(vertex_out.r_rdy & bank_ready & lane_free),
+                         packer.elements.payload.eq(vertex_out.r_data[:32])]
+        with m.Elif(sum_rows):
             m.d.comb += [packer.elements.valid.eq(iterating & spmv_out.r_rdy),
                          packer.elements.payload.eq(spmv_out.r_data),
                          spmv_out.r_en.eq(iterating & packer.elements.ready)]
@@ -480,18 +555,27 @@ class GraphEngine(wiring.Component):
             m.d.comb += [packer.elements.valid.eq(iterating & tickets.r_rdy & has_value & has_own & t.last),
                          packer.elements.payload.eq(best)]
         with m.If(start):
-            m.d.sync += [pending.eq(0), bank.eq(0), drain_bank.eq(0), position.eq(0)] + [p.eq(0) for p in flat]
-        spmv_idle = ~is_spmv | ((pending == 0) & (busy == 0) & (in_tree == 0))
+            m.d.sync += [pending.eq(0), bank.eq(0), drain_bank.eq(0), position.eq(0), vertices_taken.eq(0),
+                         total_ready.eq(0), flowing.eq(0), in_flow.eq(0)] + [p.eq(0) for p in flat]
+        spmv_idle = ~sum_rows | ((pending == 0) & (busy == 0) & (in_tree == 0))
+
+        # dangling x (1/n), once per iteration between the contributions and the update
+        m.submodules.scale = scale = FpMul()
+        scale_issued = Signal()
+        m.d.comb += [scale.i.payload.a[0].eq(total_sum), scale.i.payload.b[0].eq(cmd.inv_n)]
+        with m.If(scale.o.valid):
+            m.d.sync += dterm.eq(scale.o.payload[0])
 
         # ---- control ------------------------------------------------------------------
         iterations = Signal(32)
+        converged = Signal()             # PageRank stopped by its tolerance (cpl_aux bit 31)
         bus_error = Signal(4)            # the first AXI error of any phase
         bytes_read, bytes_written = Signal(32), Signal(32)
-        m.d.comb += [self.cpl.payload.tag.eq(cmd.tag), self.cpl.payload.aux.eq(iterations),
+        m.d.comb += [self.cpl.payload.tag.eq(cmd.tag), self.cpl.payload.aux.eq(Cat(iterations[:31], converged)),
                      self.cpl.payload.bytes_read.eq(bytes_read), self.cpl.payload.bytes_written.eq(bytes_written)]
         scan_bytes = rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)
         iteration_bytes = (scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
-                           Mux(is_spmv, 0, vertex_len[:32]))
+                           Mux(sum_rows, 0, vertex_len[:32]))
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & ~row_open & have_start & ~edge_valid)
         with m.FSM(name="graph"):
@@ -504,7 +588,7 @@ class GraphEngine(wiring.Component):
                 m.d.comb += start.eq(1)
                 m.d.sync += transfers.clear() + [graph_error.eq(0), index_error.eq(0), seen.eq(0), odd.eq(0),
                                                  iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
-                                                 bus_error.eq(0)]
+                                                 bus_error.eq(0), stage.eq(0), converged.eq(0), scale_issued.eq(0)]
                 with m.If(check != 0):
                     m.next = "REJECT"
                 with m.Else():
@@ -526,18 +610,49 @@ class GraphEngine(wiring.Component):
                 m.d.sync += transfers.clear() + [changed.eq(0)]
                 with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
                     m.next = "DONE"
+                with m.Elif(is_pagerank & (stage != 1)):
+                    m.next = "VERTEX"
                 with m.Else():
                     m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
                 with m.If(transfers.finished & (slot_open == 0) & ~tickets.r_rdy & spmv_idle):
-                    m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd),
-                                 bytes_read.eq(bytes_read + iteration_bytes),
+                    m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
                                  bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
-                    with m.If((transfers.error == 0) & changed & ~is_spmv & (iterations + 1 != cmd.max_iterations)):
-                        m.next = "NEXT"
+                    with m.If(is_pagerank):          # the pull sums are in: the update pass next
+                        m.d.sync += stage.eq(2)
+                        m.next = "NEXT"              # (NEXT ends the command on a bus error)
                     with m.Else():
+                        m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd)]
+                        with m.If((transfers.error == 0) & changed & ~is_spmv &
+                                  (iterations + 1 != cmd.max_iterations)):
+                            m.next = "NEXT"
+                        with m.Else():
+                            m.next = "DONE"
+            with m.State("VERTEX"):
+                m.d.comb += vertex_pass.eq(1)
+                drained = total_ready & (in_flow == 0) & ~vertex_out.r_rdy
+                with m.If(transfers.finished & (drained | (transfers.error != 0))):
+                    m.d.sync += [bytes_read.eq(bytes_read + (vertex_len[:32] << 1)),
+                                 bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
+                    with m.If(transfers.error != 0):
                         m.next = "DONE"
+                    with m.Elif(~update):            # the dangling rank is in: scale it by 1/n
+                        m.next = "SCALE"
+                    with m.Else():                   # the L1 change is in: the iteration is complete
+                        total_nan = (total_sum[23:31] == 0xFF) & (total_sum[:23] != 0)
+                        below = ~total_nan & (total_sum < cmd.tolerance)
+                        m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd), stage.eq(0), converged.eq(below)]
+                        with m.If(below | (iterations + 1 == cmd.max_iterations)):
+                            m.next = "DONE"
+                        with m.Else():
+                            m.next = "NEXT"
+            with m.State("SCALE"):
+                m.d.comb += scale.i.valid.eq(~scale_issued)
+                m.d.sync += scale_issued.eq(1)
+                with m.If(scale.o.valid):
+                    m.d.sync += [scale_issued.eq(0), stage.eq(1)]
+                    m.next = "NEXT"
             with m.State("DONE"):
                 m.d.comb += [self.cpl.valid.eq(1),
                              self.cpl.payload.error.eq(Mux(bus_error != 0, bus_error,
