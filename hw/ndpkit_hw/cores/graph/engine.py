@@ -15,7 +15,9 @@ Phases:
    (BAD_INDEX); both arrays are read whole, the row-pointer error wins.  Nothing has
    been written when a graph is rejected.
 3. *iterate*: the row pointers, columns (and weights) and the vertices' own values
-   stream in order; each edge's source value comes through the unit.  The
+   stream in order; each edge's source value comes from the **cache** (``cache_lines``
+   lines of 16 values, direct mapped by vertex id; filled per value in Piccolo mode,
+   per 64-byte line in baseline mode; emptied every pass) or through the unit.  The
    **collector** (a collection-extended MSHR of ``mshr_slots`` open groups) groups
    edges whose source values share a DRAM row (Piccolo mode, up to 16 per row gather)
    or a 64-byte line (baseline mode, one line read, an ordinary MSHR) into one
@@ -144,7 +146,7 @@ class GraphEngine(wiring.Component):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 4,
                  max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
-                 tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64):
+                 tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64, cache_lines: int = 64):
         if data_width != 8 * LINE:
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.addr_width, self.data_width = addr_width, data_width
@@ -153,9 +155,14 @@ class GraphEngine(wiring.Component):
             raise ValueError(f"graph: mshr_slots must be >= 1 and response_ids a power of two >= 2, not "
                              f"{mshr_slots} and {response_ids}")
         self.mshr_slots, self.response_ids = mshr_slots, response_ids
-        # a ticket per edge: row start/end, the response id and lane holding its source value
+        if cache_lines < 0 or cache_lines & (cache_lines - 1) or 16 * cache_lines > MAX_VERTICES:
+            raise ValueError(f"graph: cache_lines must be 0 or a power of two up to {MAX_VERTICES // 16}, "
+                             f"not {cache_lines}")
+        self.cache_lines = cache_lines
+        # a ticket per edge: row start/end, the response id and lane holding its source value,
+        # or (a cache hit) the value itself; the source vertex for the cache fill
         self.ticket_layout = data.StructLayout({"empty": 1, "first": 1, "last": 1, "id": range(response_ids),
-                                                "lane": 4, "weight": 32})
+                                                "lane": 4, "weight": 32, "hit": 1, "value": 32, "u": 24})
         # The streams need a few bytes per edge; short bursts, two in flight each, leave the
         # memory's request queue to the unit's single-column reads (long prefetching bursts
         # would hold the queue and starve them).
@@ -331,7 +338,43 @@ class GraphEngine(wiring.Component):
         m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=self.ticket_layout.size, depth=self.tickets)
         ticket = Signal(self.ticket_layout)
         m.d.comb += [tickets.w_data.eq(ticket), ticket.empty.eq(edge.empty), ticket.first.eq(edge.first),
-                     ticket.last.eq(edge.last), ticket.weight.eq(edge.weight)]
+                     ticket.last.eq(edge.last), ticket.weight.eq(edge.weight), ticket.u.eq(edge.u)]
+
+        # ---- source-value cache -------------------------------------------------------
+        # `cache_lines` lines of 16 values (4 KiB by default), direct mapped by vertex id:
+        # entry u mod 16L, tag u / 16L, per-entry valid bits.  Piccolo mode fills it at fine
+        # grain (each value the reducer takes from a response: only useful bytes cached);
+        # baseline mode fills whole lines (the line read's 16 values: a conventional 64-byte
+        # line cache).  A hit's value travels in its ticket and skips the collector.  Every
+        # pass starts empty: the source array changes between passes.
+        cache_hit, cached_value = Signal(), Signal(32)
+        fill_en, fill_u, fill_line = Signal(), Signal(24), Signal(8 * LINE)
+        if self.cache_lines:
+            lines = self.cache_lines
+            index_bits = log2_exact(16 * lines, "cache entries")
+            tag_bits = 24 - index_bits
+            cache_data = Memory(shape=8 * LINE, depth=lines, init=[])
+            cache_tags = Memory(shape=16 * tag_bits, depth=lines, init=[])
+            m.submodules.cache_data, m.submodules.cache_tags = cache_data, cache_tags
+            data_read, tags_read = cache_data.read_port(domain="comb"), cache_tags.read_port(domain="comb")
+            data_write, tags_write = cache_data.write_port(granularity=32), cache_tags.write_port(granularity=tag_bits)
+            cache_valid = Signal(16 * lines)
+            m.d.comb += [data_read.addr.eq(edge.u[4:index_bits]), tags_read.addr.eq(edge.u[4:index_bits]),
+                         cached_value.eq(data_read.data.word_select(edge.u[:4], 32)),
+                         cache_hit.eq((cache_valid >> edge.u[:index_bits])[0] &
+                                      (tags_read.data.word_select(edge.u[:4], tag_bits) == edge.u[index_bits:]))]
+            whole = cmd.format_mode == MODE_BASELINE
+            m.d.comb += [data_write.addr.eq(fill_u[4:index_bits]), tags_write.addr.eq(fill_u[4:index_bits]),
+                         data_write.data.eq(fill_line), tags_write.data.eq(Cat(*[fill_u[index_bits:]] * 16)),
+                         data_write.en.eq(Mux(fill_en, Mux(whole, 0xFFFF, Const(1, 16) << fill_u[:4]), 0)),
+                         tags_write.en.eq(Mux(fill_en, Mux(whole, 0xFFFF, Const(1, 16) << fill_u[:4]), 0))]
+            with m.If(fill_en):
+                with m.If(whole):
+                    m.d.sync += cache_valid.word_select(fill_u[4:index_bits], 16).eq(0xFFFF)
+                with m.Else():
+                    m.d.sync += cache_valid.bit_select(fill_u[:index_bits], 1).eq(1)
+            with m.If(start):
+                m.d.sync += cache_valid.eq(0)
         baseline = cmd.format_mode == MODE_BASELINE
         row_shift = log2_exact(self.row_bytes, "row_bytes")
         address = Signal(self.addr_width)
@@ -346,7 +389,7 @@ class GraphEngine(wiring.Component):
         slot_idle = Array(Signal(range(self.group_timeout + 1), name=f"slot{i}_idle") for i in range(slots))
         slot_offsets = Array(Signal(16 * MAX_OFFSETS, name=f"slot{i}_offsets") for i in range(slots))
         streams_done = Signal()          # every edge of the iteration has been taken
-        lookup = edge_valid & ~edge.empty & tickets.w_rdy
+        lookup = edge_valid & ~edge.empty & ~cache_hit & tickets.w_rdy
         hits = Signal(slots)
         m.d.comb += hits.eq(Cat(slot_open[i] & (slot_key[i] == key) & (slot_count[i] < MAX_OFFSETS)
                                 for i in range(slots)))
@@ -391,6 +434,8 @@ class GraphEngine(wiring.Component):
         with m.If(edge_valid & tickets.w_rdy):
             with m.If(edge.empty):
                 m.d.comb += take.eq(1)
+            with m.Elif(cache_hit):
+                m.d.comb += [take.eq(1), ticket.hit.eq(1), ticket.value.eq(cached_value)]
             with m.Elif(joinable.any()):
                 count = slot_count[join_slot]
                 m.d.comb += [take.eq(1), ticket.id.eq(slot_id[join_slot]),
@@ -429,12 +474,12 @@ class GraphEngine(wiring.Component):
         changed = Signal()
         t = self.ticket_layout(tickets.r_data)
         m.d.comb += response_read.addr.eq(t.id)
-        value = response_read.data.word_select(t.lane, 32)
+        value = Mux(t.hit, t.value, response_read.data.word_select(t.lane, 32))
         total = value + t.weight
         candidate = Mux((value == INF) | total[32], INF, total[:32])
         base = Mux(t.first, old.payload, acc)
         best = Mux(t.empty | (candidate >= base), base, candidate)
-        has_value = t.empty | (arrived >> t.id)[0]
+        has_value = t.empty | t.hit | (arrived >> t.id)[0]
         has_own = ~t.first | old.valid
         can_emit = ~t.last | packer.elements.ready
         min_fire = iterating & ~sum_rows & tickets.r_rdy & has_value & has_own & can_emit
@@ -442,7 +487,10 @@ class GraphEngine(wiring.Component):
         fire = min_fire | spmv_fire
         m.d.comb += [tickets.r_en.eq(fire), old.ready.eq(min_fire & t.first)]
         used = Array(Signal(5, name=f"id{i}_used") for i in range(ids))
-        with m.If(fire & ~t.empty):       # the group's last member read: its id is free again
+        fetched = fire & ~t.empty & ~t.hit
+        m.d.comb += [fill_en.eq(fetched), fill_u.eq(t.u),   # a fetched value (its line, baseline) into the cache
+                     fill_line.eq(Mux(baseline, response_read.data, Cat(*[response_read.data.word_select(t.lane, 32)] * 16)))]
+        with m.If(fetched):              # the group's last member read: its id is free again
             with m.If(used[t.id] + 1 == members[t.id]):
                 m.d.sync += [used[t.id].eq(0), arrived.bit_select(t.id, 1).eq(0), id_busy.bit_select(t.id, 1).eq(0)]
             with m.Else():
