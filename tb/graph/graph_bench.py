@@ -13,7 +13,9 @@ link 16 bytes per cycle each way, 2 KiB rows.  Per graph and mode: cycles of the
 command (validation pass + one iteration), link bytes, useful bytes (4 per edge) ÷
 link bytes, row activations; the speed-up is baseline cycles ÷ Piccolo cycles, and
 the geometric mean over the (graph, kernel) pairs.  Each result is checked against the golden model.
-Writes build/perf/graph.json.  QUICK=1: scales 10 and 12 (else 10, 12, 14).
+Writes build/perf/graph.json.  QUICK=1: scales 10 and 12 (else 10, 12, 14);
+GRAPH_SCALES=14,16,18 picks the scales (the memory model grows to hold them; scale 16
+simulates for about half an hour on two cores, 18 for hours).
 """
 from __future__ import annotations
 
@@ -35,9 +37,20 @@ OUT_NAME = "graph.json"
 KERNELS = ("cc", "pagerank")
 
 
-def workloads(quick: bool):
+def scales(quick: bool) -> tuple[int, ...]:
+    chosen = os.environ.get("GRAPH_SCALES", "")
+    return tuple(int(x) for x in chosen.split(",")) if chosen else (10, 12) if quick else (10, 12, 14)
+
+
+def memory_bytes(quick: bool) -> int:
+    """Room for the largest graph's arrays (about 160 bytes per vertex at edge factor 16)."""
+    need = 160 << max(scales(quick))
+    return max(MEM, 1 << (need - 1).bit_length())
+
+
+def workloads(chosen_scales):
     from ndpkit.graph import generators
-    for scale in (10, 12) if quick else (10, 12, 14):
+    for scale in chosen_scales:
         yield f"kronecker-{scale}", generators.kronecker(scale, 16, seed=scale)
         yield f"uniform-{scale}", generators.uniform(scale, 16, seed=scale)
     for name in ("karate_club_graph", "les_miserables_graph"):
@@ -58,7 +71,7 @@ async def graph_throughput(dut):
     counters = SgUnit().signature.members["counters"].shape
     rows = []
     from ndpkit.graph import csr
-    for (name, g), kernel in ((w, k) for w in workloads(p["quick"]) for k in KERNELS):
+    for (name, g), kernel in ((w, k) for w in workloads(p["scales"]) for k in KERNELS):
         # rebuilt here: the arrays are too big for the command line
         pg = csr.pull(g, kernel)
         rowptr, col = pg.rowptr, pg.col
@@ -76,7 +89,7 @@ async def graph_throughput(dut):
                            ("b", n), ("scratch", 2 * -(-n // 16) * 16 if kernel == "pagerank" else 0)):
             layout[key] = addr
             addr += -(-4 * count // 4096) * 4096
-        assert addr <= MEM, name
+        assert addr <= p["mem"], name
         image = np.zeros(addr, np.uint8)
         for key, arr in (("rowptr", rowptr), ("col", col), ("val", val), ("a", x)):
             if arr is not None:
@@ -118,16 +131,17 @@ def main() -> int:
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     out = PROJECT_ROOT / "build" / "perf" / OUT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
-    params = {"latency": 200, "quick": quick, "out": str(out)}
-    print(f"graph benchmark: {len(list(workloads(quick)))} graphs, Piccolo and baseline modes (the first build "
+    mem = memory_bytes(quick)
+    params = {"latency": 200, "scales": list(scales(quick)), "out": str(out), "mem": mem}
+    print(f"graph benchmark: {len(list(workloads(scales(quick))))} graphs, Piccolo and baseline modes (the first build "
           "takes minutes)")
     # a memory controller that queues as many requests as a DRAM's banks serve in parallel (the
     # default 16 would let the streams' bursts starve the unit's single-column reads)
-    run_bench(Design(EngineHarness(GraphEngine(), mem_size=MEM, max_outstanding=256), "graph_engine_perf",
-                     key=f"perf {MEM} 256"), "tb.graph.graph_bench", params=params)
+    run_bench(Design(EngineHarness(GraphEngine(), mem_size=mem, max_outstanding=256), "graph_engine_perf",
+                     key=f"perf {mem} 256"), "tb.graph.graph_bench", params=params)
     rows = json.loads(out.read_text())
-    print("\ngraph engine: one connected-components iteration (cc) and one PageRank iteration's row sums "
-          "(pagerank), 512-bit port, latency 200, link 16 B/cycle, 2 KiB rows")
+    print("\ngraph engine: one connected-components iteration (cc) and one PageRank iteration (pagerank), "
+          "512-bit port, latency 200, link 16 B/cycle, 2 KiB rows, 4 KiB source-value cache")
     print(f"{'graph':>16} {'kernel':>8} {'vertices':>8} {'edges':>8} {'mode':>9} {'cycles':>9} {'edges/cyc':>9} {'link B':>10} "
           f"{'useful/link':>11} {'activations':>11} {'speed-up':>8}")
     speedups = []
