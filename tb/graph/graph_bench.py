@@ -144,20 +144,27 @@ def main() -> int:
           "512-bit port, latency 200, link 16 B/cycle, 2 KiB rows, 4 KiB source-value cache")
     print(f"{'graph':>16} {'kernel':>8} {'vertices':>8} {'edges':>8} {'mode':>9} {'cycles':>9} {'edges/cyc':>9} {'link B':>10} "
           f"{'useful/link':>11} {'activations':>11} {'speed-up':>8}")
-    speedups = []
+    cache_values = 16 * GraphEngine().cache_lines
+    speedups, beyond = [], []
     for r in rows:
         base = next(x for x in rows if x["graph"] == r["graph"] and x["kernel"] == r["kernel"]
                     and x["mode"] == "baseline")
         r["speedup_vs_baseline"] = base["cycles"] / r["cycles"]
         if r["mode"] == "piccolo":
             speedups.append(r["speedup_vs_baseline"])
+            if r["vertices"] > cache_values:
+                beyond.append(r["speedup_vs_baseline"])
         print(f"{r['graph']:>16} {r['kernel']:>8} {r['vertices']:>8} {r['edges']:>8} {r['mode']:>9} {r['cycles']:>9} "
               f"{r['edges_per_cycle']:>9.3f} {r['link_bytes']:>10} {r['useful_fraction']:>11.3f} "
               f"{r['activations']:>11} {r['speedup_vs_baseline']:>7.2f}x")
-    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-    print(f"\nPiccolo mode over baseline mode: geometric mean {geomean:.2f}x, max {max(speedups):.2f}x "
-          f"(Piccolo, HPCA 2025: 1.62x geomean, 3.28x max)")
-    out.write_text(json.dumps({"rows": rows, "geomean": geomean, "max": max(speedups)}, indent=1))
+    def geometric_mean(values):
+        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+    geomean, geomean_beyond = geometric_mean(speedups), geometric_mean(beyond)
+    print(f"\nPiccolo mode over baseline mode: geometric mean {geomean:.2f}x over every (graph, kernel), "
+          + (f"{geomean_beyond:.2f}x over the graphs larger than the {cache_values}-value cache, " if beyond else "")
+          + f"max {max(speedups):.2f}x (Piccolo, HPCA 2025: 1.62x geomean, 3.28x max)")
+    out.write_text(json.dumps({"rows": rows, "geomean": geomean, "geomean_beyond_cache": geomean_beyond,
+                               "cache_values": cache_values, "max": max(speedups)}, indent=1))
     print(f"wrote {out.relative_to(PROJECT_ROOT)}")
     return 0
 

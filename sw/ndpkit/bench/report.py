@@ -146,14 +146,16 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "latency": 200,
                          "problem": f"{dense['elements']:,} random 4 B elements, {dense['elements_per_row']} per row",
                          "efficiency": dense["link_efficiency"], "work": "elements",
-                         "work_per_cycle": dense["elements_per_cycle"], "fmax_mhz": None})
+                         "work_per_cycle": dense["elements_per_cycle"],
+                         "fmax_mhz": _fmax(impl, "sg", {"data_width": 512})})
     graph = inputs.get("graph")
     if graph:
         big = max((r for r in graph["rows"] if r["mode"] == "piccolo" and r.get("kernel", "cc") == "cc"),
                   key=lambda r: r["edges"])
         rows.append({"engine": "graph (Piccolo mode, CC iteration)", "port_bits": 512, "latency": 200,
                      "problem": f"{big['graph']}, {big['edges']:,} edges", "efficiency": big["useful_fraction"],
-                     "work": "edges", "work_per_cycle": big["edges_per_cycle"], "fmax_mhz": None,
+                     "work": "edges", "work_per_cycle": big["edges_per_cycle"],
+                     "fmax_mhz": _fmax(impl, "graph", {"data_width": 512}),
                      "sim_cycles_per_second": big.get("sim_cycles_per_second")})
     for row in rows:
         row.setdefault("cpu", None)
@@ -250,8 +252,10 @@ def build(inputs: dict) -> dict:
          "ours": max(r["compressed"] for r in offload["table"] if r["ssds"] == 10)},
         {"paper": "HPU (SK hynix 2025)", "claim": "Llama-2-7B decode, 4 cards batch 64 vs GPU alone batch 16",
          "theirs": PUBLISHED["hpu"]["ratio"], "ours": decode["ratio"]},
-        {"paper": "Piccolo (HPCA 2025)", "claim": "graph kernel, Piccolo mode vs baseline mode, geomean",
-         "theirs": PUBLISHED["piccolo"]["geomean"], "ours": (inputs.get("graph") or {}).get("geomean")},
+        {"paper": "Piccolo (HPCA 2025)", "claim": "graph kernel, Piccolo mode vs baseline mode, geomean over the "
+                                                  "graphs larger than the cache",
+         "theirs": PUBLISHED["piccolo"]["geomean"],
+         "ours": (inputs.get("graph") or {}).get("geomean_beyond_cache", (inputs.get("graph") or {}).get("geomean"))},
     ]
     return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": platform.processor()},
             "versions": versions, "present": {k: v is not None for k, v in inputs.items()},
@@ -373,8 +377,12 @@ def markdown(report: dict) -> str:
                          f"{r['cycles']:,} | "
                          f"{r['edges_per_cycle']:.3f} | {r['link_bytes']:,} | {r['useful_fraction']:.3f} | "
                          f"{r['activations']:,} | {ratio(r['speedup_vs_baseline'])} |")
-        lines += ["", f"Piccolo mode over baseline mode: **{ratio(graph['geomean'])} geometric mean**, "
-                  f"{ratio(graph['max'])} max; Piccolo (HPCA 2025) reports {PUBLISHED['piccolo']['geomean']}× and "
+        beyond = graph.get("geomean_beyond_cache")
+        lines += ["", f"Piccolo mode over baseline mode: **{ratio(beyond)} geometric mean over the graphs with more "
+                  f"vertices than the cache holds** ({graph.get('cache_values', '?')} values: there Piccolo's "
+                  f"comparison lives), {ratio(graph['geomean'])} over every (graph, kernel) pair, "
+                  f"{ratio(graph['max'])} max. Graphs that fit the cache run the same in both modes (the cache "
+                  "serves their sources; useful ÷ link bytes above 1 means it served most edges). Piccolo (HPCA 2025) reports {PUBLISHED['piccolo']['geomean']}× and "
                   f"{PUBLISHED['piccolo']['max']}× for its full design (fine-grained cache, collection-extended "
                   "MSHR and tiling; ours: the row-gather path, a four-slot collection MSHR and a 4 KiB direct-mapped "
                   "cache, fine-grained in Piccolo mode and a 64-byte line cache in baseline mode; pull order in "
