@@ -137,14 +137,15 @@ def main() -> int:
           "takes minutes)")
     # a memory controller that queues as many requests as a DRAM's banks serve in parallel (the
     # default 16 would let the streams' bursts starve the unit's single-column reads)
-    run_bench(Design(EngineHarness(GraphEngine(), mem_size=mem, max_outstanding=256), "graph_engine_perf",
+    engine = GraphEngine()
+    run_bench(Design(EngineHarness(engine, mem_size=mem, max_outstanding=256), "graph_engine_perf",
                      key=f"perf {mem} 256"), "tb.graph.graph_bench", params=params)
     rows = json.loads(out.read_text())
     print("\ngraph engine: one connected-components iteration (cc) and one PageRank iteration (pagerank), "
           "512-bit port, latency 200, link 16 B/cycle, 2 KiB rows, 4 KiB source-value cache")
     print(f"{'graph':>16} {'kernel':>8} {'vertices':>8} {'edges':>8} {'mode':>9} {'cycles':>9} {'edges/cyc':>9} {'link B':>10} "
           f"{'useful/link':>11} {'activations':>11} {'speed-up':>8}")
-    cache_values = 16 * GraphEngine().cache_lines
+    cache_values = 16 * engine.cache_lines
     speedups, beyond = [], []
     for r in rows:
         base = next(x for x in rows if x["graph"] == r["graph"] and x["kernel"] == r["kernel"]
