@@ -104,7 +104,8 @@ def cpu_adamw(n: int, steps: int = 5) -> list[dict]:
             opt.step()
         seconds = (time.perf_counter() - t0) / steps
         rows.append({"impl": impl, "elements": n, "seconds_per_step": seconds, "elements_per_second": n / seconds,
-                     "threads": threads, "torch": torch.__version__})
+                     "threads": threads, "torch": torch.__version__,
+                     "load_average": os.getloadavg()[0]})     # other jobs on the cores slow the CPU side
     return rows
 
 

@@ -113,7 +113,7 @@ def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
         torch.nn.functional.scaled_dot_product_attention(q, k, v)
     seconds = (time.perf_counter() - t0) / repeats
     return {"batch": batch, "context": context, "layer_seconds": seconds, "threads": torch.get_num_threads(),
-            "torch": torch.__version__}
+            "torch": torch.__version__, "load_average": os.getloadavg()[0]}   # other jobs slow the CPU side
 
 
 def unit_counts(data_width: int, units: int) -> dict:

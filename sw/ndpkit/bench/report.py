@@ -119,7 +119,8 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "fmax_mhz": _fmax(impl, "adam", {"data_width": r["data_width"]}),
                          "sim_cycles_per_second": r.get("sim_cycles_per_second"),
                          "cpu": f"PyTorch AdamW ({best_cpu['impl']})" if best_cpu else None,
-                         "cpu_ratio": per_second / best_cpu["elements_per_second"] if best_cpu else None})
+                         "cpu_ratio": per_second / best_cpu["elements_per_second"] if best_cpu else None,
+                         "cpu_load": best_cpu.get("load_average") if best_cpu else None})
     att = inputs["attention"]
     if att:
         p = att.get("params", {})
@@ -136,7 +137,8 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "fmax_mhz": _fmax(impl, "attention", {"data_width": width, "units": units}),
                          "sim_cycles_per_second": r.get("sim_cycles_per_second"),
                          "cpu": f"PyTorch SDPA, batch {best['batch']}, context {best['context']}" if best else None,
-                         "cpu_ratio": best["card_tokens_per_second"] / best["cpu_tokens_per_second"] if best else None})
+                         "cpu_ratio": best["card_tokens_per_second"] / best["cpu_tokens_per_second"] if best else None,
+                         "cpu_load": (best.get("cpu") or {}).get("load_average") if best else None})
     sg = inputs.get("sg")
     if sg:
         dense = max((r for r in sg if r["mode"] == "gather" and r["latency"] == 200),
@@ -284,6 +286,12 @@ def engine_table(report: dict) -> str:
                      f" | {r['latency']} | {r['problem']} | "
                      f"{r['efficiency']:.3f} | {fmt(r['work_per_cycle'])} {r['work']} | {fmax} | "
                      f"{fmt(r['sim_cycles_per_second'])} | {r['cpu'] or '–'} | {ratio(r['cpu_ratio'])} |")
+    loads = [r["cpu_load"] for r in report["engines"] if r.get("cpu_load") is not None]
+    if loads:
+        cores = report["machine"]["cpus"]
+        lines += ["", f"The CPU alternatives ran at a 1-minute load average of up to {max(loads):.1f} on {cores} "
+                  "cores" + (": other jobs shared the cores, so the CPU figures are lower and the ratios higher than "
+                             "on an idle machine." if max(loads) > 0.5 * cores else " (an otherwise idle machine).")]
     return "\n".join(lines)
 
 
