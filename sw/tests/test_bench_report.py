@@ -76,6 +76,7 @@ def test_report_files(generated):
     assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "sg": True, "graph": True,
                                "impl": True}
     assert "| 200 | 4 | gather | 30 | 200 | 0.500 | 0.125 | 0.133 | 30 | 2.00× |" in text
+    assert "{" not in text and "}" not in text, "a placeholder was not filled in"
 
 
 def test_engine_rows_come_from_the_inputs(generated):
