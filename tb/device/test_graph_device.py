@@ -151,6 +151,8 @@ def test_api_argument_checks(dev):
         graph.bfs([[0, 1]], 0, dev)
     with pytest.raises(ValueError, match="source"):
         graph.bfs(generators.real_graph("karate_club_graph"), "nobody", dev)
+    with pytest.raises(ValueError, match="program: PageRank"):
+        graph.run(dev, csr.pull(g, "pagerank"), Program.PAGERANK, np.zeros(16, np.uint32))
 
 
 def test_card_graph_frees_its_buffers(dev):

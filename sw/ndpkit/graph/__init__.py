@@ -89,7 +89,11 @@ class CardGraph:
 
 def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: str = "piccolo",
         max_iterations: int | None = None):
-    """One engine command over a prepared pull graph: (values, iterations, completion)."""
+    """One engine command over a prepared pull graph: (values, iterations, completion).
+    For SpMV, BFS, SSSP and CC; PageRank takes more (:func:`pagerank`)."""
+    if program == Program.PAGERANK:
+        raise ValueError("program: PageRank needs out-degrees, a scratch array and its constants: "
+                         "use ndpkit.graph.pagerank")
     max_iterations = g.n + 1 if max_iterations is None else int(max_iterations)
     if max_iterations < 1:
         raise ValueError(f"max_iterations: must be at least 1, not {max_iterations}")
