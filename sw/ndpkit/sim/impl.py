@@ -23,9 +23,11 @@ ECP5_BRAMS = 208                       # DP16KD
 
 
 def ecp5_overflow(synth: dict) -> str | None:
-    """Why a synthesised netlist cannot fit the part (a CCU2C takes two LUT sites), or None."""
-    luts = synth.get("LUT4", 0) + 2 * synth.get("CCU2C", 0)
-    for used, have, what in ((luts, ECP5_LUTS, "LUT4 + 2 x CCU2C"), (synth.get("MULT18X18D", 0), ECP5_MULTS,
+    """Why a synthesised netlist cannot fit the part, or None.  A CCU2C takes two LUT sites
+    and so does a TRELLIS_DPR16X4 distributed RAM at least (plus its write-port slice): a
+    lower bound on the LUT sites, so a netlist called too big really is."""
+    luts = synth.get("LUT4", 0) + 2 * synth.get("CCU2C", 0) + 2 * synth.get("TRELLIS_DPR16X4", 0)
+    for used, have, what in ((luts, ECP5_LUTS, "LUT4 + 2 x CCU2C + 2 x DPR16X4"), (synth.get("MULT18X18D", 0), ECP5_MULTS,
                                                                      "MULT18X18D"),
                              (synth.get("DP16KD", 0), ECP5_BRAMS, "DP16KD")):
         if used > have:
