@@ -6,6 +6,8 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.ndpkit-installed
 JOBS   ?= auto
 PYTEST := $(VPY) -m pytest -n $(JOBS) --dist loadgroup
+# build products (Verilator builds, Verilog, reports' tool runs) stay in the checkout
+export NDPKIT_BUILD_DIR := $(CURDIR)/build
 
 IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
@@ -22,7 +24,7 @@ $(STAMP): pyproject.toml
 	@command -v c++ >/dev/null || command -v g++ >/dev/null || { echo "Verilator needs a C++ compiler (g++)"; exit 1; }
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -e '.[torch]'
+	$(VPY) -m pip install --quiet -e '.[test,torch]'
 	touch $@
 
 venv: $(STAMP)
@@ -35,46 +37,43 @@ test: $(STAMP)
 sim: $(STAMP) $(FORMAL_STAMP) $(BOARDS_STAMP)
 	$(PYTEST) -m "sim or long or formal" -p no:cacheprovider
 
-# make bitstream BOARD=<name> [ENGINES=a,b] [MEMORY_PORTS=n]: the board's build (boards/).
+# make bitstream BOARD=<name> [ENGINES=a,b] [MEMORY_PORTS=n]: the board's build (tools/ndpkit_tools/boards/<name>/).
 # Xilinx boards: the Vivado project, checked with the Tcl stubs, built if vivado is on
 # PATH; exit status 3 when it is not (project generated), 2 on a bad board or parameter.
 bitstream: $(STAMP) $(BOARDS_STAMP)
-	@test -n "$(BOARD)" || { echo "make bitstream: give BOARD=<name>; boards: $$(ls boards/*/board.toml | cut -d/ -f2 | tr '\n' ' ')"; exit 2; }
-	$(VPY) boards/build.py $(BOARD) $(if $(ENGINES),--engines $(ENGINES)) $(if $(MEMORY_PORTS),--memory-ports $(MEMORY_PORTS))
+	@test -n "$(BOARD)" || { echo "make bitstream: give BOARD=<name>; boards: $$(ls tools/ndpkit_tools/boards/*/board.toml | cut -d/ -f4 | tr '\n' ' ')"; exit 2; }
+	$(VPY) -m ndpkit_tools.boards.build $(BOARD) $(if $(ENGINES),--engines $(ENGINES)) $(if $(MEMORY_PORTS),--memory-ports $(MEMORY_PORTS))
 
 # Bounded formal proofs of the AXI rules (SymbiYosys, YoWASP tools from PyPI).
 formal: $(FORMAL_STAMP)
 	$(PYTEST) -m formal -p no:cacheprovider
 
-# verilator --lint-only -Wall on every generated top, with tb/verilator_waivers.vlt.
+# verilator --lint-only -Wall on every generated top, with tools/ndpkit_tools/sim/verilator_waivers.vlt.
 lint: $(STAMP)
-	$(VPY) -m ndpkit.sim.lint
+	$(VPY) -m ndpkit_tools.lint
 
 # FuseSoC: the lint target of every core in fusesoc/ (the generator runs Amaranth;
 # CORES="dma_copy decomp" for a subset).
 fusesoc-lint: $(BOARDS_STAMP)
-	$(VPY) -m ndpkit.sim.fusesoc_lint $(CORES)
+	$(VPY) -m ndpkit_tools.fusesoc_lint $(CORES)
 
 # The main job on the simulated card: copies through the driver, near-storage training,
 # a transformer layer's decode loop with its attention on the card.
 demo: $(STAMP)
-	$(VPY) -m ndpkit.sim.demo
+	$(VPY) -m examples.demo
 
 # The benchmark report: every engine benchmark, the CPU alternatives and the system model;
 # writes docs/bench/ (Markdown, plots, JSON) and the README's results section.
 # QUICK=1: the 128-bit engines and small problems (minutes once the builds are cached).
 bench: $(STAMP)
-	$(VPY) -m tb.bench $(if $(filter-out 0,$(QUICK)),--quick,)
+	$(VPY) -m ndpkit_tools.bench.run $(if $(filter-out 0,$(QUICK)),--quick,)
 
 # Engine benchmarks: port efficiency of the burst engines, copies, the Adam updater and
 # decode attention (prints tables, writes build/perf/*.json).
 perf: $(STAMP)
 	$(VPY) -m tb.bus.dma_perf_report $(if $(QUICK),--quick,)
-	QUICK=$(QUICK) $(VPY) -m tb.device.copy_bench
-	QUICK=$(QUICK) $(VPY) -m tb.adam.adam_bench
-	QUICK=$(QUICK) $(VPY) -m tb.attention.attention_bench
-	QUICK=$(QUICK) $(VPY) -m tb.sg.sg_bench
-	QUICK=$(QUICK) $(VPY) -m tb.graph.graph_bench
+	for bench in $$($(VPY) -c 'from ndpkit_tools.bench.run import list_benches; list_benches()'); do \
+		QUICK=$(QUICK) $(VPY) -m $$bench || exit 1; done
 
 # Mixed concurrent workloads on simulated cards against the model, with injected
 # errors and bus faults, for DURATION seconds (default 600): counts, mismatches, hangs.
@@ -96,21 +95,21 @@ $(IMPL_STAMP): $(STAMP)
 # Resources and Fmax of the floating-point units (ECP5 place and route, UltraScale+
 # synthesis estimate); writes docs/arith_impl.md.  UNITS="add mul" for a subset.
 impl: $(IMPL_STAMP)
-	$(VPY) -m tb.arith.impl_report $(UNITS)
+	$(VPY) -m ndpkit_tools.impl.arith_report $(UNITS)
 
 # Resources and Fmax of every engine at its default and largest configuration (ECP5
 # place and route, UltraScale+ estimate as a share of each board's part, the papers'
 # figures beside them); writes docs/impl_report.json and docs/impl_report.md.
 # ENGINES="dma_copy adam:max" for a subset; the document lists what is not yet measured.
 impl-report: $(IMPL_STAMP)
-	$(VPY) -m tb.impl_report $(ENGINES)
+	$(VPY) -m ndpkit_tools.impl.engines_report $(ENGINES)
 
 # Regenerate the register documents (docs/registers.md, build/include/*.h).
 regs: $(STAMP)
-	$(VPY) -m ndpkit.regs.generate
+	$(VPY) -m ndpkit_tools.regs_doc
 
 clean:
 	rm -rf build .pytest_cache
 
 distclean: clean
-	rm -rf $(VENV) *.egg-info sw/*.egg-info hw/*.egg-info
+	rm -rf $(VENV) *.egg-info */*.egg-info

@@ -2,7 +2,7 @@
 
 FuseSoC calls ``python3 ndpkit_gen.py <gapi.yml>`` in a fresh directory; the GAPI
 file names the requesting core (``vlnv``) and the ``parameters`` of its ``generate``
-entry: ``top`` (one of :data:`TOPS`) and any constructor argument of that top
+entry: ``top`` (``device`` or an engine of the registry) and any constructor argument of that top
 (``data_width``, ``engines``, ``units``, ...).  The generator writes ``<top>.v``
 (module ``ndpkit_<top>``, vendor-style flat AXI port names) and a core file listing
 it, which FuseSoC then uses as if it were a dependency.  Run it under the project's
@@ -17,18 +17,20 @@ import yaml
 
 
 def _device(**kw):
-    from ndpkit_hw.top import Device
+    from ndpkit_hw.device import Device
     return Device(**kw)
 
 
 def _engine(name):
     def build(**kw):
-        from ndpkit_hw.top import engine_component
-        return engine_component(name, **kw)
+        from ndpkit_hw.engines import build
+        return build(name, **kw)
     return build
 
 
-TOPS = {"device": _device, **{name: _engine(name) for name in ("dma_copy", "adam", "decomp", "attention", "sg", "graph")}}
+def _tops():
+    from ndpkit_spec.registry import REGISTRY
+    return {"device": _device, **{name: _engine(name) for name in REGISTRY}}
 
 
 def generate(config: dict, out_dir: Path) -> Path:
@@ -36,18 +38,20 @@ def generate(config: dict, out_dir: Path) -> Path:
     from ndpkit_hw.convert import to_verilog
     params = dict(config.get("parameters") or {})
     top = params.pop("top", None)
-    if top not in TOPS:
-        raise SystemExit(f"ndpkit generator: parameter 'top' must be one of {', '.join(TOPS)}, not {top!r}")
+    tops = _tops()
+    if top not in tops:
+        raise SystemExit(f"ndpkit generator: parameter 'top' must be one of {', '.join(tops)}, not {top!r}")
     if "engines" in params:
         params["engines"] = tuple(params["engines"])
     try:
-        component = TOPS[top](**params)
+        component = tops[top](**params)
     except TypeError as e:
         raise SystemExit(f"ndpkit generator: bad parameters for {top}: {e}") from None
     module = f"ndpkit_{top}"
     (out_dir / f"{top}.v").write_text(to_verilog(component, module))
     # the project's Verilator waivers (each with its reason) travel with the Verilog
-    waivers = Path(__file__).resolve().parent.parent / "tb" / "verilator_waivers.vlt"
+    from ndpkit_tools.paths import package_file
+    waivers = package_file("ndpkit_tools", "sim", "verilator_waivers.vlt")
     (out_dir / "ndpkit_waivers.vlt").write_text(waivers.read_text())
     vlnv = config.get("vlnv", f"ndpkit:ndpkit:{top}_gen:0")
     core = {"name": vlnv,

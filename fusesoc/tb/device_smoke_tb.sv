@@ -1,6 +1,6 @@
 // Smoke test of the ndpkit device for FuseSoC's `sim` target (Verilator --binary):
 // over the AXI4-Lite BAR0 port it reads the id register (the "NDPK" magic of
-// sw/ndpkit/regs/blocks.py: NDPKIT_MAGIC), the engine presence mask (dma_copy is
+// spec/ndpkit_spec/shell.py: NDPKIT_MAGIC), the engine presence mask (dma_copy is
 // engine kind 1), writes and reads back the scratch register, and reads an offset
 // no block decodes (must answer DECERR).  Prints PASS and finishes, or $fatal.
 `timescale 1ns/1ps

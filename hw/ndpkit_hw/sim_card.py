@@ -1,4 +1,4 @@
-"""A simulated card: the :class:`~ndpkit_hw.top.Device` with the RTL memory model
+"""A simulated card: the :class:`~ndpkit_hw.device.Device` with the RTL memory model
 standing in for the memory controller.  The sim transport's device server runs this
 top level in Verilator.
 
@@ -12,8 +12,8 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from .mem.memory_model import AxiMemoryModel
-from .top import Device
+from ndpkit_hw.mem.memory_model import AxiMemoryModel
+from ndpkit_hw.device import Device
 
 __all__ = ["SimCard"]
 

@@ -1,5 +1,5 @@
 """A card whose host link is a UART: the UART-AXI bridge, the device and block-RAM
-card memory.  The ECP5 board build (:mod:`ndpkit_hw.ecp5_build`) wraps it with the
+card memory.  The ECP5 board build (:mod:`ndpkit_tools.impl.ecp5_build`) wraps it with the
 clock and pins; the bench (``tb/shell/test_uart_card.py``) runs it in Verilator with
 cocotbext-uart on the serial lines and the ndpkit driver on top.
 
@@ -11,11 +11,11 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.regs.blocks import IRQ_LINES
-from .bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
-from .mem.axi_ram import AxiRam
-from .shell.uart_bridge import UartBridge
-from .top import Device
+from ndpkit_spec.shell import IRQ_LINES
+from ndpkit_hw.bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
+from ndpkit_hw.mem.axi_ram import AxiRam
+from ndpkit_hw.shell.uart_bridge import UartBridge
+from ndpkit_hw.device import Device
 
 __all__ = ["UartCard"]
 

@@ -12,8 +12,8 @@ import sys
 import time
 
 
-from .device import open_device
-from .errors import DeviceError, NdpkitError
+from ndpkit.device import open_device
+from ndpkit.errors import DeviceError, NdpkitError
 
 __all__ = ["main", "Progress"]
 

@@ -27,13 +27,12 @@ import urllib.parse
 
 import numpy as np
 
-from .codes import EngineKind
-from .engine import Command, Completion
-from .engines import CLIENTS
-from .errors import GuardViolation, NdpkitError, OutOfDeviceMemory, TransportClosed
-from .regs.access import RegisterFile
-from .regs.blocks import GLOBAL, NDPKIT_MAGIC, VERSION
-from .transport.base import Transport
+from ndpkit_spec.registry import REGISTRY
+from ndpkit.engine import Command, Completion
+from ndpkit.errors import GuardViolation, NdpkitError, OutOfDeviceMemory, TransportClosed
+from ndpkit.regs.access import RegisterFile
+from ndpkit_spec.shell import GLOBAL, NDPKIT_MAGIC, VERSION
+from ndpkit.transport.base import Transport
 
 __all__ = ["open_device", "Device", "Buffer", "Allocator", "parse_uri"]
 
@@ -77,24 +76,24 @@ def open_device(uri: str = "sim", **options) -> "Device":
     query.update(options)
     guard = query.pop("guard", None)
     if kind == "model":
-        from .transport.model import ModelTransport
+        from ndpkit.transport.model import ModelTransport
         transport = ModelTransport(**query)
     elif kind == "sim":
-        from .transport.sim import SimTransport
+        from ndpkit.transport.sim import SimTransport
         transport = SimTransport(**query)
     elif kind == "uart":
-        from .transport.uart import UartTransport
+        from ndpkit.transport.uart import UartTransport
         link_options = {k: query.pop(k) for k in ("baud", "timeout") if k in query}
         if path == "model":           # the bridge's protocol in Python, in front of a model card
-            from .transport.model import ModelTransport
-            from .transport.uart import BridgeModel
+            from ndpkit.transport.model import ModelTransport
+            from ndpkit.transport.uart import BridgeModel
             transport = UartTransport(link=BridgeModel(ModelTransport(**query)), **link_options)
         else:
             if query:
                 raise ValueError(f"unknown uart option(s) {', '.join(query)}: baud, timeout")
             transport = UartTransport(path, **link_options)
     else:
-        from .transport.xdma import XdmaTransport
+        from ndpkit.transport.xdma import XdmaTransport
         transport = XdmaTransport(path, **query)
     try:
         return Device(transport, guard_bytes=guard)
@@ -265,9 +264,9 @@ class Device:
         self.held = False
         present = self.shell.read("engines")
         self.engines = {}
-        for kind in EngineKind:
-            if present >> kind & 1 and kind.name.lower() in CLIENTS:
-                self.engines[kind.name.lower()] = CLIENTS[kind.name.lower()](self, kind)
+        for spec in REGISTRY.values():
+            if present >> spec.kind & 1:
+                self.engines[spec.name] = spec.client_class()(self, spec.kind)
         self.shell.write("irq_mask", lines=sum(1 << e.kind for e in self.engines.values()))
         if reset:
             # a previous host may have left commands running or completions queued (it
@@ -437,7 +436,7 @@ class Device:
                 break
             self.transport.wait_irq(0, timeout / 1000)
         else:
-            from .errors import DeviceTimeout
+            from ndpkit.errors import DeviceTimeout
             raise DeviceTimeout("soft reset did not complete")
         for client in self.engines.values():
             client.forget()

@@ -1,4 +1,4 @@
-"""The host side of the shared command protocol (see :func:`ndpkit.regs.blocks.engine_block`).
+"""The host side of the shared command protocol (see :func:`ndpkit_spec.shell.engine_block`).
 
 :class:`EngineClient` submits commands (argument registers, tag, doorbell), never
 keeps more in flight than the card can hold (the running one, the queue, and the
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .codes import ErrorCode
-from .errors import DeviceError, DeviceTimeout, NdpkitError
-from .regs.access import RegisterFile, decode_fields
-from .regs.blocks import ENGINE_BLOCKS, ENGINE_STRIDE, command_fields, effective_window
+from ndpkit_spec.codes import ErrorCode
+from ndpkit.errors import DeviceError, DeviceTimeout, NdpkitError
+from ndpkit.regs.access import RegisterFile, decode_fields
+from ndpkit_spec.shell import ENGINE_STRIDE, command_fields, effective_window
+from ndpkit_spec.registry import REGISTRY
 
 __all__ = ["Completion", "Command", "EngineClient"]
 
@@ -77,7 +78,9 @@ class EngineClient:
 
     def __init__(self, device, kind: int):
         self.device, self.kind = device, int(kind)
-        self.block = ENGINE_BLOCKS[self.name]
+        self.spec = REGISTRY[self.name]
+        self.block = self.spec.block
+        self.golden = self.spec.golden_module()
         t = device.transport
         self.regs = _RememberingRegisterFile(self.block, t.read32, t.write32, base=self.kind * ENGINE_STRIDE)
         self._next_tag = 0
@@ -109,9 +112,17 @@ class EngineClient:
         return effective_window(self.regs.read("window_base"), self.regs.read("window_size"), d.mem_base,
                                 d.mem_size)
 
-    # -- to override -------------------------------------------------------------
+    # -- error attribution ------------------------------------------------------------
     def blame(self, args: dict, code: ErrorCode) -> str | None:
-        """The argument an error code points at (engines refine this)."""
+        """The argument an error code points at: the one the golden model's ``check``
+        names, or, for a command that passed those checks and failed while it ran,
+        :meth:`blame_run`'s."""
+        base, size = self.window
+        field = self.golden.check(args, word_bytes=self.device.word_bytes, window_base=base, window_size=size)[1]
+        return field if field is not None else self.blame_run(args, code)
+
+    def blame_run(self, args: dict, code: ErrorCode) -> str | None:
+        """The argument behind an error found while the command ran (engines refine this)."""
         return None
 
     # -- submission ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The driver's exceptions.  Every failure the driver reports is one of these."""
 from __future__ import annotations
 
-from .codes import ErrorCode
+from ndpkit_spec.codes import ErrorCode
 
 __all__ = ["NdpkitError", "DeviceError", "DeviceTimeout", "TransportClosed", "OutOfDeviceMemory",
            "RegisterAccessError", "DmaError"]

@@ -1,10 +1,10 @@
-"""The system model (ndpkit.bench.model): hand-computed cases and monotonicity."""
+"""The system model (ndpkit_tools.bench.model): hand-computed cases and monotonicity."""
 from dataclasses import replace
 
 import pytest
 
-from ndpkit.bench import model
-from ndpkit.bench.model import DecodeSetup, ModelShape, OffloadSetup
+from ndpkit_tools.bench import model
+from ndpkit_tools.bench.model import DecodeSetup, ModelShape, OffloadSetup
 
 GB = model.GB
 

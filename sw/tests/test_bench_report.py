@@ -1,4 +1,4 @@
-"""The benchmark report generator (ndpkit.bench.report) on a tiny hand-made set of
+"""The benchmark report generator (ndpkit_tools.bench.report) on a tiny hand-made set of
 benchmark results, and the README's results section against docs/bench/bench.json."""
 import json
 import re
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ndpkit.bench import report
+from ndpkit_tools.bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,8 @@ import ndpkit
 from ndpkit.device import Allocator, parse_uri
 from ndpkit.errors import OutOfDeviceMemory, TransportClosed
 from ndpkit.pcie import PcieLink
-from ndpkit.regs.blocks import BAR0_SIZE, DMA_COPY, ENGINE_STRIDE, GLOBAL
+from ndpkit_spec.shell import BAR0_SIZE, ENGINE_STRIDE, GLOBAL
+from ndpkit_spec.engines.dma_copy import BLOCK as DMA_COPY
 
 
 def test_uri_parsing():

@@ -5,7 +5,7 @@ import numpy as np
 from amaranth.sim import Simulator
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ndpkit.golden import fp
+from ndpkit.arith import fp
 from ndpkit_hw.arith.add import FpAdd
 from ndpkit_hw.arith.fma import FpFma
 from ndpkit_hw.arith.mul import FpMul

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from ndpkit.golden import exp as golden_exp
-from ndpkit.golden.fp import bits, floats
+from ndpkit.arith import exp as golden_exp
+from ndpkit.arith.fp import bits, floats
 
 
 def test_special_values():

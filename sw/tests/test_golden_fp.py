@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ndpkit.golden import fp
-from ndpkit.golden.fp_cases import interesting_f32
+from ndpkit.arith import fp
+from ndpkit.arith.fp_cases import interesting_f32
 
 FORMATS = {"f32": (8, 23), "f16": (5, 10), "bf16": (8, 7)}
 

@@ -1,6 +1,6 @@
-"""The implementation report's parsing and fit check (ndpkit.sim.impl): Yosys statistics
+"""The implementation report's parsing and fit check (ndpkit_tools.impl.flow): Yosys statistics
 in either column order, and the ECP5 fit rule (a lower bound on the LUT sites)."""
-from ndpkit.sim.impl import ECP5_LUTS, ecp5_counts, ecp5_overflow, placed_fmax, xilinx_counts
+from ndpkit_tools.impl.flow import ECP5_LUTS, ecp5_counts, ecp5_overflow, placed_fmax, xilinx_counts
 
 
 def test_ecp5_counts_and_fit():

@@ -6,10 +6,11 @@ import subprocess
 import pytest
 from hypothesis import given, strategies as st
 
-from ndpkit.regs import generate
+from ndpkit_tools import regs_doc as generate
 from ndpkit.regs.access import RegisterFile
-from ndpkit.regs.blocks import ALL_BLOCKS, DMA_COPY
-from ndpkit.regs.declare import Access, Field, Register, RegisterBlock
+from ndpkit_spec.registry import ALL_BLOCKS
+from ndpkit_spec.engines.dma_copy import BLOCK as DMA_COPY
+from ndpkit_spec.regs import Access, Field, Register, RegisterBlock
 from ndpkit.regs.model import RegisterModel, UnmappedRegister
 
 

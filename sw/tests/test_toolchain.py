@@ -2,8 +2,8 @@
 import os
 import shutil
 
-from ndpkit.sim.runner import Design, verilog_for
-from ndpkit.sim.verilator import (apply_to_process_env, run_verilator, verilator_env, verilator_root,
+from ndpkit_tools.sim.runner import Design, verilog_for
+from ndpkit_tools.sim.verilator import (apply_to_process_env, run_verilator, verilator_env, verilator_root,
                                   verilator_version)
 
 

@@ -10,9 +10,9 @@ from typing import Callable
 
 import numpy as np
 
-from ndpkit.golden import fp
-from ndpkit.golden.exp import exp as exp_golden
-from ndpkit.golden.fp_cases import corner_pairs, interesting_f32, near_pairs
+from ndpkit.arith import fp
+from ndpkit.arith.exp import exp as exp_golden
+from ndpkit.arith.fp_cases import corner_pairs, interesting_f32, near_pairs
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _exp_operands(rng, n):
 
 
 def fp_corners():
-    from ndpkit.golden.fp_cases import CORNERS32
+    from ndpkit.arith.fp_cases import CORNERS32
     return CORNERS32
 
 

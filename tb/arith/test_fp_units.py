@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from cocotb.triggers import RisingEdge
 
-from ndpkit.sim.bench import bench_params, start_clock_and_reset
+from ndpkit_tools.sim.bench import bench_params, start_clock_and_reset
 from tb.arith.fp_units import UNITS
 
 
@@ -99,21 +99,21 @@ def unit_lanes(unit: str) -> int:
 
 
 def fp_design(unit: str):
-    from ndpkit.sim.runner import Design
+    from ndpkit_tools.sim.runner import Design
     return Design(UNITS[unit].build(unit_lanes(unit)), f"fp_{unit}", key=f"{unit} lanes={unit_lanes(unit)}")
 
 
 @pytest.mark.sim
 @pytest.mark.parametrize("unit", UNITS)
 def test_fp_unit(unit):
-    from ndpkit.sim.runner import run_bench
+    from ndpkit_tools.sim.runner import run_bench
     run_bench(fp_design(unit), __name__, params=dict(unit=unit, lanes=unit_lanes(unit), count=20_000, gap=0.2))
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("unit", [u for u in UNITS if not UNITS[u].exhaustive])
 def test_fp_unit_million(unit):
-    from ndpkit.sim.runner import run_bench
+    from ndpkit_tools.sim.runner import run_bench
     run_bench(fp_design(unit), __name__, params=dict(unit=unit, lanes=unit_lanes(unit), count=1_000_000,
                                                      gap=0.05))
 

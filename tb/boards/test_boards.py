@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ndpkit_hw.boards import BoardError, board_names, device_options, load_board
-from ndpkit_hw.tclcheck import TclCheckError, check_project
-from ndpkit_hw.vivado import generate
+from ndpkit_tools.boards import BOARDS_DIR, BoardError, board_names, device_options, load_board
+from ndpkit_tools.boards.tclcheck import TclCheckError, check_project
+from ndpkit_tools.boards.vivado import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 XILINX = ["alveo_u280", "alveo_u55c", "smartssd"]
@@ -66,9 +66,9 @@ def test_bad_board_parameters_are_refused_with_a_clear_message(name, overrides, 
 
 
 def test_smartssd_without_its_local_settings_stops_before_generating(tmp_path):
-    if (ROOT / "boards" / "smartssd" / "local.toml").exists():
+    if (BOARDS_DIR / "smartssd" / "local.toml").exists():
         pytest.skip("this machine has the SmartSSD's local.toml")
-    proc = subprocess.run([sys.executable, str(ROOT / "boards" / "build.py"), "smartssd", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "smartssd", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "local.toml is missing" in proc.stderr and "not public" in proc.stderr
@@ -137,7 +137,7 @@ def test_tcl_check_catches_an_xdc_port_that_does_not_exist(small_u280, tmp_path)
 def test_bitstream_without_vivado_generates_checks_and_exits_3(tmp_path):
     env = dict(os.environ, PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                                                if not (Path(p) / "vivado").exists()))
-    proc = subprocess.run([sys.executable, str(ROOT / "boards" / "build.py"), "alveo_u280", "--engines", "dma_copy",
+    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "alveo_u280", "--engines", "dma_copy",
                            "--memory-ports", "2", "--out", str(tmp_path)], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 3, proc.stdout + proc.stderr
@@ -157,7 +157,7 @@ def test_default_card_build_passes_the_tcl_stub_check(name, tmp_path):
 
 
 def test_ecp5_build_names_a_missing_tool_before_starting(monkeypatch):
-    from ndpkit_hw import ecp5_build
+    from ndpkit_tools.impl import ecp5_build
     monkeypatch.setitem(ecp5_build.TOOLS, "ECPPACK", "yowasp-ecppack-that-does-not-exist")
     with pytest.raises(BoardError, match="not installed: .*yowasp-ecppack-that-does-not-exist"):
         ecp5_build.build(load_board("ecp5_5g"), device_options(load_board("ecp5_5g")), Path("/nonexistent"))
@@ -166,7 +166,7 @@ def test_ecp5_build_names_a_missing_tool_before_starting(monkeypatch):
 @pytest.mark.long
 def test_ecp5_bitstream_builds_and_meets_timing(tmp_path):
     """A real bitstream: yowasp synthesis, place and route and pack of the UART card."""
-    from ndpkit_hw.ecp5_build import build
+    from ndpkit_tools.impl.ecp5_build import build
     board = load_board("ecp5_5g")
     result = build(board, device_options(board), tmp_path)
     assert Path(result["bitstream"]).stat().st_size > 100_000

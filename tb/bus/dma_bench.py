@@ -8,7 +8,7 @@ import cocotb
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiRamRead, AxiRamWrite
 
-from ndpkit.codes import ErrorCode
+from ndpkit_spec.codes import ErrorCode
 
 
 class ErrorInjectingRamRead(AxiRamRead):
@@ -155,7 +155,7 @@ LONG_COMMANDS = 400
 
 def run_engine_bench(kind: str, module: str, config: str, long: bool = False) -> None:
     """Build the ``kind`` ("read"/"write") engine with ``CONFIGS[config]`` and run ``module``."""
-    from ndpkit.sim.runner import Design, run_bench
+    from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.bus.dma import BurstReader, BurstWriter
     p = dict(CONFIGS[config], **({"commands": LONG_COMMANDS} if long else {}))
     cls = {"read": BurstReader, "write": BurstWriter}[kind]
@@ -172,7 +172,7 @@ def start_engine_bench(dut, ram, channel: str):
     monitor, commands).
     """
     from ndpkit_hw.bus.dma import DmaCommandLayout, DmaStatusLayout
-    from ndpkit.sim.bench import StreamSink, StreamSource, bench_params, pause_generator
+    from ndpkit_tools.sim.bench import StreamSink, StreamSource, bench_params, pause_generator
     p = bench_params()
     word = p["data_width"] // 8
     rng = random.Random(random.getrandbits(32))
@@ -199,7 +199,7 @@ def start_engine_bench(dut, ram, channel: str):
 
 async def finish_engine_bench(dut, status, monitor, commands):
     """Wait for every status, then check order/codes and the AXI monitor."""
-    from ndpkit.sim.bench import wait_until
+    from ndpkit_tools.sim.bench import wait_until
     from cocotb.triggers import ClockCycles
     await wait_until(dut.clk, lambda: status.count == len(commands), 2_000_000, "all statuses")
     await ClockCycles(dut.clk, 20)

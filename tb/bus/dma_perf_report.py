@@ -16,8 +16,10 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from ndpkit.sim.runner import PROJECT_ROOT, run_bench
-from ndpkit.sim.verilator import verilator_version
+from ndpkit_tools.sim.runner import run_bench
+
+from ndpkit_tools.paths import build_root
+from ndpkit_tools.sim.verilator import verilator_version
 from tb.bus.test_dma_perf import perf_design, perf_params
 
 BURSTS = (256, 512, 1024, 2048, 4096)
@@ -37,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--outstanding", type=int, default=8, help="bursts in flight (default 8)")
     ap.add_argument("--data-width", type=int, default=512)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--output", type=Path, default=PROJECT_ROOT / "build" / "perf" / "dma_efficiency.json")
+    ap.add_argument("--output", type=Path, default=build_root() / "perf" / "dma_efficiency.json")
     args = ap.parse_args(argv)
     bursts = (256, 4096) if args.quick else BURSTS
     transfer = (1 << 18) if args.quick else (1 << 20)

@@ -12,7 +12,7 @@ import cocotb
 import pytest
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiLiteRam, AxiResp
 
-from ndpkit.sim.bench import bench_params, start_clock_and_reset, stall_axi
+from ndpkit_tools.sim.bench import bench_params, start_clock_and_reset, stall_axi
 
 REGIONS = [(0x0000, 0x1000), (0x4000, 0x4000), (0x1000, 0x100)]
 ADDR_WIDTH = 16
@@ -75,7 +75,7 @@ async def random_accesses(dut):
 
 @pytest.mark.sim
 def test_axil_decoder():
-    from ndpkit.sim.runner import Design, run_bench
+    from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.bus.axil_decoder import AxiLiteDecoder
     run_bench(Design(AxiLiteDecoder(addr_width=ADDR_WIDTH, regions=REGIONS), "axil_decoder"), __name__,
               params=dict(operations=400, stall=0.3))

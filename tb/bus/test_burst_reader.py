@@ -12,15 +12,15 @@ import pytest
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiReadBus
 
-from ndpkit.codes import ErrorCode
-from ndpkit.sim.bench import StreamSink, wait_until
+from ndpkit_spec.codes import ErrorCode
+from ndpkit_tools.sim.bench import StreamSink, wait_until
 from tb.bus.dma_bench import (CONFIGS, ErrorInjectingRamRead, finish_engine_bench, run_engine_bench,
                               start_engine_bench)
 
 
 @cocotb.test(timeout_time=20, timeout_unit="ms")
 async def random_reads(dut):
-    from ndpkit.sim.bench import bench_params, start_clock_and_reset
+    from ndpkit_tools.sim.bench import bench_params, start_clock_and_reset
     size = bench_params()["mem_size"]
     ram = ErrorInjectingRamRead(AxiReadBus.from_prefix(dut, "bus"), dut.clk, dut.rst, size=size)
     p, rng, cmd, status, monitor, commands = start_engine_bench(dut, ram, "ar")

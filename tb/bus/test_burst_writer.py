@@ -11,15 +11,15 @@ import cocotb
 import pytest
 from cocotbext.axi import AxiWriteBus
 
-from ndpkit.codes import ErrorCode
-from ndpkit.sim.bench import StreamSource
+from ndpkit_spec.codes import ErrorCode
+from ndpkit_tools.sim.bench import StreamSource
 from tb.bus.dma_bench import (CONFIGS, ErrorInjectingRamWrite, finish_engine_bench, run_engine_bench,
                               start_engine_bench)
 
 
 @cocotb.test(timeout_time=20, timeout_unit="ms")
 async def random_writes(dut):
-    from ndpkit.sim.bench import bench_params, start_clock_and_reset
+    from ndpkit_tools.sim.bench import bench_params, start_clock_and_reset
     size = bench_params()["mem_size"]
     ram = ErrorInjectingRamWrite(AxiWriteBus.from_prefix(dut, "bus"), dut.clk, dut.rst, size=size)
     p, rng, cmd, status, monitor, commands = start_engine_bench(dut, ram, "aw")

@@ -5,7 +5,7 @@ command of ``transfer`` bytes runs with no per-cycle Python; the engine's own
 counters give the bytes moved and the busy cycles.  efficiency = bytes per busy
 cycle / bus bytes per cycle (the port's peak; 1.0 is the physical limit).  The
 memory latency is swept at run time.  Results are written as JSON to the file
-named by ``NDP_RESULT_FILE``; ``python -m ndpkit.sim.perf`` runs the full sweep and
+named by ``NDP_RESULT_FILE``; ``python -m ndpkit_tools.sim.perf`` runs the full sweep and
 prints the table.  The pytest entry asserts the foundation's target as a
 cycle-count bound: >= 0.95 of peak with 4 KiB bursts at 200 cycles of latency.
 """
@@ -17,7 +17,7 @@ import cocotb
 import pytest
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 
-from ndpkit.sim.bench import bench_params, pack, start_clock_and_reset
+from ndpkit_tools.sim.bench import bench_params, pack, start_clock_and_reset
 
 
 @cocotb.test(timeout_time=1, timeout_unit="sec")
@@ -75,7 +75,7 @@ async def efficiency(dut):
 
 
 def perf_design(p):
-    from ndpkit.sim.runner import Design
+    from ndpkit_tools.sim.runner import Design
     from ndpkit_hw.bus.dma_harness import DmaPerfHarness
     return Design(DmaPerfHarness(engine=p["engine"], data_width=p["data_width"],
                                  max_burst_bytes=p["max_burst_bytes"], max_outstanding=p["max_outstanding"],
@@ -93,7 +93,7 @@ def perf_params(engine, max_burst_bytes, *, data_width=512, max_outstanding=8, l
 @pytest.mark.sim
 @pytest.mark.parametrize("engine", ["read", "write"])
 def test_efficiency_4k_bursts_200_cycles(engine):
-    from ndpkit.sim.runner import run_bench
+    from ndpkit_tools.sim.runner import run_bench
     p = perf_params(engine, 4096, latencies=(200,), transfer=1 << 19)
     p.update(min_efficiency=0.95, assert_latency=200)
     run_bench(perf_design(p), __name__, params=p)

@@ -15,7 +15,7 @@ import pytest
 from cocotb.triggers import Combine, RisingEdge
 from cocotbext.axi import AxiBus, AxiMaster, AxiRam, AxiResp
 
-from ndpkit.sim.bench import bench_params, start_clock_and_reset, stall_axi
+from ndpkit_tools.sim.bench import bench_params, start_clock_and_reset, stall_axi
 
 
 async def _traffic(master, rng, region_base, region_size, model, operations, word):
@@ -110,7 +110,7 @@ CONFIGS = {
 
 
 def interconnect_design(p):
-    from ndpkit.sim.runner import Design
+    from ndpkit_tools.sim.runner import Design
     from ndpkit_hw.bus.interconnect import AxiInterconnect
     return Design(AxiInterconnect(num_masters=p["num_masters"], data_width=p["data_width"],
                                   id_width=p["id_width"]), "interconnect")
@@ -119,13 +119,13 @@ def interconnect_design(p):
 @pytest.mark.sim
 @pytest.mark.parametrize("config", CONFIGS)
 def test_interconnect(config):
-    from ndpkit.sim.runner import run_bench
+    from ndpkit_tools.sim.runner import run_bench
     run_bench(interconnect_design(CONFIGS[config]), __name__, params=CONFIGS[config])
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("config", CONFIGS)
 def test_interconnect_long(config):
-    from ndpkit.sim.runner import run_bench
+    from ndpkit_tools.sim.runner import run_bench
     p = dict(CONFIGS[config], operations=300)
     run_bench(interconnect_design(p), __name__, params=p)

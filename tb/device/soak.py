@@ -32,7 +32,7 @@ import numpy as np
 
 import ndpkit
 from ndpkit import DeviceTimeout, ErrorCode
-from ndpkit.sim.device_server import DEFAULTS
+from ndpkit_tools.sim.device_server import DEFAULTS
 
 DEFAULT_LATENCY = (DEFAULTS["read_latency"], DEFAULTS["write_latency"])     # the sim card's
 OPTIM_URI = "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M"
@@ -141,9 +141,9 @@ def optim_worker(duration: float, seed: int, stats: Stats):
 
 
 def attention_worker(duration: float, seed: int, stats: Stats):
-    from ndpkit.engines.attention import RequestError
-    from ndpkit.golden import fp
-    from ndpkit.kvcache import KVCache
+    from ndpkit.engines.attention.client import RequestError
+    from ndpkit.arith import fp
+    from ndpkit.engines.attention.kvcache import KVCache
     rng = np.random.default_rng(seed)
     devs = [ndpkit.open(ATTENTION_URI.format(kind)) for kind in ("model", "sim")]
     deadline = time.monotonic() + duration
@@ -201,7 +201,7 @@ def attention_worker(duration: float, seed: int, stats: Stats):
 
 
 def main(argv=None) -> int:
-    from ndpkit.sim.runner import PROJECT_ROOT
+    from ndpkit_tools.paths import build_root
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=600, help="seconds (default 600)")
     ap.add_argument("--seed", type=int, default=None)
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     c = stats.counts
     result = {"seed": seed, "seconds": round(time.monotonic() - started, 1), **c, "worker_errors": errors,
               "notes": stats.notes[:50]}
-    out = PROJECT_ROOT / "build" / "soak" / "soak.json"
+    out = build_root() / "soak" / "soak.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"\n{'seconds':>8} {'commands':>9} {'errors injected':>16} {'detected':>9} {'bus faults':>11} "

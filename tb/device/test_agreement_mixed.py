@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ndpkit
-from ndpkit.golden.attention import DESCRIPTOR_BYTES, FLAG_APPEND, pack_descriptors
-from ndpkit.sim.device_server import DEFAULTS
+from ndpkit.engines.attention.golden import DESCRIPTOR_BYTES, FLAG_APPEND, pack_descriptors
+from ndpkit_tools.sim.device_server import DEFAULTS
 from tb.device.test_agreement_optim import REGION, _command as _optim_command, _run as _run_optim
 
 pytestmark = [pytest.mark.sim, pytest.mark.long, pytest.mark.xdist_group("device_sim_mixed")]

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ndpkit
 from ndpkit import DeviceError
-from ndpkit.golden.adam import scalars_for_step
+from ndpkit.engines.adam.golden import scalars_for_step
 
 pytestmark = [pytest.mark.sim, pytest.mark.long, pytest.mark.xdist_group("device_sim_adam")]
 

@@ -8,7 +8,7 @@ import pytest
 
 import ndpkit
 from ndpkit import DeviceError, ErrorCode, RegisterAccessError
-from ndpkit.regs.blocks import ENGINE_STRIDE, GLOBAL, NDPKIT_MAGIC, VERSION
+from ndpkit_spec.shell import ENGINE_STRIDE, GLOBAL, NDPKIT_MAGIC, VERSION
 
 GUARD = 4096
 

@@ -24,8 +24,8 @@ import pytest
 import ndpkit
 from ndpkit import ErrorCode, TransportClosed
 from ndpkit.device import Device
-from ndpkit.golden import attention as attention_golden
-from ndpkit.sim.protocol import HEADER, Op
+from ndpkit.engines.attention import golden as attention_golden
+from ndpkit.transport.sim_protocol import HEADER, Op
 from tb.device.test_isolation import ARENA, CARDS, GROUPS, _attention_commands, _commands
 
 ENGINES = list(CARDS)

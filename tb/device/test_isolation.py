@@ -13,8 +13,8 @@ import pytest
 
 import ndpkit
 from ndpkit import DeviceError, ErrorCode
-from ndpkit.golden import attention as attention_golden
-from ndpkit.golden.adam import scalars_for_step
+from ndpkit.engines.attention import golden as attention_golden
+from ndpkit.engines.adam.golden import scalars_for_step
 
 CARDS = {"dma_copy": "{}", "adam": "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M",
          "decomp": "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M",

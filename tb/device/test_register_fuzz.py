@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ndpkit
 from ndpkit import RegisterAccessError
-from ndpkit.codes import EngineKind
+from ndpkit_spec.registry import EngineKind
 from ndpkit.device import Device
-from ndpkit.regs.blocks import ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL
+from ndpkit_spec.shell import ENGINE_STRIDE, GLOBAL
+from ndpkit_spec.registry import ENGINE_BLOCKS
 
 CARDS = {"optim": "{}?data_width=128&engines=dma_copy,adam,decomp&mem_size=4M",
          "attention": "{}?data_width=128&engines=attention&mem_size=8M"}
@@ -89,7 +90,7 @@ def _still_usable(dev):
     engine with every argument zero (each engine rejects or finishes it promptly), then,
     where there is a copy engine, a copy that must move the right bytes.  Returns the
     completions, to compare model and sim."""
-    from ndpkit.regs.blocks import command_fields
+    from ndpkit_spec.shell import command_fields
     fresh = Device(dev.transport)
     seen = []
     for name, client in fresh.engines.items():

@@ -21,7 +21,7 @@ counters are all state): about 4 minutes for the write engine at 12.
 import pytest
 from amaranth.hdl import Assert, Assume, Cat, Module, Signal, Mux
 
-from ndpkit.sim.formal import ChannelMonitor, assume_stable, prove, tools_available
+from ndpkit_tools.formal import ChannelMonitor, assume_stable, prove, tools_available
 
 pytestmark = [pytest.mark.formal,
               pytest.mark.skipif(not tools_available(), reason="formal tools missing: pip install 'ndpkit[formal]'")]
@@ -129,7 +129,7 @@ def test_burst_reader_formal(tmp_path):
 
 def test_csr_block_formal(tmp_path):
     """AXI4-Lite: responses held until taken, one per request, none unasked."""
-    from ndpkit.regs.blocks import DMA_COPY
+    from ndpkit_spec.engines.dma_copy import BLOCK as DMA_COPY
     from ndpkit_hw.shell.csr import CSRBlock
     m = Module()
     m.submodules.dut = dut = CSRBlock(DMA_COPY)

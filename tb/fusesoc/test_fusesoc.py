@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ndpkit.sim.fusesoc_lint import CORES_ROOT, fusesoc_lint, fusesoc_run
+from ndpkit_tools.fusesoc_lint import CORES_ROOT, fusesoc_lint, fusesoc_run
 
 pytestmark = [pytest.mark.long,
               pytest.mark.skipif(shutil.which("fusesoc", path=str(Path(__import__("sys").executable).parent)) is None,
@@ -42,14 +42,14 @@ def test_device_sim_target_runs_the_smoke_test(tmp_path):
 
 
 def test_smoke_test_magic_is_the_register_maps():
-    from ndpkit.regs.blocks import NDPKIT_MAGIC
+    from ndpkit_spec.shell import NDPKIT_MAGIC
     assert f"32'h{NDPKIT_MAGIC:08X}" in (CORES_ROOT / "tb" / "device_smoke_tb.sv").read_text()
 
 
 @pytest.mark.parametrize("board", ["alveo_u280", "alveo_u55c", "smartssd"])
 def test_vivado_targets_set_up_for_each_board_part(board, tmp_path):
     """`--setup` writes the Vivado project (no Vivado needed) with the board's part."""
-    from ndpkit_hw.boards import load_board
+    from ndpkit_tools.boards import load_board
     run = fusesoc_run("dma_copy", f"synth_{board}", tmp_path, setup_only=True)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     tcl = list(tmp_path.glob(f"build/*/synth_{board}-vivado/*.tcl"))

@@ -12,7 +12,7 @@ import pytest
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiBus, AxiMaster, AxiResp
 
-from ndpkit.sim.bench import Backdoor, bench_params, start_clock_and_reset, stall_axi
+from ndpkit_tools.sim.bench import Backdoor, bench_params, start_clock_and_reset, stall_axi
 
 
 def _setup(dut, with_master=True):
@@ -138,7 +138,7 @@ CONFIGS = {
 @pytest.mark.sim
 @pytest.mark.parametrize("config", CONFIGS)
 def test_memory_model(config):
-    from ndpkit.sim.runner import Design, run_bench
+    from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.mem.memory_model import AxiMemoryModel
 
     p = CONFIGS[config]

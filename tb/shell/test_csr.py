@@ -13,9 +13,9 @@ import pytest
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiResp
 
-from ndpkit.regs.declare import Access, Field, Register, RegisterBlock
+from ndpkit_spec.regs import Access, Field, Register, RegisterBlock
 from ndpkit.regs.model import RegisterModel, UnmappedRegister
-from ndpkit.sim.bench import start_clock_and_reset, stall_axi
+from ndpkit_tools.sim.bench import start_clock_and_reset, stall_axi
 
 EXAMPLE = RegisterBlock("example", [
     Register("ctrl", 0x00, [
@@ -124,6 +124,6 @@ async def reset_values(dut):
 
 @pytest.mark.sim
 def test_csr_block():
-    from ndpkit.sim.runner import Design, run_bench
+    from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.shell.csr import CSRBlock
     run_bench(Design(CSRBlock(EXAMPLE), "csr_example"), __name__)

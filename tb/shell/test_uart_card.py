@@ -23,7 +23,7 @@ from cocotb.triggers import ClockCycles
 import ndpkit
 from ndpkit import DeviceError, DmaError, ErrorCode, RegisterAccessError
 from ndpkit.device import Device
-from ndpkit.sim.bench import bench_params, start_clock_and_reset
+from ndpkit_tools.sim.bench import bench_params, start_clock_and_reset
 from ndpkit.transport.uart import BAD_OPCODE, UartTransport
 
 DIVISOR = 16                      # clock cycles per bit: 10 ns clock -> 160 ns bits (6.25 Mbaud)
@@ -127,7 +127,7 @@ async def uart_card(dut):
 
 
 def uart_card_design():
-    from ndpkit.sim.runner import Design
+    from ndpkit_tools.sim.runner import Design
     from ndpkit_hw.uart_card import UartCard
     return Design(UartCard(divisor=DIVISOR, **CARD), "uart_card")
 
@@ -143,5 +143,5 @@ def test_uart_card_model():
 @pytest.mark.sim
 @pytest.mark.long
 def test_uart_card():
-    from ndpkit.sim.runner import run_bench
+    from ndpkit_tools.sim.runner import run_bench
     run_bench(uart_card_design(), __name__, params={"divisor": DIVISOR, "seed": random.randrange(1 << 30)})

@@ -4,7 +4,7 @@ import importlib
 __all__ = ["UNIT_CLASSES", "build_unit"]
 
 # name -> ("module:Class", constructor options); the bench (tb/arith/fp_units.py), `make lint`
-# (ndpkit_hw.tops) and `make impl` all take the units from here.
+# (ndpkit_tools.tops) and `make impl` all take the units from here.
 UNIT_CLASSES = {
     "add": ("add:FpAdd", {}),
     "mul": ("mul:FpMul", {}),

@@ -8,7 +8,7 @@ An exact zero sum is +0, except (-0) + (-0) = -0 (and x - x = +0).
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import F32, FpUnit, normalize, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_pack, unpack, select_result
 
 __all__ = ["FpAdd", "add_datapath", "ADD_LATENCY"]
 

@@ -3,7 +3,7 @@ infinity, subnormal results), int32 -> fp32 (RNE), fp32 -> int32 (RNE, saturatin
 NaN -> 0).  Latency 4 (int32 -> fp32: 5), II=1 per lane.  NaN results are the canonical quiet NaN."""
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack, select_result
 
 __all__ = ["FloatConvert", "Fp16ToFp32", "Bf16ToFp32", "Fp32ToFp16", "Fp32ToBf16", "Int32ToFp32", "Fp32ToInt32"]
 

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Const, Mux, Signal, Value
 
-from .add import FpAdd
-from .convert import Fp32ToBf16, Fp32ToFp16, Fp16ToFp32, Bf16ToFp32, Int32ToFp32
-from .div import FpDiv
-from .exp import FpExp
-from .fma import FpFma
-from .fp_common import Pipeline
-from .mul import FpMul
-from .sqrt import FpSqrt
+from ndpkit_hw.arith.add import FpAdd
+from ndpkit_hw.arith.convert import Fp32ToBf16, Fp32ToFp16, Fp16ToFp32, Bf16ToFp32, Int32ToFp32
+from ndpkit_hw.arith.div import FpDiv
+from ndpkit_hw.arith.exp import FpExp
+from ndpkit_hw.arith.fma import FpFma
+from ndpkit_hw.arith.fp_common import Pipeline
+from ndpkit_hw.arith.mul import FpMul
+from ndpkit_hw.arith.sqrt import FpSqrt
 
 __all__ = ["Timed", "Dataflow", "OPS", "STATIC"]
 

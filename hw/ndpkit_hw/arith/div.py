@@ -7,7 +7,7 @@ gives the sticky bit, so the shared round/pack path rounds exactly once.
 """
 from amaranth.hdl import Signal, Cat, Mux, signed
 
-from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack, select_result
 
 __all__ = ["FpDiv"]
 

@@ -1,4 +1,4 @@
-"""Binary32 exp(x), bit-exact to :func:`ndpkit.golden.exp.exp` (the algorithm is
+"""Binary32 exp(x), bit-exact to :func:`ndpkit.arith.exp.exp` (the algorithm is
 documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32-bit
 table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
 rounding through the shared round/pack path.  Latency 16, II=1 per lane.
@@ -6,8 +6,8 @@ rounding through the shared round/pack path.  Latency 16, II=1 per lane.
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
 
-from ndpkit.golden.exp import FRACTION_BITS, LN2_Q32, LOG2E_Q39, TABLE
-from .fp_common import F32, FpUnit, normalize, round_pack, staged_product, select_result
+from ndpkit_spec.exp import FRACTION_BITS, LN2_Q32, LOG2E_Q39, TABLE
+from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_pack, staged_product, select_result
 
 __all__ = ["FpExp"]
 

@@ -10,7 +10,7 @@ rounds once.  An exact zero is +0, except that (-0) + (-0) is -0.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, staged_product, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, staged_product, unpack, select_result
 
 __all__ = ["FpFma"]
 

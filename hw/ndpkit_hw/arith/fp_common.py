@@ -5,7 +5,7 @@ Every unit computes an exact (or exactly-stickied) intermediate ``sign, exp, sig
 where ``sig``'s most significant bit has weight ``2**(exp - bias)``, then calls
 :func:`normalize` and :func:`round_pack`.  That one rounding path gives every unit
 the same subnormal, overflow and tie behaviour, which is what the golden functions in
-:mod:`ndpkit.golden.fp` specify.
+:mod:`ndpkit.arith.fp` specify.
 """
 from __future__ import annotations
 

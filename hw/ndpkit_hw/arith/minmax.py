@@ -7,7 +7,7 @@ and every comparison with a NaN is false except "unordered", as in NumPy.
 """
 from amaranth.hdl import Signal, Cat, Mux
 
-from .fp_common import F32, FpUnit, unpack
+from ndpkit_hw.arith.fp_common import F32, FpUnit, unpack
 
 __all__ = ["FpMinMax", "FpCompare", "minmax_datapath", "minmax_value"]
 

@@ -1,7 +1,7 @@
 """Binary32 multiply, RNE, subnormals in and out.  Latency 8, II=1 per lane."""
 from amaranth.hdl import Signal, signed
 
-from .fp_common import F32, FpUnit, normalize, round_pack, staged_product, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_pack, staged_product, unpack, select_result
 
 __all__ = ["FpMul", "mul_datapath", "MUL_LATENCY"]
 

@@ -1,6 +1,6 @@
 """Reduction trees with a defined order: sum / max / min of N lanes, and a dot product.
 
-Order (mirrored by :func:`ndpkit.golden.fp.reduce_tree`): a balanced binary tree over
+Order (mirrored by :func:`ndpkit.arith.fp.reduce_tree`): a balanced binary tree over
 adjacent pairs, level by level — for 8 lanes ((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7)) —
 each node a correctly rounded binary32 operation.  The dot product first rounds each
 product a_i*b_i (FpMul), then sums them with the same tree.  N is a power of two.
@@ -12,10 +12,10 @@ from amaranth.hdl import Module, Const
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .add import ADD_LATENCY, add_datapath
-from .fp_common import Pipeline
-from .minmax import minmax_datapath
-from .mul import MUL_LATENCY, mul_datapath
+from ndpkit_hw.arith.add import ADD_LATENCY, add_datapath
+from ndpkit_hw.arith.fp_common import Pipeline
+from ndpkit_hw.arith.minmax import minmax_datapath
+from ndpkit_hw.arith.mul import MUL_LATENCY, mul_datapath
 
 __all__ = ["FpReduce", "FpDotProduct"]
 

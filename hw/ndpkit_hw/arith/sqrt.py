@@ -9,7 +9,7 @@ sqrt(+inf) = +inf, sqrt(x < 0) = NaN.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from .fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack, select_result
 
 __all__ = ["FpSqrt"]
 

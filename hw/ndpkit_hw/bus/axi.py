@@ -11,7 +11,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.codes import AxiResp
+from ndpkit_spec.codes import AxiResp
 
 __all__ = [
     "AxiResp", "BURST_INCR", "AXI4Signature", "AXI4LiteSignature",

@@ -12,8 +12,8 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.codes import AxiResp
-from .axi import AXI4LiteSignature
+from ndpkit_spec.codes import AxiResp
+from ndpkit_hw.bus.axi import AXI4LiteSignature
 
 __all__ = ["AxiLiteDecoder"]
 

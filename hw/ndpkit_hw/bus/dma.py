@@ -6,7 +6,7 @@ boundary (``max_burst_bytes`` divides 4 KiB, so no burst crosses a 4 KiB page,
 and it is at most 256 beats), keep up to ``max_outstanding`` bursts in flight, and
 report one status per command, in command order, on a status stream.
 
-Transfer rule (checked in hardware, see :class:`ndpkit.codes.ErrorCode`):
+Transfer rule (checked in hardware, see :class:`ndpkit_spec.codes.ErrorCode`):
 ``addr`` and ``length`` are multiples of the bus word (``data_width // 8``),
 ``length`` is non-zero, and ``[addr, addr + length)`` lies inside the window
 ``[window_base, window_base + window_size)``.  A rejected command moves no data,
@@ -27,9 +27,9 @@ from amaranth.hdl import Module, Signal, Cat, Const, Mux
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.codes import ErrorCode
-from .axi import AXI4Signature, BURST_INCR, READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
-from .interconnect import AxiInterconnect
+from ndpkit_spec.codes import ErrorCode
+from ndpkit_hw.bus.axi import AXI4Signature, BURST_INCR, READ_MEMBERS, WRITE_MEMBERS, connect_members, log2_exact
+from ndpkit_hw.bus.interconnect import AxiInterconnect
 
 __all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter", "transfer_error",
            "Transfer", "transfers_overlap", "TransferGroup", "BurstPorts"]

@@ -11,9 +11,9 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from .axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
-from .dma import BurstReader, BurstWriter
-from ..mem.memory_model import AxiMemoryModel
+from ndpkit_hw.bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
+from ndpkit_hw.bus.dma import BurstReader, BurstWriter
+from ndpkit_hw.mem.memory_model import AxiMemoryModel
 
 __all__ = ["DmaPerfHarness"]
 

@@ -13,7 +13,7 @@ from amaranth.hdl import Module, Signal, Cat, Const
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import AXI4Signature
+from ndpkit_hw.bus.axi import AXI4Signature
 
 __all__ = ["AxiInterconnect", "round_robin"]
 

@@ -14,8 +14,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
-from ndpkit.codes import AxiResp
-from ..bus.axi import AXI4Signature, log2_exact
+from ndpkit_spec.codes import AxiResp
+from ndpkit_hw.bus.axi import AXI4Signature, log2_exact
 
 __all__ = ["AxiRam"]
 

@@ -23,7 +23,7 @@ with ``error_decerr`` high (writes dropped), so benches can inject memory errors
 run time.
 
 Benches preload and inspect contents through the ``storage.mem`` array (VPI), see
-:class:`ndpkit.sim.bench.Backdoor`.
+:class:`ndpkit_tools.sim.bench.Backdoor`.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from amaranth.hdl import Module, Signal, Cat, Mux, Const, ClockSignal, Instance
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In
 
-from ndpkit.codes import AxiResp
-from ..bus.axi import AXI4Signature, log2_exact
+from ndpkit_spec.codes import AxiResp
+from ndpkit_hw.bus.axi import AXI4Signature, log2_exact
 
 __all__ = ["AxiMemoryModel"]
 

@@ -1,4 +1,4 @@
-"""AXI4-Lite CSR block generated from a :class:`ndpkit.regs.declare.RegisterBlock`.
+"""AXI4-Lite CSR block generated from a :class:`ndpkit_spec.regs.RegisterBlock`.
 
 Ports, per field ``<reg>_<field>``: RW -> ``Out`` (the stored value); RO -> ``In``;
 W1C -> ``Out`` (the sticky bits) plus ``In`` ``<reg>_<field>_set`` pulses (set wins)
@@ -14,9 +14,9 @@ from amaranth.hdl import Module, Signal, Cat, Const
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.codes import AxiResp
-from ndpkit.regs.declare import Access, RegisterBlock
-from ..bus.axi import AXI4LiteSignature
+from ndpkit_spec.codes import AxiResp
+from ndpkit_spec.regs import Access, RegisterBlock
+from ndpkit_hw.bus.axi import AXI4LiteSignature
 
 __all__ = ["CSRBlock"]
 

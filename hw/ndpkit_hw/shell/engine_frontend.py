@@ -1,7 +1,7 @@
 """The command/completion front end every engine shares.
 
 One :class:`EngineFrontend` per engine holds the engine's CSR block (declared with
-:func:`ndpkit.regs.blocks.engine_block`), a command queue and a completion queue:
+:func:`ndpkit_spec.shell.engine_block`), a command queue and a completion queue:
 
 - ``doorbell`` copies the argument registers and ``tag`` into the command queue
   (depth ``queue_depth``); with the queue full the command is dropped and
@@ -26,10 +26,10 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.regs.blocks import command_fields
-from ndpkit.regs.declare import RegisterBlock
-from ..bus.axi import AXI4LiteSignature, AXI4Signature
-from .csr import CSRBlock
+from ndpkit_spec.shell import command_fields
+from ndpkit_spec.regs import RegisterBlock
+from ndpkit_hw.bus.axi import AXI4LiteSignature, AXI4Signature
+from ndpkit_hw.shell.csr import CSRBlock
 
 __all__ = ["EngineFrontend", "CompletionLayout", "command_layout", "engine_members"]
 

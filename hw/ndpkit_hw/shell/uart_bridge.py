@@ -24,8 +24,8 @@ from amaranth.hdl import Module, Signal, Cat, Const, Mux
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.transport.uart import BAD_OPCODE, MEM_READ, MEM_WRITE, REG_READ, REG_WRITE
-from ..bus.axi import AXI4LiteSignature, AXI4Signature, log2_exact
+from ndpkit_spec.bridge import BAD_OPCODE, MEM_READ, MEM_WRITE, REG_READ, REG_WRITE
+from ndpkit_hw.bus.axi import AXI4LiteSignature, AXI4Signature, log2_exact
 
 __all__ = ["UartRx", "UartTx", "UartBridge"]
 

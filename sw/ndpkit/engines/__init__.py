@@ -1,11 +1,5 @@
-"""One driver module per engine; ``CLIENTS`` maps engine names to their client class."""
-from .adam import AdamClient, DecompClient
-from .attention import AttentionClient
-from .dma_copy import DmaCopyClient
-from .graph import GraphClient
-from .sg import SgClient
-
-CLIENTS = {"dma_copy": DmaCopyClient, "adam": AdamClient, "decomp": DecompClient, "attention": AttentionClient,
-           "sg": SgClient, "graph": GraphClient}
-
-__all__ = ["CLIENTS", "DmaCopyClient", "AdamClient", "DecompClient", "AttentionClient", "SgClient", "GraphClient"]
+"""One folder per engine: ``ndpkit.engines.<name>`` holds the engine's golden model
+(``golden``: ``check`` and ``execute``, the bit-exact specification of its gateware),
+its driver client (``client``) and its integrations (PyTorch, scipy/networkx, the KV
+cache, the near-storage optimizer).  Which engines exist, and which class serves each,
+is :data:`ndpkit_spec.registry.REGISTRY`."""

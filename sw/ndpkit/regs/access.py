@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .declare import Access, RegisterBlock
+from ndpkit_spec.regs import Access, RegisterBlock
 
 __all__ = ["RegisterFile", "decode_fields"]
 

@@ -5,7 +5,7 @@ driver uses it to honour the same register semantics as the real device.
 """
 from __future__ import annotations
 
-from .declare import Access, RegisterBlock
+from ndpkit_spec.regs import Access, RegisterBlock
 
 __all__ = ["RegisterModel", "UnmappedRegister"]
 

@@ -1,4 +1,4 @@
 """Transports: how the driver reaches a card (see :class:`base.Transport`)."""
-from .base import Transport
+from ndpkit.transport.base import Transport
 
 __all__ = ["Transport"]

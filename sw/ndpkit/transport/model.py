@@ -18,81 +18,38 @@ from collections import deque
 
 import numpy as np
 
-from ..codes import AxiResp, EngineKind
-from ..errors import DmaError, RegisterAccessError, TransportClosed
-from ..golden import adam as adam_golden
-from ..golden import attention as attention_golden
-from ..golden import decomp as decomp_golden
-from ..golden import dma_copy as dma_copy_golden
-from ..golden import graph as graph_golden
-from ..golden import sg as sg_golden
-from ..pcie import PcieLink, StorageLink
-from ..regs.blocks import (ENGINE_BLOCKS, ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
-                           command_fields, effective_window)
-from ..regs.model import RegisterModel, UnmappedRegister
-from .base import Transport
+from ndpkit_spec.codes import AxiResp
+from ndpkit.errors import DmaError, RegisterAccessError, TransportClosed
+from ndpkit.pcie import PcieLink, StorageLink
+from ndpkit_spec.registry import REGISTRY
+from ndpkit_spec.shell import (ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION, command_fields,
+                               effective_window)
+from ndpkit.regs.model import RegisterModel, UnmappedRegister
+from ndpkit.transport.base import Transport
 
-__all__ = ["ModelTransport", "ModelDevice", "ENGINE_MODELS"]
+__all__ = ["ModelTransport", "ModelDevice", "run_command"]
 
 
-def _dma_copy(device: "ModelDevice", cmd: dict, window: tuple[int, int]) -> tuple[int, int, int]:
-    """(error, bytes read, bytes written) of one dma_copy command in ``window``."""
-    code, _ = dma_copy_golden.check(cmd["op"], cmd["src"], cmd["dst"], cmd["length"],
-                                    word_bytes=device.word_bytes, window_base=window[0], window_size=window[1])
-    if code:
-        return int(code), 0, 0
-    dma_copy_golden.execute(device.memory, cmd["op"], cmd["src"], cmd["dst"], cmd["length"], cmd["pattern"],
-                            base=device.mem_base)
-    return 0, (cmd["length"] if cmd["op"] == dma_copy_golden.OP_COPY else 0), cmd["length"]
-
-
-def _checked(golden, device: "ModelDevice", cmd: dict, engine_window: tuple[int, int], *,
-             window_args: bool = False) -> tuple[int, int, int, int]:
-    """(error, bytes read, bytes written, aux) of one command of an engine whose golden
-    module has ``check_command``/``command_check`` and ``execute_command``."""
-    window = dict(word_bytes=device.word_bytes, window_base=engine_window[0], window_size=engine_window[1])
-    check = getattr(golden, "check_command", None) or golden.command_check
-    code, _ = check(cmd, **window)
+def run_command(golden, device: "ModelDevice", cmd: dict, window: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(error, bytes read, bytes written, aux) of one command: the engine's golden
+    ``check``, then its ``execute`` on card memory."""
+    where = dict(word_bytes=device.word_bytes, window_base=window[0], window_size=window[1])
+    code, _ = golden.check(cmd, **where)
     if code:
         return int(code), 0, 0, 0
-    extra = window if window_args else {"word_bytes": device.word_bytes}
-    return golden.execute_command(device.memory, cmd, base=device.mem_base, **extra)
-
-
-def _adam(device, cmd, window):
-    return _checked(adam_golden, device, cmd, window)
-
-
-def _decomp(device, cmd, window):
-    return _checked(decomp_golden, device, cmd, window)
-
-
-def _attention(device, cmd, window):
-    return _checked(attention_golden, device, cmd, window, window_args=True)
-
-
-def _sg(device, cmd, window):
-    return _checked(sg_golden, device, cmd, window, window_args=True)
-
-
-def _graph(device, cmd, window):
-    return _checked(graph_golden, device, cmd, window)
-
-
-#: engine name -> (kind, behaviour, commands the engine takes before completing the first)
-ENGINE_MODELS = {"dma_copy": (EngineKind.DMA_COPY, _dma_copy, 2), "adam": (EngineKind.ADAM, _adam, 1),
-                 "decomp": (EngineKind.DECOMP, _decomp, 1), "attention": (EngineKind.ATTENTION, _attention, 1),
-                 "sg": (EngineKind.SG, _sg, 1), "graph": (EngineKind.GRAPH, _graph, 1)}
+    return golden.execute(device.memory, cmd, base=device.mem_base, **where)
 
 
 class _EngineModel:
     """The shared front end (queue, completions, interrupt) around one behaviour."""
 
-    def __init__(self, device, name, kind, behaviour, max_in_flight, queue_depth):
-        self.device, self.name, self.kind, self.behaviour = device, name, kind, behaviour
-        self.block = ENGINE_BLOCKS[name]
+    def __init__(self, device, spec, queue_depth):
+        self.device, self.name, self.kind = device, spec.name, spec.kind
+        self.golden = spec.golden_module()
+        self.max_in_flight = spec.max_in_flight
+        self.block = spec.block
         self.regs = RegisterModel(self.block)
-        self.depth, self.max_in_flight = queue_depth, max_in_flight
+        self.depth = queue_depth
         self.reset()
 
     def reset(self):
@@ -130,9 +87,9 @@ class _EngineModel:
         while self.running and len(self.completions) < self.depth + self.max_in_flight:
             cmd = dict(self.running.popleft())
             window = cmd.pop("window")
-            error, read, written, *aux = self.behaviour(self.device, cmd, window)
+            error, read, written, aux = run_command(self.golden, self.device, cmd, window)
             self.completions.append({"tag": cmd["tag"], "error": error, "cycles": 0,
-                                     "bytes_read": read, "bytes_written": written, "aux": aux[0] if aux else 0})
+                                     "bytes_read": read, "bytes_written": written, "aux": aux})
             self.regs.set_bits("irq", "done", 1)
             self._start()
         self._publish()
@@ -176,10 +133,10 @@ class ModelDevice:
         self.cycle_count = 0
         self.engines = {}
         for name in engines:
-            if name not in ENGINE_MODELS:
-                raise ValueError(f"the model has no engine {name!r}; known: {', '.join(ENGINE_MODELS)}")
-            kind, behaviour, max_in_flight = ENGINE_MODELS[name]
-            self.engines[int(kind)] = _EngineModel(self, name, kind, behaviour, max_in_flight, queue_depth)
+            if name not in REGISTRY:
+                raise ValueError(f"the model has no engine {name!r}; known: {', '.join(REGISTRY)}")
+            spec = REGISTRY[name]
+            self.engines[spec.kind] = _EngineModel(self, spec, queue_depth)
         s = self.shell
         s.set_input("id", "value", NDPKIT_MAGIC)
         s.set_input("version", "major", VERSION[0])

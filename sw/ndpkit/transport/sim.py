@@ -1,10 +1,10 @@
 """``sim``: a simulated card in a device-server process (Verilator + cocotb).
 
 The transport listens on a Unix socket in a fresh temporary folder, starts
-``python -m ndpkit.sim.device_server`` in its own process group, and waits for the
+``python -m ndpkit_tools.sim.device_server`` in its own process group, and waits for the
 server to connect (the first start of a configuration builds the Verilator model,
 a minute or two; later starts reuse the build).  Every call is one request/response
-frame (:mod:`ndpkit.sim.protocol`).  If the server dies, the next call raises
+frame (:mod:`ndpkit.transport.sim_protocol`).  If the server dies, the next call raises
 :class:`~ndpkit.errors.TransportClosed` at once (the socket reports EOF); a server
 that stops answering is given ``reply_timeout`` seconds.  Several transports can
 run at once, one process each.
@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import DmaError, RegisterAccessError, TransportClosed
-from ..pcie import PcieLink, StorageLink
-from ..sim.device_server import DEFAULTS
-from ..sim.protocol import Op, Status, recv_frame, send_frame
-from .base import Transport
+from ndpkit.errors import DmaError, RegisterAccessError, TransportClosed
+from ndpkit.pcie import PcieLink, StorageLink
+from ndpkit_tools.sim.device_server import DEFAULTS
+from ndpkit.transport.sim_protocol import Op, Status, recv_frame, send_frame
+from ndpkit.transport.base import Transport
 
 __all__ = ["SimTransport"]
 
@@ -55,7 +55,7 @@ class SimTransport(Transport):
         self.log_path = self.run_dir / "server.log"
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ndpkit.sim.device_server", "--socket", path, "--config",
+            [sys.executable, "-m", "ndpkit_tools.sim.device_server", "--socket", path, "--config",
              json.dumps(self.config), "--run-dir", str(self.run_dir / "run")],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + start_timeout

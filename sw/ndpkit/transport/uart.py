@@ -6,18 +6,7 @@ serial-line speed: registers are one request each, card memory moves in requests
 of up to :data:`MAX_WORDS` 32-bit words, and interrupts are found by polling the
 shell's ``irq_status`` register (a serial line carries no interrupt).
 
-The protocol (little-endian; the gateware imports these constants):
-
-==========  ==========================  ==============================================
-opcode      then                        reply
-==========  ==========================  ==============================================
-REG_WRITE   offset u16, value u32       0x81, resp u8
-REG_READ    offset u16                  0x82, resp u8, value u32
-MEM_WRITE   address u32, words u16,     0x83, resp u8 (after the last word's response)
-            words x u32
-MEM_READ    address u32, words u16      0x84, words x u32, resp u8
-(other)                                 BAD_OPCODE
-==========  ==========================  ==============================================
+The protocol is :mod:`ndpkit_spec.bridge`.
 
 ``resp`` is the AXI response (0 OKAY, 2 SLVERR, 3 DECERR) of the request, the first
 error when it has several words.  :class:`BridgeModel` answers the same protocol in
@@ -28,17 +17,15 @@ from __future__ import annotations
 import struct
 import time
 
-from ..codes import AxiResp
-from ..errors import DmaError, RegisterAccessError, TransportClosed
-from ..regs.blocks import BAR0_SIZE, GLOBAL
-from .base import Transport
+from ndpkit_spec.codes import AxiResp
+from ndpkit.errors import DmaError, RegisterAccessError, TransportClosed
+from ndpkit_spec.bridge import BAD_OPCODE, MAX_WORDS, MEM_READ, MEM_WRITE, REG_READ, REG_WRITE
+from ndpkit_spec.shell import BAR0_SIZE, GLOBAL
+from ndpkit.transport.base import Transport
 
 __all__ = ["REG_WRITE", "REG_READ", "MEM_WRITE", "MEM_READ", "BAD_OPCODE", "MAX_WORDS", "UartTransport",
            "BridgeModel", "encode_reg_write", "encode_reg_read", "encode_mem_write", "encode_mem_read"]
 
-REG_WRITE, REG_READ, MEM_WRITE, MEM_READ = 0x01, 0x02, 0x03, 0x04
-BAD_OPCODE = 0xEE
-MAX_WORDS = 1024
 IRQ_STATUS = GLOBAL.register("irq_status").offset
 IRQ_MASK = GLOBAL.register("irq_mask").offset
 

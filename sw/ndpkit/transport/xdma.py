@@ -19,9 +19,9 @@ import mmap
 import os
 import select
 
-from ..errors import DmaError, TransportClosed
-from ..regs.blocks import BAR0_SIZE, IRQ_LINES
-from .base import Transport
+from ndpkit.errors import DmaError, TransportClosed
+from ndpkit_spec.shell import BAR0_SIZE, IRQ_LINES
+from ndpkit.transport.base import Transport
 
 __all__ = ["XdmaTransport"]
 

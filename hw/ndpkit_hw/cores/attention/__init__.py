@@ -1,1 +1,0 @@
-"""Decode attention engine (see docs/attention.md)."""

@@ -1,1 +1,0 @@
-"""The memory-side scatter-gather unit (``unit.SgUnit``) and its bench harness."""

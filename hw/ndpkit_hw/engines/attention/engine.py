@@ -1,0 +1,377 @@
+"""``attention``: decode attention for a batch of requests over a card-resident KV cache.
+
+The command (:data:`ndpkit_spec.shell.ATTENTION`, docs/engines/attention.md) names a table of
+64-byte request descriptors.  Whole-command checks first (formats, shape, requests,
+the table's range: :func:`ndpkit.engines.attention.golden.check`); then, one request
+after the other, its descriptor is read and checked
+(:func:`ndpkit.engines.attention.golden.request_check`, same order).  A failing request gets
+its code in its status word and nothing else; a good one is issued head by head:
+
+- q rows of the head's query group -> the datapath's q bank,
+- the head's K rows ``[first, length)`` from the cache, then (append) its new row
+  straight from ``k_new``: those words are forked to a writer that appends them to
+  the cache at row ``length`` (the new token is read once and never read back),
+- the same for V,
+- the output rows from the datapath to ``out``.
+
+Issuing runs ahead of the data (each reader and writer queues transfers), so the
+next head's and the next request's reads overlap this one's arithmetic; a request's
+status word (bit 31 done, bits 0-7 its code) is written once its output writes are
+acknowledged.  A bus error (SLVERR/DECERR) on any transfer is the command's error.
+``cpl_aux`` counts the failed requests.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, Cat, Const, Mux
+from amaranth.lib import data, fifo, wiring
+
+from ndpkit_spec.codes import ErrorCode
+from ndpkit_spec.engines.attention import DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS, MAX_KV_HEADS, \
+    STATUS_DONE, KvFormat
+from ndpkit_spec.engines.attention import BLOCK as ATTENTION
+from ndpkit_hw.bus.axi import log2_exact
+from ndpkit_hw.bus.dma import BurstPorts, Transfer, transfer_error, transfers_overlap
+from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
+from ndpkit_hw.engines.attention.datapath import MAX_GROUP, AttentionDatapath
+
+__all__ = ["AttentionEngine"]
+
+READS = ("table", "q", "k", "v")
+WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interconnect port i with reader i
+STATUS_OFFSET = 4 * DESCRIPTOR_FIELDS.index("status")
+
+Descriptor = data.StructLayout({**{name: 32 for name in DESCRIPTOR_FIELDS},
+                                "reserved": 8 * DESCRIPTOR_BYTES - 32 * len(DESCRIPTOR_FIELDS)})
+
+
+class _Issuer:
+    """Walks the heads of the current request, handing one transfer per head (or two:
+    ``parts``) to a burst engine's command stream; ``done`` when all are taken."""
+
+    def __init__(self, m: Module, name: str, engine_cmd, start, enabled=Const(1)):
+        self.head = Signal(range(MAX_KV_HEADS + 1), name=f"{name}_head")
+        self.done = Signal(name=f"{name}_done", init=1)
+        self.fire = Signal(name=f"{name}_fire")
+        self.cmd = engine_cmd
+        m.d.comb += self.fire.eq(engine_cmd.valid & engine_cmd.ready)
+        with m.If(start):
+            m.d.sync += [self.head.eq(0), self.done.eq(~enabled)]
+        self.active = ~self.done & ~start
+
+
+class AttentionEngine(wiring.Component):
+    max_in_flight = 1
+
+    def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
+                 max_outstanding: int = 8, units: int = 8):
+        self.addr_width, self.data_width = addr_width, data_width
+        self.word_bytes = data_width // 8
+        log2_exact(self.word_bytes, "data_width/8")
+        self.datapath = AttentionDatapath(data_width=data_width, units=units)
+        self.ports = BurstPorts(READS, WRITES, addr_width=addr_width, data_width=data_width,
+                                max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding, writer_commands=8)
+        self.readers, self.writers = self.ports.readers, self.ports.writers
+        super().__init__(engine_members(ATTENTION, addr_width=addr_width, data_width=data_width,
+                                        id_width=self.ports.id_width))
+
+    def elaborate(self, platform):
+        m = Module()
+        wb, W = self.word_bytes, self.data_width
+        word_shift = wb.bit_length() - 1
+        desc_words = DESCRIPTOR_BYTES // wb
+        m.submodules.datapath = dp = self.datapath
+        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        # ---- the command ----------------------------------------------------------------
+        cmd = Signal(command_layout(ATTENTION))
+        d128 = cmd.shape_head_dim == 128
+        G, hkv = cmd.shape_group, cmd.shape_kv_heads
+        q_size_shift = Mux(cmd.format_q == KvFormat.FP32, 2, 1)
+        out_size_shift = Mux(cmd.format_out == KvFormat.FP32, 2, 1)
+        d_shift = Mux(d128, 7, 6)
+        row_shift = d_shift + 1                                     # bytes per cache row: d * 2
+        q_head = Signal(32)                                         # bytes of one head's q rows (G x d)
+        out_head = Signal(32)
+        m.d.comb += [q_head.eq((G << d_shift) << q_size_shift), out_head.eq((G << d_shift) << out_size_shift)]
+        table_bytes = Signal(40)
+        m.d.comb += table_bytes.eq(cmd.requests * DESCRIPTOR_BYTES)
+        table = Transfer(cmd.table, table_bytes[:32])
+        table_error = transfer_error(m, wb, self.addr_width, table, self.window_base, self.window_size)
+        check = Signal(4)
+        with m.If(cmd.format_q > 2):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif((cmd.format_kv != KvFormat.FP16) & (cmd.format_kv != KvFormat.BF16)):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif(cmd.format_out > 2):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif((cmd.shape_head_dim != HEAD_DIMS[0]) & (cmd.shape_head_dim != HEAD_DIMS[1])):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif((G == 0) | (G > MAX_GROUP)):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif((hkv == 0) | (hkv > MAX_KV_HEADS)):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif(cmd.requests == 0):
+            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
+        with m.Elif(table_bytes[32:] != 0):
+            m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
+        with m.Elif(table_error != 0):
+            m.d.comb += check.eq(table_error)
+        m.d.comb += [dp.head_dim128.eq(d128), dp.group.eq(G), dp.q_format.eq(cmd.format_q),
+                     dp.kv_format.eq(cmd.format_kv), dp.out_format.eq(cmd.format_out), dp.scale.eq(cmd.scale)]
+
+        # ---- the current request and its checks ------------------------------------------
+        desc = Signal(Descriptor)
+        append = desc.flags[0]
+        needed = Signal(33)                        # rows after the append
+        m.d.comb += needed.eq(desc.length + append)
+        tokens = Signal(33)                        # rows attended: the last `window` (0: all)
+        m.d.comb += tokens.eq(Mux((desc.window != 0) & (desc.window < needed), desc.window, needed))
+        cache_rows = Signal(33)
+        m.d.comb += cache_rows.eq(tokens - append)
+        slot_bytes = Signal(48)                    # one region of the slot: kv_heads x capacity rows
+        m.d.comb += slot_bytes.eq((hkv * desc.capacity) << row_shift)
+        row_bytes = Signal(10)
+        m.d.comb += row_bytes.eq(1 << row_shift)
+        ranges = {
+            "out": (Transfer(desc.out, hkv * out_head), Const(1), Const(0)),
+            "q": (Transfer(desc.q, hkv * q_head), Const(1), Const(0)),
+            "k": (Transfer(desc.k, slot_bytes[:32]), Const(1), slot_bytes[32:] != 0),
+            "v": (Transfer(desc.v, slot_bytes[:32]), Const(1), slot_bytes[32:] != 0),
+            "k_new": (Transfer(desc.k_new, hkv << row_shift), append, Const(0)),
+            "v_new": (Transfer(desc.v_new, hkv << row_shift), append, Const(0)),
+        }
+        range_errors = {name: transfer_error(m, wb, self.addr_width, t, self.window_base, self.window_size)
+                        for name, (t, _, _) in ranges.items()}
+        request_check = Signal(4)
+        with m.If((desc.flags & ~FLAG_APPEND & 0xFFFF_FFFF) != 0):
+            m.d.comb += request_check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif(needed == 0):
+            m.d.comb += request_check.eq(ErrorCode.ZERO_LENGTH)
+        with m.Elif((desc.capacity == 0) | (needed > desc.capacity)):
+            m.d.comb += request_check.eq(ErrorCode.OUT_OF_WINDOW)
+        for name, (t, active, too_long) in ranges.items():
+            error = range_errors[name]
+            with m.Elif(active & too_long):
+                m.d.comb += request_check.eq(ErrorCode.OUT_OF_WINDOW)
+            with m.Elif(active & (error != 0)):
+                m.d.comb += request_check.eq(error)
+        names = list(ranges)
+        overlaps = []
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                overlaps.append(ranges[a][1] & ranges[b][1] & transfers_overlap(ranges[a][0], ranges[b][0]))
+        overlaps.append(transfers_overlap(ranges["out"][0], Transfer(cmd.table, cmd.requests * DESCRIPTOR_BYTES)))
+        with m.Elif(Cat(*overlaps).any()):
+            m.d.comb += request_check.eq(ErrorCode.OVERLAP)
+
+        # ---- issuing a good request, head by head ------------------------------------------
+        start = Signal()                           # the cycle a checked request starts issuing
+        rd = {k: self.readers[k] for k in READS}
+        wr = {k: self.writers[k] for k in WRITES}
+        q_iss = _Issuer(m, "q_issue", rd["q"].cmd, start)
+        out_iss = _Issuer(m, "out_issue", wr["out"].cmd, start)
+        head_iss = _Issuer(m, "head_issue", dp.head, start)
+        k_iss = _Issuer(m, "k_issue", rd["k"].cmd, start)
+        v_iss = _Issuer(m, "v_issue", rd["v"].cmd, start)
+        ka_iss = _Issuer(m, "k_append_issue", wr["k_append"].cmd, start, append)
+        va_iss = _Issuer(m, "v_append_issue", wr["v_append"].cmd, start, append)
+        issuers = [q_iss, out_iss, head_iss, k_iss, v_iss, ka_iss, va_iss]
+
+        # per-head address steps
+        first_row = Signal(33)
+        m.d.comb += first_row.eq(needed - tokens)
+        region_step = Signal(40)
+        m.d.comb += region_step.eq(desc.capacity << row_shift)
+
+        def simple(iss, base, step, length):
+            """One transfer a head: ``length`` bytes from ``base``, ``step`` apart."""
+            addr = Signal(self.addr_width, name=f"{iss.head.name}_addr")
+            with m.If(start):
+                m.d.sync += addr.eq(base)
+            m.d.comb += [iss.cmd.payload.addr.eq(addr), iss.cmd.payload.length.eq(length),
+                         iss.cmd.valid.eq(iss.active)]
+            with m.If(iss.fire):
+                m.d.sync += [addr.eq(addr + step), iss.head.eq(iss.head + 1)]
+                with m.If(iss.head == hkv - 1):
+                    m.d.sync += iss.done.eq(1)
+
+        simple(q_iss, desc.q, q_head, q_head)
+        simple(out_iss, desc.out, out_head, out_head)
+        simple(ka_iss, desc.k + ((desc.length << row_shift)), region_step, row_bytes)
+        simple(va_iss, desc.v + ((desc.length << row_shift)), region_step, row_bytes)
+        m.d.comb += [dp.head.payload.eq(tokens), dp.head.valid.eq(head_iss.active)]
+        with m.If(head_iss.fire):
+            m.d.sync += head_iss.head.eq(head_iss.head + 1)
+            with m.If(head_iss.head == hkv - 1):
+                m.d.sync += head_iss.done.eq(1)
+
+        # K and V: per head the cache part (when not empty), then the new row (append);
+        # each transfer's "is the new row" flag goes to the fork in transfer order
+        forks = {}
+        for name, iss, cache_base, new_base in (("k", k_iss, desc.k, desc.k_new), ("v", v_iss, desc.v, desc.v_new)):
+            cache_addr = Signal(self.addr_width, name=f"{name}_cache_addr")
+            new_addr = Signal(self.addr_width, name=f"{name}_new_addr")
+            part = Signal(name=f"{name}_part")             # 0: the cache rows, 1: the new row
+            flags = fifo.SyncFIFO(width=1, depth=8)
+            m.submodules[f"{name}_fork_flags"] = flags
+            has_cache = cache_rows != 0
+            with m.If(start):
+                m.d.sync += [cache_addr.eq(cache_base + (first_row << row_shift)), new_addr.eq(new_base),
+                             part.eq(~has_cache)]
+            on_new = part
+            m.d.comb += [iss.cmd.valid.eq(iss.active & flags.w_rdy),
+                         iss.cmd.payload.addr.eq(Mux(on_new, new_addr, cache_addr)),
+                         iss.cmd.payload.length.eq(Mux(on_new, row_bytes, cache_rows << row_shift)),
+                         flags.w_en.eq(iss.fire), flags.w_data.eq(on_new)]
+            with m.If(iss.fire):
+                with m.If(~on_new & append):
+                    m.d.sync += part.eq(1)
+                with m.Else():
+                    m.d.sync += [part.eq(~has_cache), cache_addr.eq(cache_addr + region_step),
+                                 new_addr.eq(new_addr + row_bytes), iss.head.eq(iss.head + 1)]
+                    with m.If(iss.head == hkv - 1):
+                        m.d.sync += iss.done.eq(1)
+            forks[name] = flags
+
+        # the fork: reader words to the datapath, new-row words to the append writer too
+        for name in ("k", "v"):
+            src, flags = rd[name].data, forks[name]
+            dst = getattr(dp, name)
+            writer = wr[f"{name}_append"].data
+            to_writer = flags.r_rdy & flags.r_data
+            m.d.comb += [dst.payload.eq(src.payload.data),
+                         writer.payload.data.eq(src.payload.data), writer.payload.strb.eq((1 << wb) - 1),
+                         dst.valid.eq(src.valid & flags.r_rdy & (~to_writer | writer.ready)),
+                         writer.valid.eq(src.valid & to_writer & dst.ready),
+                         src.ready.eq(flags.r_rdy & dst.ready & (~to_writer | writer.ready)),
+                         flags.r_en.eq(src.valid & src.ready & src.payload.last)]
+        m.d.comb += [dp.q.payload.eq(rd["q"].data.payload.data), dp.q.valid.eq(rd["q"].data.valid),
+                     rd["q"].data.ready.eq(dp.q.ready),
+                     wr["out"].data.payload.data.eq(dp.out.payload), wr["out"].data.payload.strb.eq((1 << wb) - 1),
+                     wr["out"].data.valid.eq(dp.out.valid), dp.out.ready.eq(wr["out"].data.ready)]
+        issued = Signal()
+        m.d.comb += issued.eq(Cat(*[i.done for i in issuers]).all() & ~start)
+
+        # ---- statuses of every transfer; the first error is the command's -----------------
+        bus_error = Signal(4)
+        pending = {}
+        clear = Signal()
+        for name, e in list(rd.items()) + [(f"w_{k}", v) for k, v in wr.items()]:
+            count = Signal(16, name=f"pending_{name}")
+            pending[name] = count
+            m.d.comb += e.status.ready.eq(1)
+            took = e.status.valid
+            sent = e.cmd.valid & e.cmd.ready
+            m.d.sync += count.eq(count + sent - took)
+            with m.If(took & (e.status.payload.error != 0) & (bus_error == 0)):
+                m.d.sync += bus_error.eq(e.status.payload.error)
+        with m.If(clear):
+            m.d.sync += bus_error.eq(0)
+
+        # ---- retiring requests: status words, in order, after their outputs ----------------
+        retire = fifo.SyncFIFOBuffered(width=self.addr_width + 4 + 1, depth=8)
+        m.submodules.retire = retire
+        retire_in = Signal(data.StructLayout({"addr": self.addr_width, "code": 4, "outputs": 1}))
+        retire_head = data.View(retire_in.shape(), retire.r_data)
+        outs_done = Signal(16)                       # out transfers acknowledged, not yet retired
+        out_ack = wr["out"].status.valid
+        status_w = wr["status"]
+        status_data = fifo.SyncFIFOBuffered(width=32, depth=4)
+        m.submodules.status_data = status_data
+        ready_to_retire = retire.r_rdy & (~retire_head.outputs | (outs_done >= hkv)) & status_w.cmd.ready & \
+            status_data.w_rdy
+        offset = STATUS_OFFSET % wb
+        m.d.comb += [retire.w_data.eq(retire_in),
+                     status_w.cmd.valid.eq(ready_to_retire), retire.r_en.eq(ready_to_retire),
+                     status_w.cmd.payload.addr.eq(retire_head.addr), status_w.cmd.payload.length.eq(wb),
+                     status_data.w_en.eq(ready_to_retire),
+                     status_data.w_data.eq(STATUS_DONE | retire_head.code),
+                     status_w.data.valid.eq(status_data.r_rdy),
+                     status_w.data.payload.data.eq(status_data.r_data << (8 * offset)),
+                     status_w.data.payload.strb.eq(0xF << offset),
+                     status_data.r_en.eq(status_w.data.ready)]
+        m.d.sync += outs_done.eq(outs_done + out_ack - Mux(ready_to_retire & retire_head.outputs, hkv, 0))
+
+        # ---- control ------------------------------------------------------------------------
+        error = Signal(4)
+        accepted = Signal()
+        index = Signal(32)                         # the request being read
+        desc_word = Signal(range(max(2, desc_words)))
+        desc_addr = Signal(self.addr_width)        # the descriptor's first byte
+        failed = Signal(32)
+        bytes_read, bytes_written = Signal(32), Signal(32)
+        all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & ~status_data.r_rdy & dp.idle
+        table_data = rd["table"].data
+        with m.FSM(name="control"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(dp.idle)
+                with m.If(self.cmd.valid & self.cmd.ready):
+                    m.d.sync += cmd.eq(self.cmd.payload)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += clear.eq(1)
+                for e in self.ports.engines:
+                    m.d.comb += e.clear_counters.eq(1)
+                m.d.sync += [error.eq(check), accepted.eq(check == 0), index.eq(0), desc_word.eq(0),
+                             desc_addr.eq(cmd.table), failed.eq(0), bytes_read.eq(0), bytes_written.eq(0)]
+                with m.If(check != 0):
+                    m.next = "COMPLETE"
+                with m.Else():
+                    m.next = "TABLE"
+            with m.State("TABLE"):
+                m.d.comb += [rd["table"].cmd.valid.eq(1), rd["table"].cmd.payload.addr.eq(cmd.table),
+                             rd["table"].cmd.payload.length.eq(table_bytes)]
+                with m.If(rd["table"].cmd.ready):
+                    m.d.sync += bytes_read.eq(table_bytes)
+                    m.next = "DESCRIPTOR"
+            with m.State("DESCRIPTOR"):
+                m.d.comb += table_data.ready.eq(1)
+                with m.If(table_data.valid):
+                    m.d.sync += [desc.as_value().eq(Cat(desc.as_value()[W:], table_data.payload.data)
+                                                    if desc_words > 1 else table_data.payload.data),
+                                 desc_word.eq(desc_word + 1)]
+                    with m.If(desc_word == desc_words - 1):
+                        m.d.sync += desc_word.eq(0)
+                        m.next = "REQUEST"
+            with m.State("REQUEST"):
+                m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
+                             retire_in.code.eq(request_check), retire_in.outputs.eq(0)]
+                with m.If(request_check != 0):
+                    m.d.comb += retire.w_en.eq(retire.w_rdy)
+                    with m.If(retire.w_rdy):
+                        m.d.sync += [failed.eq(failed + 1), bytes_written.eq(bytes_written + 4)]
+                        m.next = "NEXT"
+                with m.Else():
+                    m.d.comb += start.eq(1)
+                    m.d.sync += [bytes_read.eq(bytes_read + hkv * q_head + ((hkv * tokens) << (row_shift + 1))),
+                                 bytes_written.eq(bytes_written + 4 + hkv * out_head +
+                                                  Mux(append, hkv << (row_shift + 1), 0))]
+                    m.next = "ISSUE"
+            with m.State("ISSUE"):
+                m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
+                             retire_in.code.eq(0), retire_in.outputs.eq(1)]
+                with m.If(issued):
+                    m.d.comb += retire.w_en.eq(retire.w_rdy)
+                    with m.If(retire.w_rdy):
+                        m.next = "NEXT"
+            with m.State("NEXT"):
+                m.d.sync += [index.eq(index + 1), desc_addr.eq(desc_addr + DESCRIPTOR_BYTES)]
+                with m.If(index + 1 == cmd.requests):
+                    m.next = "FINISH"
+                with m.Else():
+                    m.next = "DESCRIPTOR"
+            with m.State("FINISH"):
+                with m.If(all_done):
+                    m.d.sync += error.eq(bus_error)
+                    m.next = "COMPLETE"
+            with m.State("COMPLETE"):
+                m.d.comb += self.cpl.valid.eq(1)
+                with m.If(self.cpl.ready):
+                    m.next = "IDLE"
+        m.d.comb += [
+            self.cpl.payload.tag.eq(cmd.tag),
+            self.cpl.payload.error.eq(error),
+            self.cpl.payload.bytes_read.eq(Mux(accepted, bytes_read, 0)),
+            self.cpl.payload.bytes_written.eq(Mux(accepted, bytes_written, 0)),
+            self.cpl.payload.aux.eq(Mux(accepted, failed, 0)),
+        ]
+        return m

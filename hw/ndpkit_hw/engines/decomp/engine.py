@@ -1,0 +1,207 @@
+"""``decomp``: scatter-mode gradient decompression (Smart-Infinity compatible).
+
+Spec: :func:`ndpkit.engines.decomp.golden.check` / :func:`~ndpkit.engines.decomp.golden.execute`.
+
+Command (:data:`ndpkit_spec.shell.DECOMP`): value format, dense element count ``n``,
+pair count ``k``, addresses of the indices, the values and the dense destination.
+Checked before any traffic: format (BAD_FIELD), n and k non-zero (ZERO_LENGTH), each
+array's word-rounded range (UNALIGNED, OUT_OF_WINDOW), no two arrays overlapping
+(OVERLAP).
+
+Run: a burst writer zero-fills the destination's ``n`` elements (byte strobes off past
+them) while two burst readers already fetch the pairs; once every zero-fill write is
+acknowledged, the pairs (one a cycle, :class:`~.pairs.PairUnpacker`) become
+single-beat AXI writes with the value's bytes strobed, all with one ID on one port so
+they land in array order: a repeated index keeps the last value.  Index 0xFFFFFFFF is
+padding and is skipped; any other index >= n stops the command (OUT_OF_WINDOW, after
+the pairs before it) and the readers drain.  ``cpl.aux`` = pairs written.
+
+Unlike Smart-Infinity's decompressor (zero-fill, then one element per cycle with the
+phases in sequence per chunk), the pair reads overlap the zero fill, and the fused
+stream mode (:mod:`.stream_decompressor`) avoids the dense buffer altogether.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, Cat, Const, Mux
+from amaranth.lib import wiring
+
+from ndpkit_spec.codes import ErrorCode
+from ndpkit_spec.engines.decomp import SENTINEL
+from ndpkit_spec.engines.decomp import BLOCK as DECOMP
+from ndpkit_hw.bus.axi import AxiResp, log2_exact
+from ndpkit_hw.bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
+from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
+from ndpkit_hw.engines.decomp.pairs import PairUnpacker
+
+__all__ = ["DecompEngine"]
+
+
+class DecompEngine(wiring.Component):
+    max_in_flight = 1
+
+    def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
+                 max_outstanding: int = 8, max_scatter_outstanding: int = 64):
+        self.addr_width, self.data_width = addr_width, data_width
+        self.word_bytes = data_width // 8
+        log2_exact(self.word_bytes, "data_width/8")
+        self.max_scatter_outstanding = max_scatter_outstanding
+        # port 0: index reads + zero fill, port 1: value reads + scatter writes (driven below)
+        self.ports = BurstPorts(("idx", "val"), ("zero_fill",), addr_width=addr_width, data_width=data_width,
+                                max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding)
+        self.read_idx, self.read_val = self.ports.readers["idx"], self.ports.readers["val"]
+        self.zero_fill = self.ports.writers["zero_fill"]
+        self.unpacker = PairUnpacker(data_width=data_width)
+        super().__init__(engine_members(DECOMP, addr_width=addr_width, data_width=data_width,
+                                        id_width=self.ports.id_width))
+
+    def elaborate(self, platform):
+        m = Module()
+        word = self.word_bytes
+        word_shift = word.bit_length() - 1
+        read_idx, read_val, zero_fill = self.read_idx, self.read_val, self.zero_fill
+        m.submodules.unpacker = unpacker = self.unpacker
+        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        scatter = self.ports.port(1)
+
+        # ---- the command and its checks ------------------------------------------------
+        cmd = Signal(command_layout(DECOMP))
+        value16 = cmd.format != 0
+        size_shift = Mux(value16, 1, 2)
+        dst_bytes, pair_bytes = Signal(35), Signal(35)
+        m.d.comb += [dst_bytes.eq(cmd.count << size_shift), pair_bytes.eq(cmd.pairs << size_shift)]
+
+        def words(nbytes):
+            return ((nbytes + (word - 1)) >> word_shift) << word_shift
+
+        lengths = {"dst": words(dst_bytes), "idx": words(cmd.pairs << 2), "val": words(pair_bytes)}
+        ranges = {"dst": Transfer(cmd.dst, lengths["dst"][:32]), "idx": Transfer(cmd.idx, lengths["idx"][:32]),
+                  "val": Transfer(cmd.val, lengths["val"][:32])}
+        errors = {k: transfer_error(m, word, self.addr_width, r, self.window_base, self.window_size)
+                  for k, r in ranges.items()}
+        names = list(ranges)
+        overlap = Cat(*[transfers_overlap(ranges[a], ranges[b])
+                        for i, a in enumerate(names) for b in names[i + 1:]]).any()
+        check = Signal(4)
+        with m.If(cmd.format > 2):
+            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
+        with m.Elif((cmd.count == 0) | (cmd.pairs == 0)):
+            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
+        for name in names:
+            with m.Elif((lengths[name][32:] != 0) | (errors[name] != 0)):
+                m.d.comb += check.eq(Mux(lengths[name][32:] != 0, ErrorCode.OUT_OF_WINDOW, errors[name]))
+        with m.Elif(overlap):
+            m.d.comb += check.eq(ErrorCode.OVERLAP)
+
+        # ---- the engines' commands and statuses ----------------------------------------
+        running = Signal()
+        scattering = Signal()
+        transfers = TransferGroup(m, {"idx": read_idx, "val": read_val, "dst": zero_fill}, ranges, running)
+        status = transfers.error
+
+        # zero fill: n elements' bytes strobed, the rest of the last word untouched
+        beats = lengths["dst"][word_shift:]
+        beat = Signal(33)
+        tail = Signal(range(word + 1))
+        m.d.comb += tail.eq(dst_bytes - ((beats - 1) << word_shift))
+        last_beat = beat + 1 == beats
+        zd = zero_fill.data
+        m.d.comb += [zd.valid.eq(running & (beat != beats)), zd.payload.data.eq(0),
+                     zd.payload.strb.eq(Mux(last_beat, (Const(1, word + 1) << tail) - 1, (1 << word) - 1))]
+        with m.If(zd.valid & zd.ready):
+            m.d.sync += beat.eq(beat + 1)
+
+        # ---- pairs -> single-beat writes -------------------------------------------------
+        stream_error = Signal(4)
+        m.d.comb += [unpacker.k.eq(cmd.pairs), unpacker.value16.eq(value16), unpacker.drain.eq(stream_error != 0),
+                     unpacker.idx.payload.eq(read_idx.data.payload.data), unpacker.idx.valid.eq(read_idx.data.valid),
+                     read_idx.data.ready.eq(unpacker.idx.ready),
+                     unpacker.val.payload.eq(read_val.data.payload.data), unpacker.val.valid.eq(read_val.data.valid),
+                     read_val.data.ready.eq(unpacker.val.ready)]
+        pair = unpacker.o.payload
+        pairs_done = Signal(32)
+        written = Signal(32)
+        outstanding = Signal(range(self.max_scatter_outstanding + 1))
+        aw_sent, w_sent = Signal(), Signal()
+        offset = Signal(35)
+        m.d.comb += offset.eq(pair.index << size_shift)
+        address = Signal(self.addr_width)
+        m.d.comb += address.eq(cmd.dst + offset)
+        sentinel = pair.index == SENTINEL
+        bad_index = ~sentinel & (pair.index >= cmd.count)
+        head = scattering & (stream_error == 0) & unpacker.o.valid
+        write = head & ~sentinel & ~bad_index
+        room = outstanding < self.max_scatter_outstanding
+        lane = address[:word_shift]
+        lanes32, lanes16 = word // 4, word // 2
+        m.d.comb += [
+            scatter.awvalid.eq(write & ~aw_sent & room),
+            scatter.awaddr.eq(address & ~(word - 1)), scatter.awlen.eq(0), scatter.awsize.eq(word_shift),
+            scatter.awburst.eq(1), scatter.awid.eq(0),
+            scatter.wvalid.eq(write & ~w_sent & (aw_sent | room)),
+            scatter.wdata.eq(Mux(value16, Cat(*[pair.value[:16]] * lanes16), Cat(*[pair.value] * lanes32))),
+            scatter.wstrb.eq(Mux(value16, Const(0b11, word), Const(0b1111, word)) << lane),
+            scatter.wlast.eq(1), scatter.bready.eq(1),
+        ]
+        aw_fire = scatter.awvalid & scatter.awready
+        w_fire = scatter.wvalid & scatter.wready
+        b_fire = scatter.bvalid
+        pair_written = write & (aw_sent | aw_fire) & (w_sent | w_fire)
+        take = (head & (sentinel | bad_index)) | pair_written
+        m.d.comb += unpacker.o.ready.eq(take & ~bad_index)
+        m.d.sync += outstanding.eq(outstanding + aw_fire - b_fire)
+        with m.If(take & bad_index):
+            m.d.sync += stream_error.eq(ErrorCode.OUT_OF_WINDOW)
+        with m.If(unpacker.o.ready):
+            m.d.sync += [pairs_done.eq(pairs_done + 1), aw_sent.eq(0), w_sent.eq(0)]
+        with m.Else():
+            with m.If(aw_fire):
+                m.d.sync += aw_sent.eq(1)
+            with m.If(w_fire):
+                m.d.sync += w_sent.eq(1)
+        with m.If(pair_written):
+            m.d.sync += written.eq(written + 1)
+        with m.If(b_fire & (scatter.bresp != AxiResp.OKAY) & (status == 0)):
+            m.d.sync += status.eq(Mux(scatter.bresp == AxiResp.DECERR, ErrorCode.DECERR, ErrorCode.SLVERR))
+
+        # ---- control ------------------------------------------------------------------------
+        error = Signal(4)
+        accepted = Signal()
+        finished = (transfers.finished & ((pairs_done == cmd.pairs) | (stream_error != 0))
+                    & (outstanding == 0) & ~aw_sent)
+        with m.FSM(name="control"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += cmd.eq(self.cmd.payload)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                for e in self.ports.engines:
+                    m.d.comb += e.clear_counters.eq(1)
+                m.d.comb += unpacker.start.eq(1)
+                m.d.sync += [error.eq(check), accepted.eq(check == 0), beat.eq(0), pairs_done.eq(0),
+                             written.eq(0), stream_error.eq(0), aw_sent.eq(0), w_sent.eq(0)] + transfers.clear()
+                with m.If(check != 0):
+                    m.next = "COMPLETE"
+                with m.Else():
+                    m.next = "ZERO"
+            with m.State("ZERO"):
+                m.d.comb += running.eq(1)
+                with m.If(transfers.done["dst"]):          # every zero-fill write acknowledged
+                    m.next = "SCATTER"
+            with m.State("SCATTER"):
+                m.d.comb += [running.eq(1), scattering.eq(1)]
+                with m.If(finished):
+                    m.d.sync += error.eq(Mux(status != 0, status, stream_error))
+                    m.next = "COMPLETE"
+            with m.State("COMPLETE"):
+                m.d.comb += self.cpl.valid.eq(1)
+                with m.If(self.cpl.ready):
+                    m.next = "IDLE"
+        m.d.comb += [
+            self.cpl.payload.tag.eq(cmd.tag),
+            self.cpl.payload.error.eq(error),
+            self.cpl.payload.bytes_read.eq(Mux(accepted, ranges["idx"].length + ranges["val"].length, 0)),
+            self.cpl.payload.bytes_written.eq(Mux(accepted, dst_bytes + (written << size_shift), 0)),
+            self.cpl.payload.aux.eq(Mux(accepted, written, 0)),
+        ]
+        return m

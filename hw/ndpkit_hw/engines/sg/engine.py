@@ -1,0 +1,190 @@
+"""``sg``: batches of scatter-gather requests through the memory-side unit.
+
+Command (:data:`ndpkit_spec.shell.SG` arguments): ``op`` (0 read requests, 1 write
+requests), ``table`` (``requests`` descriptors of 128 bytes, the layout of
+:func:`ndpkit.engines.sg.golden.pack_descriptor`), ``out`` (reads: 64 bytes per request).
+The golden model is :func:`ndpkit.engines.sg.golden.execute`.
+
+Checked before any traffic, in order: ``op`` (BAD_OPCODE), ``requests`` (ZERO_LENGTH),
+the table and (reads) ``out`` by the transfer rule, the two not overlapping.  Then
+the burst reader streams the whole table (two bus words a descriptor); each
+descriptor is checked as it arrives (its op of the command's direction, then the
+unit's own checks, :func:`.unit.request_error`) and forwarded to the
+:class:`~.unit.SgUnit` across its link model.  The first bad descriptor stops the
+batch: nothing from it on is forwarded (the rest of the table is drained), its code
+is the completion's, and for reads the burst writer fills the unexecuted requests'
+``out`` entries with zeros, so ``out`` is always written whole.  Responses go to
+``out`` in order.  Completion: bytes read = the table + 64 per column read by the
+unit, bytes written = ``out`` + 64 per column written; ``aux`` = the link bytes.
+
+Inside, a 2:1 interconnect shares the engine's one 512-bit AXI4 master between the
+table reader / ``out`` writer and the unit (which reaches memory through it: the
+unit stands where the memory controller is).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import wiring
+
+from ndpkit_spec.codes import ErrorCode
+from ndpkit_spec.engines.sg import DESCRIPTOR_BYTES, DEVICE_BANKS, DEVICE_ROW_BYTES, LINE, OP_READ, OP_WRITE
+from ndpkit_spec.engines.sg import BLOCK as SG
+from ndpkit_hw.bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
+from ndpkit_hw.bus.dma import BurstReader, BurstWriter, Transfer, TransferGroup, transfer_error, transfers_overlap
+from ndpkit_hw.bus.interconnect import AxiInterconnect
+from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
+from ndpkit_hw.engines.sg.unit import MAX_OFFSETS, SgUnit, request_error, request_layout
+
+__all__ = ["SgEngine"]
+
+
+class SgEngine(wiring.Component):
+    max_in_flight = 1
+
+    def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 2,
+                 max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
+                 row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS):
+        if data_width != 8 * LINE:
+            raise ValueError(f"sg: data_width must be {8 * LINE} (a 64-byte DRAM column per beat), not {data_width}")
+        if id_width < 2:
+            raise ValueError("sg: id_width must be at least 2 (one bit selects the unit or the table streams)")
+        self.addr_width, self.data_width = addr_width, data_width
+        inner = id_width - 1
+        dma = dict(addr_width=addr_width, data_width=data_width, id_width=inner, max_burst_bytes=max_burst_bytes,
+                   max_outstanding=max_outstanding)
+        self.reader = BurstReader(axi_id=0, **dma)
+        self.writer = BurstWriter(axi_id=0, **dma)
+        self.unit = SgUnit(addr_width=addr_width, id_width=inner, row_bytes=row_bytes, banks=banks,
+                           link_bytes=link_bytes)
+        self.xbar = AxiInterconnect(num_masters=2, addr_width=addr_width, data_width=data_width, id_width=inner)
+        super().__init__(engine_members(SG, addr_width=addr_width, data_width=data_width, id_width=id_width))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.reader = reader = self.reader
+        m.submodules.writer = writer = self.writer
+        m.submodules.unit = unit = self.unit
+        m.submodules.xbar = xbar = self.xbar
+        connect_members(m, reader.bus, xbar.s0, READ_MEMBERS)
+        connect_members(m, writer.bus, xbar.s0, WRITE_MEMBERS)
+        wiring.connect(m, unit.bus, xbar.s1)
+        wiring.connect(m, xbar.m, wiring.flipped(self.bus))
+        for block in (reader, writer, unit):
+            m.d.comb += [block.window_base.eq(self.window_base), block.window_size.eq(self.window_size)]
+
+        cmd = Signal(command_layout(SG))
+        is_read = cmd.op == OP_READ
+        table_len, out_len = Signal(40), Signal(40)
+        m.d.comb += [table_len.eq(cmd.requests * DESCRIPTOR_BYTES), out_len.eq(cmd.requests * LINE)]
+        table = Transfer(cmd.table, table_len[:32])
+        out = Transfer(cmd.out, out_len[:32])
+        table_error = transfer_error(m, LINE, self.addr_width, table, self.window_base, self.window_size)
+        out_error = transfer_error(m, LINE, self.addr_width, out, self.window_base, self.window_size)
+        check = Signal(4)
+        with m.If(cmd.op > OP_WRITE):
+            m.d.comb += check.eq(ErrorCode.BAD_OPCODE)
+        with m.Elif(cmd.requests == 0):
+            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
+        with m.Elif(table_len[32:] != 0):
+            m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
+        with m.Elif(table_error != 0):
+            m.d.comb += check.eq(table_error)
+        with m.Elif(is_read & (out_len[32:] != 0)):
+            m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
+        with m.Elif(is_read & (out_error != 0)):
+            m.d.comb += check.eq(out_error)
+        with m.Elif(is_read & transfers_overlap(table, out)):
+            m.d.comb += check.eq(ErrorCode.OVERLAP)
+
+        running = Signal()
+        transfers = TransferGroup(m, {"table": reader, "out": writer}, {"table": table, "out": out}, running,
+                                  enabled={"out": is_read})
+
+        # descriptors: word 0 the header, word 1 the data
+        second = Signal()
+        header = Signal(8 * LINE)
+        head_words = header.word_select
+        request = Signal(request_layout(self.addr_width))
+        m.d.comb += [request.op.eq(head_words(0, 32)[:2]), request.size.eq(head_words(0, 32)[4:8]),
+                     request.count.eq(head_words(0, 32)[8:13]), request.address.eq(head_words(1, 32)),
+                     request.data.eq(reader.data.payload.data)]
+        for j in range(MAX_OFFSETS):
+            m.d.comb += request.offsets[j].eq(header.word_select(4 + j, 16))
+        bad = Signal(4)
+        unit_error = request_error(m, request, self.window_base, self.window_size, self.unit.row_bytes)
+        m.d.comb += bad.eq(Mux(request.op[0] != cmd.op[0], ErrorCode.BAD_FIELD, unit_error))
+        stopped, stop_code = Signal(), Signal(4)
+        sent, received, written = Signal(32), Signal(32), Signal(32)
+        m.d.comb += unit.req.payload.eq(request)
+        with m.If(running & reader.data.valid):
+            with m.If(~second):
+                m.d.comb += reader.data.ready.eq(1)
+                m.d.sync += [header.eq(reader.data.payload.data), second.eq(1)]
+            with m.Elif(stopped):
+                m.d.comb += reader.data.ready.eq(1)                 # drain the rest of the table
+                m.d.sync += second.eq(0)
+            with m.Elif(bad != 0):
+                m.d.comb += reader.data.ready.eq(1)
+                m.d.sync += [second.eq(0), stopped.eq(1), stop_code.eq(bad)]
+            with m.Else():
+                m.d.comb += [unit.req.valid.eq(1), reader.data.ready.eq(unit.req.ready)]
+                with m.If(unit.req.ready):
+                    m.d.sync += [second.eq(0), sent.eq(sent + 1)]
+
+        # responses in order: reads to `out`, then zeros for what a stop left unexecuted
+        bus_error = Signal(4)
+        pending = received != sent
+        with m.If(is_read):
+            m.d.comb += [writer.data.payload.strb.eq(-1),
+                         writer.data.valid.eq(running & Mux(pending, unit.resp.valid,
+                                                            stopped & (written != cmd.requests))),
+                         writer.data.payload.data.eq(Mux(pending, unit.resp.payload.data, 0)),
+                         unit.resp.ready.eq(pending & writer.data.ready)]
+        with m.Else():
+            m.d.comb += unit.resp.ready.eq(1)
+        with m.If(unit.resp.valid & unit.resp.ready):
+            m.d.sync += received.eq(received + 1)
+            with m.If(bus_error == 0):
+                m.d.sync += bus_error.eq(unit.resp.payload.error)
+        with m.If(writer.data.valid & writer.data.ready):
+            m.d.sync += written.eq(written + 1)
+
+        columns = unit.counters.column_accesses[:32]
+        finished = transfers.finished & ~second & ~pending & (stopped | (sent == cmd.requests))
+        m.d.comb += [
+            self.cpl.payload.tag.eq(cmd.tag),
+            self.cpl.payload.aux.eq(unit.counters.link_bytes[:32]),
+        ]
+        with m.FSM(name="sg"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += cmd.eq(self.cmd.payload)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += unit.clear.eq(1)                        # per-command counters
+                m.d.sync += transfers.clear() + [second.eq(0), stopped.eq(0), stop_code.eq(0), sent.eq(0),
+                                                 received.eq(0), written.eq(0), bus_error.eq(0)]
+                with m.If(check != 0):
+                    m.next = "REJECT"
+                with m.Else():
+                    m.next = "RUN"
+            with m.State("REJECT"):
+                m.d.comb += [self.cpl.valid.eq(1), self.cpl.payload.error.eq(check), self.cpl.payload.aux.eq(0)]
+                with m.If(self.cpl.ready):
+                    m.next = "IDLE"
+            with m.State("RUN"):
+                m.d.comb += running.eq(1)
+                with m.If(finished):
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += [
+                    self.cpl.valid.eq(1),
+                    self.cpl.payload.error.eq(Mux(bus_error != 0, bus_error,
+                                                  Mux(stop_code != 0, stop_code, transfers.error))),
+                    self.cpl.payload.bytes_read.eq(table.length + Mux(is_read, columns << 6, 0)),
+                    self.cpl.payload.bytes_written.eq(Mux(is_read, out.length, columns << 6)),
+                ]
+                with m.If(self.cpl.ready):
+                    m.next = "IDLE"
+        return m

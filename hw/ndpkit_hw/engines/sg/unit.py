@@ -1,0 +1,334 @@
+"""The memory-side scatter-gather unit (after Piccolo's in-memory gather/scatter).
+
+It stands on the memory side of a modelled off-chip link and serves four requests
+(``ndpkit.engines.sg.golden`` is the specification, request for request and count for count):
+64 B line read and write, and the row-local **gather** (up to 64 B / element size
+elements at element offsets inside one DRAM row, answered with one packed 64 B line)
+and **scatter** (the same offsets with packed data, written with byte strobes).
+
+How it works, stage by stage (FIFOs between them, so requests overlap):
+
+1. *link in* — a request is accepted, then the link stays busy for the rest of its
+   flits: ``ceil((8 + 2 k [+ 64 data]) / link_bytes)`` cycles.
+2. *issue* — the head request is validated (error code in the golden model's order;
+   a bad request issues nothing); each element's 64 B column and lane are computed,
+   consecutive elements in one column form a run, and one single-beat AXI read (or
+   write with the run's strobes) goes out per run.  Reads wait until no write is
+   outstanding and writes until no read is, so a gather sees an earlier scatter.
+   The DRAM row model (``banks`` banks with one open row each, rows of
+   ``row_bytes``) and the traffic counters are updated here.
+3. *complete* — in request order: a gather's R beats are unpacked into the response
+   line (every element of run ``r`` from beat ``r``, in parallel); a write waits for
+   its B responses; AXI errors become the response's error code.
+4. *link out* — a response carrying data holds the link for ``64 / link_bytes``
+   cycles; write acknowledgements and errors carry no data and cost none.
+
+The memory side is one 512-bit AXI4 port (a 64 B column per beat), ID 0, in order.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ndpkit_spec.codes import AxiResp, ErrorCode
+from ndpkit_spec.engines.sg import HEADER_BYTES, LINE, OFFSET_BYTES, Op
+from ndpkit_hw.bus.axi import AXI4Signature, log2_exact
+
+__all__ = ["SgUnit", "request_layout", "request_error", "ResponseLayout", "MAX_OFFSETS"]
+
+MAX_OFFSETS = LINE // 4
+COUNTER_WIDTH = 48
+
+
+def request_layout(addr_width: int) -> data.StructLayout:
+    return data.StructLayout({
+        "op": 2,                                    # ndpkit.engines.sg.golden.Op
+        "size": 4,                                  # element bytes: 4 or 8 (row requests)
+        "count": 5,                                 # elements, 1..64/size (row requests)
+        "address": addr_width,                      # line address, or the row's address
+        "offsets": data.ArrayLayout(16, MAX_OFFSETS),   # element offsets within the row
+        "data": 8 * LINE,                           # line write / packed scatter data
+    })
+
+
+ResponseLayout = data.StructLayout({"op": 2, "error": 4, "data": 8 * LINE})
+
+
+def request_error(m: Module, head, window_base, window_size, row_bytes: int):
+    """A request's error code (0 = good) in the golden model's order: element size,
+    count, alignment, window, offsets.  The unit and the sg engine (which checks
+    descriptors before it forwards them) share it."""
+    is_row = head.op[1]
+    size8 = head.size == 8
+    max_count = Mux(size8, LINE // 8, LINE // 4)
+    span = Mux(is_row, row_bytes, LINE)
+    offset_limit = Mux(size8, row_bytes // 8, row_bytes // 4)
+    in_window = (head.address >= window_base) & (head.address - window_base + span <= window_size)
+    bad_offset = Cat(*[(j < head.count) & (head.offsets[j] >= offset_limit) for j in range(MAX_OFFSETS)]).any()
+    error = Signal(4)
+    with m.If(is_row & (head.size != 4) & (head.size != 8)):
+        m.d.comb += error.eq(ErrorCode.BAD_FIELD)
+    with m.Elif(is_row & ((head.count == 0) | (head.count > max_count))):
+        m.d.comb += error.eq(ErrorCode.BAD_FIELD)
+    with m.Elif(Mux(is_row, head.address[:log2_exact(row_bytes, "row_bytes")], head.address[:6]) != 0):
+        m.d.comb += error.eq(ErrorCode.UNALIGNED)
+    with m.Elif(~in_window):
+        m.d.comb += error.eq(ErrorCode.OUT_OF_WINDOW)
+    with m.Elif(is_row & bad_offset):
+        m.d.comb += error.eq(ErrorCode.BAD_INDEX)
+    return error
+
+
+def _code(resp):
+    """The error code of the worst AXI response seen (EXOKAY counts as OKAY)."""
+    return Mux(resp == AxiResp.DECERR, ErrorCode.DECERR, Mux(resp == AxiResp.SLVERR, ErrorCode.SLVERR, 0))
+
+
+class SgUnit(wiring.Component):
+    """``req``/``resp``: the link side; ``bus``: the memory side; ``window_*``: the
+    memory it may touch; ``counters``: requests, link bytes, useful bytes, row
+    activations and column accesses since ``clear``."""
+
+    def __init__(self, *, addr_width: int = 32, id_width: int = 4, row_bytes: int = 2048, banks: int = 16,
+                 link_bytes: int = 16, max_inflight: int = 8):
+        log2_exact(row_bytes, "row_bytes")
+        log2_exact(banks, "banks")
+        if row_bytes < 256 or row_bytes > (1 << 16):
+            raise ValueError("row_bytes: 256..65536 (offsets are 16-bit element indices)")
+        log2_exact(link_bytes, "link_bytes")          # bytes per cycle per direction: 1..64
+        self.addr_width, self.id_width = addr_width, id_width
+        self.row_bytes, self.banks, self.link_bytes, self.max_inflight = row_bytes, banks, link_bytes, max_inflight
+        self.req_layout = request_layout(addr_width)
+        super().__init__({
+            "req": In(stream.Signature(self.req_layout)),
+            "resp": Out(stream.Signature(ResponseLayout)),
+            "bus": Out(AXI4Signature(addr_width=addr_width, data_width=8 * LINE, id_width=id_width)),
+            "window_base": In(addr_width),
+            "window_size": In(addr_width + 1),
+            "clear": In(1),
+            "counters": Out(data.StructLayout({
+                "requests": COUNTER_WIDTH, "link_bytes": COUNTER_WIDTH, "useful_bytes": COUNTER_WIDTH,
+                "activations": COUNTER_WIDTH, "column_accesses": COUNTER_WIDTH})),
+        })
+
+    def _flits(self, nbytes):
+        """Link cycles for ``nbytes`` (an expression): ceil(nbytes / link_bytes)."""
+        shift = log2_exact(self.link_bytes, "link_bytes")
+        return (nbytes + (self.link_bytes - 1)) >> shift
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        W = self.addr_width
+        columns_per_row = self.row_bytes // LINE
+
+        # ---- 1. link in -------------------------------------------------------------
+        m.submodules.inbox = inbox = fifo.SyncFIFO(width=self.req_layout.size, depth=2)
+        incoming = self.req_layout(self.req.payload)
+        row_op = incoming.op[1]                         # ROW_GATHER / ROW_SCATTER
+        carries_data = incoming.op[0]                   # LINE_WRITE / ROW_SCATTER
+        in_bytes = (HEADER_BYTES + Mux(row_op, OFFSET_BYTES * incoming.count, 0) + Mux(carries_data, LINE, 0))
+        link_in_busy = Signal(range(2 + (HEADER_BYTES + OFFSET_BYTES * 31 + LINE) // max(1, self.link_bytes)))
+        m.d.comb += [
+            self.req.ready.eq((link_in_busy == 0) & inbox.w_rdy),
+            inbox.w_en.eq(self.req.valid & self.req.ready),
+            inbox.w_data.eq(self.req.payload),
+        ]
+        with m.If(inbox.w_en):
+            m.d.sync += link_in_busy.eq(self._flits(in_bytes) - 1)
+        with m.Elif(link_in_busy != 0):
+            m.d.sync += link_in_busy.eq(link_in_busy - 1)
+
+        # ---- 2. validate and issue ---------------------------------------------------
+        head = self.req_layout(inbox.r_data)
+        is_row = head.op[1]
+        is_write = head.op[0]
+        size8 = head.size == 8
+        error = request_error(m, head, self.window_base, self.window_size, self.row_bytes)
+
+        # each element's column within the row and byte lane within the column; runs
+        col_bits = max(1, (columns_per_row - 1).bit_length())
+        column = [Signal(col_bits, name=f"column{j}") for j in range(MAX_OFFSETS)]
+        lane = [Signal(6, name=f"lane{j}") for j in range(MAX_OFFSETS)]
+        run = [Signal(4, name=f"run{j}") for j in range(MAX_OFFSETS)]
+        run_column = [Signal(col_bits, name=f"run_column{r}") for r in range(MAX_OFFSETS)]
+        runs = Signal(5)
+        for j in range(MAX_OFFSETS):
+            byte = Mux(size8, head.offsets[j] << 3, head.offsets[j] << 2)
+            m.d.comb += [column[j].eq(byte[6:]), lane[j].eq(byte[:6])]
+            starts = Const(1) if j == 0 else (column[j] != column[j - 1])
+            m.d.comb += run[j].eq((run[j - 1] + starts) if j else 0)
+        for r in range(MAX_OFFSETS):
+            # the column of run r: the first element that starts it
+            for j in reversed(range(MAX_OFFSETS)):
+                starts = Const(1) if j == 0 else (column[j] != column[j - 1])
+                with m.If(starts & (run[j] == r)):
+                    m.d.comb += run_column[r].eq(column[j])
+        last = Signal(4)
+        m.d.comb += last.eq(Mux(head.count == 0, 0, head.count - 1))
+        m.d.comb += runs.eq(Mux(is_row, Cat(*[run[j] for j in range(MAX_OFFSETS)]).word_select(last, 4) + 1, 1))
+
+        # the completion queue: what stage 3 needs of every request, in order
+        entry_layout = data.StructLayout({
+            "op": 2, "error": 4, "size8": 1, "count": 5, "runs": 5,
+            "run": data.ArrayLayout(4, MAX_OFFSETS), "lane": data.ArrayLayout(6, MAX_OFFSETS)})
+        m.submodules.pending = pending = fifo.SyncFIFOBuffered(width=entry_layout.size, depth=self.max_inflight)
+        entry = Signal(entry_layout)
+        m.d.comb += [entry.op.eq(head.op), entry.error.eq(error), entry.size8.eq(size8), entry.count.eq(head.count),
+                     entry.runs.eq(runs), pending.w_data.eq(entry)]
+        for j in range(MAX_OFFSETS):
+            m.d.comb += [entry.run[j].eq(run[j]), entry.lane[j].eq(lane[j])]
+
+        # outstanding AXI traffic, for the read/write ordering rule
+        reads_out = Signal(range(4 * MAX_OFFSETS * self.max_inflight + 1))
+        writes_out = Signal.like(reads_out)
+        ar_fire = bus.arvalid & bus.arready
+        aw_fire = bus.awvalid & bus.awready
+        r_fire = bus.rvalid & bus.rready
+        b_fire = bus.bvalid & bus.bready
+        m.d.sync += [reads_out.eq(reads_out + ar_fire - r_fire), writes_out.eq(writes_out + aw_fire - b_fire)]
+
+        # DRAM row model and counters
+        counters = self.counters
+        open_row = [Signal(W, init=(1 << W) - 1, name=f"open_row{b}") for b in range(self.banks)]
+        row_shift = log2_exact(self.row_bytes, "row_bytes")
+        bank_bits = log2_exact(self.banks, "banks")
+
+        def touch(address):
+            row = address[row_shift:]
+            bank = row[:bank_bits] if bank_bits else Const(0)
+            for b in range(self.banks):
+                with m.If((bank == b) & (open_row[b] != row)):
+                    m.d.sync += open_row[b].eq(row)
+                    m.d.sync += counters.activations.eq(counters.activations + 1)
+            m.d.sync += counters.column_accesses.eq(counters.column_accesses + 1)
+
+        issue_run = Signal(5)
+        aw_done, w_done = Signal(), Signal()
+        row_base = head.address & ~Const(self.row_bytes - 1, W)
+        target = Signal(W)
+        current_column = Cat(*run_column).word_select(issue_run[:4], col_bits)
+        m.d.comb += target.eq(Mux(is_row, row_base + (current_column << 6), head.address))
+        strobe = Signal(LINE)
+        wdata = Signal(8 * LINE)
+        for j in range(MAX_OFFSETS):          # later elements of a run override earlier ones
+            sel = (j < head.count) & (run[j] == issue_run[:4])
+            with m.If(is_row & sel):
+                with m.If(size8):
+                    if j < LINE // 8:
+                        m.d.comb += wdata.word_select(lane[j][3:], 64).eq(head.data.word_select(j, 64))
+                        m.d.comb += strobe.word_select(lane[j][3:], 8).eq(0xFF)
+                with m.Else():
+                    m.d.comb += wdata.word_select(lane[j][2:], 32).eq(head.data.word_select(j, 32))
+                    m.d.comb += strobe.word_select(lane[j][2:], 4).eq(0xF)
+        with m.If(~is_row):
+            m.d.comb += [wdata.eq(head.data), strobe.eq(Const((1 << LINE) - 1, LINE))]
+        m.d.comb += [
+            bus.arid.eq(0), bus.araddr.eq(target), bus.arlen.eq(0), bus.arsize.eq(6), bus.arburst.eq(1),
+            bus.awid.eq(0), bus.awaddr.eq(target), bus.awlen.eq(0), bus.awsize.eq(6), bus.awburst.eq(1),
+            bus.wdata.eq(wdata), bus.wstrb.eq(strobe), bus.wlast.eq(1),
+        ]
+        with m.FSM(name="issue"):
+            with m.State("IDLE"):
+                # one entry per request, queued before its first access so completions
+                # never run ahead of it; reads and writes never overlap
+                clear_to_go = Mux(is_write, reads_out == 0, writes_out == 0)
+                with m.If(inbox.r_rdy & pending.w_rdy & ((error != 0) | clear_to_go)):
+                    m.d.comb += pending.w_en.eq(1)
+                    with m.If(error != 0):
+                        m.d.comb += inbox.r_en.eq(1)
+                    with m.Else():
+                        link = HEADER_BYTES + LINE + Mux(is_row, OFFSET_BYTES * head.count, 0)
+                        useful = Mux(is_row, Mux(size8, head.count << 3, head.count << 2), 0)
+                        m.d.sync += [counters.requests.eq(counters.requests + 1),
+                                     counters.link_bytes.eq(counters.link_bytes + link),
+                                     counters.useful_bytes.eq(counters.useful_bytes + useful),
+                                     issue_run.eq(0), aw_done.eq(0), w_done.eq(0)]
+                        m.next = "ISSUE"
+            with m.State("ISSUE"):
+                last_run = issue_run == runs - 1
+                with m.If(~is_write):
+                    m.d.comb += bus.arvalid.eq(1)
+                    with m.If(bus.arready):
+                        touch(target)
+                        m.d.sync += issue_run.eq(issue_run + 1)
+                        with m.If(last_run):
+                            m.d.comb += inbox.r_en.eq(1)
+                            m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += [bus.awvalid.eq(~aw_done), bus.wvalid.eq(~w_done)]
+                    aw_now = aw_done | bus.awready
+                    w_now = w_done | bus.wready
+                    with m.If(aw_fire):
+                        touch(target)
+                    with m.If(aw_now & w_now):
+                        m.d.sync += [issue_run.eq(issue_run + 1), aw_done.eq(0), w_done.eq(0)]
+                        with m.If(last_run):
+                            m.d.comb += inbox.r_en.eq(1)
+                            m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
+
+        with m.If(self.clear):                  # after every increment above, so it wins
+            m.d.sync += [counters.requests.eq(0), counters.link_bytes.eq(0), counters.useful_bytes.eq(0),
+                         counters.activations.eq(0), counters.column_accesses.eq(0)]
+
+        # ---- 3. complete, in request order -----------------------------------------
+        m.submodules.outbox = outbox = fifo.SyncFIFO(width=ResponseLayout.size, depth=2)
+        done = entry_layout(pending.r_data)
+        done_write = done.op[0]
+        done_row = done.op[1]
+        beat_run = Signal(5)
+        error_seen = Signal(2)
+        assembled = Signal(8 * LINE)
+        response = Signal(ResponseLayout)
+        m.d.comb += [response.op.eq(done.op), outbox.w_data.eq(response)]
+        with m.If(pending.r_rdy & (done.error != 0)):
+            m.d.comb += [response.error.eq(done.error), outbox.w_en.eq(outbox.w_rdy), pending.r_en.eq(outbox.w_rdy)]
+        with m.Elif(pending.r_rdy & ~done_write):
+            m.d.comb += bus.rready.eq(outbox.w_rdy)
+            # this beat's elements into their slots (slots of earlier runs kept)
+            base = Mux(beat_run == 0, 0, assembled)
+            filled = Signal(8 * LINE)
+            m.d.comb += filled.eq(base)
+            for j in range(MAX_OFFSETS):
+                sel = (j < done.count) & (done.run[j] == beat_run[:4])
+                with m.If(sel):
+                    with m.If(done.size8):
+                        if j < LINE // 8:
+                            m.d.comb += filled.word_select(j, 64).eq(bus.rdata.word_select(done.lane[j][3:], 64))
+                    with m.Else():
+                        m.d.comb += filled.word_select(j, 32).eq(bus.rdata.word_select(done.lane[j][2:], 32))
+            worst = Mux(bus.rresp > error_seen, bus.rresp, error_seen)
+            with m.If(r_fire):
+                with m.If(beat_run == done.runs - 1):
+                    m.d.comb += [response.data.eq(Mux(done_row, filled, bus.rdata)), response.error.eq(_code(worst)),
+                                 outbox.w_en.eq(1), pending.r_en.eq(1)]
+                    m.d.sync += [beat_run.eq(0), error_seen.eq(0)]
+                with m.Else():
+                    m.d.sync += [assembled.eq(filled), beat_run.eq(beat_run + 1), error_seen.eq(worst)]
+        with m.Elif(pending.r_rdy):
+            m.d.comb += bus.bready.eq(outbox.w_rdy)
+            worst = Mux(bus.bresp > error_seen, bus.bresp, error_seen)
+            with m.If(b_fire):
+                with m.If(beat_run == done.runs - 1):
+                    m.d.comb += [response.error.eq(_code(worst)), outbox.w_en.eq(1), pending.r_en.eq(1)]
+                    m.d.sync += [beat_run.eq(0), error_seen.eq(0)]
+                with m.Else():
+                    m.d.sync += [beat_run.eq(beat_run + 1), error_seen.eq(worst)]
+
+        # ---- 4. link out -------------------------------------------------------------
+        leaving = ResponseLayout(outbox.r_data)
+        link_out_busy = Signal(range(2 + LINE // max(1, self.link_bytes)))
+        m.d.comb += [
+            self.resp.valid.eq(outbox.r_rdy & (link_out_busy == 0)),
+            self.resp.payload.eq(outbox.r_data),
+            outbox.r_en.eq(self.resp.valid & self.resp.ready),
+        ]
+        carries = (leaving.error == 0) & ~leaving.op[0]       # a read's data crosses the link
+        with m.If(outbox.r_en & carries):
+            m.d.sync += link_out_busy.eq(self._flits(LINE) - 1)
+        with m.Elif(link_out_busy != 0):
+            m.d.sync += link_out_busy.eq(link_out_busy - 1)
+        return m

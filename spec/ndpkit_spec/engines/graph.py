@@ -1,0 +1,71 @@
+"""graph: pull-style graph programs and SpMV over the scatter-gather unit (after
+Piccolo; docs/engines/graph.md)."""
+from __future__ import annotations
+
+import enum
+
+from ndpkit_spec.engine import EngineSpec
+from ndpkit_spec.regs import Access, Field, Register
+from ndpkit_spec.shell import engine_block
+
+__all__ = ["BLOCK", "ENGINE", "Program", "ACC_LANES", "MAX_VERTICES", "MODE_PICCOLO", "MODE_BASELINE", "CONVERGED"]
+
+
+class Program(enum.IntEnum):
+    """The vertex program (register ``format.program``)."""
+    SPMV = 0
+    PAGERANK = 1
+    BFS = 2
+    SSSP = 3
+    CC = 4
+
+
+ACC_LANES = 8
+MAX_VERTICES = 1 << 24              # vertex ids and degrees convert to fp32 exactly below this
+MODE_PICCOLO, MODE_BASELINE = 0, 1
+CONVERGED = 1 << 31                 # PageRank's cpl_aux: set when it stopped by its tolerance
+
+BLOCK = engine_block("graph", [
+    Register("format", 0x40, [
+        Field("program", 0, 4, Access.RW, doc="Vertex program (ndpkit.engines.graph.golden.Program): 0 SpMV (b = A a, fp32), "
+              "1 PageRank (fp32, to the tolerance or max_iterations), 2 BFS, 3 SSSP, 4 connected components."),
+        Field("mode", 4, 1, Access.RW, doc="0 = Piccolo (source values fetched by row gathers), 1 = baseline "
+              "(64-byte line reads)."),
+    ]),
+    Register.single("n", 0x44, Access.RW, doc="Vertices, 1..2**24."),
+    Register.single("edges", 0x48, Access.RW, doc="Entries of the column (and weight) arrays; 0 allowed."),
+    Register.single("rowptr", 0x4C, Access.RW, doc="uint32[n + 1] row pointers of the pull matrix (row v lists "
+                    "the sources of v's in-edges): 0 first, non-decreasing, `edges` last."),
+    Register.single("col", 0x50, Access.RW, doc="uint32[edges] source vertex ids, each < n."),
+    Register.single("val", 0x54, Access.RW, doc="SSSP: uint32[edges] edge weights; SpMV: fp32[edges] matrix entries; "
+                    "PageRank: uint32[n] out-degrees (how often each vertex appears in col)."),
+    Register.single("a", 0x58, Access.RW, doc="uint32[n] initial values (BFS/SSSP: 0 at the source, 0xFFFFFFFF "
+                    "elsewhere; CC: the vertex ids; SpMV: the fp32 vector x, read only through the unit; PageRank: "
+                    "the fp32 starting ranks, 1/n each for networkx's); the result after an even number of "
+                    "iterations."),
+    Register.single("b", 0x5C, Access.RW, doc="uint32[n] the other buffer: the result after an odd number (SpMV: y, one iteration)."),
+    Register.single("max_iterations", 0x60, Access.RW, doc="Iteration limit (>= 1)."),
+    Register.single("scratch", 0x64, Access.RW, doc="PageRank: 2 x n words of card memory (whole bus words each) "
+                    "the engine writes every iteration: the contributions rank/out-degree, then the pull sums."),
+    Register.single("damping", 0x68, Access.RW, doc="PageRank: fp32 damping factor d."),
+    Register.single("teleport", 0x6C, Access.RW, doc="PageRank: fp32 (1 - d) / n."),
+    Register.single("inv_n", 0x70, Access.RW, doc="PageRank: fp32 1 / n (spreads the dangling rank)."),
+    Register.single("tolerance", 0x74, Access.RW, doc="PageRank: fp32 n x tol; converged when the iteration's L1 "
+                    "change is below it.  Negative or NaN: BAD_FIELD."),
+], doc="Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) "
+       "over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit "
+       "(Piccolo row gathers or baseline line reads), bit-exact to ndpkit.engines.graph.golden. Whole-command checks "
+       "(program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing "
+       "done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is "
+       "written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd); PageRank sets bit 31 "
+       "when it stopped by its tolerance.")
+
+ENGINE = EngineSpec(
+    name="graph", kind=5, block=BLOCK,
+    summary="SpMV, PageRank, BFS, SSSP and connected components over CSR graphs (Piccolo or baseline mode)",
+    gateware="ndpkit_hw.engines.graph:GraphEngine",
+    golden="ndpkit.engines.graph.golden",
+    client="ndpkit.engines.graph.client:GraphClient",
+    min_data_width=512,
+    configs={"default": {"data_width": 512}},
+)

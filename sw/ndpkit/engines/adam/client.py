@@ -1,0 +1,76 @@
+"""Driver of the adam engine: ``dev.adam.step(...)`` (dense or sparse gradients) on card buffers."""
+from __future__ import annotations
+
+
+from ndpkit_spec.codes import ErrorCode
+from ndpkit.engine import Command, EngineClient
+from ndpkit.engines.adam import golden
+from ndpkit.engines.adam.golden import AdamScalars, Format, Mode
+
+__all__ = ["AdamClient"]
+
+_FORMATS = {None: 0, "fp32": Format.FP32, "fp16": Format.FP16, "bf16": Format.BF16}
+
+
+def _fmt(value, name, allow_none=False):
+    if isinstance(value, Format):
+        return int(value)
+    try:
+        if value is None and not allow_none:
+            raise KeyError
+        return int(_FORMATS[value])
+    except (KeyError, TypeError):
+        raise ValueError(f"{name} must be one of 'fp32', 'fp16', 'bf16'{' or None' if allow_none else ''}, "
+                         f"not {value!r}") from None
+
+
+class AdamClient(EngineClient):
+    name = "adam"
+
+    def blame_run(self, args, code):
+        # a command that passed the checks and failed anyway met a bad pair mid-stream
+        stream_error = code in (ErrorCode.BAD_FIELD, ErrorCode.OUT_OF_WINDOW)
+        return "indices" if args.get("format_sparse") and stream_error else None
+
+    def submit_step(self, *, n: int, p: int, m: int, v: int, g: int, scalars: AdamScalars, mode: Mode = Mode.ADAMW,
+                    grad_format="fp32", copy: int = 0, copy_format=None, indices: int = 0,
+                    pairs: int = 0) -> Command:
+        """Queue one update of ``n`` elements at card addresses ``p``, ``m``, ``v`` (fp32,
+        in place), ``g`` (gradient format) and optionally ``copy`` (16-bit copy of p).
+        With ``pairs`` > 0 the gradient is sparse: ``pairs`` values at ``g`` and their
+        strictly ascending uint32 indices at ``indices`` (stream-mode decompression)."""
+        args = {"format_mode": int(mode), "format_grad": _fmt(grad_format, "grad_format"),
+                "format_copy": _fmt(copy_format, "copy_format", allow_none=True), "format_sparse": int(pairs > 0),
+                "count": n, "p": p, "m": m, "v": v, "g": g, "copy": copy, "pairs": pairs, "idx": indices,
+                **scalars.bits()}
+        return self.submit(args, work_bytes=16 * n)
+
+    def step(self, p, m, v, g, *, scalars: AdamScalars, mode: Mode = Mode.ADAMW, grad_format="fp32",
+             copy=None, copy_format=None, n: int | None = None, indices=None, pairs: int | None = None,
+             wait: bool = True):
+        """Adam/AdamW step on card Buffers (or addresses) ``p``, ``m``, ``v``, ``g``.
+        ``n`` defaults to ``p``'s size / 4.  Sparse gradient: ``indices`` (a Buffer or
+        address of strictly ascending uint32 indices) and ``pairs`` (k; defaults to the
+        indices Buffer's size / 4), with the k values at ``g``.  Returns the Completion
+        (``aux`` = non-finite gradients) or, with ``wait=False``, the Command."""
+        from ndpkit.device import Buffer, _address
+        if n is None:
+            if not isinstance(p, Buffer):
+                raise TypeError("n is required when p is a card address")
+            n = p.size // 4
+        if copy_format is not None and copy is None:
+            raise ValueError("copy_format given without a copy buffer")
+        if indices is not None and pairs is None:
+            if not isinstance(indices, Buffer):
+                raise TypeError("pairs is required when indices is a card address")
+            pairs = indices.size // 4
+        if indices is None and pairs:
+            raise ValueError("pairs given without indices")
+        if indices is not None and not pairs:
+            raise ValueError("pairs must be at least 1 for a sparse gradient")
+        cmd = self.submit_step(n=int(n), p=_address(p, "p"), m=_address(m, "m"), v=_address(v, "v"),
+                               g=_address(g, "g"), copy=0 if copy is None else _address(copy, "copy"),
+                               scalars=scalars, mode=Mode(mode), grad_format=grad_format, copy_format=copy_format,
+                               indices=0 if indices is None else _address(indices, "indices"),
+                               pairs=int(pairs or 0))
+        return cmd.wait() if wait else cmd

@@ -1,0 +1,317 @@
+"""Near-storage optimizer: Adam/AdamW over parameters and state that live in storage
+(Smart-Infinity's flow, on one or more cards).
+
+The fp32 parameters ``p`` and the moments ``m``, ``v`` of ``n`` elements live in a
+storage file (:class:`StorageFile`, the SSD: memory-mapped).  A step streams it chunk
+by chunk: storage -> card (peer to peer: ``p``, ``m``, ``v`` never cross the host
+link), gradient host -> card (dense or top-k compressed pairs), the ``adam`` engine
+updates in place, card -> storage, and the updated parameters (a 16-bit copy, or fp32)
+card -> host for the model.  Each card has a fixed number of reused buffer slots; a
+slot's next chunk is loaded while the engine works on the other slot's (Smart-Infinity's
+"data transfer handler"), and chunks go round-robin over the cards.
+
+Host-link bytes per element and step: the gradient (4 or 2 B dense; 8 or 6 B per kept
+pair compressed) down and the parameter copy (2 or 4 B) up, against ZeRO-Infinity's
+offload which also moves p, m, v between storage and host both ways (24 B) —
+:meth:`NearStorageAdam.host_link_baseline`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ndpkit.arith import fp
+from ndpkit.engines.adam.golden import AdamScalars, Format, Mode, scalars_for_step
+from ndpkit.engines.decomp.golden import Compressed, compress, widen
+
+__all__ = ["StorageFile", "NearStorageAdam", "StepStats", "golden_step"]
+
+_FORMATS = {"fp32": Format.FP32, "fp16": Format.FP16, "bf16": Format.BF16}
+
+
+def _format(name, what) -> Format:
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise ValueError(f"{what} must be 'fp32', 'fp16' or 'bf16', not {name!r}") from None
+
+
+class StorageFile:
+    """``n`` fp32 parameters with their Adam moments in a file, chunk-major: chunk ``c``
+    is one record of ``3 * chunk`` words (``p``, ``m``, ``v`` of its elements; the last
+    chunk's record is padded), so a chunk moves in one transfer each way.  The file is
+    memory-mapped; :meth:`flush` writes it through."""
+
+    def __init__(self, path, n: int, chunk: int, *, create: bool = True):
+        if n < 1 or chunk < 1:
+            raise ValueError(f"n and chunk must be positive, not n={n}, chunk={chunk}")
+        self.path, self.n, self.chunk = Path(path), int(n), int(chunk)
+        self.chunks = math.ceil(self.n / self.chunk)
+        shape = (self.chunks, 3, self.chunk)
+        if not create and self.path.stat().st_size != int(np.prod(shape)) * 4:
+            raise ValueError(f"{self.path} holds {self.path.stat().st_size} bytes, not a state of n={n}, "
+                             f"chunk={chunk}")
+        self.map = np.memmap(self.path, dtype=np.uint32, mode="w+" if create else "r+", shape=shape)
+
+    def chunk_range(self, c: int) -> tuple[int, int]:
+        start = c * self.chunk
+        return start, min(self.n, start + self.chunk)
+
+    def record(self, c: int) -> np.ndarray:
+        """Chunk ``c``'s record (uint32 view of the file: [p | m | v], chunk words each)."""
+        return self.map[c]
+
+    def _array(self, which: int) -> np.ndarray:
+        return self.map[:, which, :].reshape(-1)[:self.n]
+
+    def params(self) -> np.ndarray:
+        return fp.floats(self._array(0)).copy()
+
+    def moments(self) -> tuple[np.ndarray, np.ndarray]:
+        return fp.floats(self._array(1)).copy(), fp.floats(self._array(2)).copy()
+
+    def _set(self, which, values):
+        values = np.asarray(values, dtype=np.float32).ravel()
+        if values.size != self.n:
+            raise ValueError(f"expected {self.n} values, got {values.size}")
+        flat = np.zeros(self.chunks * self.chunk, dtype=np.uint32)
+        flat[:self.n] = fp.bits(values)
+        self.map[:, which, :] = flat.reshape(self.chunks, self.chunk)
+
+    def set_params(self, p) -> None:
+        self._set(0, p)
+
+    def set_moments(self, m, v) -> None:
+        self._set(1, m)
+        self._set(2, v)
+
+    def flush(self) -> None:
+        self.map.flush()
+
+    def close(self) -> None:
+        self.flush()
+        del self.map
+
+
+@dataclass
+class StepStats:
+    """One step's accounting: device cycles per card (the cards run in parallel, so the
+    step's device time is the largest), bytes over each path, non-finite gradients."""
+    cycles: list = field(default_factory=list)
+    traffic: dict = field(default_factory=dict)
+    nonfinite: int = 0
+    chunks: int = 0
+    pairs: int = 0
+
+    @property
+    def device_cycles(self) -> int:
+        return max(self.cycles) if self.cycles else 0
+
+
+@dataclass
+class _Slot:
+    pmv: object          # Buffer: p | m | v, chunk words each
+    grad: object         # Buffer: dense gradient or pair values
+    idx: object          # Buffer: pair indices
+    copy: object         # Buffer: updated parameters for the host
+    pending: tuple | None = None     # (chunk, Command)
+
+
+class NearStorageAdam:
+    """Adam/AdamW steps over a :class:`StorageFile` on one or more devices.
+
+    ``param_copy``: what comes back to the host per element, 'fp16'/'bf16' (the engine's
+    16-bit copy, what a GPU model in mixed precision uses) or 'fp32' (the parameters
+    themselves).  ``density``: None for dense gradients, else the fraction of elements
+    kept by top-k compression with error feedback (``exact_topk=False``: the faster
+    threshold approximation); the pairs are decompressed inside the update (stream
+    mode).  ``buffers``: buffer slots per device (2 overlaps a chunk's transfers with
+    the previous chunk's update).
+    """
+
+    def __init__(self, devices, storage: StorageFile, *, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, mode: Mode = Mode.ADAMW, grad_format: str = "fp32",
+                 param_copy: str = "fp16", density: float | None = None, exact_topk: bool = True,
+                 buffers: int = 2):
+        self.devices = list(devices) if isinstance(devices, (list, tuple)) else [devices]
+        if not self.devices:
+            raise ValueError("at least one device is needed")
+        if buffers < 1:
+            raise ValueError(f"buffers must be at least 1, not {buffers}")
+        if density is not None and not 0 < density <= 1:
+            raise ValueError(f"density must be in (0, 1], not {density}")
+        self.storage = storage
+        self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        self.mode = Mode(mode)
+        self.grad_format = _format(grad_format, "grad_format")
+        self.param_copy = _format(param_copy, "param_copy")
+        self.density, self.exact_topk = density, exact_topk
+        self.t = 0
+        self.skipped = 0
+        self.residual = np.zeros(storage.n, dtype=np.float32) if density is not None else None
+        self.last = StepStats()
+        for d in self.devices:
+            if "adam" not in d.engines:
+                raise ValueError(f"device {d.transport.describe()} has no adam engine")
+            lanes = d.word_bytes // 4
+            if storage.chunk % lanes:
+                raise ValueError(f"chunk ({storage.chunk}) must be a multiple of the bus lanes ({lanes}) so "
+                                 f"p, m and v of a chunk start on bus words")
+        c = storage.chunk
+        gsize = 4 if self.grad_format == Format.FP32 else 2
+        csize = 4 if self.param_copy == Format.FP32 else 2
+        self.slots = [[_Slot(d.alloc(12 * c), d.alloc(gsize * c), d.alloc(4 * c), d.alloc(csize * c))
+                       for _ in range(buffers)] for d in self.devices]
+
+    # -- the step ------------------------------------------------------------------------
+    def scalars(self, t: int, lr: float, grad_scale: float) -> AdamScalars:
+        return scalars_for_step(t, lr=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
+                                weight_decay=self.weight_decay, mode=self.mode, grad_scale=grad_scale)
+
+    def step(self, grads, *, lr: float | None = None, grad_scale: float = 1.0,
+             skip_nonfinite: bool = False) -> np.ndarray | None:
+        """One step with the gradient of all ``n`` elements (float32/float16 array, or
+        bit patterns in ``grad_format``).  Returns the updated parameters as
+        ``param_copy`` (uint16 bit patterns for fp16/bf16, float32 for fp32), or None
+        when ``skip_nonfinite`` found an inf/NaN gradient (the step is not taken, as a
+        mixed-precision trainer skips it; ``skipped`` counts them)."""
+        grads = np.asarray(grads).ravel()
+        if grads.size != self.storage.n:
+            raise ValueError(f"grads has {grads.size} elements, the state {self.storage.n}")
+        g = self._in_format(grads)
+        if skip_nonfinite and not np.all(np.isfinite(fp.floats(widen(g, self.grad_format)))):
+            self.skipped += 1
+            return None
+        self.t += 1
+        scalars = self.scalars(self.t, self.lr if lr is None else lr, grad_scale)
+        copy_dtype = np.float32 if self.param_copy == Format.FP32 else np.uint16
+        out = np.empty(self.storage.n, dtype=copy_dtype)
+        before = [self._snapshot(d) for d in self.devices]
+        stats = StepStats(chunks=self.storage.chunks)
+        nslots = len(self.slots[0])
+        for c in range(self.storage.chunks):
+            di = c % len(self.devices)
+            slot = self.slots[di][(c // len(self.devices)) % nslots]
+            if slot.pending:
+                self._finish(slot, out, stats)
+            self._start(self.devices[di], slot, c, g, scalars, stats)
+        for slots in self.slots:
+            for slot in slots:
+                if slot.pending:
+                    self._finish(slot, out, stats)
+        after = [self._snapshot(d) for d in self.devices]
+        stats.cycles = [a[0] - b[0] for a, b in zip(after, before)]
+        stats.traffic = {k: sum(a[1][k] - b[1][k] for a, b in zip(after, before)) for k in before[0][1]}
+        self.last = stats
+        return out
+
+    def _in_format(self, grads) -> np.ndarray:
+        if grads.dtype == np.float32 or grads.dtype == np.float64 or grads.dtype == np.float16:
+            bits = fp.bits(grads.astype(np.float32))
+            if self.grad_format == Format.FP32:
+                return bits
+            return fp.fp32_to_fp16(bits) if self.grad_format == Format.FP16 else fp.fp32_to_bf16(bits)
+        want = np.uint32 if self.grad_format == Format.FP32 else np.uint16
+        if grads.dtype != want:
+            raise TypeError(f"gradient bit patterns for {self.grad_format.name} must be {np.dtype(want)}, "
+                            f"not {grads.dtype}")
+        return grads
+
+    @staticmethod
+    def _snapshot(d):
+        return d.cycles(), dict(d.traffic)
+
+    def _start(self, dev, slot: _Slot, c: int, g, scalars: AdamScalars, stats: StepStats) -> None:
+        start, end = self.storage.chunk_range(c)
+        n, chunk = end - start, self.storage.chunk
+        slot.pmv.write_from_storage(self.storage.record(c))
+        p, m, v = (slot.pmv.address + k * 4 * chunk for k in range(3))
+        copy_fmt = None if self.param_copy == Format.FP32 else self.param_copy.name.lower()
+        common = dict(n=n, scalars=scalars, mode=self.mode, grad_format=self.grad_format.name.lower(),
+                      copy=None if copy_fmt is None else slot.copy, copy_format=copy_fmt, wait=False)
+        if self.density is None:
+            slot.grad.write(g[start:end])
+            cmd = dev.adam.step(p, m, v, slot.grad, **common)
+        else:
+            packed = self._compress(g[start:end], start, end)
+            slot.idx.write(packed.indices)
+            slot.grad.write(packed.values)
+            stats.pairs += packed.k
+            cmd = dev.adam.step(p, m, v, slot.grad, indices=slot.idx, pairs=packed.k, **common)
+        slot.pending = (c, cmd)
+
+    def _compress(self, g, start, end) -> Compressed:
+        n = end - start
+        k = max(1, round(self.density * n))
+        values = fp.floats(widen(g, self.grad_format))
+        packed, self.residual[start:end] = compress(values, k, residual=self.residual[start:end],
+                                                    fmt=self.grad_format, exact=self.exact_topk)
+        return packed
+
+    def _finish(self, slot: _Slot, out, stats: StepStats) -> None:
+        c, cmd = slot.pending
+        slot.pending = None
+        done = cmd.wait()
+        stats.nonfinite += done.aux
+        start, end = self.storage.chunk_range(c)
+        record = slot.pmv.read_to_storage(12 * self.storage.chunk)
+        self.storage.record(c)[:] = np.frombuffer(record, np.uint32).reshape(3, self.storage.chunk)
+        n = end - start
+        if self.param_copy == Format.FP32:       # the parameters themselves, over the host link
+            out[start:end] = np.frombuffer(slot.pmv.read(4 * n), np.float32)
+        else:
+            out[start:end] = np.frombuffer(slot.copy.read(2 * n), np.uint16)
+
+    # -- accounting ------------------------------------------------------------------------
+    def host_link_bytes(self) -> int:
+        t = self.last.traffic
+        return t.get("host_to_card", 0) + t.get("card_to_host", 0)
+
+    def host_link_baseline(self) -> int:
+        """ZeRO-Infinity-style offload of the same step: p, m, v storage -> host and back
+        (24 B per element), the gradient down to the host and the parameter copy up to
+        the accelerator, all over the host's PCIe."""
+        n = self.storage.n
+        gsize = 4 if self.grad_format == Format.FP32 else 2
+        csize = 4 if self.param_copy == Format.FP32 else 2
+        return n * (24 + gsize + csize)
+
+    def close(self) -> None:
+        for slots, d in zip(self.slots, self.devices):
+            for slot in slots:
+                if slot.pending:
+                    slot.pending[1].wait()
+                for b in (slot.pmv, slot.grad, slot.idx, slot.copy):
+                    b.free()
+        self.slots = []
+        self.storage.flush()
+
+
+def golden_step(p, m, v, grads, t: int, *, chunk: int, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                weight_decay: float = 0.0, mode: Mode = Mode.ADAMW, grad_format: str = "fp32",
+                density: float | None = None, residual=None, exact_topk: bool = True):
+    """What :meth:`NearStorageAdam.step` computes, from the golden models alone: the
+    gradient in ``grad_format`` (top-k per chunk with error feedback when ``density``
+    is set; ``residual`` is updated in place), then ``adam_step`` on the whole arrays.
+    ``p``, ``m``, ``v``: uint32 bit patterns; returns the new ``(p, m, v)``."""
+    from ndpkit.engines.adam.golden import adam_step
+    from ndpkit.engines.decomp.golden import densify
+    fmt = _format(grad_format, "grad_format")
+    g = fp.bits(np.asarray(grads, dtype=np.float32).ravel())
+    if fmt != Format.FP32:
+        g = fp.fp32_to_fp16(g) if fmt == Format.FP16 else fp.fp32_to_bf16(g)
+    if density is not None:
+        dense = np.zeros_like(g)
+        for s in range(0, g.size, chunk):
+            e = min(g.size, s + chunk)
+            packed, residual[s:e] = compress(fp.floats(widen(g[s:e], fmt)), max(1, round(density * (e - s))),
+                                             residual=residual[s:e], fmt=fmt, exact=exact_topk)
+            dense[s:e] = densify(packed.indices, packed.values, e - s)
+        g = dense
+    scalars = scalars_for_step(t, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay,
+                               mode=mode)
+    p, m, v, _, _ = adam_step(p, m, v, g, scalars, mode=mode, grad_format=fmt)
+    return p, m, v

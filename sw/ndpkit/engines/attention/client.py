@@ -1,0 +1,199 @@
+"""Driver of the ``attention`` engine: ``dev.attention.decode(q, k_new, v_new, cache, layer)``."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ndpkit_spec.codes import ErrorCode
+from ndpkit.engine import EngineClient
+from ndpkit.errors import DeviceError
+from ndpkit.engines.attention import golden
+from ndpkit.arith import fp
+from ndpkit.engines.attention.golden import KvFormat
+from ndpkit.engines.attention.kvcache import KVCache, ShardedKVCache, to_bits16
+
+__all__ = ["AttentionClient", "RequestError", "PendingDecode", "decode"]
+
+_FORMATS = {"fp32": KvFormat.FP32, "fp16": KvFormat.FP16, "bf16": KvFormat.BF16}
+
+
+class RequestError(DeviceError):
+    """Some requests of a decode batch failed (the others completed): ``failures`` maps
+    the batch index to (ErrorCode, argument); ``outputs`` holds every output (the failed
+    requests' rows are NaN)."""
+
+    def __init__(self, failures: dict, outputs):
+        self.failures, self.outputs = failures, outputs
+        first = min(failures)
+        code, field = failures[first]
+        super().__init__("attention", code, field=field,
+                         detail=f"requests {sorted(failures)} failed ({', '.join(f'{i}: {c.name}' for i, (c, _) in sorted(failures.items()))}); the rest completed")
+
+
+def _fmt(value, name, allowed=("fp32", "fp16", "bf16")) -> KvFormat:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
+    return _FORMATS[value]
+
+
+class AttentionClient(EngineClient):
+    name = "attention"
+
+    def decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
+               q_format: str = "fp32", out_format: str = "fp32", window: int = 0):
+        return self.start_decode(q, k_new, v_new, cache, layer, slots, scale=scale, q_format=q_format,
+                                 out_format=out_format, window=window).finish()
+
+    def start_decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
+                     q_format: str = "fp32", out_format: str = "fp32", window: int = 0) -> "PendingDecode":
+        """:meth:`decode` in two halves: this one checks, stages and submits the command
+        and returns at once; ``.finish()`` waits and returns the outputs (so several
+        cards run their batches at the same time)."""
+        """One decode step for a batch: ``q`` (B, H, d) floats; ``k_new``, ``v_new``
+        (B, Hkv, d) floats to append at each request's current length (or None: attend
+        over the cache as it is); ``slots`` the B cache slots.  Returns (B, H, d)
+        float32 (``out_format`` 'fp16'/'bf16': rounded there, returned as float32).
+        ``scale`` defaults to 1/sqrt(d); ``window`` > 0 attends over the last ``window``
+        tokens only (sliding-window attention)."""
+        dev = self.device
+        slots = [int(s) for s in np.atleast_1d(slots)]
+        q = np.asarray(q, dtype=np.float32)
+        batch = len(slots)
+        hkv, d = cache.kv_heads, cache.head_dim
+        if q.ndim != 3 or q.shape[0] != batch or q.shape[2] != d or q.shape[1] % hkv:
+            raise ValueError(f"q must be (batch={batch}, heads = group x {hkv}, head_dim={d}), not {q.shape}")
+        if not 0 <= layer < cache.layers:
+            raise ValueError(f"layer must be in 0..{cache.layers - 1}, not {layer}")
+        for s in slots:
+            cache._check_slot(s)
+        if len(set(slots)) != batch:
+            raise ValueError("slots must be distinct within a batch")
+        heads = q.shape[1]
+        group = heads // hkv
+        qf, of = _fmt(q_format, "q_format"), _fmt(out_format, "out_format")
+        append = k_new is not None
+        if append != (v_new is not None):
+            raise ValueError("k_new and v_new go together")
+        if window < 0:
+            raise ValueError(f"window must be >= 0, not {window}")
+        scale = 1 / math.sqrt(d) if scale is None else scale
+        qbytes = heads * d * (4 if qf == KvFormat.FP32 else 2)
+        obytes = heads * d * (4 if of == KvFormat.FP32 else 2)
+        row = d * 2
+        q_bits = fp.bits(q) if qf == KvFormat.FP32 else to_bits16(q, qf)
+        staging = [dev.alloc(batch * golden.DESCRIPTOR_BYTES), dev.alloc(batch * qbytes), dev.alloc(batch * obytes)]
+        table, qbuf, obuf = staging
+        submitted = False
+        try:
+            if append:
+                kn, vn = (to_bits16(np.asarray(x, dtype=np.float32), cache.format) for x in (k_new, v_new))
+                if kn.shape != (batch, hkv, d) or vn.shape != kn.shape:
+                    raise ValueError(f"k_new and v_new must be (batch={batch}, kv_heads={hkv}, head_dim={d})")
+                knbuf, vnbuf = dev.upload(kn), dev.upload(vn)
+                staging += [knbuf, vnbuf]
+            qbuf.write(q_bits)
+            requests = []
+            for i, s in enumerate(slots):
+                requests.append({
+                    "q": qbuf.address + i * qbytes, "out": obuf.address + i * obytes,
+                    "k": cache.k_addr(layer, s), "v": cache.v_addr(layer, s),
+                    "k_new": knbuf.address + i * hkv * row if append else 0,
+                    "v_new": vnbuf.address + i * hkv * row if append else 0,
+                    "length": int(cache.lengths[layer, s]), "capacity": cache.capacity, "window": window,
+                    "flags": golden.FLAG_APPEND if append else 0})
+            table.write(golden.pack_descriptors(requests))
+            args = {"format_q": int(qf), "format_kv": int(cache.format), "format_out": int(of),
+                    "table": table.address, "requests": batch, "shape_head_dim": d, "shape_group": group,
+                    "shape_kv_heads": hkv, "scale": int(np.float32(scale).view(np.uint32))}
+            tokens = sum(int(cache.lengths[layer, s]) + append for s in slots)
+            command = self.submit(args, work_bytes=2 * tokens * hkv * row + batch * (qbytes + obytes))
+            submitted = True
+            return PendingDecode(self, command, cache, layer, slots, requests, args, staging, (batch, heads, d), of,
+                                 append)
+        finally:
+            if not submitted:
+                for b in staging:
+                    b.free()
+
+
+class PendingDecode:
+    """A submitted decode batch; :meth:`finish` waits for it and returns the outputs."""
+
+    def __init__(self, client, command, cache, layer, slots, requests, args, staging, shape, out_format, append):
+        self.client, self.command, self.cache, self.layer, self.slots = client, command, cache, layer, slots
+        self.requests, self.args, self.staging, self.shape = requests, args, staging, shape
+        self.out_format, self.append = out_format, append
+
+    def finish(self):
+        dev, cache, layer, of = self.client.device, self.cache, self.layer, self.out_format
+        batch, heads, d = self.shape
+        table, _, obuf = self.staging[:3]
+        obytes = heads * d * (4 if of == KvFormat.FP32 else 2)
+        try:
+            self.command.wait()
+            statuses = golden.unpack_descriptors(table.read(batch * golden.DESCRIPTOR_BYTES), batch)
+            raw = np.frombuffer(obuf.read(batch * obytes), np.uint32 if of == KvFormat.FP32 else np.uint16)
+            out = fp.floats(golden.widen(raw, of)).reshape(batch, heads, d).copy()
+            failures = {}
+            window = self.client.window
+            for i, (s, r) in enumerate(zip(self.slots, statuses)):
+                code = ErrorCode(r["status"] & 0xFF)
+                if code:
+                    _, field = golden.request_check(self.args, dict(self.requests[i]), word_bytes=dev.word_bytes,
+                                                    window_base=window[0], window_size=window[1])
+                    failures[i] = (code, field)
+                    out[i] = np.nan
+                elif self.append:
+                    cache.lengths[layer, s] += 1
+            if failures:
+                raise RequestError(failures, out)
+            return out
+        finally:
+            for b in self.staging:
+                b.free()
+
+
+def decode(q, k_new, v_new, cache, layer: int, slots, **options):
+    """One decode step on a :class:`~ndpkit.engines.attention.kvcache.KVCache` (its card) or a
+    :class:`~ndpkit.engines.attention.kvcache.ShardedKVCache` (the batch split by card, every card's
+    command submitted before any is waited for).  Same arguments and result as
+    :meth:`AttentionClient.decode`; a :class:`RequestError` carries batch indices."""
+    if isinstance(cache, KVCache):
+        return cache.dev.attention.decode(q, k_new, v_new, cache, layer, slots, **options)
+    if not isinstance(cache, ShardedKVCache):
+        raise TypeError(f"cache must be a KVCache or a ShardedKVCache, not {type(cache).__name__}")
+    slots = [int(s) for s in np.atleast_1d(slots)]
+    q = np.asarray(q, dtype=np.float32)
+    if q.ndim != 3 or q.shape[0] != len(slots):
+        raise ValueError(f"q must be (batch={len(slots)}, heads, head_dim), not {q.shape}")
+    parts: dict[int, list[int]] = {}
+    for i, s in enumerate(slots):
+        shard, _ = cache.locate(s)
+        parts.setdefault(cache.shards.index(shard), []).append(i)
+    pending = []
+    try:
+        for index, members in parts.items():
+            shard = cache.shards[index]
+            local = [cache.locate(slots[i])[1] for i in members]
+            pick = (lambda x: None if x is None else np.asarray(x, dtype=np.float32)[members])
+            pending.append((members, shard.dev.attention.start_decode(q[members], pick(k_new), pick(v_new), shard,
+                                                                      layer, local, **options)))
+    except BaseException:
+        for _, p in pending:
+            try:
+                p.finish()
+            except Exception:
+                pass
+        raise
+    out = np.empty(q.shape, dtype=np.float32)
+    failures = {}
+    for members, p in pending:
+        try:
+            out[members] = p.finish()
+        except RequestError as e:
+            out[members] = e.outputs
+            failures.update({members[i]: f for i, f in e.failures.items()})
+    if failures:
+        raise RequestError(failures, out)
+    return out

@@ -1,0 +1,1 @@
+"""The decomp engine: golden model and client (docs/engines/decomp.md)."""

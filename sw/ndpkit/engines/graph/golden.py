@@ -1,0 +1,380 @@
+"""The graph engine's vertex programs, bit for bit: the specification the RTL
+(``ndpkit_hw.engines.graph``) and the model transport follow.
+
+**Graph form.**  Every program pulls: it walks a matrix in CSR form whose row ``v``
+lists the *sources* ``u`` of ``v``'s in-edges (for SpMV, row ``i`` of ``A`` and its
+column indices).  ``rowptr`` is ``uint32[n + 1]`` with ``rowptr[0] == 0``,
+non-decreasing, ``rowptr[n] == nnz``; ``col`` is ``uint32[nnz]``; the entries of a
+row are processed in array order (duplicates and self-loops are ordinary entries).
+Edge values: fp32 bit patterns (SpMV) or ``uint32`` weights (SSSP).
+
+**Reductions.**  A floating-point row sum accumulates into ``ACC_LANES`` partial sums
+starting at +0.0: the row's ``k``-th entry goes to partial ``k mod ACC_LANES``; the
+partials are then combined by :func:`ndpkit.arith.fp.reduce_tree`
+(((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7))).  This is the order a pipelined adder of up to
+eight stages can keep busy at one entry per cycle.  Integer programs use exact
+``min`` (order does not matter) and saturating addition (``INF + w == INF``).
+
+**Iterations.**  Jacobi style: an iteration reads only the previous iteration's
+values and writes a new array, so the result and the iteration count do not depend
+on the order vertices are processed in.  BFS, SSSP and connected components stop after
+the first iteration that changes nothing (that iteration is counted); PageRank stops
+when the L1 change falls below the tolerance or at the iteration limit; every
+program stops at ``max_iterations``.
+
+**Programs.**
+
+- ``spmv``: ``y[i] = sum_k fma(val[k], x[col[k]], partial)`` per row (one rounding
+  per entry).
+- ``pagerank`` (pull, fp32): ``rank0 = 1/n``; per iteration ``contrib[u] =
+  rank[u] / outdeg[u]`` (0 for a vertex with no out-edges), ``dangling = sum of rank
+  over vertices with no out-edges`` (vertex order, the same partial-sum rule),
+  ``new[v] = fma(d, row_sum(contrib) + dangling * (1/n), (1-d)/n)``; ``err = sum |new
+  - rank|`` (vertex order, partial-sum rule); converged when ``err < n * tol``.  The
+  constants ``d``, ``(1-d)/n``, ``1/n`` and ``n * tol`` are rounded to fp32 once on the
+  host.  This is networkx's iteration (uniform teleport, dangling rank spread
+  uniformly, the same stopping rule) in fp32.
+- ``bfs``: ``level[source] = 0``, others ``INF``; ``new[v] = min(level[v], min_u
+  level[u] + 1)``.
+- ``sssp``: ``dist[source] = 0``, others ``INF``; ``new[v] = min(dist[v], min_u dist[u]
+  + w)``, weights ``uint32``.
+- ``cc``: ``label[v] = v``; ``new[v] = min(label[v], min_u label[u])`` over a
+  symmetric matrix (the host adds the reverse edges): each label converges to the
+  smallest vertex id of its weakly connected component.
+
+**Bad input** (checked before anything is written): see :func:`validate`.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+from ndpkit_spec.codes import ErrorCode
+from ndpkit.arith import fp
+from ndpkit_spec.engines.graph import ACC_LANES, CONVERGED, MAX_VERTICES, MODE_BASELINE, MODE_PICCOLO, Program
+
+INF = np.uint32(0xFFFF_FFFF)
+
+
+
+class GraphError(ValueError):
+    """A graph command the engine rejects: ``code`` is what the hardware reports,
+    ``field`` names the bad command field or array."""
+
+    def __init__(self, code: ErrorCode, field: str, detail: str):
+        super().__init__(f"{field}: {detail} ({code.name})")
+        self.code, self.field, self.detail = code, field, detail
+
+
+@dataclass
+class Result:
+    values: np.ndarray          # uint32: fp32 bits (spmv, pagerank) or integers (bfs, sssp, cc)
+    iterations: int
+    converged: bool
+
+
+def validate(n: int, rowptr, col, *, source: int | None = None) -> None:
+    """The engine's checks, in the order it makes them (the first failure is reported):
+    ``n`` in 1..2**24; ``rowptr[0] == 0``, non-decreasing, ``rowptr[n] == len(col)``;
+    every ``col`` entry below ``n``; ``source`` below ``n``."""
+    rowptr = np.asarray(rowptr, dtype=np.uint64)
+    col = np.asarray(col, dtype=np.uint64)
+    if not 1 <= n <= MAX_VERTICES:
+        raise GraphError(ErrorCode.BAD_FIELD, "n", f"vertex count {n} outside 1..{MAX_VERTICES}")
+    if len(rowptr) != n + 1:
+        raise GraphError(ErrorCode.BAD_FIELD, "rowptr", f"{len(rowptr)} entries for {n} vertices (need n + 1)")
+    if rowptr[0] != 0:
+        raise GraphError(ErrorCode.BAD_GRAPH, "rowptr", f"rowptr[0] is {int(rowptr[0])}, not 0")
+    drops = np.flatnonzero(np.diff(rowptr.astype(np.int64)) < 0)
+    if drops.size:
+        v = int(drops[0])
+        raise GraphError(ErrorCode.BAD_GRAPH, "rowptr",
+                         f"not monotone: rowptr[{v + 1}] = {int(rowptr[v + 1])} < rowptr[{v}] = {int(rowptr[v])}")
+    if rowptr[n] != len(col):
+        raise GraphError(ErrorCode.BAD_GRAPH, "rowptr",
+                         f"rowptr[n] = {int(rowptr[n])} but the edge array has {len(col)} entries")
+    bad = np.flatnonzero(col >= n)
+    if bad.size:
+        raise GraphError(ErrorCode.BAD_INDEX, "col", f"col[{int(bad[0])}] = {int(col[bad[0]])} >= n = {n}")
+    if source is not None and not 0 <= source < n:
+        raise GraphError(ErrorCode.BAD_INDEX, "source", f"source vertex {source} >= n = {n}")
+
+
+def _row_of_entry(rowptr) -> tuple[np.ndarray, np.ndarray]:
+    """Each entry's row and its position within the row."""
+    rowptr = np.asarray(rowptr, dtype=np.int64)
+    counts = np.diff(rowptr)
+    row = np.repeat(np.arange(len(counts)), counts)
+    pos = np.arange(rowptr[-1]) - rowptr[row]
+    return row, pos
+
+
+def row_sums(rowptr, terms, addends=None):
+    """Per row, the partial-sum rule over ``terms`` (fp32 bits in entry order), or with
+    ``addends``: ``partial = fma(terms, addends, partial)``.  Returns uint32[n]."""
+    rowptr = np.asarray(rowptr, dtype=np.int64)
+    n = len(rowptr) - 1
+    row, pos = _row_of_entry(rowptr)
+    partial = np.zeros((n, ACC_LANES), dtype=np.uint32)
+    lane = pos % ACC_LANES
+    step = pos // ACC_LANES
+    terms = np.asarray(terms, dtype=np.uint32)
+    addends = None if addends is None else np.asarray(addends, dtype=np.uint32)
+    # step s of every row at once: entries s*8 .. s*8+7 of each row go to distinct lanes
+    for s in range(int(step.max()) + 1 if step.size else 0):
+        sel = step == s
+        r, ln = row[sel], lane[sel]
+        old = partial[r, ln]
+        partial[r, ln] = fp.add(old, terms[sel]) if addends is None else fp.fma(terms[sel], addends[sel], old)
+    return fp.reduce_tree(partial, "sum")
+
+
+def vector_sum(values) -> np.uint32:
+    """A vector's sum under the partial-sum rule (one row holding every element)."""
+    values = np.asarray(values, dtype=np.uint32)
+    return row_sums(np.array([0, len(values)]), values)[0]
+
+
+def spmv(rowptr, col, val, x, *, n: int | None = None) -> Result:
+    """``y = A x`` (fp32 bit patterns in and out)."""
+    n = len(rowptr) - 1 if n is None else n
+    validate(n, rowptr, col)
+    col = np.asarray(col, dtype=np.int64)
+    y = row_sums(rowptr, np.asarray(val, dtype=np.uint32), np.asarray(x, dtype=np.uint32)[col])
+    return Result(y, 1, True)
+
+
+@dataclass(frozen=True)
+class PageRankConstants:
+    """The four fp32 constants the host computes once (bit patterns)."""
+    damping: int
+    teleport: int
+    inv_n: int
+    tolerance: int
+
+    @classmethod
+    def for_graph(cls, n: int, damping: float = 0.85, tol: float = 1e-6) -> "PageRankConstants":
+        def b(x):
+            return int(np.float32(x).view(np.uint32))
+        return cls(b(damping), b((1.0 - damping) / n), b(1.0 / n), b(n * tol))
+
+
+def out_degrees(n: int, col) -> np.ndarray:
+    """Out-degree of every vertex of the pulled graph: how often it appears as a source."""
+    return np.bincount(np.asarray(col, dtype=np.int64), minlength=n).astype(np.uint32)
+
+
+def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sums=None, trace: dict | None = None):
+    """One iteration: (new ranks, L1 change), both fp32 bits.  ``pull_sums(contrib)``
+    computes the per-vertex row sums of ``contrib`` over the in-edges (default: here,
+    :func:`row_sums`).  ``trace``, if given, receives the intermediate ``contrib``,
+    ``sums`` and ``dangling`` (the engine writes the first two to its scratch array)."""
+    degree = np.asarray(degree, dtype=np.uint32)
+    has_out = degree > 0
+    contrib = np.where(has_out, fp.div(rank, fp.int32_to_fp32(degree.astype(np.int32))), np.uint32(0))
+    dangling = vector_sum(np.where(has_out, np.uint32(0), rank))
+    dterm = fp.mul(dangling, np.uint32(c.inv_n))
+    s = row_sums(rowptr, contrib[np.asarray(col, dtype=np.int64)]) if pull_sums is None else pull_sums(contrib)
+    new = fp.fma(np.uint32(c.damping), fp.add(s, dterm), np.uint32(c.teleport))
+    err = vector_sum(fp.bits(np.abs(fp.floats(fp.sub(new, rank)))))
+    if trace is not None:
+        trace.update(contrib=contrib.astype(np.uint32), sums=np.asarray(s, dtype=np.uint32), dangling=dangling)
+    return new.astype(np.uint32), err
+
+
+def converged(err, tolerance) -> bool:
+    """The stopping rule ``err < tolerance`` as fp32 (False for a NaN ``err``)."""
+    return bool(fp.floats(np.uint32(err)) < fp.floats(np.uint32(tolerance)))
+
+
+def pagerank(rowptr, col, *, n: int | None = None, damping: float = 0.85, tol: float = 1e-6,
+             max_iterations: int = 100) -> Result:
+    n = len(rowptr) - 1 if n is None else n
+    validate(n, rowptr, col)
+    c = PageRankConstants.for_graph(n, damping, tol)
+    degree = out_degrees(n, col)
+    rank = np.full(n, c.inv_n, dtype=np.uint32)
+    for it in range(1, max_iterations + 1):
+        rank, err = pagerank_iteration(rowptr, col, degree, rank, c)
+        if converged(err, c.tolerance):
+            return Result(rank, it, True)
+    return Result(rank, max_iterations, False)
+
+
+def _saturating_add(a, b):
+    s = a.astype(np.uint64) + b.astype(np.uint64)
+    return np.where((a == INF) | (s >= INF), INF, s).astype(np.uint32)
+
+
+def min_iteration(rowptr, col, values, weights=None):
+    """One Jacobi iteration of ``new[v] = min(values[v], min_u values[u] + w)``."""
+    rowptr = np.asarray(rowptr, dtype=np.int64)
+    col = np.asarray(col, dtype=np.int64)
+    cand = values[col] if weights is None else _saturating_add(values[col], np.asarray(weights, dtype=np.uint32))
+    new = values.copy()
+    row, _ = _row_of_entry(rowptr)
+    np.minimum.at(new, row, cand)
+    return new
+
+
+def _until_stable(rowptr, col, values, weights, max_iterations):
+    for it in range(1, max_iterations + 1):
+        new = min_iteration(rowptr, col, values, weights)
+        if np.array_equal(new, values):
+            return Result(new, it, True)
+        values = new
+    return Result(values, max_iterations, False)
+
+
+def bfs(rowptr, col, source: int, *, n: int | None = None, max_iterations: int = 1 << 24) -> Result:
+    n = len(rowptr) - 1 if n is None else n
+    validate(n, rowptr, col, source=source)
+    level = np.full(n, INF, dtype=np.uint32)
+    level[source] = 0
+    return _until_stable(rowptr, col, level, np.ones(len(col), dtype=np.uint32), max_iterations)
+
+
+def sssp(rowptr, col, weights, source: int, *, n: int | None = None, max_iterations: int = 1 << 24) -> Result:
+    n = len(rowptr) - 1 if n is None else n
+    validate(n, rowptr, col, source=source)
+    dist = np.full(n, INF, dtype=np.uint32)
+    dist[source] = 0
+    return _until_stable(rowptr, col, dist, weights, max_iterations)
+
+
+def cc(rowptr, col, *, n: int | None = None, max_iterations: int = 1 << 24) -> Result:
+    n = len(rowptr) - 1 if n is None else n
+    validate(n, rowptr, col)
+    return _until_stable(rowptr, col, np.arange(n, dtype=np.uint32), None, max_iterations)
+
+
+# ---- the graph engine's command (ndpkit_hw.engines.graph) ---------------------------------
+
+ENGINE_PROGRAMS = (Program.SPMV, Program.PAGERANK, Program.BFS, Program.SSSP, Program.CC)
+
+
+def _words(nbytes: int, word_bytes: int) -> int:
+    return -(-nbytes // word_bytes) * word_bytes
+
+
+def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
+    """Every array a command names, (address, bytes rounded up to whole bus words)."""
+    n, e = cmd["n"], cmd["edges"]
+    pagerank = cmd["format_program"] == Program.PAGERANK
+    vertices = _words(4 * n, word_bytes)
+    ranges = {"rowptr": (cmd["rowptr"], _words(4 * (n + 1), word_bytes))}
+    if e:
+        ranges["col"] = (cmd["col"], _words(4 * e, word_bytes))
+        if cmd["format_program"] in (Program.SSSP, Program.SPMV):
+            ranges["val"] = (cmd["val"], _words(4 * e, word_bytes))
+    if pagerank:
+        ranges["val"] = (cmd["val"], vertices)            # the out-degrees
+    ranges["a"] = (cmd["a"], vertices)
+    ranges["b"] = (cmd["b"], vertices)
+    if pagerank:
+        ranges["scratch"] = (cmd["scratch"], 2 * vertices)
+    return ranges
+
+
+def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+    """(ErrorCode, argument) of the whole command in the hardware's order: program,
+    mode, n (1..2**24), max_iterations (>= 1), PageRank's tolerance (not negative, not
+    NaN), then every array by the transfer rule and no two overlapping."""
+    from ndpkit.transfer import check_ranges
+    if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
+        return ErrorCode.BAD_FIELD, "program"
+    if cmd["format_mode"] > MODE_BASELINE:
+        return ErrorCode.BAD_FIELD, "mode"
+    if not 1 <= cmd["n"] <= MAX_VERTICES:
+        return ErrorCode.BAD_FIELD, "n"
+    if cmd["max_iterations"] == 0:
+        return ErrorCode.BAD_FIELD, "max_iterations"
+    if cmd["format_program"] == Program.PAGERANK:
+        tol = cmd.get("tolerance", 0)
+        if tol >> 31 or (tol >> 23 & 0xFF) == 0xFF and tol & 0x7F_FFFF:
+            return ErrorCode.BAD_FIELD, "tolerance"
+    return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
+
+
+def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window_base: int | None = None,
+            window_size: int | None = None) -> tuple[int, int, int, int]:
+    """Run an accepted command on card memory.  First a validation pass reads the whole
+    row-pointer and column arrays (BAD_GRAPH / BAD_INDEX end the command there, nothing
+    written).  SpMV: one pass, ``b = A a`` (``val`` the matrix entries, ``a`` the vector,
+    fetched through the unit only), one iteration.  The min programs iterate: iteration ``i`` reads ``a`` (odd ``i``) or ``b`` and
+    writes the other, whole bus words (elements past ``n`` in the last word written 0),
+    until an iteration changes nothing or ``max_iterations``; the result is in ``a``
+    after an even count, ``b`` after an odd one.  Returns (error, bytes read, bytes
+    written, iterations).  Bytes count the streamed arrays; the random property reads go
+    through the scatter-gather unit and are counted by its link counters."""
+    n, e, prog = cmd["n"], cmd["edges"], cmd["format_program"]
+    ranges = command_ranges(cmd, word_bytes)
+
+    def array(name, count):
+        a = cmd[name] - base
+        return memory[a:a + 4 * count].view(np.uint32)
+
+    rowptr, col = array("rowptr", n + 1).copy(), array("col", e).copy() if e else np.zeros(0, np.uint32)
+    scanned = ranges["rowptr"][1] + (ranges["col"][1] if e else 0)
+    try:
+        validate(n, rowptr, col)
+    except GraphError as err:
+        return int(err.code), scanned, 0, 0
+    if prog == Program.PAGERANK:
+        return _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base)
+    if prog == Program.SPMV:
+        y = row_sums(rowptr, array("val", e).copy(), array("a", n).copy()[col.astype(np.int64)])
+        dst = cmd["b"] - base
+        memory[dst:dst + ranges["b"][1]] = 0
+        memory[dst:dst + 4 * n] = y.view(np.uint8)
+        streamed = ranges["rowptr"][1] + (2 * ranges["col"][1] if e else 0)
+        return 0, scanned + streamed, ranges["b"][1], 1
+    weights = (array("val", e).copy() if prog == Program.SSSP else
+               np.ones(e, np.uint32) if prog == Program.BFS else None)
+    per_read = sum(length for name, (_, length) in ranges.items() if name in ("rowptr", "col", "val", "a"))
+    out_bytes = ranges["a"][1]
+    values = array("a", n).copy()
+    read = written = 0
+    names = ("b", "a")
+    for it in range(1, cmd["max_iterations"] + 1):
+        new = min_iteration(rowptr, col, values, weights)
+        dst = cmd[names[(it - 1) % 2]] - base
+        memory[dst:dst + out_bytes] = 0
+        memory[dst:dst + 4 * n] = new.view(np.uint8)
+        read += per_read
+        written += out_bytes
+        if np.array_equal(new, values):
+            return 0, scanned + read, written, it
+        values = new
+    return 0, scanned + read, written, cmd["max_iterations"]
+
+
+def _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base):
+    """PageRank on the engine: every iteration writes the contributions to ``scratch``
+    and the pull sums after them, then the new ranks (a -> b -> a ...)."""
+    n = cmd["n"]
+    c = PageRankConstants(cmd["damping"], cmd["teleport"], cmd["inv_n"], cmd["tolerance"])
+    degree = array("val", n).copy()
+    rank = array("a", n).copy()
+    vertices = ranges["a"][1]
+    scratch = cmd["scratch"] - base
+
+    def put(at, values):
+        memory[at:at + vertices] = 0
+        memory[at:at + 4 * n] = np.asarray(values, dtype=np.uint32).view(np.uint8)
+    # per iteration: ranks + degrees, then rowptr + col, then sums + ranks; three n-word writes
+    per_read = 4 * vertices + ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0)
+    read = written = 0
+    for it in range(1, cmd["max_iterations"] + 1):
+        trace = {}
+        rank, err = pagerank_iteration(rowptr, col, degree, rank, c, trace=trace)
+        put(scratch, trace["contrib"])
+        put(scratch + vertices, trace["sums"])
+        put(cmd[("b", "a")[(it - 1) % 2]] - base, rank)
+        read += per_read
+        written += 3 * vertices
+        if converged(err, c.tolerance):
+            return 0, scanned + read, written, it | CONVERGED
+    return 0, scanned + read, written, cmd["max_iterations"]

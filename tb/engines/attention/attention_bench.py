@@ -1,0 +1,225 @@
+"""attention engine benchmark (part of `make perf`): KV bytes per cycle against the
+port's peak for contexts 128..2048 (8192 for G = 1) and group sizes 1, 4, 8 (d = 128, fp16 cache) at
+a 200-cycle memory latency on a 512-bit port with 8 units (QUICK=1: 128-bit, 2
+units), G = 1 at context 512 also at latencies 2 and 64, and decode tokens per second for a
+Llama-2-7B-like model next to PyTorch attention on this machine's CPU.
+
+Each case is one command: R requests x H KV heads (2 x 2 for the sweep, 4 x 4 for a
+batch-sized check), each attending over ``L`` cached tokens (no append); cycles from
+the command's acceptance to its completion, so descriptor reads, q loads, pipeline
+fill and drain, output and status writes are all in.  Efficiency = K and V bytes read
+/ cycles / the port's bytes per cycle.  From two contexts the report also derives the steady-state
+efficiency (extra KV bytes per extra cycle) and the fixed cycles a command costs
+beyond its KV bytes (the memory latency chain: table, q, first K; last V, combine,
+division, output and status writes).  The engine alone with the memory model (no
+shell).  Writes build/perf/attention.json.  Contexts 128, 512, 2048 for every G, and 8192 for G = 1
+(the full run only).  QUICK=1: G = 1 and 4; ATTN_GROUPS=1,8 runs only those group sizes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import cocotb
+import numpy as np
+
+from ndpkit.engines.attention import golden
+from ndpkit_spec.engines.attention import BLOCK as ATTENTION
+from ndpkit_tools.sim.bench import BulkBackdoor, StreamSink, StreamSource, bench_params, start_clock_and_reset
+
+CLOCK_MHZ = 250         # the stated clock the per-second figures use
+OUT_NAME = "attention.json"
+D = 128
+LLAMA = {"layers": 32, "heads": 32, "head_dim": 128}      # Llama-2-7B: multi-head attention (G = 1)
+
+
+def cases(quick: bool, groups=(1, 4, 8)):
+    """(G, L, requests, KV heads) of every command.  The full run adds context 8192 for G = 1
+    only (the Llama-like decode model's case; at 1-2 k simulated cycles per second each
+    8192-token command of the 8-unit engine takes several minutes)."""
+    contexts = (128, 512, 2048)
+    long = [] if quick else [(1, 8192, 2, 2)] if 1 in groups else []
+    return [(g, n, 2, 2) for g in groups for n in contexts] + long + [(g, 512, 4, 4) for g in groups]
+
+
+def memory_bytes(todo) -> int:
+    need = max(2 * r * h * n * 2 * D for _, n, r, h in todo) + (1 << 20)
+    return max(1 << 24, 1 << (need - 1).bit_length())
+
+
+@cocotb.test(timeout_time=7200, timeout_unit="sec")
+async def attention_throughput(dut):
+    from ndpkit_hw.shell.engine_frontend import CompletionLayout, command_layout
+    p = bench_params()
+    source = StreamSource(dut, "cmd", command_layout(ATTENTION))
+    sink = StreamSink(dut, "cpl", CompletionLayout)
+    await start_clock_and_reset(dut)
+    word = p["data_width"] // 8
+    memory = BulkBackdoor(dut.memory.storage, dut.clk, word)
+    rng = np.random.default_rng(1)
+    rows = []
+    row = 2 * D
+    # G = 1 at context 512 over the latency sweep, then every case at the main latency
+    jobs = [(lat, (1, 512, 2, 2)) for lat in p.get("sweep_latencies", ()) if lat != p["latency"]]
+    for latency, (group, length, REQUESTS, KV_HEADS) in jobs + [(p["latency"], c) for c in p["cases"]]:
+        dut.read_latency.value = latency
+        dut.write_latency.value = latency
+        heads = group * KV_HEADS
+        table, q_base, out_base = 0, 4096, 4096 + REQUESTS * heads * D * 2
+        cache = out_base + REQUESTS * heads * D * 4
+        region = KV_HEADS * length * row
+        descs = [{"q": q_base + i * heads * D * 2, "out": out_base + i * heads * D * 4,
+                  "k": cache + 2 * i * region, "v": cache + (2 * i + 1) * region, "length": length,
+                  "capacity": length} for i in range(REQUESTS)]
+        q = golden.narrow(rng.standard_normal(REQUESTS * heads * D).astype(np.float32).view(np.uint32),
+                          golden.KvFormat.FP16)
+        await memory.write(q_base, q.tobytes())
+        await memory.write(table, golden.pack_descriptors(descs))
+        fields = {"format_q": 1, "format_kv": 1, "format_out": 0, "table": table, "requests": REQUESTS,
+                  "shape_head_dim": D, "shape_group": group, "shape_kv_heads": KV_HEADS, "tag": 1,
+                  "scale": int(np.float32(1 / np.sqrt(D)).view(np.uint32))}
+        t0 = time.perf_counter()
+        source.send(fields)
+        cpl, cycles = await sink.timed_receive()
+        seconds = time.perf_counter() - t0
+        assert cpl["error"] == 0 and cpl["aux"] == 0, cpl
+        kv_bytes = REQUESTS * 2 * region
+        rows.append({"group": group, "context": length, "head_dim": D, "requests": REQUESTS, "kv_heads": KV_HEADS,
+                     "cycles": cycles, "kv_bytes": kv_bytes, "kv_bytes_per_cycle": kv_bytes / cycles,
+                     "port_bytes_per_cycle": word, "efficiency": kv_bytes / cycles / word,
+                     "bytes_read": cpl["bytes_read"], "latency": latency, "data_width": p["data_width"],
+                     "units": p["units"], "sim_cycles_per_second": cycles / seconds})
+        dut._log.info(f"G={group} L={length} {REQUESTS}x{KV_HEADS}: {cycles} cycles, "
+                      f"efficiency {rows[-1]['efficiency']:.3f}")
+    with open(p["out"], "w") as f:
+        json.dump(rows, f, indent=2)
+
+
+def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
+    """One Llama-2-7B-like layer's decode attention (batch x 32 heads, one query token,
+    ``context`` cached tokens, d = 128, fp32) with PyTorch SDPA on this CPU."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    h, d = LLAMA["heads"], LLAMA["head_dim"]
+    q = torch.randn(batch, h, 1, d)
+    k = torch.randn(batch, h, context, d)
+    v = torch.randn(batch, h, context, d)
+    torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    seconds = (time.perf_counter() - t0) / repeats
+    return {"batch": batch, "context": context, "layer_seconds": seconds, "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "load_average": os.getloadavg()[0]}   # other jobs slow the CPU side
+
+
+def unit_counts(data_width: int, units: int) -> dict:
+    """Floating-point units in the engine's datapath (ndpkit_hw/cores/attention/datapath.py)."""
+    P, R = data_width // 16, 128 // (data_width // 16)
+    return {"fp16_to_fp32": 3 * P, "bf16_to_fp32": 0, "mul": P + units * P,
+            "add": units * (P - 1 + R - 1 + 1 + 1 + 1) + 3 * (P + 1), "exp": 2 * units,
+            "fma": units * P + P + 1, "div": P, "fp32_to_fp16": P, "fp32_to_bf16": P}
+
+
+def resource_estimate(data_width: int, units: int) -> dict | None:
+    """UltraScale+ LUT/FF/DSP of the datapath's arithmetic: its unit counts times the
+    per-unit synth_xilinx figures of docs/arith_impl.md (`make impl`).  An estimate: the
+    sequencer, burst engines, memories and delay lines are not in it."""
+    from ndpkit_tools.paths import build_root, source_root
+    table = source_root() / "docs" / "arith_impl.md"
+    per_unit = {}
+    for line in table.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 12 and cells[0] and cells[1].isdigit():
+            per_unit[cells[0]] = {"lut": int(cells[8]), "ff": int(cells[9]), "dsp": int(cells[10])}
+    counts = unit_counts(data_width, units)
+    if not all(name in per_unit for name in counts):
+        return None
+    total = {k: sum(n * per_unit[name][k] for name, n in counts.items()) for k in ("lut", "ff", "dsp")}
+    return {"data_width": data_width, "units": units, "counts": counts, **total}
+
+
+def main() -> int:
+    from ndpkit_tools.sim.runner import Design, run_bench
+    from ndpkit_tools.paths import build_root, source_root
+    from ndpkit_hw.engines.attention.engine import AttentionEngine
+    from ndpkit_hw.engines.harness import EngineHarness
+    quick = os.environ.get("QUICK", "0") not in ("", "0")
+    out = build_root() / "perf" / OUT_NAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4" if quick else "1,4,8").split(","))
+    todo = cases(quick, groups)
+    mem = memory_bytes(todo)
+    width, units = (128, 2) if quick else (512, 8)
+    params = {"data_width": width, "units": units, "latency": 200, "sweep_latencies": [2, 64], "cases": todo,
+              "out": str(out)}
+    print(f"attention benchmark: building the {width}-bit engine ({units} units of {width // 16} lanes) once; "
+          "the first build takes a long time")
+    engine = AttentionEngine(data_width=width, units=units)
+    run_bench(Design(EngineHarness(engine, mem_size=mem), f"attention_engine_{width}",
+                     key=f"w{width} u{units} {mem}"), "tb.engines.attention.attention_bench", params=params)
+    every = json.loads(out.read_text())
+    rows = [r for r in every if r["latency"] == params["latency"]]
+    print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {units} units, d = {D}, fp16 cache, "
+          f"memory latency {params['latency']} cycles")
+    print(f"{'G':>3} {'context':>8} {'requests x heads':>17} {'cycles':>9} {'KV B/cycle':>11} {'efficiency':>11} "
+          f"{'sim cyc/s':>10}")
+    for r in rows:
+        print(f"{r['group']:>3} {r['context']:>8} {str(r['requests']) + ' x ' + str(r['kv_heads']):>17} "
+              f"{r['cycles']:>9} {r['kv_bytes_per_cycle']:>11.2f} {r['efficiency']:>11.3f} "
+              f"{r['sim_cycles_per_second']:>10.0f}")
+    steady = []
+    for g in sorted({r["group"] for r in rows}):
+        sweep = sorted((r for r in rows if r["group"] == g and (r["requests"], r["kv_heads"]) == (2, 2)),
+                       key=lambda r: r["context"])
+        if len(sweep) >= 2:
+            a, b = sweep[-2], sweep[-1]
+            slope = (b["kv_bytes"] - a["kv_bytes"]) / (b["cycles"] - a["cycles"]) / b["port_bytes_per_cycle"]
+            fixed = b["cycles"] - b["kv_bytes"] / b["port_bytes_per_cycle"]
+            steady.append({"group": g, "steady_state_efficiency": slope, "fixed_cycles_per_command": fixed,
+                           "from_contexts": [a["context"], b["context"]]})
+    print(f"\n{'G':>3} {'steady-state efficiency':>24} {'fixed cycles / command (2 x 2)':>31}")
+    for s in steady:
+        print(f"{s['group']:>3} {s['steady_state_efficiency']:>24.3f} {s['fixed_cycles_per_command']:>31.0f}")
+    # decode throughput of a Llama-2-7B-like model (G = 1): one command per layer for the whole
+    # batch (B x 32 heads), its cycles from the measured steady-state rate and fixed cost
+    system = []
+    mha = next((x for x in steady if x["group"] == 1), None)
+    contexts = sorted({r["context"] for r in rows})
+    for length in contexts if mha else []:
+        row_cycles = 2 * 2 * LLAMA["head_dim"] / (width // 8)     # K and V rows of one token, a word a cycle
+        for batch in (16, 64):
+            heads = batch * LLAMA["heads"]
+            step_cycles = LLAMA["layers"] * (heads * length * row_cycles / mha["steady_state_efficiency"]
+                                             + mha["fixed_cycles_per_command"])
+            card = batch / (step_cycles / (CLOCK_MHZ * 1e6))
+            cpu = cpu_attention(batch, length) if length <= 2048 else {}
+            cpu_tps = batch / (cpu["layer_seconds"] * LLAMA["layers"]) if cpu else None
+            system.append({"context": length, "batch": batch, "card_tokens_per_second": card,
+                           "cpu_tokens_per_second": cpu_tps, "cpu": cpu, "clock_mhz": CLOCK_MHZ})
+    print(f"\nLlama-2-7B-like decode (32 layers x 32 heads, d = 128), attention only: tokens per second, "
+          f"one card at a stated {CLOCK_MHZ} MHz vs PyTorch SDPA (fp32) on this CPU")
+    print(f"{'context':>8} {'batch':>6} {'card tok/s':>11} {'CPU tok/s':>10} {'ratio':>7}")
+    for s in system:
+        cpu = s["cpu_tokens_per_second"]
+        ratio = f"{s['card_tokens_per_second'] / cpu:.1f}x" if cpu else "-"
+        print(f"{s['context']:>8} {s['batch']:>6} {s['card_tokens_per_second']:>11.1f} "
+              f"{(f'{cpu:.1f}' if cpu else '-'):>10} {ratio:>7}")
+    estimates = [e for e in (resource_estimate(512, u) for u in (1, 8)) if e]
+    if estimates:
+        print("\nthe datapath's arithmetic, UltraScale+ estimate (unit counts x per-unit synth_xilinx figures, "
+              "docs/arith_impl.md; no sequencer, memories or delay lines)")
+        print(f"{'units':>6} {'LUT':>9} {'FF':>9} {'DSP48E2':>8}")
+        for e in estimates:
+            print(f"{e['units']:>6} {e['lut']:>9} {e['ff']:>9} {e['dsp']:>8}")
+    out.write_text(json.dumps({"engine": every, "params": {k: v for k, v in params.items() if k != "out"},
+                               "clock_mhz": CLOCK_MHZ, "steady_state": steady, "llama_decode": system,
+                               "resources": estimates}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

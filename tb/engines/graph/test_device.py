@@ -1,0 +1,213 @@
+"""ndpkit.graph on the behavioural model and on the RTL card (sim): SpMV, BFS, SSSP and
+connected components on a Graph500 Kronecker graph, a uniform random graph and
+networkx's real graphs, exactly equal to scipy's answers, in both modes; bad graphs
+and bad commands rejected with their codes and the argument named, nothing written,
+the next command working."""
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.csgraph as csgraph
+
+import ndpkit
+from ndpkit import graph
+from ndpkit_spec.codes import ErrorCode
+from ndpkit.errors import DeviceError
+from ndpkit.engines.graph import golden
+from ndpkit.engines.graph.golden import Program
+from ndpkit.engines.graph import csr, generators
+
+TRANSPORTS = [pytest.param("model", id="model"),
+              pytest.param("sim", id="sim", marks=[pytest.mark.sim, pytest.mark.xdist_group("device_sim_graph")])]
+GRAPHS = {
+    "kronecker": lambda: generators.kronecker(8, 8, seed=11),
+    "uniform": lambda: generators.uniform(8, 4, seed=12),
+    "karate": lambda: generators.real_graph("karate_club_graph"),
+    "les_miserables": lambda: generators.real_graph("les_miserables_graph"),
+}
+
+
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def dev(request):
+    with ndpkit.open(f"{request.param}?engines=graph&mem_size={4 << 20}") as d:
+        yield d
+
+
+def _matrix(g):
+    return csr.adjacency(g, weight="weight")[0] if isinstance(g, nx.Graph) else g
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
+def test_against_scipy(dev, name, mode):
+    g = GRAPHS[name]()
+    a = _matrix(g)
+    source = list(g.nodes)[3] if isinstance(g, nx.Graph) else 3
+    hops = graph.bfs(g, source, dev, mode=mode)
+    assert np.array_equal(hops, csgraph.shortest_path(a, directed=True, unweighted=True, indices=3))
+    count, labels = graph.connected_components(g, dev, mode=mode)
+    want_count, want_labels = csgraph.connected_components(a, directed=True, connection="weak")
+    assert count == want_count and np.array_equal(labels, want_labels)
+    w = generators.random_weights(a, 1, 20, seed=5)
+    dist = graph.sssp(w, 3, dev, mode=mode)
+    assert np.array_equal(dist, csgraph.shortest_path(w, directed=True, method="D", indices=3))
+
+
+@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
+def test_spmv(dev, mode):
+    """y = A x: bit for bit the golden model's row sums, and A @ x in float64 to fp32
+    rounding; rectangular matrices and a networkx graph's weighted adjacency too."""
+    rng = np.random.default_rng(7)
+    for a in (generators.kronecker(8, 8, seed=11).astype(np.float32) * rng.standard_normal(1).astype(np.float32),
+              sp.random_array((300, 170), density=0.05, format="csr", dtype=np.float32, rng=rng),
+              sp.random_array((90, 260), density=0.08, format="csr", dtype=np.float32, rng=rng)):
+        a = sp.csr_array(a)
+        a.data = rng.standard_normal(a.nnz).astype(np.float32)
+        x = rng.standard_normal(a.shape[1]).astype(np.float32)
+        y = graph.spmv(a, x, dev, mode=mode)
+        assert y.dtype == np.float32 and y.shape == (a.shape[0],)
+        a.sort_indices()
+        want = golden.row_sums(a.indptr, a.data.view(np.uint32), x.view(np.uint32)[a.indices]).view(np.float32)
+        assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
+        exact = a.astype(np.float64) @ x.astype(np.float64)
+        bound = 1e-5 * (abs(a).astype(np.float64) @ np.abs(x.astype(np.float64))) + 1e-30
+        assert np.all(np.abs(y - exact) <= bound)
+    g = generators.real_graph("les_miserables_graph")
+    x = rng.standard_normal(g.number_of_nodes()).astype(np.float32)
+    want = _matrix(g).astype(np.float64) @ x.astype(np.float64)
+    assert np.allclose(graph.spmv(g, x, dev, mode=mode), want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="x: shape"):
+        graph.spmv(sp.eye_array(4, format="csr"), np.ones(5), dev)
+
+
+def test_bad_graphs_and_commands(dev):
+    g = csr.pull(generators.uniform(5, 3, seed=2), "cc")
+    keep = dev.alloc(4096)
+    keep.write(bytes(range(256)) * 16)
+    rowptr, col = dev.upload(g.rowptr), dev.upload(g.col)
+    a, b = dev.upload(np.arange(g.n, dtype=np.uint32)), dev.alloc(4 * g.n)
+    b.write(b"\xab" * b.size)
+    before = (a.read(), b.read())
+    args = dict(n=g.n, edges=len(g.col), rowptr=rowptr, col=col, a=a, b=b, max_iterations=100)
+    try:
+        bad_rowptr = g.rowptr.copy()
+        bad_rowptr[7] = bad_rowptr[6] - 1 if bad_rowptr[6] else 1000
+        bad_col = g.col.copy()
+        bad_col[-1] = g.n
+        for arrays, code, field in (({"rowptr": bad_rowptr}, ErrorCode.BAD_GRAPH, "rowptr"),
+                                    ({"col": bad_col}, ErrorCode.BAD_INDEX, "col")):
+            for key, arr in arrays.items():
+                {"rowptr": rowptr, "col": col}[key].write(arr)
+            with pytest.raises(DeviceError) as e:
+                dev.graph.run(Program.CC, **args)
+            assert e.value.code == code and e.value.field == field
+            assert (a.read(), b.read()) == before            # nothing written
+            rowptr.write(g.rowptr)
+            col.write(g.col)
+        for change, code, field in (({"n": 0}, ErrorCode.BAD_FIELD, "n"),
+                                    ({"max_iterations": 0}, ErrorCode.BAD_FIELD, "max_iterations"),
+                                    ({"b": a}, ErrorCode.OVERLAP, "b")):
+            with pytest.raises(DeviceError) as e:
+                dev.graph.run(Program.CC, **{**args, **change})
+            assert e.value.code == code and e.value.field == field
+        with pytest.raises(DeviceError) as e:
+            dev.graph.run(7, **args)
+        assert e.value.code == ErrorCode.BAD_FIELD and e.value.field == "program"
+        # PageRank's own fields: the tolerance (negative, NaN), the scratch array
+        good = golden.PageRankConstants.for_graph(g.n)
+        scratch = dev.alloc(2 * b.size)
+        degrees = dev.upload(golden.out_degrees(g.n, g.col))
+        try:
+            pr = dict(args, val=degrees, scratch=scratch, max_iterations=3)
+            for change, code, field in (({"constants": golden.PageRankConstants(good.damping, good.teleport,
+                                                                                good.inv_n, 0xBF80_0000)},
+                                         ErrorCode.BAD_FIELD, "tolerance"),
+                                        ({"constants": golden.PageRankConstants(good.damping, good.teleport,
+                                                                                good.inv_n, 0x7FC0_0000)},
+                                         ErrorCode.BAD_FIELD, "tolerance"),
+                                        ({"constants": good, "scratch": b}, ErrorCode.OVERLAP, "scratch")):
+                with pytest.raises(DeviceError) as e:
+                    dev.graph.run(Program.PAGERANK, **{**pr, **change})
+                assert e.value.code == code and e.value.field == field
+            assert (a.read(), b.read()) == before            # nothing written
+        finally:
+            scratch.free()
+            degrees.free()
+        done = dev.graph.run(Program.CC, **args)              # the next command works
+        assert done.ok and done.aux >= 1
+        assert keep.read() == bytes(range(256)) * 16
+    finally:
+        for buf in (keep, rowptr, col, a, b):
+            buf.free()
+
+
+def test_api_argument_checks(dev):
+    g = generators.uniform(4, 2, seed=1)
+    with pytest.raises(ValueError, match="mode"):
+        graph.bfs(g, 0, dev, mode="fast")
+    with pytest.raises(ValueError, match="source"):
+        graph.bfs(g, 16, dev)
+    with pytest.raises(TypeError, match="graph"):
+        graph.bfs([[0, 1]], 0, dev)
+    with pytest.raises(ValueError, match="source"):
+        graph.bfs(generators.real_graph("karate_club_graph"), "nobody", dev)
+    with pytest.raises(ValueError, match="program: PageRank"):
+        graph.run(dev, csr.pull(g, "pagerank"), Program.PAGERANK, np.zeros(16, np.uint32))
+
+
+def test_card_graph_frees_its_buffers(dev):
+    """Every buffer a graph command makes is freed, also when the engine rejects it."""
+    free = dev.allocator.free_bytes
+    g = csr.pull(generators.uniform(5, 3, seed=4), "cc")
+    bad = csr.PullGraph(g.n, g.rowptr, np.where(np.arange(len(g.col)) == 3, g.n + 7, g.col).astype(np.uint32),
+                        None, None)
+    with pytest.raises(DeviceError) as e:
+        graph.run(dev, bad, Program.CC, np.arange(g.n, dtype=np.uint32))
+    assert e.value.code == ErrorCode.BAD_INDEX and e.value.field == "col"
+    assert dev.allocator.free_bytes == free
+    with graph.CardGraph(dev, g) as card:
+        card.vector()
+        assert dev.allocator.free_bytes < free
+    assert dev.allocator.free_bytes == free
+    with pytest.raises(graph.ConvergenceError):
+        graph.pagerank(generators.uniform(6, 4, seed=5), dev, tol=1e-12, max_iterations=1)
+    assert dev.allocator.free_bytes == free
+    with pytest.raises(ValueError, match="mode"):
+        graph.CardGraph(dev, g, mode="fast")
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
+def test_larger_graphs_on_sim(mode):
+    """`make sim`: Kronecker scale 11 and uniform scale 11 (edge factor 8) on the RTL card,
+    all three programs, against scipy."""
+    with ndpkit.open(f"sim?engines=graph&mem_size={16 << 20}&mem_queue=256") as dev:
+        for a in (generators.kronecker(11, 8, seed=21), generators.uniform(11, 8, seed=22)):
+            assert np.array_equal(graph.bfs(a, 5, dev, mode=mode),
+                                  csgraph.shortest_path(a, unweighted=True, indices=5))
+            w = generators.random_weights(a, 1, 100, seed=23)
+            assert np.array_equal(graph.sssp(w, 5, dev, mode=mode), csgraph.shortest_path(w, method="D", indices=5))
+            count, labels = graph.connected_components(a, dev, mode=mode)
+            want = csgraph.connected_components(a, directed=True, connection="weak")
+            assert count == want[0] and np.array_equal(labels, want[1])
+
+
+@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
+def test_pagerank(dev, mode):
+    """One engine command: bit for bit the golden PageRank (same iteration count), and
+    within the stopping tolerance of networkx; no convergence within the limit raises."""
+    for g in (GRAPHS["kronecker"](), GRAPHS["karate"]()):
+        stats = {}
+        ranks = graph.pagerank(g, dev, mode=mode, stats=stats)
+        p = csr.pull(g, "pagerank")
+        want = golden.pagerank(p.rowptr, p.col, tol=1e-6)
+        assert np.array_equal(ranks.view(np.uint32), want.values) and stats["iterations"] == want.iterations
+        nxg = g if isinstance(g, nx.Graph) else nx.from_scipy_sparse_array(g, create_using=nx.DiGraph)
+        ref = nx.pagerank(nxg, alpha=0.85, tol=1e-6, weight=None)
+        ref = np.array([ref[v] for v in (p.nodes if p.nodes is not None else range(p.n))])
+        assert np.abs(ranks - ref).sum() < 2 * p.n * 1e-6 + 1e-4
+    with pytest.raises(graph.ConvergenceError) as info:
+        graph.pagerank(GRAPHS["uniform"](), dev, mode=mode, tol=1e-12, max_iterations=2)
+    assert info.value.iterations == 2 and info.value.ranks.shape == (GRAPHS["uniform"]().shape[0],)
+    with pytest.raises(ValueError, match="alpha"):
+        graph.pagerank(GRAPHS["karate"](), dev, alpha=1.5)

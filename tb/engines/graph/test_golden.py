@@ -1,0 +1,159 @@
+"""The graph golden model (ndpkit.engines.graph.golden) against outside oracles: networkx
+PageRank, scipy's BFS / shortest paths / connected components and ``A @ x`` in
+float64; its exact reduction order on hand cases; its validation."""
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.csgraph as csgraph
+
+from ndpkit_spec.codes import ErrorCode
+from ndpkit.arith import fp
+from ndpkit.engines.graph import golden
+from ndpkit.engines.graph import csr, generators
+
+GRAPHS = {
+    "kronecker8": lambda: generators.kronecker(8, 8, seed=1),
+    "uniform8": lambda: generators.uniform(8, 4, seed=2),
+    "karate": lambda: generators.real_graph("karate_club_graph"),
+    "les_miserables": lambda: generators.real_graph("les_miserables_graph"),
+}
+
+
+def _adj(g):
+    return csr.adjacency(g, weight=None)[0]
+
+
+def test_row_sum_order_by_hand():
+    """Entry k of a row goes to partial k mod 8; partials combine by the fixed tree."""
+    terms = fp.bits(np.array([1e8, 1, -1e8, 1, 1, 1, 1, 1, 3], dtype=np.float32))
+    got = golden.row_sums(np.array([0, 9]), terms)[0]
+    p = np.zeros(8, dtype=np.float32)
+    for k, t in enumerate(fp.floats(terms)):
+        p[k % 8] = np.float32(p[k % 8] + t)
+    want = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))
+    assert fp.floats(got) == np.float32(want)
+    # a sequential sum would give a different answer here: the order is part of the spec
+    seq = np.float32(0)
+    for t in fp.floats(terms):
+        seq = np.float32(seq + t)
+    assert seq != np.float32(want)
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_spmv_against_float64(name):
+    a = _adj(GRAPHS[name]()).astype(np.float32)
+    rng = np.random.default_rng(3)
+    a.data = rng.standard_normal(a.nnz).astype(np.float32)
+    x = rng.standard_normal(a.shape[0]).astype(np.float32)
+    g = csr.pull(a, "spmv")
+    y = fp.floats(golden.spmv(g.rowptr, g.col, fp.bits(g.values), fp.bits(x)).values)
+    exact = a.astype(np.float64) @ x.astype(np.float64)
+    bound = (np.abs(a).astype(np.float64) @ np.abs(x).astype(np.float64)) * 2 ** -23 * (np.diff(a.indptr) + 3)
+    assert np.all(np.abs(y - exact) <= bound + 1e-30)
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_pagerank_against_networkx(name):
+    graph = GRAPHS[name]()
+    nxg = graph if isinstance(graph, nx.Graph) else nx.from_scipy_sparse_array(graph, create_using=nx.DiGraph)
+    want = nx.pagerank(nxg, alpha=0.85, tol=1e-6, weight=None)
+    g = csr.pull(graph, "pagerank")
+    res = golden.pagerank(g.rowptr, g.col, tol=1e-6)
+    assert res.converged and res.iterations < 100
+    got = fp.floats(res.values)
+    order = g.nodes if g.nodes is not None else range(g.n)
+    ref = np.array([want[v] for v in order])
+    # both stop when the L1 change is below n * tol: each is within about that of the fixed point
+    assert np.abs(got - ref).sum() < 2 * g.n * 1e-6 + 1e-4
+    assert abs(got.sum() - 1) < 1e-4
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_bfs_and_sssp_exact(name):
+    graph = GRAPHS[name]()
+    a = _adj(graph)
+    g = csr.pull(graph, "bfs")
+    levels = golden.bfs(g.rowptr, g.col, 0).values
+    hops = csgraph.shortest_path(a, directed=True, unweighted=True, indices=0)
+    want = np.where(np.isinf(hops), golden.INF, hops).astype(np.uint32)
+    assert np.array_equal(levels, want)
+    w = generators.random_weights(a, 1, 50, seed=4)
+    gw = csr.pull(w, "sssp")
+    dist = golden.sssp(gw.rowptr, gw.col, gw.values, 0).values
+    d = csgraph.shortest_path(w, directed=True, method="D", indices=0)
+    assert np.array_equal(dist, np.where(np.isinf(d), golden.INF, d).astype(np.uint32))
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_connected_components_exact(name):
+    graph = GRAPHS[name]()
+    g = csr.pull(graph, "cc")
+    labels = golden.cc(g.rowptr, g.col).values
+    count, comp = csgraph.connected_components(_adj(graph), directed=True, connection="weak")
+    # our label is the smallest vertex id of its component: the same partition as scipy's
+    smallest = {c: np.flatnonzero(comp == c).min() for c in range(count)}
+    assert np.array_equal(labels, np.array([smallest[c] for c in comp], dtype=np.uint32))
+
+
+def test_small_corner_graphs():
+    # one vertex, no edges
+    r = golden.pagerank(np.array([0, 0]), np.array([], dtype=np.uint32))
+    assert fp.floats(r.values)[0] == 1.0 and r.converged
+    assert golden.bfs(np.array([0, 0]), np.array([], dtype=np.uint32), 0).values.tolist() == [0]
+    # self-loops, a multi-edge, an isolated vertex (3), a vertex with high in-degree (0)
+    src = np.array([1, 1, 2, 0, 4, 5, 6, 7, 1])
+    dst = np.array([1, 0, 0, 0, 0, 0, 0, 0, 0])
+    a = sp.csr_array((np.ones(9), (src, dst)), shape=(8, 8))
+    g = csr.pull(a, "bfs")
+    levels = golden.bfs(g.rowptr, g.col, 1).values
+    assert levels.tolist() == [1, 0] + [int(golden.INF)] * 6
+    gc = csr.pull(a, "cc")
+    labels = golden.cc(gc.rowptr, gc.col).values
+    assert labels.tolist() == [0, 0, 0, 3, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("args, code, field", [
+    ((0, [0], []), ErrorCode.BAD_FIELD, "n"),
+    ((2, [0, 1], [0]), ErrorCode.BAD_FIELD, "rowptr"),
+    ((2, [1, 1, 1], [0]), ErrorCode.BAD_GRAPH, "rowptr"),
+    ((2, [0, 2, 1], [0]), ErrorCode.BAD_GRAPH, "rowptr"),
+    ((2, [0, 1, 3], [0, 1]), ErrorCode.BAD_GRAPH, "rowptr"),
+    ((2, [0, 1, 2], [0, 2]), ErrorCode.BAD_INDEX, "col"),
+])
+def test_validation(args, code, field):
+    with pytest.raises(golden.GraphError) as e:
+        golden.validate(*args)
+    assert e.value.code == code and e.value.field == field
+
+
+def test_bad_source():
+    with pytest.raises(golden.GraphError) as e:
+        golden.bfs(np.array([0, 0, 0]), np.array([], dtype=np.uint32), 2)
+    assert e.value.code == ErrorCode.BAD_INDEX and e.value.field == "source"
+
+
+def test_generators():
+    k = generators.kronecker(10, 16, seed=5)
+    u = generators.uniform(10, 16, seed=5)
+    assert k.shape == u.shape == (1024, 1024)
+    assert 0.5 * 16 * 1024 < k.nnz <= 16 * 1024 and 0.9 * 16 * 1024 < u.nnz <= 16 * 1024
+    # R-MAT is skewed: its largest in-degree is far above the uniform graph's
+    assert np.bincount(k.indices).max() > 3 * np.bincount(u.indices).max()
+    assert np.array_equal(generators.kronecker(10, 16, seed=5).indices, k.indices)      # reproducible
+    with pytest.raises(ValueError, match="unknown graph"):
+        generators.real_graph("nope")
+
+
+def test_unit_entry_fma_is_addition():
+    """PageRank's row sums run on the engine as SpMV with entries 1.0: fma(1, x, p) must
+    equal add(x, p) bit for bit, specials included."""
+    rng = np.random.default_rng(4)
+    specials = np.array([0.0, -0.0, 1e-40, -1e-45, 3.4e38, -3.4e38, np.inf, -np.inf], np.float32)
+    terms = np.concatenate([rng.standard_normal(4000).astype(np.float32) * np.float32(1e3),
+                            rng.choice(specials, 800)]).view(np.uint32)
+    rowptr = np.concatenate([[0], np.sort(rng.integers(0, len(terms), 150)), [len(terms)]])
+    ones = np.full(len(terms), 0x3F80_0000, np.uint32)
+    plain, fused = golden.row_sums(rowptr, terms), golden.row_sums(rowptr, ones, terms)
+    same = (plain == fused) | (np.isnan(fp.floats(plain)) & np.isnan(fp.floats(fused)))
+    assert same.all()

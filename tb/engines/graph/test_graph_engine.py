@@ -1,0 +1,191 @@
+"""Bench: the graph engine (hw/ndpkit_hw/engines/graph/engine.py) on the RTL memory model
+against ndpkit.engines.graph.golden.execute.
+
+Small graphs that exercise the corners (one vertex, no edges, self-loops, multi-edges,
+isolated vertices, a vertex with a very high in-degree, disconnected parts) and a
+Kronecker and a uniform random graph, for SpMV (fp32, with signed zeros, subnormals and
+huge values among the entries), PageRank (to its tolerance; one graph with random
+degrees and starting ranks, stopped by the iteration limit), BFS, SSSP and connected
+components in both modes (Piccolo row gathers and baseline line reads): the result array, the other
+buffer, the completion (error, bytes, iterations) and the untouched memory must equal
+the golden model's.  Bad graphs (row pointers not starting at 0, decreasing, not
+ending at the edge count; a column >= n) and bad commands are rejected with their
+codes, nothing written, and the next command works.  Random stalls on cmd/cpl and
+every AXI channel.
+"""
+import cocotb
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from ndpkit_spec.codes import ErrorCode
+from ndpkit.engines.graph import golden
+from ndpkit.engines.graph.golden import Program
+from ndpkit.engines.graph import csr, generators
+from ndpkit_spec.engines.graph import BLOCK as GRAPH
+from ndpkit_tools.sim.bench import bench_params, engine_bench, wait_until
+
+CONFIGS = {"w512": {"data_width": 512, "stall_per_256": 30, "stall": 0.2}}
+MEM = 1 << 20
+
+
+def _graphs(rng):
+    def coo(n, src, dst):
+        return sp.csr_array((np.ones(len(src)), (np.asarray(src), np.asarray(dst))), shape=(n, n))
+    yield "single", coo(1, [], [])
+    yield "self_loops_multi", coo(6, [0, 0, 1, 2, 2, 3, 5, 5], [0, 1, 1, 3, 3, 4, 5, 0])
+    hub = 300
+    # in-degree 299 at vertex 0 (the pull programs' long row) and out-degree 150 (SpMV's)
+    yield "hub", coo(hub, list(range(1, hub)) + [0, 7] + [0] * 150, [0] * (hub - 1) + [5, 7] + list(range(100, 250)))
+    yield "two_parts", coo(40, list(range(0, 19)) + list(range(20, 39)), list(range(1, 20)) + list(range(21, 40)))
+    yield "kronecker", generators.kronecker(8, 4, seed=int(rng.integers(1 << 30)))
+    yield "uniform", generators.uniform(9, 3, seed=int(rng.integers(1 << 30)))
+
+
+def _layout(n, e):
+    """Addresses of rowptr, col, val, a, b, scratch: 64-byte aligned, 4 KiB guard gaps."""
+    addr, out = 0x1000, {}
+    for name, count in (("rowptr", n + 1), ("col", max(e, 1)), ("val", max(e, n, 1)), ("a", n), ("b", n),
+                        ("scratch", 2 * -(-n // 16) * 16)):
+        out[name] = addr
+        addr += -(-4 * count // 64) * 64 + 0x1000
+    assert addr < MEM
+    return out
+
+
+async def _run(dut, source, sink, memory, rng, fields, image, expect=None):
+    """Load ``image``, run one command, compare with the golden model."""
+    await memory.write(0, image.tobytes())
+    want = image.copy()
+    code, _ = golden.check(fields, word_bytes=64, window_base=0, window_size=MEM)
+    result = (int(code), 0, 0, 0) if code else golden.execute(want, fields, word_bytes=64)
+    source.send(fields)
+    await wait_until(dut.clk, lambda: bool(sink.items), 3_000_000, "the graph command's completion")
+    cpl = sink.items.popleft()
+    got = (cpl["error"], cpl["bytes_read"], cpl["bytes_written"], cpl["aux"])
+    assert got == result, f"{fields}: completion {got} != golden {result}"
+    if expect is not None:
+        assert cpl["error"] == expect, (cpl["error"], expect)
+    after = np.frombuffer(await memory.read(0, MEM), dtype=np.uint8)
+    diff = np.flatnonzero(after != want)
+    assert diff.size == 0, f"{fields}: memory differs from the golden model at {diff[:8]}"
+    return cpl
+
+
+def _fields(layout, n, e, program, mode, max_iterations=1000):
+    c = golden.PageRankConstants.for_graph(n)
+    return {"format_program": int(program), "format_mode": mode, "n": n, "edges": e,
+            **{k: layout[k] for k in ("rowptr", "col", "val", "a", "b", "scratch")}, "max_iterations": max_iterations,
+            "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance, "tag": 1}
+
+
+def _fp32(rng, count):
+    """Random fp32 bit patterns: mostly normal values, some signed zeros, subnormals and huge ones."""
+    x = rng.standard_normal(count).astype(np.float32)
+    special = np.array([0.0, -0.0, 1e-40, -3e-39, 1e30, -2e38], dtype=np.float32)
+    pick = rng.random(count) < 0.1
+    x[pick] = rng.choice(special, int(pick.sum()))
+    return x.view(np.uint32)
+
+
+def _image(rng, layout, g, program, weights=None, source=0):
+    image = np.frombuffer(rng.bytes(MEM), dtype=np.uint8).copy()
+    n, e = g.n, len(g.col)
+
+    def put(name, arr):
+        image[layout[name]:layout[name] + 4 * len(arr)] = np.asarray(arr, dtype=np.uint32).view(np.uint8)
+    put("rowptr", g.rowptr)
+    put("col", g.col)
+    if weights is not None:
+        put("val", weights)
+    if program == Program.SPMV:
+        init = _fp32(rng, n)
+    elif program == Program.PAGERANK:
+        init = np.full(n, golden.PageRankConstants.for_graph(n).inv_n, np.uint32)
+    else:
+        init = np.arange(n, dtype=np.uint32) if program == Program.CC else np.full(n, golden.INF, np.uint32)
+    if program in (Program.BFS, Program.SSSP):
+        init[source] = 0
+    put("a", init)
+    return image
+
+
+@cocotb.test(timeout_time=3600, timeout_unit="sec")
+async def graph_programs(dut):
+    from ndpkit_hw.shell.engine_frontend import command_layout
+    p = bench_params()
+    rng = np.random.default_rng(cocotb.RANDOM_SEED)
+    source, sink, _ = await engine_bench(dut, command_layout(GRAPH), stall=p["stall"], read_latency=40,
+                                         write_latency=20)
+    from ndpkit_tools.sim.bench import BulkBackdoor
+    memory = BulkBackdoor(dut.memory.storage, dut.clk, 64)
+    for name, adj in _graphs(rng):
+        for program in (Program.SPMV, Program.PAGERANK, Program.BFS, Program.SSSP, Program.CC):
+            kind = program.name.lower()
+            w = generators.random_weights(adj, 1, 9, seed=3) if program == Program.SSSP else adj
+            g = csr.pull(w, kind)
+            values = None
+            if program == Program.SSSP:
+                values = g.values
+            elif program == Program.SPMV:
+                values = _fp32(rng, len(g.col))
+            elif program == Program.PAGERANK:
+                values = golden.out_degrees(g.n, g.col)
+            layout = _layout(g.n, len(g.col))
+            mode = int(rng.integers(0, 2))
+            fields = _fields(layout, g.n, len(g.col), program, mode)
+            image = _image(rng, layout, g, program, values, source=int(rng.integers(0, g.n)))
+            if program == Program.PAGERANK and name == "hub":
+                # any degrees (0, huge, >= 2**31) and starting values: bit-exact all the same
+                degrees = rng.integers(0, 1 << 32, g.n, dtype=np.uint64).astype(np.uint32)
+                degrees[rng.random(g.n) < 0.3] = 0
+                degrees[:4] = [0, 1, 0x8000_0000, 0xFFFF_FFFF]
+                image[layout["val"]:layout["val"] + 4 * g.n] = degrees.view(np.uint8)
+                image[layout["a"]:layout["a"] + 4 * g.n] = _fp32(rng, g.n).view(np.uint8)
+                fields["max_iterations"] = 3
+            cpl = await _run(dut, source, sink, memory, rng, fields, image, expect=0)
+            dut._log.info(f"{name} {program.name} mode {mode}: {cpl['aux']} iterations")
+    # an iteration limit stops early (the result is whatever that iteration wrote)
+    g = csr.pull(generators.kronecker(7, 4, seed=5), "bfs")
+    layout = _layout(g.n, len(g.col))
+    await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col), Program.BFS, 0, 2),
+               _image(rng, layout, g, Program.BFS), expect=0)
+    # bad graphs: nothing written, the right code; then a good command
+    g = csr.pull(generators.uniform(6, 3, seed=6), "cc")
+    layout = _layout(g.n, len(g.col))
+    for mutate, code in ((lambda rp, c: rp.__setitem__(0, 1), ErrorCode.BAD_GRAPH),
+                         (lambda rp, c: rp.__setitem__(10, rp[9] - 1 if rp[9] else rp[11] + 1), ErrorCode.BAD_GRAPH),
+                         (lambda rp, c: c.__setitem__(len(c) - 1, g.n), ErrorCode.BAD_INDEX),
+                         (lambda rp, c: (c.__setitem__(3, g.n + 5), rp.__setitem__(5, rp[4] - 1 if rp[4] else 9)),
+                          ErrorCode.BAD_GRAPH)):
+        rp, c = g.rowptr.copy(), g.col.copy()
+        mutate(rp, c)
+        bad = csr.PullGraph(g.n, rp, c, None, None)
+        await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(c), Program.CC, 1),
+                   _image(rng, layout, bad, Program.CC), expect=code)
+    bad_end = csr.PullGraph(g.n, g.rowptr, g.col, None, None)
+    await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col) - 1, Program.CC, 0),
+               _image(rng, layout, bad_end, Program.CC), expect=ErrorCode.BAD_GRAPH)
+    for change, code in (({"format_program": 7}, ErrorCode.BAD_FIELD),
+                         ({"format_program": int(Program.PAGERANK), "tolerance": 0x8000_0000}, ErrorCode.BAD_FIELD),
+                         ({"format_program": int(Program.PAGERANK), "tolerance": 0x7F80_0001}, ErrorCode.BAD_FIELD),
+                         ({"format_program": int(Program.PAGERANK), "scratch": layout["b"]}, ErrorCode.OVERLAP),
+                         ({"format_program": int(Program.PAGERANK), "scratch": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
+                         ({"n": 0}, ErrorCode.BAD_FIELD), ({"max_iterations": 0}, ErrorCode.BAD_FIELD),
+                         ({"a": layout["a"] + 4}, ErrorCode.UNALIGNED), ({"b": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
+                         ({"b": layout["a"]}, ErrorCode.OVERLAP)):
+        fields = {**_fields(layout, g.n, len(g.col), Program.CC, 0), **change}
+        await _run(dut, source, sink, memory, rng, fields, _image(rng, layout, g, Program.CC), expect=code)
+    await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col), Program.CC, 1),
+               _image(rng, layout, g, Program.CC), expect=0)
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("config", CONFIGS)
+def test_graph_engine(config):
+    from ndpkit_tools.sim.runner import Design, run_bench
+    from ndpkit_hw.engines.graph.engine import GraphEngine
+    from ndpkit_hw.engines.harness import EngineHarness
+    c = CONFIGS[config]
+    run_bench(Design(EngineHarness(GraphEngine(), mem_size=MEM, stall_per_256=c["stall_per_256"]), "graph_engine",
+                     key=f"{c} {MEM}"), __name__, params=c)

@@ -1,0 +1,148 @@
+"""Boards: what `make bitstream BOARD=<name>` builds for.
+
+Each board is a folder beside this module (``tools/ndpkit_tools/boards/<name>/``) with ``board.toml`` (part, PCIe, memory,
+flash, the part's resources, the device defaults), its constraints and a README
+citing the vendor documents.  :func:`load_board` reads and checks one;
+:func:`device_options` merges the board's device defaults with the user's
+overrides and rejects what the board cannot hold, before any long step starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+__all__ = ["BOARDS_DIR", "BoardError", "Board", "board_names", "load_board", "device_options"]
+
+#: one folder per board: board.toml, constraints, README (package data)
+BOARDS_DIR = Path(__file__).resolve().parent
+_SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+class BoardError(ValueError):
+    """A board name, a board file or a device parameter the board cannot take."""
+
+
+def _size(text) -> int:
+    if isinstance(text, int):
+        return text
+    return int(text[:-1]) * _SUFFIX[text[-1].upper()] if text[-1].upper() in _SUFFIX else int(text)
+
+
+@dataclasses.dataclass
+class Board:
+    name: str
+    folder: Path
+    description: str
+    vendor: str                 # "xilinx" (Vivado project) or "lattice" (open-source flow)
+    part: str
+    spec: dict                  # the whole board.toml
+
+    @property
+    def pcie(self) -> dict:
+        return self.spec.get("pcie", {})
+
+    @property
+    def memory(self) -> dict:
+        return self.spec["memory"]
+
+    @property
+    def memory_bytes(self) -> int:
+        return _size(self.memory["size"])
+
+    @property
+    def resources(self) -> dict:
+        return self.spec["resources"]
+
+    def file(self, key: str) -> Path:
+        return self.folder / self.spec[key]
+
+
+def board_names() -> list[str]:
+    return sorted(p.parent.name for p in BOARDS_DIR.glob("*/board.toml"))
+
+
+def load_board(name: str) -> Board:
+    names = board_names()
+    if name not in names:
+        raise BoardError(f"unknown board {name!r}; boards: {', '.join(names)}")
+    folder = BOARDS_DIR / name
+    spec = tomllib.loads((folder / "board.toml").read_text())
+    for key in ("name", "description", "vendor", "part", "memory", "resources", "device"):
+        if key not in spec:
+            raise BoardError(f"{folder / 'board.toml'}: missing {key!r}")
+    if spec["name"] != name:
+        raise BoardError(f"{folder / 'board.toml'}: name {spec['name']!r} is not the folder's name {name!r}")
+    if spec["vendor"] not in ("xilinx", "lattice"):
+        raise BoardError(f"{folder / 'board.toml'}: vendor must be 'xilinx' or 'lattice'")
+    if spec["vendor"] == "xilinx":
+        pcie = spec.get("pcie", {})
+        if pcie.get("ip") != "xdma":
+            raise BoardError(f"{name}: pcie.ip must be 'xdma'")
+        gen, lanes = pcie.get("generation"), pcie.get("lanes")
+        if (gen, lanes) not in {(3, 4), (3, 8), (3, 16), (4, 4), (4, 8)}:
+            raise BoardError(f"{name}: PCIe Gen{gen} x{lanes} is not an XDMA configuration (Gen3 x4/x8/x16, "
+                             f"Gen4 x4/x8)")
+    return Board(name=name, folder=folder, description=spec["description"], vendor=spec["vendor"],
+                 part=spec["part"], spec=spec)
+
+
+def device_options(board: Board, **overrides) -> dict:
+    """The device's constructor arguments for ``board``: its defaults, then
+    ``overrides`` (None values ignored), checked against what the board holds."""
+    from ndpkit_spec.registry import REGISTRY
+    options = dict(board.spec["device"])
+    options.update({k: v for k, v in overrides.items() if v is not None})
+    known = {"engines", "data_width", "attention_units", "memory_ports", "clock_mhz", "queue_depth",
+             "max_burst_bytes", "max_outstanding"}
+    unknown = set(options) - known
+    if unknown:
+        raise BoardError(f"{board.name}: unknown device parameter(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted(known))}")
+    engines = options["engines"]
+    if isinstance(engines, str):
+        engines = options["engines"] = [e for e in engines.split(",") if e]
+    for engine in engines:
+        if engine not in REGISTRY:
+            raise BoardError(f"unknown engine {engine!r}; engines: {', '.join(REGISTRY)}")
+    width = options["data_width"]
+    widths = (128, 256, 512) if board.vendor == "xilinx" else (32, 64, 128)
+    if width not in widths:
+        raise BoardError(f"{board.name}: data_width {width} is not one of {', '.join(map(str, widths))}")
+    for engine in engines:
+        if width < REGISTRY[engine].min_data_width:
+            raise BoardError(f"{board.name}: engine {engine!r} needs data_width {REGISTRY[engine].min_data_width}, "
+                             f"not {width}")
+    ports, channels = options["memory_ports"], board.memory["pseudo_channels"]
+    masters = 1 + len(engines)
+    if not 1 <= ports <= channels:
+        kind = "HBM pseudo-channels" if board.memory["kind"] == "hbm" else "memory controller ports"
+        raise BoardError(f"{board.name}: memory_ports={ports} but the board has {channels} {kind}")
+    if ports > masters:
+        raise BoardError(f"{board.name}: memory_ports={ports} but the device has only {masters} memory masters "
+                         f"(host DMA + {len(engines)} engine(s))")
+    units = options["attention_units"]
+    if "attention" in engines:
+        limit = _max_attention_units(board, width)
+        if not 1 <= units <= limit:
+            raise BoardError(f"{board.name}: attention_units={units} does not fit the {board.part} "
+                             f"(at most {limit}: {_UNIT_BUDGET:.0%} of its DSPs at "
+                             f"{_DSP_PER_ATTENTION_UNIT[width]} DSP per unit at {width} bits)")
+    if not 1 <= options["clock_mhz"] <= 255:
+        raise BoardError(f"{board.name}: clock_mhz must be 1..255")
+    options["mem_size"] = board.memory_bytes
+    options["addr_width"] = max(32, (board.memory_bytes - 1).bit_length())
+    return options
+
+
+# An estimate, checked before any long step: one attention unit has P = data_width/16
+# dot lanes and P fma lanes, and each lane's fp32 multiplier takes 2 DSP48E2 (24x17
+# partial products of the 24-bit significands).  Units may use 60 % of the part's
+# DSPs, leaving the rest to the other engines and the shell.
+_DSP_PER_ATTENTION_UNIT = {w: 2 * 2 * (w // 16) for w in (32, 64, 128, 256, 512)}
+_UNIT_BUDGET = 0.6
+
+
+def _max_attention_units(board: Board, width: int) -> int:
+    dsp = board.resources.get("dsp", 0)
+    return max(0, int(dsp * _UNIT_BUDGET) // _DSP_PER_ATTENTION_UNIT[width])

@@ -1,0 +1,86 @@
+"""`make bitstream BOARD=<name>`: build the device for a board.
+
+ECP5: a real bitstream with the yowasp tools (tools/ndpkit_tools/impl/ecp5_build.py); exit 1
+if it misses its timing constraint.  Xilinx boards: generate the Vivado project (tools/ndpkit_tools/boards/vivado.py), check it with
+the Tcl stubs, and run Vivado if it is on PATH; otherwise stop after generating,
+say so, and exit with status 3.  Every check runs before any long step; a bad board
+name or parameter exits with status 2 and a message naming it.
+
+    python -m ndpkit_tools.boards.build alveo_u280 [--engines dma_copy,adam] [--memory-ports 4] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EXIT_NO_VIVADO = 3
+
+
+def main(argv=None) -> int:
+    from ndpkit_tools.boards import BoardError, board_names, device_options, load_board
+    from ndpkit_tools.paths import build_root
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("board", help=f"one of: {', '.join(board_names())}")
+    ap.add_argument("--engines", help="comma list (default: the board's)")
+    ap.add_argument("--attention-units", type=int)
+    ap.add_argument("--memory-ports", type=int)
+    ap.add_argument("--data-width", type=int)
+    ap.add_argument("--clock-mhz", type=int)
+    ap.add_argument("--out", type=Path, help="output folder (default <build root>/boards/<board>)")
+    args = ap.parse_args(argv)
+    try:
+        board = load_board(args.board)
+        options = device_options(board, engines=args.engines, attention_units=args.attention_units,
+                                 memory_ports=args.memory_ports, data_width=args.data_width,
+                                 clock_mhz=args.clock_mhz)
+        out = args.out or build_root() / "boards" / board.name
+        if board.vendor == "xilinx":
+            return _xilinx(board, options, out)
+        return _ecp5(board, options, out)
+    except BoardError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _ecp5(board, options, out: Path) -> int:
+    from ndpkit_tools.impl.ecp5_build import build
+    print(f"{board.name}: synthesis, place and route, pack (yowasp) in {out} ...", flush=True)
+    r = build(board, options, out)
+    print(f"  device: {', '.join(options['engines'])}; {options['data_width']}-bit; UART card, "
+          f"{board.memory['size']} block RAM")
+    print(f"  timing: {r['sync_fmax_mhz']} MHz achieved for the {r['constraint_mhz']:.0f} MHz constraint -> "
+          f"{'met' if r['meets_timing'] else 'NOT MET'}")
+    print("  used: " + ", ".join(f"{k} {v}/{r['available'][k]}" for k, v in r["used"].items()))
+    print(f"bitstream: {r['bitstream']}")
+    return 0 if r["meets_timing"] else 1
+
+
+def _xilinx(board, options, out: Path) -> int:
+    from ndpkit_tools.boards.tclcheck import check_project
+    from ndpkit_tools.boards.vivado import generate, local_settings, vivado
+    local_settings(board)                       # a board whose pinout is not public: fail now
+    print(f"{board.name}: generating the Vivado project in {out} ...", flush=True)
+    plan = generate(board, options, out)
+    summary = check_project(out)
+    print(f"  device: {', '.join(options['engines'])}; {options['data_width']}-bit; memory ports "
+          f"{', '.join(plan['memory_ports'])}" + (f" -> HBM pseudo-channels {plan['hbm_pseudo_channels']}"
+                                                 if "hbm_pseudo_channels" in plan else ""))
+    print(f"  Tcl check: {len(summary['cells'])} cells, {summary['nets']} nets, every device interface "
+          f"connected, XDC ports all exist ({len(summary['constrained_ports'])} constrained)")
+    tool = vivado()
+    if tool is None:
+        print(f"Vivado is not on PATH: the project is generated and checked, not built.  To build it:\n"
+              f"  cd {out} && vivado -mode batch -source project.tcl && vivado -mode batch -source build.tcl")
+        return EXIT_NO_VIVADO
+    for script in ("project.tcl", "build.tcl"):
+        subprocess.run([tool, "-mode", "batch", "-source", script], cwd=out, check=True)
+    print(f"bitstream: {out / f'ndpkit_{board.name}.bit'}; flash image: {out / f'ndpkit_{board.name}.mcs'}")
+    (out / "result.json").write_text(json.dumps({"board": board.name, "built": True}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

