@@ -33,7 +33,7 @@ GLOBAL = RegisterBlock("shell", [
         Field("irq_lines", 16, 8, Access.RO, doc="Width of usr_irq_req."),
         Field("clock_mhz", 24, 8, Access.RO, doc="Nominal device clock in MHz (what cycle counts are scaled by)."),
     ]),
-    Register.single("engines", 0x0C, Access.RO, doc="Bit k set: engine kind k (ndpkit_spec.codes.EngineKind) is present "
+    Register.single("engines", 0x0C, Access.RO, doc="Bit k set: engine kind k (ndpkit_spec.registry.EngineKind) is present "
                                                    "at BAR0 offset k * 0x1000."),
     Register.single("mem_base", 0x10, Access.RO, doc="First byte address of card memory."),
     Register.single("mem_size_lo", 0x14, Access.RO, doc="Card memory size in bytes, low word."),

@@ -113,7 +113,7 @@ def test_c_header_compiles_and_matches(tmp_path):
             checks.append(f'printf("%u %u\\n", {name}_OFFSET, {name}_RESET);')
     src.write_text('#include <stdio.h>\n#include "ndpkit_regs.h"\nint main(void){' + "".join(checks) + "return 0;}\n")
     exe = tmp_path / "t"
-    subprocess.run(["gcc", "-Wall", "-Werror", "-I", str(generate.HEADER_PATH.parent), str(src), "-o", str(exe)],
+    subprocess.run(["gcc", "-Wall", "-Werror", "-I", str(generate.header_path().parent), str(src), "-o", str(exe)],
                    check=True)
     lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
     expected = [f"{r.offset} {r.reset}" for b in ALL_BLOCKS for r in b.registers]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ndpkit_tools.fusesoc_lint import CORES_ROOT, fusesoc_lint, fusesoc_run
+from ndpkit_tools.fusesoc_lint import cores_root, fusesoc_lint, fusesoc_run
 
 pytestmark = [pytest.mark.long,
               pytest.mark.skipif(shutil.which("fusesoc", path=str(Path(__import__("sys").executable).parent)) is None,
@@ -23,7 +23,7 @@ def test_lint_target_passes(core, tmp_path):
 
 def test_generator_names_a_bad_parameter(tmp_path):
     import importlib.util
-    spec = importlib.util.spec_from_file_location("ndpkit_gen", CORES_ROOT / "ndpkit_gen.py")
+    spec = importlib.util.spec_from_file_location("ndpkit_gen", cores_root() / "ndpkit_gen.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     with pytest.raises(SystemExit, match="'top' must be one of"):
@@ -43,7 +43,7 @@ def test_device_sim_target_runs_the_smoke_test(tmp_path):
 
 def test_smoke_test_magic_is_the_register_maps():
     from ndpkit_spec.shell import NDPKIT_MAGIC
-    assert f"32'h{NDPKIT_MAGIC:08X}" in (CORES_ROOT / "tb" / "device_smoke_tb.sv").read_text()
+    assert f"32'h{NDPKIT_MAGIC:08X}" in (cores_root() / "tb" / "device_smoke_tb.sv").read_text()
 
 
 @pytest.mark.parametrize("board", ["alveo_u280", "alveo_u55c", "smartssd"])

@@ -6,6 +6,12 @@ Python on PATH (the cores' generator runs Amaranth from it).
 """
 from __future__ import annotations
 
+
+def cores_root():
+    """The checkout's FuseSoC cores."""
+    return source_root() / "fusesoc"
+
+
 import argparse
 import os
 import shutil
@@ -16,7 +22,6 @@ from pathlib import Path
 from ndpkit_tools.paths import build_root, source_root
 from ndpkit_tools.sim.verilator import verilator_env
 
-CORES_ROOT = source_root() / "fusesoc"
 
 def default_cores() -> list[str]:
     """Every engine of the registry, then the device."""
@@ -37,13 +42,13 @@ def fusesoc_run(core: str, target: str, work_dir: Path, *, setup_only: bool = Fa
     if not exe.exists():
         raise SystemExit("fusesoc is not installed in this environment: run `make fusesoc-lint` "
                          "(it installs the 'boards' extra)")
-    if not (CORES_ROOT / f"{core}.core").exists():
-        known = sorted(p.stem for p in CORES_ROOT.glob("*.core") if p.stem != "ndpkit_gen")
+    if not (cores_root() / f"{core}.core").exists():
+        known = sorted(p.stem for p in cores_root().glob("*.core") if p.stem != "ndpkit_gen")
         raise SystemExit(f"no core {core!r}; known: {', '.join(known)}")
     env = verilator_env()
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
     work_dir.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([str(exe), "--cores-root", str(CORES_ROOT), "run", *(["--setup"] if setup_only else []),
+    return subprocess.run([str(exe), "--cores-root", str(cores_root()), "run", *(["--setup"] if setup_only else []),
                            "--target", target, f"ndpkit:ndpkit:{core}"], cwd=work_dir, env=env,
                           capture_output=True, text=True)
 

@@ -5,6 +5,12 @@ fails the run and is printed.
 """
 from __future__ import annotations
 
+
+def lint_dir():
+    """Where lint runs go."""
+    return build_root() / "lint"
+
+
 import argparse
 import re
 import sys
@@ -15,12 +21,11 @@ from ndpkit_tools.sim.runner import WAIVER_FILE, Design, verilog_for, verilog_li
 from ndpkit_tools.paths import build_root
 from ndpkit_tools.sim.verilator import run_verilator
 
-LINT_DIR = build_root() / "lint"
 _WARNING = re.compile(r"^%(Warning|Error)(-[A-Z0-9_]+)?:")
 
 
 def lint_top(name: str, factory) -> list[str]:
-    source = verilog_for(Design(factory(), name), LINT_DIR)
+    source = verilog_for(Design(factory(), name), lint_dir())
     proc = run_verilator(["--lint-only", "-Wall", "--top-module", name, str(WAIVER_FILE), *map(str, verilog_library(source.read_text())), str(source)],
                          capture_output=True, text=True)
     lines = (proc.stdout + proc.stderr).splitlines()

@@ -14,9 +14,17 @@ from ndpkit_tools.paths import source_root
 
 __all__ = ["markdown", "c_header", "outputs", "main"]
 
-ROOT = source_root()
-MARKDOWN_PATH = ROOT / "docs" / "registers.md"
-HEADER_PATH = ROOT / "sw" / "include" / "ndpkit_regs.h"
+
+def markdown_path():
+    """The register document."""
+    return source_root() / "docs" / "registers.md"
+
+
+def header_path():
+    """The C header."""
+    return source_root() / "sw" / "include" / "ndpkit_regs.h"
+
+
 
 _ACCESS_TEXT = {
     Access.RW: "RW", Access.RO: "RO",
@@ -77,7 +85,7 @@ def c_header(blocks) -> str:
 
 def outputs() -> dict[Path, str]:
     from ndpkit_spec.registry import ALL_BLOCKS
-    return {MARKDOWN_PATH: markdown(ALL_BLOCKS), HEADER_PATH: c_header(ALL_BLOCKS)}
+    return {markdown_path(): markdown(ALL_BLOCKS), header_path(): c_header(ALL_BLOCKS)}
 
 
 def main(argv=None) -> int:
@@ -93,9 +101,9 @@ def main(argv=None) -> int:
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
+            print(f"wrote {path.relative_to(source_root())}")
     if stale:
-        print("stale: " + ", ".join(str(p.relative_to(ROOT)) for p in stale) + " (run `make regs`)")
+        print("stale: " + ", ".join(str(p.relative_to(source_root())) for p in stale) + " (run `make regs`)")
         return 1
     return 0
 

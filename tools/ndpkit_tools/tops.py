@@ -65,8 +65,8 @@ def _device():
 def _device_hbm():
     """Every engine, one memory master each (as on an HBM card)."""
     from ndpkit_hw.device import Device
-    return Device(mem_size=1 << 30, engines=("dma_copy", "adam", "decomp", "attention", "sg", "graph"),
-                  memory_ports=7)
+    from ndpkit_spec.registry import REGISTRY
+    return Device(mem_size=1 << 30, engines=tuple(REGISTRY), memory_ports=1 + len(REGISTRY))
 
 
 def _memory():

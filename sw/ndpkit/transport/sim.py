@@ -25,8 +25,7 @@ from pathlib import Path
 
 from ndpkit.errors import DmaError, RegisterAccessError, TransportClosed
 from ndpkit.pcie import PcieLink, StorageLink
-from ndpkit_tools.sim.device_server import DEFAULTS
-from ndpkit.transport.sim_protocol import Op, Status, recv_frame, send_frame
+from ndpkit.transport.sim_protocol import DEFAULTS, Op, Status, recv_frame, send_frame
 from ndpkit.transport.base import Transport
 
 __all__ = ["SimTransport"]

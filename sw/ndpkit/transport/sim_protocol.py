@@ -30,7 +30,15 @@ import enum
 import socket
 import struct
 
-__all__ = ["Op", "Status", "HEADER", "send_frame", "recv_frame", "recv_exact"]
+__all__ = ["DEFAULTS", "Op", "Status", "HEADER", "send_frame", "recv_frame", "recv_exact"]
+
+#: server configuration defaults; ndpkit.open("sim?key=value&...") overrides them
+DEFAULTS = {
+    "data_width": 512, "mem_base": 0, "mem_size": 16 << 20, "engines": ["dma_copy"], "queue_depth": 4,
+    "clock_mhz": 250, "read_latency": 64, "write_latency": 32, "dma": "backdoor", "waves": None,
+    "link": {}, "storage": {}, "attention_units": 2,
+    "mem_queue": 16,       # requests the memory model queues (a DRAM controller with more banks: more)
+}
 
 HEADER = struct.Struct("<IB")
 

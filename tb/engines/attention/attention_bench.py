@@ -117,7 +117,7 @@ def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
 
 
 def unit_counts(data_width: int, units: int) -> dict:
-    """Floating-point units in the engine's datapath (ndpkit_hw/cores/attention/datapath.py)."""
+    """Floating-point units in the engine's datapath (ndpkit_hw/engines/attention/datapath.py)."""
     P, R = data_width // 16, 128 // (data_width // 16)
     return {"fp16_to_fp32": 3 * P, "bf16_to_fp32": 0, "mul": P + units * P,
             "add": units * (P - 1 + R - 1 + 1 + 1 + 1) + 3 * (P + 1), "exp": 2 * units,

@@ -17,6 +17,12 @@ minutes once the Verilator builds are cached (the first run builds them).
 """
 from __future__ import annotations
 
+
+def logs_dir():
+    """Where each step's log goes."""
+    return build_root() / "bench"
+
+
 import argparse
 import os
 import subprocess
@@ -25,7 +31,6 @@ import time
 
 from ndpkit_tools.paths import build_root, source_root
 
-LOGS = build_root() / "bench"
 TAIL_LINES = 45
 
 
@@ -60,13 +65,13 @@ def main(argv=None) -> int:
         if unknown:
             ap.error(f"--steps: unknown {', '.join(unknown)} (known: {', '.join(todo)})")
         todo = {k: v for k, v in todo.items() if k in chosen}
-    LOGS.mkdir(parents=True, exist_ok=True)
+    logs_dir().mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, QUICK="1" if args.quick else "0")
     failed = []
     with tqdm(total=len(todo), unit="step", desc="make bench", dynamic_ncols=True) as bar:
         for name, cmd in todo.items():
-            bar.set_postfix_str(f"{name} (log: {LOGS / (name + '.log')})")
-            log = LOGS / f"{name}.log"
+            bar.set_postfix_str(f"{name} (log: {logs_dir() / (name + '.log')})")
+            log = logs_dir() / f"{name}.log"
             t0 = time.monotonic()
             with open(log, "w") as f:
                 code = subprocess.call(cmd, cwd=source_root(), env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -77,7 +82,7 @@ def main(argv=None) -> int:
                 failed.append(name)
             bar.update()
     if failed:
-        print(f"make bench: {', '.join(failed)} failed; logs in {LOGS}", file=sys.stderr)
+        print(f"make bench: {', '.join(failed)} failed; logs in {logs_dir()}", file=sys.stderr)
         return 1
     return 0
 

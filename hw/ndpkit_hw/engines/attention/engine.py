@@ -1,6 +1,6 @@
 """``attention``: decode attention for a batch of requests over a card-resident KV cache.
 
-The command (:data:`ndpkit_spec.shell.ATTENTION`, docs/engines/attention.md) names a table of
+The command (:data:`ndpkit_spec.engines.attention.BLOCK`, docs/engines/attention.md) names a table of
 64-byte request descriptors.  Whole-command checks first (formats, shape, requests,
 the table's range: :func:`ndpkit.engines.attention.golden.check`); then, one request
 after the other, its descriptor is read and checked
@@ -23,15 +23,14 @@ acknowledged.  A bus error (SLVERR/DECERR) on any transfer is the command's erro
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Cat, Const, Mux
-from amaranth.lib import data, fifo, wiring
+from amaranth.lib import data, fifo
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.attention import DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS, MAX_KV_HEADS, \
     STATUS_DONE, KvFormat
 from ndpkit_spec.engines.attention import BLOCK as ATTENTION
-from ndpkit_hw.bus.axi import log2_exact
-from ndpkit_hw.bus.dma import BurstPorts, Transfer, transfer_error, transfers_overlap
-from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
+from ndpkit_hw.bus.dma import Transfer, transfer_error, transfers_overlap
+from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.attention.datapath import MAX_GROUP, AttentionDatapath
 
 __all__ = ["AttentionEngine"]
@@ -59,20 +58,12 @@ class _Issuer:
         self.active = ~self.done & ~start
 
 
-class AttentionEngine(wiring.Component):
-    max_in_flight = 1
-
+class AttentionEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
                  max_outstanding: int = 8, units: int = 8):
-        self.addr_width, self.data_width = addr_width, data_width
-        self.word_bytes = data_width // 8
-        log2_exact(self.word_bytes, "data_width/8")
+        super().__init__(ATTENTION, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
+                         max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8)
         self.datapath = AttentionDatapath(data_width=data_width, units=units)
-        self.ports = BurstPorts(READS, WRITES, addr_width=addr_width, data_width=data_width,
-                                max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding, writer_commands=8)
-        self.readers, self.writers = self.ports.readers, self.ports.writers
-        super().__init__(engine_members(ATTENTION, addr_width=addr_width, data_width=data_width,
-                                        id_width=self.ports.id_width))
 
     def elaborate(self, platform):
         m = Module()
@@ -80,9 +71,10 @@ class AttentionEngine(wiring.Component):
         word_shift = wb.bit_length() - 1
         desc_words = DESCRIPTOR_BYTES // wb
         m.submodules.datapath = dp = self.datapath
-        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        self.elaborate_ports(m)
         # ---- the command ----------------------------------------------------------------
-        cmd = Signal(command_layout(ATTENTION))
+        ctl = CommandControl(m, self)
+        cmd = ctl.cmd
         d128 = cmd.shape_head_dim == 128
         G, hkv = cmd.shape_group, cmd.shape_kv_heads
         q_size_shift = Mux(cmd.format_q == KvFormat.FP32, 2, 1)
@@ -95,26 +87,15 @@ class AttentionEngine(wiring.Component):
         table_bytes = Signal(40)
         m.d.comb += table_bytes.eq(cmd.requests * DESCRIPTOR_BYTES)
         table = Transfer(cmd.table, table_bytes[:32])
-        table_error = transfer_error(m, wb, self.addr_width, table, self.window_base, self.window_size)
-        check = Signal(4)
-        with m.If(cmd.format_q > 2):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif((cmd.format_kv != KvFormat.FP16) & (cmd.format_kv != KvFormat.BF16)):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif(cmd.format_out > 2):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif((cmd.shape_head_dim != HEAD_DIMS[0]) & (cmd.shape_head_dim != HEAD_DIMS[1])):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif((G == 0) | (G > MAX_GROUP)):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif((hkv == 0) | (hkv > MAX_KV_HEADS)):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif(cmd.requests == 0):
-            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
-        with m.Elif(table_bytes[32:] != 0):
-            m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
-        with m.Elif(table_error != 0):
-            m.d.comb += check.eq(table_error)
+        checks = CommandChecks(m, self)
+        checks.require(cmd.format_q > 2)
+        checks.require((cmd.format_kv != KvFormat.FP16) & (cmd.format_kv != KvFormat.BF16))
+        checks.require(cmd.format_out > 2)
+        checks.require((cmd.shape_head_dim != HEAD_DIMS[0]) & (cmd.shape_head_dim != HEAD_DIMS[1]))
+        checks.require((G == 0) | (G > MAX_GROUP))
+        checks.require((hkv == 0) | (hkv > MAX_KV_HEADS))
+        checks.require(cmd.requests == 0, ErrorCode.ZERO_LENGTH)
+        checks.ranges({"table": table}, wide={"table": table_bytes})
         m.d.comb += [dp.head_dim128.eq(d128), dp.group.eq(G), dp.q_format.eq(cmd.format_q),
                      dp.kv_format.eq(cmd.format_kv), dp.out_format.eq(cmd.format_out), dp.scale.eq(cmd.scale)]
 
@@ -292,8 +273,6 @@ class AttentionEngine(wiring.Component):
         m.d.sync += outs_done.eq(outs_done + out_ack - Mux(ready_to_retire & retire_head.outputs, hkv, 0))
 
         # ---- control ------------------------------------------------------------------------
-        error = Signal(4)
-        accepted = Signal()
         index = Signal(32)                         # the request being read
         desc_word = Signal(range(max(2, desc_words)))
         desc_addr = Signal(self.addr_width)        # the descriptor's first byte
@@ -301,22 +280,9 @@ class AttentionEngine(wiring.Component):
         bytes_read, bytes_written = Signal(32), Signal(32)
         all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & ~status_data.r_rdy & dp.idle
         table_data = rd["table"].data
-        with m.FSM(name="control"):
-            with m.State("IDLE"):
-                m.d.comb += self.cmd.ready.eq(dp.idle)
-                with m.If(self.cmd.valid & self.cmd.ready):
-                    m.d.sync += cmd.eq(self.cmd.payload)
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += clear.eq(1)
-                for e in self.ports.engines:
-                    m.d.comb += e.clear_counters.eq(1)
-                m.d.sync += [error.eq(check), accepted.eq(check == 0), index.eq(0), desc_word.eq(0),
-                             desc_addr.eq(cmd.table), failed.eq(0), bytes_read.eq(0), bytes_written.eq(0)]
-                with m.If(check != 0):
-                    m.next = "COMPLETE"
-                with m.Else():
-                    m.next = "TABLE"
+        with ctl.states(checks.code(), first="TABLE", ready=dp.idle, start=[clear.eq(1)],
+                        clear=[index.eq(0), desc_word.eq(0), desc_addr.eq(cmd.table), failed.eq(0),
+                               bytes_read.eq(0), bytes_written.eq(0)]):
             with m.State("TABLE"):
                 m.d.comb += [rd["table"].cmd.valid.eq(1), rd["table"].cmd.payload.addr.eq(cmd.table),
                              rd["table"].cmd.payload.length.eq(table_bytes)]
@@ -361,17 +327,6 @@ class AttentionEngine(wiring.Component):
                     m.next = "DESCRIPTOR"
             with m.State("FINISH"):
                 with m.If(all_done):
-                    m.d.sync += error.eq(bus_error)
-                    m.next = "COMPLETE"
-            with m.State("COMPLETE"):
-                m.d.comb += self.cpl.valid.eq(1)
-                with m.If(self.cpl.ready):
-                    m.next = "IDLE"
-        m.d.comb += [
-            self.cpl.payload.tag.eq(cmd.tag),
-            self.cpl.payload.error.eq(error),
-            self.cpl.payload.bytes_read.eq(Mux(accepted, bytes_read, 0)),
-            self.cpl.payload.bytes_written.eq(Mux(accepted, bytes_written, 0)),
-            self.cpl.payload.aux.eq(Mux(accepted, failed, 0)),
-        ]
+                    ctl.finish(bus_error)
+        ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written, aux=failed)
         return m

@@ -2,7 +2,7 @@
 
 Spec: :func:`ndpkit.engines.decomp.golden.check` / :func:`~ndpkit.engines.decomp.golden.execute`.
 
-Command (:data:`ndpkit_spec.shell.DECOMP`): value format, dense element count ``n``,
+Command (:data:`ndpkit_spec.engines.decomp.BLOCK`): value format, dense element count ``n``,
 pair count ``k``, addresses of the indices, the values and the dense destination.
 Checked before any traffic: format (BAD_FIELD), n and k non-zero (ZERO_LENGTH), each
 array's word-rounded range (UNALIGNED, OUT_OF_WINDOW), no two arrays overlapping
@@ -23,36 +23,28 @@ stream mode (:mod:`.stream_decompressor`) avoids the dense buffer altogether.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Cat, Const, Mux
-from amaranth.lib import wiring
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.decomp import SENTINEL
 from ndpkit_spec.engines.decomp import BLOCK as DECOMP
-from ndpkit_hw.bus.axi import AxiResp, log2_exact
-from ndpkit_hw.bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
-from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
+from ndpkit_hw.bus.axi import AxiResp
+from ndpkit_hw.bus.dma import Transfer, TransferGroup
+from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.decomp.pairs import PairUnpacker
 
 __all__ = ["DecompEngine"]
 
 
-class DecompEngine(wiring.Component):
-    max_in_flight = 1
-
+class DecompEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
                  max_outstanding: int = 8, max_scatter_outstanding: int = 64):
-        self.addr_width, self.data_width = addr_width, data_width
-        self.word_bytes = data_width // 8
-        log2_exact(self.word_bytes, "data_width/8")
         self.max_scatter_outstanding = max_scatter_outstanding
         # port 0: index reads + zero fill, port 1: value reads + scatter writes (driven below)
-        self.ports = BurstPorts(("idx", "val"), ("zero_fill",), addr_width=addr_width, data_width=data_width,
-                                max_burst_bytes=max_burst_bytes, max_outstanding=max_outstanding)
-        self.read_idx, self.read_val = self.ports.readers["idx"], self.ports.readers["val"]
-        self.zero_fill = self.ports.writers["zero_fill"]
+        super().__init__(DECOMP, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
+                         max_outstanding=max_outstanding, reads=("idx", "val"), writes=("zero_fill",))
+        self.read_idx, self.read_val = self.readers["idx"], self.readers["val"]
+        self.zero_fill = self.writers["zero_fill"]
         self.unpacker = PairUnpacker(data_width=data_width)
-        super().__init__(engine_members(DECOMP, addr_width=addr_width, data_width=data_width,
-                                        id_width=self.ports.id_width))
 
     def elaborate(self, platform):
         m = Module()
@@ -60,11 +52,12 @@ class DecompEngine(wiring.Component):
         word_shift = word.bit_length() - 1
         read_idx, read_val, zero_fill = self.read_idx, self.read_val, self.zero_fill
         m.submodules.unpacker = unpacker = self.unpacker
-        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        self.elaborate_ports(m)
         scatter = self.ports.port(1)
 
         # ---- the command and its checks ------------------------------------------------
-        cmd = Signal(command_layout(DECOMP))
+        ctl = CommandControl(m, self)
+        cmd = ctl.cmd
         value16 = cmd.format != 0
         size_shift = Mux(value16, 1, 2)
         dst_bytes, pair_bytes = Signal(35), Signal(35)
@@ -76,21 +69,11 @@ class DecompEngine(wiring.Component):
         lengths = {"dst": words(dst_bytes), "idx": words(cmd.pairs << 2), "val": words(pair_bytes)}
         ranges = {"dst": Transfer(cmd.dst, lengths["dst"][:32]), "idx": Transfer(cmd.idx, lengths["idx"][:32]),
                   "val": Transfer(cmd.val, lengths["val"][:32])}
-        errors = {k: transfer_error(m, word, self.addr_width, r, self.window_base, self.window_size)
-                  for k, r in ranges.items()}
-        names = list(ranges)
-        overlap = Cat(*[transfers_overlap(ranges[a], ranges[b])
-                        for i, a in enumerate(names) for b in names[i + 1:]]).any()
-        check = Signal(4)
-        with m.If(cmd.format > 2):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif((cmd.count == 0) | (cmd.pairs == 0)):
-            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
-        for name in names:
-            with m.Elif((lengths[name][32:] != 0) | (errors[name] != 0)):
-                m.d.comb += check.eq(Mux(lengths[name][32:] != 0, ErrorCode.OUT_OF_WINDOW, errors[name]))
-        with m.Elif(overlap):
-            m.d.comb += check.eq(ErrorCode.OVERLAP)
+        checks = CommandChecks(m, self)
+        checks.require(cmd.format > 2, ErrorCode.BAD_FIELD)
+        checks.require((cmd.count == 0) | (cmd.pairs == 0), ErrorCode.ZERO_LENGTH)
+        checks.ranges(ranges, wide=lengths)
+        checks.disjoint(ranges)
 
         # ---- the engines' commands and statuses ----------------------------------------
         running = Signal()
@@ -164,26 +147,11 @@ class DecompEngine(wiring.Component):
             m.d.sync += status.eq(Mux(scatter.bresp == AxiResp.DECERR, ErrorCode.DECERR, ErrorCode.SLVERR))
 
         # ---- control ------------------------------------------------------------------------
-        error = Signal(4)
-        accepted = Signal()
         finished = (transfers.finished & ((pairs_done == cmd.pairs) | (stream_error != 0))
                     & (outstanding == 0) & ~aw_sent)
-        with m.FSM(name="control"):
-            with m.State("IDLE"):
-                m.d.comb += self.cmd.ready.eq(1)
-                with m.If(self.cmd.valid):
-                    m.d.sync += cmd.eq(self.cmd.payload)
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                for e in self.ports.engines:
-                    m.d.comb += e.clear_counters.eq(1)
-                m.d.comb += unpacker.start.eq(1)
-                m.d.sync += [error.eq(check), accepted.eq(check == 0), beat.eq(0), pairs_done.eq(0),
-                             written.eq(0), stream_error.eq(0), aw_sent.eq(0), w_sent.eq(0)] + transfers.clear()
-                with m.If(check != 0):
-                    m.next = "COMPLETE"
-                with m.Else():
-                    m.next = "ZERO"
+        with ctl.states(checks.code(), first="ZERO", start=[unpacker.start.eq(1)],
+                        clear=[beat.eq(0), pairs_done.eq(0), written.eq(0), stream_error.eq(0), aw_sent.eq(0),
+                               w_sent.eq(0)] + transfers.clear()):
             with m.State("ZERO"):
                 m.d.comb += running.eq(1)
                 with m.If(transfers.done["dst"]):          # every zero-fill write acknowledged
@@ -191,17 +159,7 @@ class DecompEngine(wiring.Component):
             with m.State("SCATTER"):
                 m.d.comb += [running.eq(1), scattering.eq(1)]
                 with m.If(finished):
-                    m.d.sync += error.eq(Mux(status != 0, status, stream_error))
-                    m.next = "COMPLETE"
-            with m.State("COMPLETE"):
-                m.d.comb += self.cpl.valid.eq(1)
-                with m.If(self.cpl.ready):
-                    m.next = "IDLE"
-        m.d.comb += [
-            self.cpl.payload.tag.eq(cmd.tag),
-            self.cpl.payload.error.eq(error),
-            self.cpl.payload.bytes_read.eq(Mux(accepted, ranges["idx"].length + ranges["val"].length, 0)),
-            self.cpl.payload.bytes_written.eq(Mux(accepted, dst_bytes + (written << size_shift), 0)),
-            self.cpl.payload.aux.eq(Mux(accepted, written, 0)),
-        ]
+                    ctl.finish(Mux(status != 0, status, stream_error))
+        ctl.complete(bytes_read=ranges["idx"].length + ranges["val"].length,
+                     bytes_written=dst_bytes + (written << size_shift), aux=written)
         return m

@@ -1,6 +1,6 @@
 """``dma_copy``: memory-to-memory copy and pattern fill, the first engine on the shell.
 
-Command (:data:`ndpkit_spec.shell.DMA_COPY` arguments): ``op`` (0 copy, 1 fill),
+Command (:data:`ndpkit_spec.engines.dma_copy.BLOCK` arguments): ``op`` (0 copy, 1 fill),
 ``src``, ``dst``, ``length``, ``pattern``.  Checked before any bus traffic, in this
 order (the first failing check is the completion's error code, and nothing is read
 or written): ``op`` known (BAD_OPCODE); the destination, then for a copy the
@@ -24,15 +24,14 @@ from amaranth.hdl import Module, Signal, Mux
 from amaranth.lib import data, fifo, wiring
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit_spec.engines.dma_copy import BLOCK as DMA_COPY
+from ndpkit_spec.engines.dma_copy import BLOCK as DMA_COPY, ENGINE, OP_COPY, OP_FILL
 from ndpkit_hw.bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
 from ndpkit_hw.bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
 from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
 
 __all__ = ["DmaCopy", "OP_COPY", "OP_FILL"]
 
-OP_COPY, OP_FILL = 0, 1
-MAX_IN_FLIGHT = 2
+MAX_IN_FLIGHT = ENGINE.max_in_flight        # commands in flight (the registry's figure)
 
 
 class DmaCopy(wiring.Component):

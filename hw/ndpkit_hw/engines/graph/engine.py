@@ -1,7 +1,7 @@
 """``graph``: pull-style vertex programs over a CSR matrix, with the source values
 fetched through the memory-side scatter-gather unit (after Piccolo).
 
-Command (:data:`ndpkit_spec.shell.GRAPH`): program (SpMV, PageRank, BFS, SSSP, CC), mode (0
+Command (:data:`ndpkit_spec.engines.graph.BLOCK`): program (SpMV, PageRank, BFS, SSSP, CC), mode (0
 Piccolo row gathers, 1 baseline line reads), ``n``, ``edges``, the arrays ``rowptr``,
 ``col``, ``val`` (SSSP weights, SpMV matrix entries), ``a`` (initial values; SpMV's
 ``x``) and ``b`` (SpMV's ``y``), and ``max_iterations``.  The golden model is :func:`ndpkit.engines.graph.golden.execute`.
@@ -65,9 +65,9 @@ from ndpkit_hw.arith.fma import FpFma
 from ndpkit_hw.arith.mul import FpMul
 from ndpkit_hw.arith.reduce import FpReduce
 from ndpkit_hw.bus.axi import log2_exact
-from ndpkit_hw.bus.dma import BurstPorts, Transfer, TransferGroup, transfer_error, transfers_overlap
-from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
-from ndpkit_hw.engines.sg.unit import COUNTER_WIDTH, MAX_OFFSETS, SgUnit
+from ndpkit_hw.bus.dma import Transfer, TransferGroup
+from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
+from ndpkit_hw.engines.sg.unit import MAX_OFFSETS, SgUnit
 
 __all__ = ["GraphEngine"]
 
@@ -140,16 +140,13 @@ class WordPacker(wiring.Component):
         return m
 
 
-class GraphEngine(wiring.Component):
-    max_in_flight = 1
-
+class GraphEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 4,
                  max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
                  tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64, cache_lines: int = 64):
         if data_width != 8 * LINE:
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
-        self.addr_width, self.data_width = addr_width, data_width
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
         if mshr_slots < 1 or response_ids < 2 or response_ids & (response_ids - 1):
             raise ValueError(f"graph: mshr_slots must be >= 1 and response_ids a power of two >= 2, not "
@@ -166,20 +163,18 @@ class GraphEngine(wiring.Component):
         # The streams need a few bytes per edge; short bursts, two in flight each, leave the
         # memory's request queue to the unit's single-column reads (long prefetching bursts
         # would hold the queue and starve them).
-        self.ports = BurstPorts(["rowptr", "col", "val", "old"], ["out"], addr_width=addr_width,
-                                data_width=data_width, max_burst_bytes=min(max_burst_bytes, 1024),
-                                max_outstanding=min(max_outstanding, 2), extra_ports=1)
-        if id_width < self.ports.id_width:
-            raise ValueError(f"graph: id_width must be at least {self.ports.id_width}")
         self.unit = SgUnit(addr_width=addr_width, id_width=1, row_bytes=row_bytes, banks=banks,
                            link_bytes=link_bytes, max_inflight=32)
-        members = engine_members(GRAPH, addr_width=addr_width, data_width=data_width, id_width=self.ports.id_width)
-        members["link"] = Out(self.unit.signature.members["counters"].shape)
-        super().__init__(members)
+        super().__init__(GRAPH, addr_width=addr_width, data_width=data_width, reads=["rowptr", "col", "val", "old"],
+                         writes=["out"], max_burst_bytes=min(max_burst_bytes, 1024),
+                         max_outstanding=min(max_outstanding, 2), extra_ports=1,
+                         members={"link": Out(self.unit.signature.members["counters"].shape)})
+        if id_width < self.ports.id_width:
+            raise ValueError(f"graph: id_width must be at least {self.ports.id_width}")
 
     def elaborate(self, platform):
         m = Module()
-        self.ports.elaborate(m, self.bus, self.window_base, self.window_size)
+        self.elaborate_ports(m)
         m.submodules.unit = unit = self.unit
         wiring.connect(m, unit.bus, self.ports.port(4))
         m.d.comb += [unit.window_base.eq(self.window_base), unit.window_size.eq(self.window_size),
@@ -187,7 +182,8 @@ class GraphEngine(wiring.Component):
         readers, writer = self.ports.readers, self.ports.writers["out"]
         word = self.data_width // 8
 
-        cmd = Signal(command_layout(GRAPH))
+        ctl = CommandControl(m, self)
+        cmd = ctl.cmd
         program = cmd.format_program
         is_sssp = program == Program.SSSP
         is_spmv = program == Program.SPMV
@@ -205,32 +201,16 @@ class GraphEngine(wiring.Component):
                   "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
                   "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
                   "scratch": (cmd.scratch, vertex_len << 1, is_pagerank)}
-        range_error = {name: transfer_error(m, word, self.addr_width, Transfer(a, l[:32]), self.window_base,
-                                            self.window_size) for name, (a, l, _) in arrays.items()}
-        names = list(arrays)
-        overlap = Signal()
-        pairs = []
-        for i, x in enumerate(names):
-            for y in names[i + 1:]:
-                ax, lx, ex = arrays[x]
-                ay, ly, ey = arrays[y]
-                pairs.append(ex & ey & transfers_overlap(Transfer(ax, lx), Transfer(ay, ly)))
-        m.d.comb += overlap.eq(Cat(*pairs).any())
-        check = Signal(4)
         good_program = (program == Program.BFS) | is_sssp | (program == Program.CC) | is_spmv | is_pagerank
         tolerance_nan = (cmd.tolerance[23:31] == 0xFF) & (cmd.tolerance[:23] != 0)
-        with m.If(~good_program):           # (the 1-bit mode field cannot be out of range)
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0)):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif(is_pagerank & (cmd.tolerance[31] | tolerance_nan)):
-            m.d.comb += check.eq(ErrorCode.BAD_FIELD)
-        for name in names:
-            _, length, enabled = arrays[name]
-            with m.Elif(enabled & ((length[32:] != 0) | (range_error[name] != 0))):
-                m.d.comb += check.eq(Mux(length[32:] != 0, ErrorCode.OUT_OF_WINDOW, range_error[name]))
-        with m.Elif(overlap):
-            m.d.comb += check.eq(ErrorCode.OVERLAP)
+        checks = CommandChecks(m, self)
+        checks.require(~good_program)           # (the 1-bit mode field cannot be out of range)
+        checks.require((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0))
+        checks.require(is_pagerank & (cmd.tolerance[31] | tolerance_nan))
+        enabled = {name: e for name, (_, _, e) in arrays.items()}
+        checks.ranges({name: Transfer(a, l[:32]) for name, (a, l, _) in arrays.items()}, active=enabled,
+                      wide={name: l for name, (_, l, _) in arrays.items()})
+        checks.disjoint({name: Transfer(a, l) for name, (a, l, _) in arrays.items()}, active=enabled)
 
         # ---- streams ----------------------------------------------------------------
         validating = Signal()
@@ -619,32 +599,20 @@ class GraphEngine(wiring.Component):
         converged = Signal()             # PageRank stopped by its tolerance (cpl_aux bit 31)
         bus_error = Signal(4)            # the first AXI error of any phase
         bytes_read, bytes_written = Signal(32), Signal(32)
-        m.d.comb += [self.cpl.payload.tag.eq(cmd.tag), self.cpl.payload.aux.eq(Cat(iterations[:31], converged)),
-                     self.cpl.payload.bytes_read.eq(bytes_read), self.cpl.payload.bytes_written.eq(bytes_written)]
+
+        def verdict(bus):               # the command's error: a bus error, else the validation's
+            return Mux(bus != 0, bus, Mux(graph_error != 0, graph_error, index_error))
+
         scan_bytes = rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)
         iteration_bytes = (scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
                            Mux(sum_rows, 0, vertex_len[:32]))
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & ~row_open & have_start & ~edge_valid)
-        with m.FSM(name="graph"):
-            with m.State("IDLE"):
-                m.d.comb += self.cmd.ready.eq(1)
-                with m.If(self.cmd.valid):
-                    m.d.sync += cmd.eq(self.cmd.payload)
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += start.eq(1)
-                m.d.sync += transfers.clear() + [graph_error.eq(0), index_error.eq(0), seen.eq(0), odd.eq(0),
-                                                 iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
-                                                 bus_error.eq(0), stage.eq(0), converged.eq(0), scale_issued.eq(0)]
-                with m.If(check != 0):
-                    m.next = "REJECT"
-                with m.Else():
-                    m.next = "VALIDATE"
-            with m.State("REJECT"):
-                m.d.comb += [self.cpl.valid.eq(1), self.cpl.payload.error.eq(check)]
-                with m.If(self.cpl.ready):
-                    m.next = "IDLE"
+        with ctl.states(checks.code(), first="VALIDATE", start=[start.eq(1)],
+                        clear=transfers.clear() + [graph_error.eq(0), index_error.eq(0), seen.eq(0), odd.eq(0),
+                                                   iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
+                                                   bus_error.eq(0), stage.eq(0), converged.eq(0),
+                                                   scale_issued.eq(0)]):
             with m.State("VALIDATE"):
                 m.d.comb += validating.eq(1)
                 # a reader reports before its last word is taken: wait for the streams too
@@ -657,7 +625,7 @@ class GraphEngine(wiring.Component):
                 m.d.comb += start.eq(1)
                 m.d.sync += transfers.clear() + [changed.eq(0)]
                 with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
-                    m.next = "DONE"
+                    ctl.finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
                     m.next = "VERTEX"
                 with m.Else():
@@ -676,7 +644,7 @@ class GraphEngine(wiring.Component):
                                   (iterations + 1 != cmd.max_iterations)):
                             m.next = "NEXT"
                         with m.Else():
-                            m.next = "DONE"
+                            ctl.finish(verdict(transfers.error))
             with m.State("VERTEX"):
                 m.d.comb += vertex_pass.eq(1)
                 drained = total_ready & (in_flow == 0) & ~vertex_out.r_rdy
@@ -684,7 +652,7 @@ class GraphEngine(wiring.Component):
                     m.d.sync += [bytes_read.eq(bytes_read + (vertex_len[:32] << 1)),
                                  bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(transfers.error != 0):
-                        m.next = "DONE"
+                        ctl.finish(verdict(transfers.error))
                     with m.Elif(~update):            # the dangling rank is in: scale it by 1/n
                         m.next = "SCALE"
                     with m.Else():                   # the L1 change is in: the iteration is complete
@@ -692,7 +660,7 @@ class GraphEngine(wiring.Component):
                         below = ~total_nan & (total_sum < cmd.tolerance)
                         m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd), stage.eq(0), converged.eq(below)]
                         with m.If(below | (iterations + 1 == cmd.max_iterations)):
-                            m.next = "DONE"
+                            ctl.finish(verdict(transfers.error))
                         with m.Else():
                             m.next = "NEXT"
             with m.State("SCALE"):
@@ -701,10 +669,5 @@ class GraphEngine(wiring.Component):
                 with m.If(scale.o.valid):
                     m.d.sync += [scale_issued.eq(0), stage.eq(1)]
                     m.next = "NEXT"
-            with m.State("DONE"):
-                m.d.comb += [self.cpl.valid.eq(1),
-                             self.cpl.payload.error.eq(Mux(bus_error != 0, bus_error,
-                                                           Mux(graph_error != 0, graph_error, index_error)))]
-                with m.If(self.cpl.ready):
-                    m.next = "IDLE"
+        ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written, aux=Cat(iterations[:31], converged))
         return m

@@ -1,6 +1,6 @@
 """``sg``: batches of scatter-gather requests through the memory-side unit.
 
-Command (:data:`ndpkit_spec.shell.SG` arguments): ``op`` (0 read requests, 1 write
+Command (:data:`ndpkit_spec.engines.sg.BLOCK` arguments): ``op`` (0 read requests, 1 write
 requests), ``table`` (``requests`` descriptors of 128 bytes, the layout of
 :func:`ndpkit.engines.sg.golden.pack_descriptor`), ``out`` (reads: 64 bytes per request).
 The golden model is :func:`ndpkit.engines.sg.golden.execute`.
@@ -23,24 +23,22 @@ unit stands where the memory controller is).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.sg import DESCRIPTOR_BYTES, DEVICE_BANKS, DEVICE_ROW_BYTES, LINE, OP_READ, OP_WRITE
 from ndpkit_spec.engines.sg import BLOCK as SG
 from ndpkit_hw.bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
-from ndpkit_hw.bus.dma import BurstReader, BurstWriter, Transfer, TransferGroup, transfer_error, transfers_overlap
+from ndpkit_hw.bus.dma import BurstReader, BurstWriter, Transfer, TransferGroup
 from ndpkit_hw.bus.interconnect import AxiInterconnect
-from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
+from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.sg.unit import MAX_OFFSETS, SgUnit, request_error, request_layout
 
 __all__ = ["SgEngine"]
 
 
-class SgEngine(wiring.Component):
-    max_in_flight = 1
-
+class SgEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 2,
                  max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS):
@@ -48,7 +46,7 @@ class SgEngine(wiring.Component):
             raise ValueError(f"sg: data_width must be {8 * LINE} (a 64-byte DRAM column per beat), not {data_width}")
         if id_width < 2:
             raise ValueError("sg: id_width must be at least 2 (one bit selects the unit or the table streams)")
-        self.addr_width, self.data_width = addr_width, data_width
+        super().__init__(SG, addr_width=addr_width, data_width=data_width, id_width=id_width)
         inner = id_width - 1
         dma = dict(addr_width=addr_width, data_width=data_width, id_width=inner, max_burst_bytes=max_burst_bytes,
                    max_outstanding=max_outstanding)
@@ -57,7 +55,6 @@ class SgEngine(wiring.Component):
         self.unit = SgUnit(addr_width=addr_width, id_width=inner, row_bytes=row_bytes, banks=banks,
                            link_bytes=link_bytes)
         self.xbar = AxiInterconnect(num_masters=2, addr_width=addr_width, data_width=data_width, id_width=inner)
-        super().__init__(engine_members(SG, addr_width=addr_width, data_width=data_width, id_width=id_width))
 
     def elaborate(self, platform):
         m = Module()
@@ -72,29 +69,18 @@ class SgEngine(wiring.Component):
         for block in (reader, writer, unit):
             m.d.comb += [block.window_base.eq(self.window_base), block.window_size.eq(self.window_size)]
 
-        cmd = Signal(command_layout(SG))
+        ctl = CommandControl(m, self)
+        cmd = ctl.cmd
         is_read = cmd.op == OP_READ
         table_len, out_len = Signal(40), Signal(40)
         m.d.comb += [table_len.eq(cmd.requests * DESCRIPTOR_BYTES), out_len.eq(cmd.requests * LINE)]
         table = Transfer(cmd.table, table_len[:32])
         out = Transfer(cmd.out, out_len[:32])
-        table_error = transfer_error(m, LINE, self.addr_width, table, self.window_base, self.window_size)
-        out_error = transfer_error(m, LINE, self.addr_width, out, self.window_base, self.window_size)
-        check = Signal(4)
-        with m.If(cmd.op > OP_WRITE):
-            m.d.comb += check.eq(ErrorCode.BAD_OPCODE)
-        with m.Elif(cmd.requests == 0):
-            m.d.comb += check.eq(ErrorCode.ZERO_LENGTH)
-        with m.Elif(table_len[32:] != 0):
-            m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
-        with m.Elif(table_error != 0):
-            m.d.comb += check.eq(table_error)
-        with m.Elif(is_read & (out_len[32:] != 0)):
-            m.d.comb += check.eq(ErrorCode.OUT_OF_WINDOW)
-        with m.Elif(is_read & (out_error != 0)):
-            m.d.comb += check.eq(out_error)
-        with m.Elif(is_read & transfers_overlap(table, out)):
-            m.d.comb += check.eq(ErrorCode.OVERLAP)
+        checks = CommandChecks(m, self, word_bytes=LINE)
+        checks.require(cmd.op > OP_WRITE, ErrorCode.BAD_OPCODE)
+        checks.require(cmd.requests == 0, ErrorCode.ZERO_LENGTH)
+        checks.ranges({"table": table, "out": out}, active={"out": is_read}, wide={"table": table_len, "out": out_len})
+        checks.disjoint({"table": table, "out": out}, active={"out": is_read})
 
         running = Signal()
         transfers = TransferGroup(m, {"table": reader, "out": writer}, {"table": table, "out": out}, running,
@@ -151,40 +137,13 @@ class SgEngine(wiring.Component):
 
         columns = unit.counters.column_accesses[:32]
         finished = transfers.finished & ~second & ~pending & (stopped | (sent == cmd.requests))
-        m.d.comb += [
-            self.cpl.payload.tag.eq(cmd.tag),
-            self.cpl.payload.aux.eq(unit.counters.link_bytes[:32]),
-        ]
-        with m.FSM(name="sg"):
-            with m.State("IDLE"):
-                m.d.comb += self.cmd.ready.eq(1)
-                with m.If(self.cmd.valid):
-                    m.d.sync += cmd.eq(self.cmd.payload)
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += unit.clear.eq(1)                        # per-command counters
-                m.d.sync += transfers.clear() + [second.eq(0), stopped.eq(0), stop_code.eq(0), sent.eq(0),
-                                                 received.eq(0), written.eq(0), bus_error.eq(0)]
-                with m.If(check != 0):
-                    m.next = "REJECT"
-                with m.Else():
-                    m.next = "RUN"
-            with m.State("REJECT"):
-                m.d.comb += [self.cpl.valid.eq(1), self.cpl.payload.error.eq(check), self.cpl.payload.aux.eq(0)]
-                with m.If(self.cpl.ready):
-                    m.next = "IDLE"
+        with ctl.states(checks.code(), first="RUN", start=[unit.clear.eq(1)],       # per-command counters
+                        clear=transfers.clear() + [second.eq(0), stopped.eq(0), stop_code.eq(0), sent.eq(0),
+                                                   received.eq(0), written.eq(0), bus_error.eq(0)]):
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
                 with m.If(finished):
-                    m.next = "DONE"
-            with m.State("DONE"):
-                m.d.comb += [
-                    self.cpl.valid.eq(1),
-                    self.cpl.payload.error.eq(Mux(bus_error != 0, bus_error,
-                                                  Mux(stop_code != 0, stop_code, transfers.error))),
-                    self.cpl.payload.bytes_read.eq(table.length + Mux(is_read, columns << 6, 0)),
-                    self.cpl.payload.bytes_written.eq(Mux(is_read, out.length, columns << 6)),
-                ]
-                with m.If(self.cpl.ready):
-                    m.next = "IDLE"
+                    ctl.finish(Mux(bus_error != 0, bus_error, Mux(stop_code != 0, stop_code, transfers.error)))
+        ctl.complete(bytes_read=table.length + Mux(is_read, columns << 6, 0),
+                     bytes_written=Mux(is_read, out.length, columns << 6), aux=unit.counters.link_bytes[:32])
         return m

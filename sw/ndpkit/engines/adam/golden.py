@@ -1,5 +1,5 @@
 """Golden model of the ``adam`` engine: DeepSpeed CPU Adam's operation order, in binary32,
-bit for bit what the hardware computes (gateware: ``ndpkit_hw/cores/adam``).
+bit for bit what the hardware computes (gateware: ``ndpkit_hw/engines/adam``).
 
 Per element, with the float32 scalars of :class:`AdamScalars` (computed by the host
 once per step; the hardware does not recompute them):
@@ -153,7 +153,7 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
 
 
 def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
-    """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/cores/adam/engine.py).
+    """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/engines/adam/engine.py).
     Only what is checked before the update starts: sparse-mode pairs are checked as they
     stream (:func:`ndpkit.engines.decomp.golden.stream_stop`)."""
     from ndpkit_spec.codes import ErrorCode

@@ -176,7 +176,7 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
 
 
 def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
-    """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/cores/adam/scatter.py)."""
+    """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/engines/decomp/engine.py)."""
     from ndpkit.transfer import check_ranges
     if cmd["format"] > 2:
         return ErrorCode.BAD_FIELD, "fmt"
