@@ -1,12 +1,13 @@
 """The user-facing device: ``ndpkit.open(uri)`` returns a :class:`Device`.
 
 >>> import numpy as np, ndpkit
->>> with ndpkit.open("sim") as dev:                  # or "model", or "/dev/xdma0"
+>>> with ndpkit.open("model") as dev:                # or "sim", or "/dev/xdma0"
 ...     src = dev.upload(np.arange(1 << 16, dtype=np.float32))
 ...     dst = dev.alloc(src.size)
 ...     done = dev.copy(dst, src)                     # runs on the card, waits
 ...     assert (dst.download(np.float32) == np.arange(1 << 16)).all()
-...     print(done.cycles, done.bytes_written)
+...     print(done.ok, done.bytes_written)
+True 262144
 
 URIs: ``model``, ``sim``, ``xdma:/dev/xdma0`` (or just ``/dev/xdma0``),
 ``uart:/dev/ttyUSB1`` (a card behind the UART bridge, e.g. the ECP5 board;
@@ -402,8 +403,13 @@ class Device:
         """Commands submitted inside the block start together when it ends
         (``control.hold``); at most ``queue_depth`` per engine fit.
 
-        >>> with dev.batch():
-        ...     cmds = [dev.copy(d, s, wait=False) for d, s in pairs]
+        >>> import numpy as np, ndpkit
+        >>> with ndpkit.open("model") as dev:
+        ...     pairs = [(dev.alloc(4096), dev.upload(np.full(4096, i, np.uint8))) for i in range(3)]
+        ...     with dev.batch():
+        ...         cmds = [dev.copy(d, s, wait=False) for d, s in pairs]
+        ...     print([c.wait().ok for c in cmds], [int(d.download(np.uint8)[0]) for d, _ in pairs])
+        [True, True, True] [0, 1, 2]
         """
         self.shell.write("control", hold=1)
         self.held = True

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The engine registry is the one list of engines: every consumer derives from it.
 
 Two kinds of proof: (1) for the real registry, each consumer holds exactly the

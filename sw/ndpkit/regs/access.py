@@ -16,8 +16,15 @@ def decode_fields(block: RegisterBlock, reg: str, value: int) -> dict[str, int]:
 class RegisterFile:
     """Named access to one register block at ``base`` through ``read32``/``write32``.
 
+    >>> from ndpkit_spec.regs import Access, Field, Register, RegisterBlock
+    >>> block = RegisterBlock("demo", [Register("ctrl", 0x0, [Field("start", 0, 1, Access.RW),
+    ...                                                      Field("mode", 4, 2, Access.RW)])])
+    >>> words = {}
+    >>> regs = RegisterFile(block, lambda a: words.get(a, 0), words.__setitem__, base=0x1000)
+    >>> regs.write("ctrl", mode=2)
     >>> regs.write("ctrl", start=1)          # other RW fields keep their value
-    >>> regs.field("status", "busy")
+    >>> hex(words[0x1000]), regs.field("ctrl", "mode")
+    ('0x21', 2)
     """
 
     def __init__(self, block: RegisterBlock, read32: Callable[[int], int],
