@@ -6,10 +6,15 @@ value carries the cycle it is ready at, an operation starts when its last operan
 ready, and earlier operands are delayed to meet it (reset-less shift registers).
 The whole graph then has one latency and accepts a new set of operands every cycle.
 
+>>> from amaranth.hdl import Module, Signal
+>>> m = Module()
+>>> grad, scale, one_minus_beta1, m1 = (Signal(32, name=n) for n in ("grad", "scale", "b1", "m1"))
 >>> df = Dataflow(m, "lane0")
 >>> g = df.op("mul", df.input(grad), df.input(scale))
->>> m2 = df.op("fma", g, df.input(one_minus_beta1), m1)
+>>> m2 = df.op("fma", g, df.input(one_minus_beta1), df.input(m1))
 >>> out = df.at(m2, df.latency)         # every output delayed to the graph's end
+>>> 0 < g.time < m2.time == df.latency   # the fma starts when the product is ready
+True
 """
 from __future__ import annotations
 

@@ -1,0 +1,135 @@
+"""The collector: a collection-extended MSHR (after Piccolo).
+
+``slots`` groups are open at once, each collecting the edges whose source values
+share one DRAM row (Piccolo mode: up to 16 offsets, one row gather) or one 64-byte
+line (baseline mode: an ordinary MSHR merging misses to a line).  An edge whose
+value the cache holds (``hit``) carries it in its ticket and skips the groups; any
+other edge joins the open group with its key or opens one in a free slot (taking the
+response table's next id); with no slot free, the round-robin victim is sent to make
+room.  A group also leaves when full, after ``timeout`` cycles without a new member,
+or when the pass's edges are all taken (``flush``).  Every taken edge writes one
+ticket (``ticket``, ``ticket_en``): row start/end, weight, and where its source value
+will be (response id and lane, or the cached value).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ndpkit_spec.engines.sg import Op
+from ndpkit_hw.bus.axi import log2_exact
+from ndpkit_hw.engines.graph.edges import EdgeLayout
+from ndpkit_hw.engines.sg.unit import MAX_OFFSETS, request_layout
+
+__all__ = ["Collector", "ticket_layout"]
+
+
+def ticket_layout(ids: int) -> data.StructLayout:
+    """A ticket per edge: row start/end, the response id and lane holding its source
+    value, or (a cache hit) the value itself; the source vertex for the cache fill."""
+    return data.StructLayout({"empty": 1, "first": 1, "last": 1, "id": range(ids), "lane": 4, "weight": 32,
+                              "hit": 1, "value": 32, "u": 24})
+
+
+class Collector(wiring.Component):
+    def __init__(self, *, addr_width: int, row_bytes: int, slots: int, ids: int, timeout: int):
+        if slots < 1:
+            raise ValueError(f"graph: mshr_slots must be >= 1, not {slots}")
+        self.addr_width, self.row_bytes, self.slots, self.ids, self.timeout = addr_width, row_bytes, slots, ids, timeout
+        self.ticket_layout = ticket_layout(ids)
+        super().__init__({
+            "edge": In(stream.Signature(EdgeLayout)),
+            "base": In(addr_width),          # the source values' array (byte address of value 0)
+            "baseline": In(1),
+            "hit": In(1), "value": In(32),   # the cache's answer for the edge's source
+            "ticket": Out(self.ticket_layout), "ticket_en": Out(1), "ticket_room": In(1),
+            "flush": In(1),                  # the pass's edges are all taken: send every group
+            "req": Out(stream.Signature(request_layout(addr_width))),
+            "open": Out(1), "next_id": In(range(ids)), "next_free": In(1),
+            "send": Out(1), "send_id": Out(range(ids)), "send_members": Out(5),
+            "busy": Out(1),                  # a group is open
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        slots, edge = self.slots, self.edge.payload
+        baseline = self.baseline
+        ticket = self.ticket
+        m.d.comb += [ticket.empty.eq(edge.empty), ticket.first.eq(edge.first), ticket.last.eq(edge.last),
+                     ticket.weight.eq(edge.weight), ticket.u.eq(edge.u)]
+        row_shift = log2_exact(self.row_bytes, "row_bytes")
+        address = Signal(self.addr_width)
+        m.d.comb += address.eq(self.base + (edge.u << 2))
+        key = Signal(self.addr_width)
+        m.d.comb += key.eq(Mux(baseline, address >> 6, address >> row_shift))
+        slot_open = Signal(slots)
+        slot_key = Array(Signal(self.addr_width, name=f"slot{i}_key") for i in range(slots))
+        slot_count = Array(Signal(5, name=f"slot{i}_count") for i in range(slots))
+        slot_id = Array(Signal(range(self.ids), name=f"slot{i}_id") for i in range(slots))
+        slot_idle = Array(Signal(range(self.timeout + 1), name=f"slot{i}_idle") for i in range(slots))
+        slot_offsets = Array(Signal(16 * MAX_OFFSETS, name=f"slot{i}_offsets") for i in range(slots))
+        m.d.comb += self.busy.eq(slot_open != 0)
+        lookup = self.edge.valid & ~edge.empty & ~self.hit & self.ticket_room
+        hits = Signal(slots)
+        m.d.comb += hits.eq(Cat(slot_open[i] & (slot_key[i] == key) & (slot_count[i] < MAX_OFFSETS)
+                                for i in range(slots)))
+        victim = Signal(range(slots))
+        evict = lookup & (hits == 0) & slot_open.all()
+        want = Signal(slots)
+        m.d.comb += want.eq(Cat(slot_open[i] & ((slot_count[i] == MAX_OFFSETS) | (slot_idle[i] == self.timeout) |
+                                                self.flush | (evict & (victim == i)))
+                                for i in range(slots)))
+        send_slot = Signal(range(slots))
+        for i in reversed(range(slots)):         # the lowest slot that wants to go
+            with m.If(want[i]):
+                m.d.comb += send_slot.eq(i)
+        request = self.req.payload
+        m.d.comb += [self.req.valid.eq(want.any()),
+                     request.op.eq(Mux(baseline, Op.LINE_READ, Op.ROW_GATHER)), request.size.eq(4),
+                     request.count.eq(slot_count[send_slot]),
+                     request.address.eq(Mux(baseline, slot_key[send_slot] << 6, slot_key[send_slot] << row_shift)),
+                     request.offsets.eq(slot_offsets[send_slot]), request.data.eq(0)]
+        sent = self.req.valid & self.req.ready
+        sending = Signal(slots)
+        m.d.comb += sending.eq(Mux(sent, Const(1, slots) << send_slot, 0))
+        m.d.comb += [self.send.eq(sent), self.send_id.eq(slot_id[send_slot]),
+                     self.send_members.eq(slot_count[send_slot])]
+        with m.If(sent & evict):
+            m.d.sync += victim.eq(Mux(victim == slots - 1, 0, victim + 1))
+        joinable = hits & ~sending       # a group being sent takes no more members
+        join_slot, free_slot = Signal(range(slots)), Signal(range(slots))
+        for i in reversed(range(slots)):
+            with m.If(joinable[i]):
+                m.d.comb += join_slot.eq(i)
+            with m.If(~slot_open[i]):
+                m.d.comb += free_slot.eq(i)
+        can_open = (hits == 0) & ~slot_open.all() & self.next_free
+        take = Signal()
+        joined = Signal(slots)
+        with m.If(self.edge.valid & self.ticket_room):
+            with m.If(edge.empty):
+                m.d.comb += take.eq(1)
+            with m.Elif(self.hit):
+                m.d.comb += [take.eq(1), ticket.hit.eq(1), ticket.value.eq(self.value)]
+            with m.Elif(joinable.any()):
+                count = slot_count[join_slot]
+                m.d.comb += [take.eq(1), ticket.id.eq(slot_id[join_slot]),
+                             ticket.lane.eq(Mux(baseline, address[2:6], count[:4])),
+                             joined.eq(Const(1, slots) << join_slot)]
+                m.d.sync += [slot_offsets[join_slot].word_select(count[:4], 16).eq(address[2:row_shift]),
+                             count.eq(count + 1)]
+            with m.Elif(can_open):
+                m.d.comb += [take.eq(1), ticket.id.eq(self.next_id), ticket.lane.eq(Mux(baseline, address[2:6], 0)),
+                             joined.eq(Const(1, slots) << free_slot), self.open.eq(1)]
+                m.d.sync += [slot_key[free_slot].eq(key), slot_count[free_slot].eq(1),
+                             slot_id[free_slot].eq(self.next_id),
+                             slot_offsets[free_slot].word_select(0, 16).eq(address[2:row_shift])]
+        m.d.sync += slot_open.eq((slot_open | joined) & ~sending)
+        for i in range(slots):
+            with m.If(joined[i]):
+                m.d.sync += slot_idle[i].eq(0)
+            with m.Elif(slot_open[i] & (slot_idle[i] != self.timeout)):
+                m.d.sync += slot_idle[i].eq(slot_idle[i] + 1)
+        m.d.comb += [self.edge.ready.eq(take), self.ticket_en.eq(take)]
+        return m

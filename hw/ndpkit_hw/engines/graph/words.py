@@ -1,0 +1,74 @@
+"""Between bus words and 32-bit elements: the graph engine's arrays stream through
+these (row pointers, columns, values in; results out)."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["WordUnpacker", "WordPacker"]
+
+
+class WordUnpacker(wiring.Component):
+    """A reader's bus words -> ``count`` 32-bit elements, in order (the last word's
+    unused elements dropped).  ``start`` restarts the count."""
+
+    def __init__(self, data_width: int):
+        self.lanes = data_width // 32
+        super().__init__({
+            "words": In(stream.Signature(data.StructLayout({"data": data_width, "last": 1}))),
+            "elements": Out(stream.Signature(32)),
+            "count": In(32),
+            "start": In(1),
+            "done": Out(1),              # all ``count`` elements taken (their words too)
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lane = Signal(range(self.lanes))
+        emitted = Signal(32)
+        m.d.comb += self.done.eq(emitted == self.count)
+        m.d.comb += [self.elements.valid.eq(self.words.valid & (emitted != self.count)),
+                     self.elements.payload.eq(self.words.payload.data.word_select(lane, 32))]
+        with m.If(self.elements.valid & self.elements.ready):
+            m.d.sync += [emitted.eq(emitted + 1), lane.eq(lane + 1)]
+            with m.If((lane == self.lanes - 1) | (emitted + 1 == self.count)):
+                m.d.comb += self.words.ready.eq(1)
+                m.d.sync += lane.eq(0)
+        with m.If(self.start):
+            m.d.sync += [emitted.eq(0), lane.eq(0)]
+        return m
+
+
+class WordPacker(wiring.Component):
+    """``count`` 32-bit elements -> whole bus words for a writer (the last one padded
+    with zeros)."""
+
+    def __init__(self, data_width: int):
+        self.lanes = data_width // 32
+        super().__init__({
+            "elements": In(stream.Signature(32)),
+            "words": Out(stream.Signature(data.StructLayout({"data": data_width, "strb": data_width // 8}))),
+            "count": In(32),
+            "start": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lane = Signal(range(self.lanes))
+        taken = Signal(32)
+        word = Signal(len(self.words.payload.data))
+        full = Signal()
+        last = taken + 1 == self.count
+        m.d.comb += [self.words.valid.eq(full), self.words.payload.data.eq(word), self.words.payload.strb.eq(-1),
+                     self.elements.ready.eq(~full)]
+        with m.If(self.words.valid & self.words.ready):
+            m.d.sync += [full.eq(0), word.eq(0)]
+        with m.If(self.elements.valid & self.elements.ready):
+            m.d.sync += [word.word_select(lane, 32).eq(self.elements.payload), taken.eq(taken + 1),
+                         lane.eq(lane + 1)]
+            with m.If((lane == self.lanes - 1) | last):
+                m.d.sync += [full.eq(1), lane.eq(0)]
+        with m.If(self.start):
+            m.d.sync += [taken.eq(0), lane.eq(0), word.eq(0), full.eq(0)]
+        return m

@@ -1,0 +1,267 @@
+# amaranth: UnusedElaboratable=no
+"""The graph engine's components alone, in Amaranth's simulator against Python models,
+with random stalls on every valid/ready pair (``SEED=`` reproduces): the edge
+generator, the source-value cache, the collector (collection-extended MSHR) with the
+response table, and PageRank's vertex passes (bit for bit the golden operations).
+The whole engine's bench is ``test_graph_engine.py``."""
+import os
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from ndpkit.arith import fp
+from ndpkit_hw.engines.graph.cache import SourceCache
+from ndpkit_hw.engines.graph.collector import Collector
+from ndpkit_hw.engines.graph.edges import EdgeGenerator
+from ndpkit_hw.engines.graph.pagerank import VertexPass
+from ndpkit_hw.engines.graph.responses import ResponseTable
+
+
+@pytest.fixture
+def seed():
+    value = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1 << 30)
+    print(f"seed={value} (SEED={value} reproduces)")
+    return value
+
+
+def _run(dut, bench, deadline=200_000):
+    """Run ``bench`` to its end (failing if it has not ended after ``deadline`` cycles)."""
+    finished = []
+
+    async def whole(ctx):
+        await bench(ctx)
+        finished.append(True)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(whole)
+    sim.run_until(deadline * 1e-8)
+    assert finished, f"the bench did not finish in {deadline} cycles"
+
+
+def _drive(ctx, port, items, rng, i):
+    """Offer items[i] on stream ``port`` (valid with probability 0.7)."""
+    on = i < len(items) and rng.random() < 0.7
+    ctx.set(port.valid, on)
+    ctx.set(port.payload, items[i] if on else 0)
+
+
+def _fired(ctx, port):
+    return bool(ctx.get(port.valid) and ctx.get(port.ready))
+
+
+def test_edge_generator_turns_rows_into_edges(seed):
+    rng = random.Random(seed)
+    n = 40
+    degrees = [rng.choice([0, 0, 1, 2, 3, 7]) for _ in range(n)]
+    rowptr = np.concatenate([[0], np.cumsum(degrees)]).astype(int).tolist()
+    col = [rng.randrange(1 << 24) for _ in range(rowptr[-1])]
+    val = [rng.randrange(1 << 32) for _ in range(rowptr[-1])]
+    expected = []
+    for v in range(n):
+        row = list(range(rowptr[v], rowptr[v + 1]))
+        if not row:
+            expected.append((0, 0, 1, 1, 1))
+        for k, e in enumerate(row):
+            expected.append((col[e], val[e], 0, int(k == 0), int(k == len(row) - 1)))
+    dut = EdgeGenerator()
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.uses_val, 1)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        ctx.set(dut.run, 1)
+        i = {"rowptr": 0, "col": 0, "val": 0}
+        while len(got) < len(expected):
+            for name, items in (("rowptr", rowptr), ("col", col), ("val", val)):
+                _drive(ctx, getattr(dut, name), items, rng, i[name])
+            ready = rng.random() < 0.6
+            ctx.set(dut.edge.ready, ready)
+            fired = {name: _fired(ctx, getattr(dut, name)) for name in i}
+            if ctx.get(dut.edge.valid) and ready:
+                e = ctx.get(dut.edge.payload)
+                got.append((e.u if not e.empty else 0, e.weight if not e.empty else 0, e.empty, e.first, e.last))
+            for name in i:
+                i[name] += fired[name]
+            await ctx.tick()
+        assert ctx.get(dut.idle)
+    _run(dut, bench)
+    assert got == expected
+
+
+def test_source_cache_matches_a_direct_mapped_model(seed):
+    rng = random.Random(seed)
+    lines = 4
+    entries = 16 * lines
+    dut = SourceCache(lines)
+    model = {}                           # entry -> (tag, value)
+
+    async def bench(ctx):
+        for step in range(600):
+            u = rng.randrange(4 * entries)
+            ctx.set(dut.u, u)
+            await ctx.delay(1e-9)
+            entry, tag = u % entries, u // entries
+            want = model.get(entry)
+            hit = want is not None and want[0] == tag
+            assert ctx.get(dut.hit) == hit, (step, u)
+            if hit:
+                assert ctx.get(dut.value) == want[1]
+            op = rng.random()
+            if op < 0.05:
+                ctx.set(dut.clear, 1)
+                model.clear()
+            elif op < 0.55:
+                fill_u, whole = rng.randrange(4 * entries), rng.random() < 0.4
+                line = [rng.randrange(1 << 32) for _ in range(16)]
+                ctx.set(dut.fill, 1)
+                ctx.set(dut.fill_u, fill_u)
+                ctx.set(dut.whole, whole)
+                ctx.set(dut.fill_line, sum(w << (32 * k) for k, w in enumerate(line)))
+                first = fill_u % entries
+                if whole:
+                    for k in range(16):
+                        model[first - first % 16 + k] = (fill_u // entries, line[k])
+                else:
+                    model[first] = (fill_u // entries, line[fill_u % 16])
+            await ctx.tick()
+            ctx.set(dut.fill, 0)
+            ctx.set(dut.clear, 0)
+    _run(dut, bench)
+
+
+@pytest.mark.parametrize("baseline", [0, 1], ids=["piccolo", "baseline"])
+def test_collector_groups_edges_and_tickets_find_their_values(seed, baseline):
+    """Every ticket's (id, lane) names a sent request whose row gather (or line read)
+    fetches exactly that edge's source value; groups never exceed 16 members; every
+    id's member count is the number of tickets naming it; the response table hands
+    out ids and frees them when the reducer (here: the bench) consumes the members."""
+    rng = random.Random(seed)
+    row_bytes, base, slots, ids = 2048, 0x10000, 4, 8
+    dut_c = Collector(addr_width=32, row_bytes=row_bytes, slots=slots, ids=ids, timeout=32)
+    dut_t = ResponseTable(ids)
+    edges = []
+    for _ in range(400):
+        # half the sources in one row (groups fill to 16 and must close), some in a few rows,
+        # the rest anywhere (groups time out or are evicted)
+        kind = rng.random()
+        u = rng.randrange(512) if kind < 0.5 else rng.randrange(2048) if kind < 0.7 else rng.randrange(1 << 20)
+        edges.append({"u": u, "weight": 0, "empty": int(rng.random() < 0.05), "first": 0, "last": 0})
+    tickets, requests = [], {}           # requests: id -> list of (address, count, offsets, op)
+
+    from amaranth.hdl import Module
+    top = Module()
+    top.submodules.c, top.submodules.t = dut_c, dut_t
+    top.d.comb += [dut_t.open.eq(dut_c.open), dut_c.next_id.eq(dut_t.next_id), dut_c.next_free.eq(dut_t.next_free),
+                   dut_t.send.eq(dut_c.send), dut_t.send_id.eq(dut_c.send_id),
+                   dut_t.send_members.eq(dut_c.send_members)]
+
+    async def bench(ctx):
+        ctx.set(dut_c.base, base)
+        ctx.set(dut_c.baseline, baseline)
+        i = 0
+        in_flight = []                   # ids sent, in order
+        arrived = {}                     # id -> responses arrived under it so far
+        for cycle in range(40000):
+            if i < len(edges) and rng.random() < 0.8:
+                ctx.set(dut_c.edge.valid, 1)
+                ctx.set(dut_c.edge.payload, edges[i])
+            else:
+                ctx.set(dut_c.edge.valid, 0)
+            ctx.set(dut_c.ticket_room, rng.random() < 0.8)
+            ctx.set(dut_c.flush, i == len(edges))
+            ctx.set(dut_c.req.ready, rng.random() < 0.3)
+            ctx.set(dut_c.hit, 0)
+            # the unit answers the oldest request now and then
+            answer = bool(in_flight) and rng.random() < 0.3
+            ctx.set(dut_t.resp.valid, answer)
+            ctx.set(dut_t.resp.payload, 0)
+            # the reducer consumes one member of an arrived group now and then
+            ready = [t for t in tickets if not t["done"] and arrived.get(t["id"], 0) > t["n"]]
+            consume = ready[0] if ready and rng.random() < 0.5 else None
+            ctx.set(dut_t.consume, consume is not None)
+            ctx.set(dut_t.read_id, consume["id"] if consume else 0)
+            await ctx.delay(1e-9)
+            if consume is not None:
+                assert ctx.get(dut_t.arrived)
+            if ctx.get(dut_c.req.valid) and ctx.get(dut_c.req.ready):
+                r = ctx.get(dut_c.req.payload)
+                sid = ctx.get(dut_c.send_id)
+                assert 1 <= r.count <= 16 and ctx.get(dut_c.send_members) == r.count
+                requests.setdefault(sid, []).append((r.address, r.count, [r.offsets[k] for k in range(16)], r.op))
+                in_flight.append(sid)
+            if ctx.get(dut_c.edge.valid) and ctx.get(dut_c.edge.ready):
+                assert ctx.get(dut_c.ticket_en)
+                tk = ctx.get(dut_c.ticket)
+                if not edges[i]["empty"]:
+                    tickets.append({"u": edges[i]["u"], "id": tk.id, "lane": tk.lane, "done": False,
+                                    "n": len(requests.get(tk.id, []))})
+                i += 1
+            if answer:
+                done_id = in_flight.pop(0)
+                arrived[done_id] = arrived.get(done_id, 0) + 1
+            if consume is not None:
+                consume["done"] = True
+            await ctx.tick()
+            if i == len(edges) and not in_flight and all(t["done"] for t in tickets) and \
+                    not ctx.get(dut_c.busy):
+                break
+        assert i == len(edges) and all(t["done"] for t in tickets)
+    _run(top, bench, deadline=80000)
+    for t in tickets:
+        # the request of the ticket's group: the first sent under its id after the ticket was written
+        address, count, offsets, op = requests[t["id"]][t["n"]]
+        source = base + 4 * t["u"]
+        if baseline:
+            assert op == 0 and address == source & ~63 and t["lane"] == (source >> 2) & 15
+        else:
+            assert op == 2 and address == source & ~(row_bytes - 1)
+            assert t["lane"] < count and offsets[t["lane"]] == (source % row_bytes) >> 2
+
+
+def test_vertex_pass_is_the_golden_arithmetic(seed):
+    rng = np.random.default_rng(seed)
+    n = 64
+    ranks = fp.bits(rng.random(n, dtype=np.float32) / n)
+    degrees = rng.choice([0, 1, 2, 3, 1000, (1 << 31) - 1], size=n).astype(np.uint32)
+    sums = fp.bits(rng.random(n, dtype=np.float32) / 10)
+    d, tele, dterm = (int(fp.bits(np.float32(x))[0]) for x in (0.85, 0.15 / n, 1e-3))
+    contrib = np.where(degrees != 0, fp.div(ranks, fp.int32_to_fp32(degrees)), 0).astype(np.uint32)
+    dangling = np.where(degrees != 0, 0, ranks).astype(np.uint32)
+    new = fp.fma(np.full(n, d, np.uint32), fp.add(sums, np.full(n, dterm, np.uint32)), np.full(n, tele, np.uint32))
+    change = fp.sub(new, ranks) & np.uint32(0x7FFF_FFFF)
+    dut = VertexPass()
+    pyrng = random.Random(seed)
+
+    async def bench(ctx):
+        for update, others, want_written, want_summed in ((0, degrees, contrib, dangling), (1, sums, new, change)):
+            ctx.set(dut.update, update)
+            ctx.set(dut.damping, int(d))
+            ctx.set(dut.teleport, int(tele))
+            ctx.set(dut.dterm, int(dterm))
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            ctx.set(dut.run, 1)
+            i, got = 0, []
+            while len(got) < n:
+                both = i < n and pyrng.random() < 0.8
+                for port, items in ((dut.rank, ranks), (dut.other, others)):
+                    ctx.set(port.valid, both)
+                    ctx.set(port.payload, int(items[i]) if i < n else 0)
+                ctx.set(dut.out.ready, pyrng.random() < 0.6)
+                await ctx.delay(1e-9)
+                if both and ctx.get(dut.rank.ready):
+                    assert ctx.get(dut.other.ready)
+                    i += 1
+                if ctx.get(dut.out.valid) and ctx.get(dut.out.ready):
+                    word = ctx.get(dut.out.payload)
+                    got.append((word & 0xFFFF_FFFF, word >> 32))
+                await ctx.tick()
+            ctx.set(dut.run, 0)
+            assert [w for w, _ in got] == [int(x) for x in want_written]
+            assert [s for _, s in got] == [int(x) for x in want_summed]
+    _run(dut, bench)
