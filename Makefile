@@ -18,7 +18,7 @@ BOARDS_STAMP := $(VENV)/.ndpkit-boards-installed
 all: test
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "ndpkit needs Python 3.11, found " + sys.version' \
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "make test and make demo use Python 3.11 (the pinned CPU build of torch), found " + sys.version' \
 		|| { echo "Set PYTHON=/path/to/python3.11"; exit 1; }
 	@command -v perl >/dev/null || { echo "Verilator needs perl on PATH"; exit 1; }
 	@command -v c++ >/dev/null || command -v g++ >/dev/null || { echo "Verilator needs a C++ compiler (g++)"; exit 1; }

@@ -49,9 +49,12 @@ def test_gateware_loads_neither_numpy_nor_the_driver():
     assert {"amaranth", "ndpkit_spec"} <= loaded
 
 
-@pytest.mark.parametrize("skip", ["ndpkit.engines.adam.torch,ndpkit.engines.attention.torch,ndpkit.torch", ""])
+@pytest.mark.parametrize("skip", ["ndpkit.engines.adam.torch,ndpkit.engines.attention.torch,ndpkit.torch", ""],
+                         ids=["without-torch-glue", "with-torch-glue"])
 def test_driver_loads_neither_gateware_nor_tools(skip):
     """With and without the PyTorch glue (which needs the torch extra)."""
+    if not skip:
+        pytest.importorskip("torch")
     count, loaded = _loaded("ndpkit", skip)
     assert count >= 30
     assert not loaded & {"amaranth", "ndpkit_hw", "ndpkit_tools", "cocotb"}
