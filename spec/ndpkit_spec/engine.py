@@ -64,6 +64,9 @@ class EngineSpec:
     #: named build configurations (implementation report, FuseSoC): ``{name: constructor keywords}``;
     #: ``"default"`` is the simulated cards' configuration
     configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    #: how a configuration reads in a report: a format string over its keywords and
+    #: ``fp32_lanes`` / ``fp16_lanes`` (the bus word's elements)
+    config_label: str = "{data_width}-bit"
 
     def __post_init__(self):
         if self.block.name != self.name:
@@ -76,6 +79,17 @@ class EngineSpec:
                                                               for k, v in dict(self.configs).items()}))
         if "default" not in self.configs:
             raise ValueError(f"engine {self.name!r}: no 'default' configuration")
+
+    def describe(self, config: str = "default") -> str:
+        """Configuration ``config`` in words (its ``config_label``).
+
+        >>> from ndpkit_spec.registry import REGISTRY
+        >>> REGISTRY["attention"].describe("max"), REGISTRY["adam"].describe()
+        ('8 units × 32 lanes', '4 fp32 lanes')
+        """
+        params = dict(self.configs[config])
+        width = params.get("data_width", 512)
+        return self.config_label.format(fp32_lanes=width // 32, fp16_lanes=width // 16, **params)
 
     @property
     def doc_path(self) -> str:

