@@ -5,7 +5,7 @@ command of ``transfer`` bytes runs with no per-cycle Python; the engine's own
 counters give the bytes moved and the busy cycles.  efficiency = bytes per busy
 cycle / bus bytes per cycle (the port's peak; 1.0 is the physical limit).  The
 memory latency is swept at run time.  Results are written as JSON to the file
-named by ``NDP_RESULT_FILE``; ``python -m ndpkit_tools.sim.perf`` runs the full sweep and
+named by ``NDP_RESULT_FILE``; ``python -m tb.bus.dma_perf_report`` runs the full sweep and
 prints the table.  The pytest entry asserts the foundation's target as a
 cycle-count bound: >= 0.95 of peak with 4 KiB bursts at 200 cycles of latency.
 """
