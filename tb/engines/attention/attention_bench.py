@@ -128,7 +128,7 @@ def resource_estimate(data_width: int, units: int) -> dict | None:
     """UltraScale+ LUT/FF/DSP of the datapath's arithmetic: its unit counts times the
     per-unit synth_xilinx figures of docs/arith_impl.md (`make impl`).  An estimate: the
     sequencer, burst engines, memories and delay lines are not in it."""
-    from ndpkit_tools.paths import build_root, source_root
+    from ndpkit_tools.paths import source_root
     table = source_root() / "docs" / "arith_impl.md"
     per_unit = {}
     for line in table.read_text().splitlines():
@@ -144,7 +144,7 @@ def resource_estimate(data_width: int, units: int) -> dict | None:
 
 def main() -> int:
     from ndpkit_tools.sim.runner import Design, run_bench
-    from ndpkit_tools.paths import build_root, source_root
+    from ndpkit_tools.paths import build_root
     from ndpkit_hw.engines.attention.engine import AttentionEngine
     from ndpkit_hw.engines.harness import EngineHarness
     quick = os.environ.get("QUICK", "0") not in ("", "0")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.engine import Command, EngineClient
-from ndpkit.engines.adam import golden
 from ndpkit.engines.adam.golden import AdamScalars, Format, Mode
 
 __all__ = ["AdamClient"]

@@ -23,7 +23,6 @@ NaN produced is the canonical quiet NaN.
 """
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, fields
 

@@ -36,7 +36,6 @@ are the outside checks (docs/engines/attention.md gives the measured errors).
 """
 from __future__ import annotations
 
-import enum
 
 import numpy as np
 

@@ -46,7 +46,6 @@ program stops at ``max_iterations``.
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import numpy as np

@@ -31,7 +31,6 @@ memory (OUT_OF_WINDOW); an offset at or past the end of the row (BAD_INDEX).
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 import numpy as np
