@@ -125,6 +125,18 @@ class EngineClient:
         """The argument behind an error found while the command ran (engines refine this)."""
         return None
 
+    # -- the Buffers a command names ---------------------------------------------------
+    def check_spans(self, spans: dict) -> None:
+        """Refuse a command that would reach past a Buffer it names: ``spans`` maps an
+        argument name to ``(Buffer or card address, bytes the command uses there)``.
+        Raw card addresses are the caller's to get right (``submit`` is the expert's
+        entry); a Buffer's size is checked here, before anything reaches the card."""
+        from ndpkit.device import Buffer
+        for name, (where, nbytes) in spans.items():
+            if isinstance(where, Buffer) and nbytes > where.size:
+                raise ValueError(f"{self.name}: argument '{name}': the command uses {nbytes} bytes there, "
+                                 f"more than the Buffer's {where.size}")
+
     # -- submission ------------------------------------------------------------------
     def submit(self, args: dict, *, work_bytes: int = 0) -> Command:
         """Write the argument registers and ring the doorbell.  Unknown or missing

@@ -67,6 +67,10 @@ class AdamClient(EngineClient):
             raise ValueError("pairs given without indices")
         if indices is not None and not pairs:
             raise ValueError("pairs must be at least 1 for a sparse gradient")
+        grad_size = 4 if _fmt(grad_format, "grad_format") == Format.FP32 else 2
+        n, k = int(n), int(pairs or 0)
+        self.check_spans({"p": (p, 4 * n), "m": (m, 4 * n), "v": (v, 4 * n), "g": (g, grad_size * (k or n)),
+                          "copy": (copy, 2 * n), "indices": (indices, 4 * k)})
         cmd = self.submit_step(n=int(n), p=_address(p, "p"), m=_address(m, "m"), v=_address(v, "v"),
                                g=_address(g, "g"), copy=0 if copy is None else _address(copy, "copy"),
                                scalars=scalars, mode=Mode(mode), grad_format=grad_format, copy_format=copy_format,

@@ -26,6 +26,9 @@ class DecompClient(EngineClient):
             if not isinstance(indices, Buffer):
                 raise TypeError("pairs is required when indices is a card address")
             pairs = indices.size // 4
+        size = 4 if _fmt(fmt, "fmt") == 0 else 2
+        self.check_spans({"dst": (dst, size * int(n)), "indices": (indices, 4 * int(pairs)),
+                          "values": (values, size * int(pairs))})
         args = {"format": _fmt(fmt, "fmt"), "count": int(n), "pairs": int(pairs), "idx": _address(indices, "indices"),
                 "val": _address(values, "values"), "dst": _address(dst, "dst")}
         cmd = self.submit(args, work_bytes=4 * int(n) + 8 * int(pairs))

@@ -27,7 +27,9 @@ def adjacency(graph, weight: str | None = "weight"):
     """``(csr_array, nodes)`` for a scipy sparse matrix/array or a networkx graph."""
     import scipy.sparse as sp
     if sp.issparse(graph):
-        a = sp.csr_array(graph)
+        # a copy: scipy's operators sort and merge a matrix's indices in place, and the
+        # caller's matrix must come back as it was given
+        a = sp.csr_array(graph, copy=True)
         if a.shape[0] != a.shape[1]:
             raise ValueError(f"graph: adjacency matrix must be square, got shape {a.shape}")
         return a, None
@@ -43,7 +45,8 @@ def adjacency(graph, weight: str | None = "weight"):
 
 def _csr(a, values_dtype=None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     a = a.tocsr()
-    a.sort_indices()
+    if not a.has_sorted_indices:
+        a = a.sorted_indices()        # a sorted copy: the caller's matrix is never changed
     if a.nnz >= 1 << 32:
         raise ValueError(f"graph: {a.nnz} edges, more than the engine's 32-bit edge indices")
     vals = None if values_dtype is None else a.data
