@@ -77,7 +77,7 @@ class Device(wiring.Component):
                                 max_outstanding=max_outstanding,
                                 **{engine_kw: getattr(self, device_kw) for device_kw, engine_kw in spec.device_params.items()})
             frontend = EngineFrontend(spec.block, kind, queue_depth=queue_depth,
-                                      max_in_flight=getattr(core, "max_in_flight", 1))
+                                      max_in_flight=spec.max_in_flight)
             self.engines[name] = (kind, core, frontend)
         masters = 1 + len(self.engines)
         self.memory_ports = memory_ports

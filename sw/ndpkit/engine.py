@@ -126,21 +126,31 @@ class EngineClient:
         return None
 
     # -- the Buffers a command names ---------------------------------------------------
-    def check_spans(self, spans: dict) -> None:
-        """Refuse a command that would reach past a Buffer it names: ``spans`` maps an
-        argument name to ``(Buffer or card address, bytes the command uses there)``.
-        Raw card addresses are the caller's to get right (``submit`` is the expert's
-        entry); a Buffer's size is checked here, before anything reaches the card."""
+    #: the user-facing argument behind a command field, where their names differ
+    argument_names: dict[str, str] = {}
+    #: the user-facing arguments that size a command's ranges (named in check_buffers' errors)
+    size_arguments: str = "the command"
+
+    def check_buffers(self, args: dict, buffers: dict) -> None:
+        """Refuse a command that would reach past a Buffer it names: ``buffers`` maps a
+        command field to what the caller gave for it (a Buffer is checked; a raw card
+        address is the caller's to get right).  The ranges are the golden model's
+        (``command_ranges``, whole bus words, as the allocator sizes Buffers), checked in
+        its order, before anything reaches the card."""
         from ndpkit.device import Buffer
-        for name, (where, nbytes) in spans.items():
-            if isinstance(where, Buffer) and nbytes > where.size:
-                raise ValueError(f"{self.name}: argument '{name}': the command uses {nbytes} bytes there, "
-                                 f"more than the Buffer's {where.size}")
+        ranges = self.golden.command_ranges(args, self.device.word_bytes)
+        for field, (address, nbytes) in ranges.items():
+            where = buffers.get(field)
+            if isinstance(where, Buffer) and not where.address <= address <= address + nbytes <= where.address + where.size:
+                name = self.argument_names.get(field, field)
+                raise ValueError(f"{self.name}: argument '{name}': {self.size_arguments} needs {nbytes} bytes "
+                                 f"there, more than the Buffer's {where.size}")
 
     # -- submission ------------------------------------------------------------------
-    def submit(self, args: dict, *, work_bytes: int = 0) -> Command:
+    def submit(self, args: dict, *, work_bytes: int = 0, buffers: dict | None = None) -> Command:
         """Write the argument registers and ring the doorbell.  Unknown or missing
-        arguments raise TypeError; values must fit their fields (ValueError)."""
+        arguments raise TypeError; values must fit their fields (ValueError); with
+        ``buffers`` (field -> the Buffer it came from), :meth:`check_buffers`."""
         fields = {name: (reg, f) for name, reg, f in command_fields(self.block)}
         unknown = set(args) - set(fields)
         missing = set(fields) - set(args)
@@ -150,6 +160,8 @@ class EngineClient:
             f = fields[name][1]
             if not isinstance(value, int) or not 0 <= value < (1 << f.width):
                 raise ValueError(f"{self.name}: argument {name}={value!r} does not fit its {f.width}-bit field")
+        if buffers:
+            self.check_buffers(args, buffers)
         if self.device.held:
             if len(self._in_flight) >= self.device.queue_depth:
                 raise NdpkitError(f"{self.name}: a batch holds at most {self.device.queue_depth} commands "

@@ -85,21 +85,19 @@ class CommandChecks:
         """``code`` when ``bad`` holds (and no earlier rule failed)."""
         self._rules.append((bad, Const(int(code), 4)))
 
-    def ranges(self, transfers: dict, *, active: dict | None = None, wide: dict | None = None) -> dict:
+    def ranges(self, transfers: dict, *, active: dict | None = None, wide: dict | None = None) -> None:
         """Each of ``transfers`` (name -> :class:`~ndpkit_hw.bus.dma.Transfer`) by the
         transfer rule, in order, where ``active`` (name -> condition) holds; ``wide``
         (name -> the length before truncation to 32 bits) makes a length past 32 bits
-        OUT_OF_WINDOW first.  Returns the transfer-rule codes by name."""
+        OUT_OF_WINDOW first."""
         active, wide = active or {}, wide or {}
         e = self.engine
-        errors = {}
         for name, t in transfers.items():
             on = active.get(name, Const(1))
             if name in wide:
                 self.require(on & (wide[name][32:] != 0), ErrorCode.OUT_OF_WINDOW)
-            errors[name] = transfer_error(self.m, self.word_bytes, e.addr_width, t, e.window_base, e.window_size)
-            self._rules.append((on & (errors[name] != 0), errors[name]))
-        return errors
+            error = transfer_error(self.m, self.word_bytes, e.addr_width, t, e.window_base, e.window_size)
+            self._rules.append((on & (error != 0), error))
 
     def disjoint(self, transfers: dict, *, active: dict | None = None) -> None:
         """OVERLAP when any two of ``transfers`` (both active) intersect."""

@@ -1,11 +1,9 @@
 # amaranth: UnusedElaboratable=no
 """The graph engine's components alone, in Amaranth's simulator against Python models,
-with random stalls on every valid/ready pair (``SEED=`` reproduces): the edge
+with random stalls on every valid/ready pair (the ``rng`` fixture prints its seed; ``SEED=`` reproduces): the edge
 generator, the source-value cache, the collector (collection-extended MSHR) with the
 response table, and PageRank's vertex passes (bit for bit the golden operations).
 The whole engine's bench is ``test_graph_engine.py``."""
-import os
-import random
 
 import numpy as np
 import pytest
@@ -17,13 +15,6 @@ from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.responses import ResponseTable
-
-
-@pytest.fixture
-def seed():
-    value = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1 << 30)
-    print(f"seed={value} (SEED={value} reproduces)")
-    return value
 
 
 def _run(dut, bench, deadline=200_000):
@@ -51,8 +42,7 @@ def _fired(ctx, port):
     return bool(ctx.get(port.valid) and ctx.get(port.ready))
 
 
-def test_edge_generator_turns_rows_into_edges(seed):
-    rng = random.Random(seed)
+def test_edge_generator_turns_rows_into_edges(rng):
     n = 40
     degrees = [rng.choice([0, 0, 1, 2, 3, 7]) for _ in range(n)]
     rowptr = np.concatenate([[0], np.cumsum(degrees)]).astype(int).tolist()
@@ -92,8 +82,7 @@ def test_edge_generator_turns_rows_into_edges(seed):
     assert got == expected
 
 
-def test_source_cache_matches_a_direct_mapped_model(seed):
-    rng = random.Random(seed)
+def test_source_cache_matches_a_direct_mapped_model(rng):
     lines = 4
     entries = 16 * lines
     dut = SourceCache(lines)
@@ -134,12 +123,11 @@ def test_source_cache_matches_a_direct_mapped_model(seed):
 
 
 @pytest.mark.parametrize("baseline", [0, 1], ids=["piccolo", "baseline"])
-def test_collector_groups_edges_and_tickets_find_their_values(seed, baseline):
+def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
     """Every ticket's (id, lane) names a sent request whose row gather (or line read)
     fetches exactly that edge's source value; groups never exceed 16 members; every
     id's member count is the number of tickets naming it; the response table hands
     out ids and frees them when the reducer (here: the bench) consumes the members."""
-    rng = random.Random(seed)
     row_bytes, base, slots, ids = 2048, 0x10000, 4, 8
     dut_c = Collector(addr_width=32, row_bytes=row_bytes, slots=slots, ids=ids, timeout=32)
     dut_t = ResponseTable(ids)
@@ -222,8 +210,8 @@ def test_collector_groups_edges_and_tickets_find_their_values(seed, baseline):
             assert t["lane"] < count and offsets[t["lane"]] == (source % row_bytes) >> 2
 
 
-def test_vertex_pass_is_the_golden_arithmetic(seed):
-    rng = np.random.default_rng(seed)
+def test_vertex_pass_is_the_golden_arithmetic(rng):
+    pyrng, rng = rng, np.random.default_rng(rng.randrange(1 << 30))
     n = 64
     ranks = fp.bits(rng.random(n, dtype=np.float32) / n)
     degrees = rng.choice([0, 1, 2, 3, 1000, (1 << 31) - 1], size=n).astype(np.uint32)
@@ -234,7 +222,6 @@ def test_vertex_pass_is_the_golden_arithmetic(seed):
     new = fp.fma(np.full(n, d, np.uint32), fp.add(sums, np.full(n, dterm, np.uint32)), np.full(n, tele, np.uint32))
     change = fp.sub(new, ranks) & np.uint32(0x7FFF_FFFF)
     dut = VertexPass()
-    pyrng = random.Random(seed)
 
     async def bench(ctx):
         for update, others, want_written, want_summed in ((0, degrees, contrib, dangling), (1, sums, new, change)):

@@ -25,6 +25,8 @@ def _fmt(value, name, allow_none=False):
 
 class AdamClient(EngineClient):
     name = "adam"
+    argument_names = {"idx": "indices"}
+    size_arguments = "n (pairs in sparse mode)"
 
     def blame_run(self, args, code):
         # a command that passed the checks and failed anyway met a bad pair mid-stream
@@ -33,7 +35,7 @@ class AdamClient(EngineClient):
 
     def submit_step(self, *, n: int, p: int, m: int, v: int, g: int, scalars: AdamScalars, mode: Mode = Mode.ADAMW,
                     grad_format="fp32", copy: int = 0, copy_format=None, indices: int = 0,
-                    pairs: int = 0) -> Command:
+                    pairs: int = 0, buffers: dict | None = None) -> Command:
         """Queue one update of ``n`` elements at card addresses ``p``, ``m``, ``v`` (fp32,
         in place), ``g`` (gradient format) and optionally ``copy`` (16-bit copy of p).
         With ``pairs`` > 0 the gradient is sparse: ``pairs`` values at ``g`` and their
@@ -42,7 +44,7 @@ class AdamClient(EngineClient):
                 "format_copy": _fmt(copy_format, "copy_format", allow_none=True), "format_sparse": int(pairs > 0),
                 "count": n, "p": p, "m": m, "v": v, "g": g, "copy": copy, "pairs": pairs, "idx": indices,
                 **scalars.bits()}
-        return self.submit(args, work_bytes=16 * n)
+        return self.submit(args, work_bytes=16 * n, buffers=buffers)
 
     def step(self, p, m, v, g, *, scalars: AdamScalars, mode: Mode = Mode.ADAMW, grad_format="fp32",
              copy=None, copy_format=None, n: int | None = None, indices=None, pairs: int | None = None,
@@ -67,13 +69,10 @@ class AdamClient(EngineClient):
             raise ValueError("pairs given without indices")
         if indices is not None and not pairs:
             raise ValueError("pairs must be at least 1 for a sparse gradient")
-        grad_size = 4 if _fmt(grad_format, "grad_format") == Format.FP32 else 2
-        n, k = int(n), int(pairs or 0)
-        self.check_spans({"p": (p, 4 * n), "m": (m, 4 * n), "v": (v, 4 * n), "g": (g, grad_size * (k or n)),
-                          "copy": (copy, 2 * n), "indices": (indices, 4 * k)})
         cmd = self.submit_step(n=int(n), p=_address(p, "p"), m=_address(m, "m"), v=_address(v, "v"),
                                g=_address(g, "g"), copy=0 if copy is None else _address(copy, "copy"),
                                scalars=scalars, mode=Mode(mode), grad_format=grad_format, copy_format=copy_format,
                                indices=0 if indices is None else _address(indices, "indices"),
-                               pairs=int(pairs or 0))
+                               pairs=int(pairs or 0),
+                               buffers={"p": p, "m": m, "v": v, "g": g, "copy": copy, "idx": indices})
         return cmd.wait() if wait else cmd

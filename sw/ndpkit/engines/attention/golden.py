@@ -188,9 +188,14 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
         return ErrorCode.BAD_FIELD, "kv_heads"
     if cmd["requests"] == 0:
         return ErrorCode.ZERO_LENGTH, "requests"
-    table = -(-cmd["requests"] * DESCRIPTOR_BYTES // word_bytes) * word_bytes
-    code = transfer_check(cmd["table"], table, word_bytes, window_base, window_size)
+    code = transfer_check(*command_ranges(cmd, word_bytes)["table"], word_bytes, window_base, window_size)
     return (code, "table") if code else (ErrorCode.OK, None)
+
+
+def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
+    """(address, bytes, whole words) of the descriptor table; each request's own
+    ranges are :func:`request_ranges`."""
+    return {"table": (cmd["table"], -(-cmd["requests"] * DESCRIPTOR_BYTES // word_bytes) * word_bytes)}
 
 
 def request_ranges(cmd: dict, r: dict) -> dict[str, tuple[int, int]]:

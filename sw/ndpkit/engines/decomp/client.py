@@ -11,6 +11,8 @@ __all__ = ["DecompClient"]
 class DecompClient(EngineClient):
     """Scatter-mode decompression into a dense card buffer (Smart-Infinity compatible)."""
     name = "decomp"
+    argument_names = {"idx": "indices", "val": "values"}
+    size_arguments = "n or pairs"
 
     def blame_run(self, args, code):
         return "indices" if code == ErrorCode.OUT_OF_WINDOW else None
@@ -26,10 +28,8 @@ class DecompClient(EngineClient):
             if not isinstance(indices, Buffer):
                 raise TypeError("pairs is required when indices is a card address")
             pairs = indices.size // 4
-        size = 4 if _fmt(fmt, "fmt") == 0 else 2
-        self.check_spans({"dst": (dst, size * int(n)), "indices": (indices, 4 * int(pairs)),
-                          "values": (values, size * int(pairs))})
         args = {"format": _fmt(fmt, "fmt"), "count": int(n), "pairs": int(pairs), "idx": _address(indices, "indices"),
                 "val": _address(values, "values"), "dst": _address(dst, "dst")}
-        cmd = self.submit(args, work_bytes=4 * int(n) + 8 * int(pairs))
+        cmd = self.submit(args, work_bytes=4 * int(n) + 8 * int(pairs),
+                          buffers={"dst": dst, "idx": indices, "val": values})
         return cmd.wait() if wait else cmd

@@ -13,7 +13,7 @@ from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.dma_copy import OP_COPY, OP_FILL
 from ndpkit.transfer import transfer_check
 
-__all__ = ["OP_COPY", "OP_FILL", "check", "execute", "check_args", "apply"]
+__all__ = ["OP_COPY", "OP_FILL", "check", "execute", "command_ranges", "check_args", "apply"]
 
 def check_args(op: int, src: int, dst: int, length: int, *, word_bytes: int, window_base: int,
                window_size: int) -> tuple[ErrorCode, str | None]:
@@ -45,6 +45,14 @@ def apply(memory: np.ndarray, op: int, src: int, dst: int, length: int, pattern:
         memory[d:d + length] = memory[s:s + length]
     else:
         memory[d:d + length] = np.frombuffer(int(pattern).to_bytes(4, "little") * (length // 4), dtype=np.uint8)
+
+
+def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
+    """(address, bytes) of what a command writes and (copy) reads."""
+    ranges = {"dst": (cmd["dst"], cmd["length"])}
+    if cmd["op"] == OP_COPY:
+        ranges["src"] = (cmd["src"], cmd["length"])
+    return ranges
 
 
 def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[ErrorCode, str | None]:

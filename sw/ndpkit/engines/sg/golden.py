@@ -235,7 +235,7 @@ def parse_descriptor(raw: bytes) -> tuple[int, int, int, int, list[int], bytes]:
     return op, size, count, int(head[1]), offsets, bytes(raw[64:128])
 
 
-def command_ranges(cmd: dict) -> dict[str, tuple[int, int]]:
+def command_ranges(cmd: dict, word_bytes: int = 64) -> dict[str, tuple[int, int]]:
     ranges = {"table": (cmd["table"], cmd["requests"] * DESCRIPTOR_BYTES)}
     if cmd["op"] == OP_READ:
         ranges["out"] = (cmd["out"], cmd["requests"] * LINE)
