@@ -41,11 +41,13 @@ def test_every_reference_resolves_and_every_place_exists(name):
     assert spec.gateware_class().max_in_flight == spec.max_in_flight
     assert spec.client_class().name == name
     golden = spec.golden_module()
-    # the one golden contract: check(cmd, *, word_bytes, window_base, window_size) and
+    # the one golden contract: check(cmd, *, word_bytes, window_base, window_size),
     # execute(memory, cmd, *, word_bytes, base, window_base, window_size)
     check, execute = inspect.signature(golden.check), inspect.signature(golden.execute)
     assert list(check.parameters) == ["cmd", "word_bytes", "window_base", "window_size"]
     assert list(execute.parameters) == ["memory", "cmd", "word_bytes", "base", "window_base", "window_size"]
+    # and command_ranges(cmd, word_bytes): what the driver checks a command's Buffers against
+    assert list(inspect.signature(golden.command_ranges).parameters) == ["cmd", "word_bytes"]
     # the mirrored folders and the document
     for folder in (f"spec/ndpkit_spec/engines/{name}.py", f"hw/ndpkit_hw/engines/{name}",
                    f"sw/ndpkit/engines/{name}", f"tb/engines/{name}", spec.doc_path, f"fusesoc/{name}.core"):

@@ -235,7 +235,7 @@ def parse_descriptor(raw: bytes) -> tuple[int, int, int, int, list[int], bytes]:
     return op, size, count, int(head[1]), offsets, bytes(raw[64:128])
 
 
-def command_ranges(cmd: dict, word_bytes: int = 64) -> dict[str, tuple[int, int]]:
+def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
     ranges = {"table": (cmd["table"], cmd["requests"] * DESCRIPTOR_BYTES)}
     if cmd["op"] == OP_READ:
         ranges["out"] = (cmd["out"], cmd["requests"] * LINE)
@@ -251,7 +251,7 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
         return ErrorCode.BAD_OPCODE, "op"
     if cmd["requests"] == 0:
         return ErrorCode.ZERO_LENGTH, "requests"
-    return check_ranges(command_ranges(cmd), word_bytes, window_base, window_size)
+    return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
 
 
 def request_check(memory: RowMemory, cmd_op: int, descriptor: bytes) -> tuple[int, str | None]:
