@@ -1,7 +1,11 @@
-"""``ndpkit`` command line: ``ndpkit info``, ``ndpkit selftest``.
+"""``ndpkit`` command line: ``ndpkit info``, ``ndpkit selftest``, ``ndpkit --version``.
 
-    ndpkit info --device sim
-    ndpkit selftest --device model --rounds 50
+    ndpkit info                                  # the model card (instant)
+    ndpkit info --device sim                     # the simulated RTL card (builds once)
+    ndpkit selftest --device "model?mem_size=4M" --rounds 50
+
+Errors are reported in one line (``ndpkit info: OptionError: mem_size: ...``) with exit
+status 1; ``--traceback`` shows the Python traceback as well.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import time
 
 
 from ndpkit.device import open_device
-from ndpkit.errors import DeviceError, NdpkitError
+from ndpkit.errors import DeviceError
 
 __all__ = ["main", "Progress"]
 
@@ -92,13 +96,28 @@ def selftest(dev, rounds: int, seed: int, progress: bool = True) -> dict:
     return counts
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("ndpkit")
+    except PackageNotFoundError:       # run from a source tree without installing
+        return "unknown (not installed)"
+
+
+DEVICE_HELP = ("device URI: model (default; a behavioural card, instant), sim (the RTL in Verilator; the first "
+               "use of a configuration builds it, minutes), xdma:/dev/xdma0, uart:/dev/ttyUSB1; options as "
+               "?mem_size=64M&engines=dma_copy,adam")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="ndpkit", description="ndpkit host tools")
+    ap.add_argument("--version", action="version", version=f"ndpkit {_version()}")
+    ap.add_argument("--traceback", action="store_true", help="show the Python traceback of an error")
     sub = ap.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="describe a device")
-    p_info.add_argument("--device", default="sim", help="device URI: model, sim, /dev/xdma0 (default: sim)")
+    p_info.add_argument("--device", default="model", help=DEVICE_HELP)
     p_self = sub.add_parser("selftest", help="random copies/fills and bad commands, checked")
-    p_self.add_argument("--device", default="sim")
+    p_self.add_argument("--device", default="model", help=DEVICE_HELP)
     p_self.add_argument("--rounds", type=int, default=40)
     p_self.add_argument("--seed", type=int, default=None)
     args = ap.parse_args(argv)
@@ -113,8 +132,14 @@ def main(argv=None) -> int:
             counts = selftest(dev, args.rounds, seed)
             print(f"selftest passed: {counts}, {dev.cycles() - started} device cycles")
             return 0
-    except (NdpkitError, AssertionError) as e:
-        print(f"ndpkit {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"ndpkit {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:           # one line for the user; --traceback for the rest
+        if args.traceback:
+            raise
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"ndpkit {args.command}: {type(e).__name__}: {message}", file=sys.stderr)
         return 1
 
 

@@ -37,45 +37,39 @@ from ndpkit.transport.base import Transport
 
 __all__ = ["open_device", "Device", "Buffer", "Allocator", "parse_uri"]
 
-_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def _value(text: str):
-    low = text.lower()
-    if low[-1:] in _SUFFIX and low[:-1].isdigit():
-        return int(low[:-1]) * _SUFFIX[low[-1]]
-    try:
-        return int(text, 0)
-    except ValueError:
-        return text
-
-
 def parse_uri(uri: str) -> tuple[str, str | None, dict]:
-    """(kind, path, options) of a device URI."""
+    """(kind, path, options) of a device URI; option values stay text (see
+    :func:`ndpkit.options.check_options`)."""
+    if not isinstance(uri, str):
+        raise TypeError(f"uri: a device URI string such as 'model', 'sim' or 'xdma:/dev/xdma0', "
+                        f"not {type(uri).__name__}")
     parsed = urllib.parse.urlsplit(uri)
-    if uri.startswith("/dev/") or uri.startswith("/"):
+    if uri.startswith("/"):
         kind, path = "xdma", parsed.path
-    elif parsed.scheme in ("", "model", "sim") and parsed.path in ("model", "sim", ""):
+    elif parsed.scheme in ("", "model", "sim") and parsed.path in ("model", "sim") or \
+            parsed.scheme in ("model", "sim") and not parsed.path:
         kind, path = (parsed.path or parsed.scheme), None
-    elif parsed.scheme in ("xdma", "uart"):
+    elif parsed.scheme in ("xdma", "uart") and parsed.path:
         kind, path = parsed.scheme, parsed.path
     else:
-        raise ValueError(f"unknown device URI {uri!r}: use 'model', 'sim', 'xdma:/dev/xdma0' or "
+        raise ValueError(f"uri: unknown device {uri!r}: use 'model', 'sim', 'xdma:/dev/xdma0' or "
                          f"'uart:/dev/ttyUSB1' (with ?options)")
-    options = {}
-    for key, value in urllib.parse.parse_qsl(parsed.query, keep_blank_values=True):
-        if key == "engines":
-            options[key] = [e for e in value.split(",") if e]
-        else:
-            options[key] = _value(value)
-    return kind, path, options
+    return kind, path, dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
 
 
 def open_device(uri: str = "sim", **options) -> "Device":
-    """Open a card.  ``options`` add to (and override) the URI's query options."""
+    """Open a card.  ``options`` add to (and override) the URI's query options; both are
+    checked against :data:`ndpkit.options.OPTIONS` (an :class:`~ndpkit.options.OptionError`
+    names a bad one).  A ``model`` card carries every engine its bus width allows unless
+    ``engines`` says otherwise."""
+    from ndpkit.options import check_options
     kind, path, query = parse_uri(uri)
     query.update(options)
+    schema = "uart-model" if kind == "uart" and path == "model" else kind
+    query = check_options(schema, query)
     guard = query.pop("guard", None)
+    if kind == "model" or schema == "uart-model":
+        query.setdefault("engines", [e for e in REGISTRY if query.get("data_width", 512) >= REGISTRY[e].min_data_width])
     if kind == "model":
         from ndpkit.transport.model import ModelTransport
         transport = ModelTransport(**query)
@@ -90,8 +84,6 @@ def open_device(uri: str = "sim", **options) -> "Device":
             from ndpkit.transport.uart import BridgeModel
             transport = UartTransport(link=BridgeModel(ModelTransport(**query)), **link_options)
         else:
-            if query:
-                raise ValueError(f"unknown uart option(s) {', '.join(query)}: baud, timeout")
             transport = UartTransport(path, **link_options)
     else:
         from ndpkit.transport.xdma import XdmaTransport
@@ -340,7 +332,8 @@ class Device:
         try:
             return self.engines[name]
         except KeyError:
-            raise NdpkitError(f"this device has no {name!r} engine (present: {', '.join(self.engines) or 'none'})") \
+            raise NdpkitError(f"this device has no {name!r} engine (present: {', '.join(self.engines) or 'none'}); "
+                              f"open a card with it: ndpkit.open('model?engines={name}') or engines=[...]") \
                 from None
 
     @property

@@ -39,6 +39,7 @@ class SimTransport(Transport):
         if unknown:
             raise TypeError(f"unknown sim option(s): {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
         self.config = dict(DEFAULTS, **config)
+        self.config["engines"] = list(self.config["engines"])
         self.link = PcieLink(**self.config["link"])
         self.reply_timeout = reply_timeout
         #: fault injection: when True, interrupts never reach the host (the device runs on)
@@ -58,12 +59,14 @@ class SimTransport(Transport):
              json.dumps(self.config), "--run-dir", str(self.run_dir / "run")],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + start_timeout
+        relayed = 0
         try:
             while True:
                 try:
                     self.sock, _ = listener.accept()
                     break
                 except socket.timeout:
+                    relayed = self._relay_build_messages(relayed)
                     if self.proc.poll() is not None:
                         raise TransportClosed(f"the device server exited ({self.proc.returncode}) before "
                                               f"connecting:\n{self._log_tail()}") from None
@@ -75,10 +78,21 @@ class SimTransport(Transport):
             raise
         finally:
             listener.close()
+        self._relay_build_messages(relayed)
         self.sock.settimeout(reply_timeout)
         self.server_config = json.loads(self._call(Op.HELLO))
 
     # -- plumbing ---------------------------------------------------------------
+    def _relay_build_messages(self, seen: int) -> int:
+        """Show the server's build messages (a first build takes minutes and the user
+        should know why nothing happens); returns how many log lines were read."""
+        self._log.flush()
+        lines = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
+        for line in lines[seen:]:
+            if line.startswith("ndpkit-sim: "):
+                print(f"ndpkit sim: {line[len('ndpkit-sim: '):]}", file=sys.stderr, flush=True)
+        return len(lines)
+
     def _log_tail(self, lines: int = 25) -> str:
         if not self._log.closed:
             self._log.flush()

@@ -42,12 +42,15 @@ def _matrix(g):
 def test_against_scipy(dev, name, mode):
     g = GRAPHS[name]()
     a = _matrix(g)
-    source = list(g.nodes)[3] if isinstance(g, nx.Graph) else 3
-    hops = graph.bfs(g, source, dev, mode=mode)
+    hops = graph.bfs(a, 3, dev, mode=mode)
     assert np.array_equal(hops, csgraph.shortest_path(a, directed=True, unweighted=True, indices=3))
-    count, labels = graph.connected_components(g, dev, mode=mode)
+    count, labels = graph.connected_components(a, dev, mode=mode)
     want_count, want_labels = csgraph.connected_components(a, directed=True, connection="weak")
     assert count == want_count and np.array_equal(labels, want_labels)
+    if isinstance(g, nx.Graph):     # networkx in, networkx's answers out
+        source = list(g.nodes)[3]
+        assert graph.bfs(g, source, dev, mode=mode) == nx.single_source_shortest_path_length(g, source)
+        assert graph.connected_components(g, dev, mode=mode) == list(nx.connected_components(g))
     w = generators.random_weights(a, 1, 20, seed=5)
     dist = graph.sssp(w, 3, dev, mode=mode)
     assert np.array_equal(dist, csgraph.shortest_path(w, directed=True, method="D", indices=3))
@@ -147,8 +150,10 @@ def test_api_argument_checks(dev):
         graph.bfs(g, 0, dev, mode="fast")
     with pytest.raises(ValueError, match="source"):
         graph.bfs(g, 16, dev)
-    with pytest.raises(TypeError, match="graph"):
+    with pytest.raises(ValueError, match="graph: adjacency matrix must be square"):
         graph.bfs([[0, 1]], 0, dev)
+    with pytest.raises(TypeError, match="graph: expected a scipy.sparse matrix"):
+        graph.bfs("0 1", 0, dev)
     with pytest.raises(ValueError, match="source"):
         graph.bfs(generators.real_graph("karate_club_graph"), "nobody", dev)
     with pytest.raises(ValueError, match="program: PageRank"):
@@ -170,7 +175,7 @@ def test_card_graph_frees_its_buffers(dev):
         assert dev.allocator.free_bytes < free
     assert dev.allocator.free_bytes == free
     with pytest.raises(graph.ConvergenceError):
-        graph.pagerank(generators.uniform(6, 4, seed=5), dev, tol=1e-12, max_iterations=1)
+        graph.pagerank(generators.uniform(6, 4, seed=5), dev, tol=1e-12, max_iter=1)
     assert dev.allocator.free_bytes == free
     with pytest.raises(ValueError, match="mode"):
         graph.CardGraph(dev, g, mode="fast")
@@ -200,14 +205,17 @@ def test_pagerank(dev, mode):
         stats = {}
         ranks = graph.pagerank(g, dev, mode=mode, stats=stats)
         p = csr.pull(g, "pagerank")
+        if p.nodes is not None:             # networkx in: a dict keyed by node
+            assert list(ranks) == p.nodes
+            ranks = np.array([ranks[v] for v in p.nodes], dtype=np.float32)
         want = golden.pagerank(p.rowptr, p.col, tol=1e-6)
         assert np.array_equal(ranks.view(np.uint32), want.values) and stats["iterations"] == want.iterations
         nxg = g if isinstance(g, nx.Graph) else nx.from_scipy_sparse_array(g, create_using=nx.DiGraph)
-        ref = nx.pagerank(nxg, alpha=0.85, tol=1e-6, weight=None)
+        ref = nx.pagerank(nxg, alpha=0.85, tol=1e-6)       # weights as networkx reads them
         ref = np.array([ref[v] for v in (p.nodes if p.nodes is not None else range(p.n))])
         assert np.abs(ranks - ref).sum() < 2 * p.n * 1e-6 + 1e-4
     with pytest.raises(graph.ConvergenceError) as info:
-        graph.pagerank(GRAPHS["uniform"](), dev, mode=mode, tol=1e-12, max_iterations=2)
+        graph.pagerank(GRAPHS["uniform"](), dev, mode=mode, tol=1e-12, max_iter=2)
     assert info.value.iterations == 2 and info.value.ranks.shape == (GRAPHS["uniform"]().shape[0],)
     with pytest.raises(ValueError, match="alpha"):
         graph.pagerank(GRAPHS["karate"](), dev, alpha=1.5)

@@ -58,7 +58,7 @@ def test_pagerank_against_networkx(name):
     graph = GRAPHS[name]()
     nxg = graph if isinstance(graph, nx.Graph) else nx.from_scipy_sparse_array(graph, create_using=nx.DiGraph)
     want = nx.pagerank(nxg, alpha=0.85, tol=1e-6, weight=None)
-    g = csr.pull(graph, "pagerank")
+    g = csr.pull(graph, "pagerank", weight=None)
     res = golden.pagerank(g.rowptr, g.col, tol=1e-6)
     assert res.converged and res.iterations < 100
     got = fp.floats(res.values)

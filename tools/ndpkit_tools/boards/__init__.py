@@ -12,11 +12,12 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
+from ndpkit.options import size
+
 __all__ = ["BOARDS_DIR", "BoardError", "Board", "board_names", "load_board", "device_options"]
 
 #: one folder per board: board.toml, constraints, README (package data)
 BOARDS_DIR = Path(__file__).resolve().parent
-_SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 class BoardError(ValueError):
@@ -24,9 +25,10 @@ class BoardError(ValueError):
 
 
 def _size(text) -> int:
-    if isinstance(text, int):
-        return text
-    return int(text[:-1]) * _SUFFIX[text[-1].upper()] if text[-1].upper() in _SUFFIX else int(text)
+    try:
+        return size(text)
+    except ValueError:
+        raise BoardError(f"{text!r} is not a size (bytes, or with a unit: 64K, 16M, 1G)") from None
 
 
 @dataclasses.dataclass

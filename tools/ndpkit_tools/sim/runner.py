@@ -22,6 +22,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,13 +170,22 @@ def _build(design: Design, waves: str | None) -> Path:
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not stamp.exists():
+            record = build_dir_root() / "last_build.json"
+            last = json.loads(record.read_text()) if record.exists() else None
+            # the sim transport relays "ndpkit-sim:" lines to the user while it waits
+            print(f"ndpkit-sim: building {build_dir.name} with Verilator (once per configuration"
+                  + (f"; the last build took {last['seconds']:.0f} s)" if last else ")"), file=sys.stderr, flush=True)
+            started = time.monotonic()
             source = build_dir / f"{design.toplevel}.v"
             source.write_text(text)
             runner = _verilator_runner()
             runner.build(sources=[WAIVER_FILE, *library, source], hdl_toplevel=design.toplevel,
                          build_dir=build_dir, build_args=args, waves=waves is not None,
                          timescale=("1ns", "1ps"), log_file=build_dir / "build.log")
-            stamp.write_text(json.dumps({"toplevel": design.toplevel, "args": args}))
+            seconds = time.monotonic() - started
+            stamp.write_text(json.dumps({"toplevel": design.toplevel, "args": args, "seconds": round(seconds, 1)}))
+            record.write_text(json.dumps({"build": build_dir.name, "seconds": round(seconds, 1)}))
+            print(f"ndpkit-sim: built in {seconds:.0f} s", file=sys.stderr, flush=True)
     return build_dir
 
 

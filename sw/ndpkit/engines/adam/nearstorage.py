@@ -81,6 +81,15 @@ class StorageFile:
         flat[:self.n] = fp.bits(values)
         self.map[:, which, :] = flat.reshape(self.chunks, self.chunk)
 
+    def get(self, which: int, index) -> np.ndarray:
+        """Array ``which`` (0 ``p``, 1 ``m``, 2 ``v``) at element indices ``index`` (bits)."""
+        index = np.asarray(index, dtype=np.int64)
+        return np.asarray(self.map[index // self.chunk, which, index % self.chunk])
+
+    def put(self, which: int, index, bits) -> None:
+        index = np.asarray(index, dtype=np.int64)
+        self.map[index // self.chunk, which, index % self.chunk] = bits
+
     def set_params(self, p) -> None:
         self._set(0, p)
 
@@ -153,18 +162,58 @@ class NearStorageAdam:
         self.skipped = 0
         self.residual = np.zeros(storage.n, dtype=np.float32) if density is not None else None
         self.last = StepStats()
-        for d in self.devices:
+        for i, d in enumerate(self.devices):
             if "adam" not in d.engines:
-                raise ValueError(f"device {d.transport.describe()} has no adam engine")
+                raise ValueError(f"devices[{i}] ({d.transport.kind} card with {', '.join(d.engines)}) has no adam "
+                                 f"engine: open it with one, e.g. ndpkit.open('model?engines=adam')")
             lanes = d.word_bytes // 4
             if storage.chunk % lanes:
                 raise ValueError(f"chunk ({storage.chunk}) must be a multiple of the bus lanes ({lanes}) so "
                                  f"p, m and v of a chunk start on bus words")
-        c = storage.chunk
-        gsize = 4 if self.grad_format == Format.FP32 else 2
-        csize = 4 if self.param_copy == Format.FP32 else 2
-        self.slots = [[_Slot(d.alloc(12 * c), d.alloc(gsize * c), d.alloc(4 * c), d.alloc(csize * c))
-                       for _ in range(buffers)] for d in self.devices]
+        self.buffers = buffers
+        self.slots: list[list[_Slot]] = []
+        self.allocate()
+
+    # -- card buffers --------------------------------------------------------------------
+    def allocate(self) -> None:
+        """Allocate every card's buffer slots (if they are not held already); on a
+        failure (``OutOfDeviceMemory``) nothing stays allocated."""
+        if self.slots:
+            return
+        c = self.storage.chunk
+        sizes = (12 * c, (4 if self.grad_format == Format.FP32 else 2) * c, 4 * c,
+                 (4 if self.param_copy == Format.FP32 else 2) * c)
+        held = []
+        try:
+            for d in self.devices:
+                row = []
+                for _ in range(self.buffers):
+                    buffers = []
+                    for size in sizes:
+                        buffers.append(d.alloc(size))
+                        held.append(buffers[-1])
+                    row.append(_Slot(*buffers))
+                self.slots.append(row)
+        except BaseException:
+            self.slots = []
+            for b in held:
+                b.free()
+            raise
+
+    def release(self) -> None:
+        """Free the card buffers (waiting for commands still running); the state stays
+        in storage and :meth:`allocate` (or the next step) takes new buffers."""
+        slots, self.slots = self.slots, []
+        for row in slots:
+            for slot in row:
+                if slot.pending:
+                    try:
+                        slot.pending[1].wait()
+                    except Exception:       # the card failed: its buffers are freed all the same
+                        pass
+                    slot.pending = None
+                for b in (slot.pmv, slot.grad, slot.idx, slot.copy):
+                    b.free()
 
     # -- the step ------------------------------------------------------------------------
     def scalars(self, t: int, lr: float, grad_scale: float) -> AdamScalars:
@@ -185,6 +234,7 @@ class NearStorageAdam:
         if skip_nonfinite and not np.all(np.isfinite(fp.floats(widen(g, self.grad_format)))):
             self.skipped += 1
             return None
+        self.allocate()
         self.t += 1
         scalars = self.scalars(self.t, self.lr if lr is None else lr, grad_scale)
         copy_dtype = np.float32 if self.param_copy == Format.FP32 else np.uint16
@@ -192,16 +242,22 @@ class NearStorageAdam:
         before = [self._snapshot(d) for d in self.devices]
         stats = StepStats(chunks=self.storage.chunks)
         nslots = len(self.slots[0])
-        for c in range(self.storage.chunks):
-            di = c % len(self.devices)
-            slot = self.slots[di][(c // len(self.devices)) % nslots]
-            if slot.pending:
-                self._finish(slot, out, stats)
-            self._start(self.devices[di], slot, c, g, scalars, stats)
-        for slots in self.slots:
-            for slot in slots:
+        try:
+            for c in range(self.storage.chunks):
+                di = c % len(self.devices)
+                slot = self.slots[di][(c // len(self.devices)) % nslots]
                 if slot.pending:
                     self._finish(slot, out, stats)
+                self._start(self.devices[di], slot, c, g, scalars, stats)
+            for slots in self.slots:
+                for slot in slots:
+                    if slot.pending:
+                        self._finish(slot, out, stats)
+        except BaseException:
+            # the chunks done so far are updated in storage, the rest not: the caller
+            # learns of it from the exception; the card memory is given back either way
+            self.release()
+            raise
         after = [self._snapshot(d) for d in self.devices]
         stats.cycles = [a[0] - b[0] for a, b in zip(after, before)]
         stats.traffic = {k: sum(a[1][k] - b[1][k] for a, b in zip(after, before)) for k in before[0][1]}
@@ -280,13 +336,7 @@ class NearStorageAdam:
         return n * (24 + gsize + csize)
 
     def close(self) -> None:
-        for slots, d in zip(self.slots, self.devices):
-            for slot in slots:
-                if slot.pending:
-                    slot.pending[1].wait()
-                for b in (slot.pmv, slot.grad, slot.idx, slot.copy):
-                    b.free()
-        self.slots = []
+        self.release()
         self.storage.flush()
 
 

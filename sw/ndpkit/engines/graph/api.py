@@ -1,29 +1,37 @@
 """Graph kernels on the card's graph engine, taking a ``scipy.sparse`` adjacency matrix
-or a networkx graph (``A[u, v]`` = edge ``u -> v``, networkx's convention) and an open
-device, returning NumPy arrays in scipy's conventions:
+or a networkx graph (``A[u, v]`` = edge ``u -> v``) and an open device.  Each function
+answers in the conventions of the library its input comes from:
 
-- :func:`bfs`: hop counts from ``source`` as float64, ``inf`` where unreachable
-  (``scipy.sparse.csgraph.shortest_path(..., unweighted=True, indices=source)``);
-- :func:`sssp`: distances with non-negative integer weights (edge values; 1 where a
-  networkx edge has no ``weight``), ``inf`` where unreachable (scipy's Dijkstra);
-- :func:`connected_components`: ``(count, labels)`` of the weakly connected components,
-  labels numbered in order of each component's smallest vertex, as
-  ``scipy.sparse.csgraph.connected_components(..., directed=True, connection="weak")``;
-- :func:`pagerank`: networkx's PageRank (uniform teleport, dangling rank spread
-  uniformly, stop when the L1 change is below ``n * tol``) in fp32, as a float32
-  array in vertex order; raises :class:`ConvergenceError` like networkx.  One engine
-  command runs every iteration (contributions, pull sums, update, L1 change and the
-  tolerance test), equal to ``ndpkit.engines.graph.golden.pagerank`` bit for bit; the host
-  only counts the out-degrees and rounds the four constants;
-- :func:`spmv`: ``A @ x`` in fp32 (float32 out) for any sparse matrix, rectangular too
-  (a networkx graph: its weighted adjacency matrix).  Each row sums in the engine's
-  order (eight FMA partial sums, then a tree: :mod:`ndpkit.engines.graph.golden`), so results
-  equal the golden model bit for bit and ``A @ x`` in float64 to within fp32 rounding.
+===========================  =====================================  ==========================================
+function                     scipy.sparse matrix in                 networkx graph in
+===========================  =====================================  ==========================================
+:func:`bfs`                  ``csgraph.shortest_path(A,             ``{node: hops}``, reachable nodes
+                             unweighted=True, indices=s)``          (``single_source_shortest_path_length``)
+:func:`sssp`                 ``csgraph.dijkstra(A, indices=s)``     ``{node: distance}``
+                                                                    (``single_source_dijkstra_path_length``)
+:func:`connected_components` ``(count, labels)``, weak              list of node sets
+                                                                    (``weakly_connected_components``)
+:func:`pagerank`             float32 array in vertex order          ``{node: rank}`` (``networkx.pagerank``)
+:func:`spmv`                 ``A @ x`` as float32                   ``A @ x`` over the weighted adjacency
+===========================  =====================================  ==========================================
+
+What counts as an edge (stored zeros, parallel edges, undirected edges, weights) is set
+out in :mod:`ndpkit.engines.graph.csr`: as scipy and networkx define it, with the
+host transforming what the engine cannot take directly (PageRank's integer weights become
+parallel edges; SSSP keeps a pair's lightest edge) and refusing what it cannot transform
+(non-integer weights, PageRank's ``personalization``/``dangling``, strong components).
+
+PageRank is networkx's iteration (uniform teleport, dangling rank spread uniformly, stop
+when the L1 change is below ``n * tol``) in fp32: one engine command runs every
+iteration, equal to ``ndpkit.engines.graph.golden.pagerank`` bit for bit.  SpMV rows sum
+in the engine's order (eight FMA partial sums, then a tree), equal to the golden model
+bit for bit and to ``A @ x`` in float64 within fp32 rounding.
 
 Vertices of a networkx graph are numbered in ``G.nodes`` order; ``source`` is a node
 label then.  ``mode="piccolo"`` fetches source values with row gathers,
 ``"baseline"`` with 64-byte line reads (the same answers; see docs/engines/graph.md for the
-traffic).
+traffic).  The same functions serve networkx's dispatch as the ``ndpkit`` backend
+(:mod:`ndpkit.engines.graph.nx_backend`).
 """
 from __future__ import annotations
 
@@ -113,40 +121,80 @@ def _distances(values) -> np.ndarray:
     return out
 
 
-def _from_source(graph, source, device, mode: str, kind: str, program: Program) -> np.ndarray:
-    g = csr.pull(graph, kind)
+def _by_node(g: csr.PullGraph, dist: np.ndarray, integral: bool) -> dict:
+    """networkx's ``{node: distance}`` for the reachable nodes, nearest first."""
+    reached = np.flatnonzero(np.isfinite(dist))
+    reached = reached[np.argsort(dist[reached], kind="stable")]
+    kind = int if integral else float
+    return {g.nodes[i]: kind(dist[i]) for i in reached}
+
+
+def _from_source(graph, source, device, mode: str, kind: str, program: Program, **pull) -> np.ndarray | dict:
+    g = csr.pull(graph, kind, **pull)
     s = csr.vertex_index(g, source)
     if not 0 <= s < g.n:
         raise ValueError(f"source: vertex {source} is not in the {g.n}-vertex graph")
     init = np.full(g.n, golden.INF, np.uint32)
     init[s] = 0
-    return _distances(run(device, g, program, init, mode=mode)[0])
+    dist = _distances(run(device, g, program, init, mode=mode)[0])
+    return dist if g.nodes is None else _by_node(g, dist, g.integral)
 
 
-def bfs(graph, source, device, *, mode: str = "piccolo") -> np.ndarray:
-    """Hop counts from ``source`` (float64, inf where unreachable)."""
-    return _from_source(graph, source, device, mode, "bfs", Program.BFS)
+def bfs(graph, source, device, *, directed: bool = True, mode: str = "piccolo") -> np.ndarray | dict:
+    """Hop counts from ``source``.  A matrix: float64 array, ``inf`` where unreachable
+    (``scipy.sparse.csgraph.shortest_path(A, directed=directed, unweighted=True,
+    indices=source)``; stored zeros are edges).  A networkx graph: ``{node: hops}`` for
+    the reachable nodes (``networkx.single_source_shortest_path_length``)."""
+    return _from_source(graph, source, device, mode, "bfs", Program.BFS, directed=directed)
 
 
-def sssp(graph, source, device, *, mode: str = "piccolo") -> np.ndarray:
-    """Shortest-path distances from ``source`` over non-negative integer weights."""
-    return _from_source(graph, source, device, mode, "sssp", Program.SSSP)
+def sssp(graph, source, device, *, directed: bool = True, weight: str = "weight",
+         mode: str = "piccolo") -> np.ndarray | dict:
+    """Shortest-path distances from ``source`` over non-negative integer weights (a
+    parallel edge: the lightest).  A matrix: float64 array, ``inf`` where unreachable
+    (``scipy.sparse.csgraph.dijkstra(A, directed=directed, indices=source)``; a stored
+    zero is a zero-weight edge).  A networkx graph: ``{node: distance}`` for the
+    reachable nodes (``networkx.single_source_dijkstra_path_length(G, source,
+    weight=weight)``; an edge without ``weight`` weighs 1)."""
+    return _from_source(graph, source, device, mode, "sssp", Program.SSSP, directed=directed, weight=weight)
 
 
-def connected_components(graph, device, *, mode: str = "piccolo") -> tuple[int, np.ndarray]:
-    """``(count, labels)`` of the weakly connected components, scipy's numbering."""
+def connected_components(graph, device, *, directed: bool = True, connection: str = "weak",
+                         return_labels: bool = True, mode: str = "piccolo"):
+    """Weakly connected components.  A matrix: ``(count, labels)`` (``count`` alone when
+    ``return_labels=False``), labels numbered in order of each component's smallest
+    vertex, as ``scipy.sparse.csgraph.connected_components(A, directed, connection="weak")``
+    (stored zeros are edges).  A networkx graph: a list of node sets in order of their
+    first node, as ``networkx.weakly_connected_components`` (``connected_components``
+    for an undirected graph).  ``connection="strong"`` is refused: the engine's label
+    propagation finds weak components only."""
+    if connection not in ("weak", "strong"):
+        raise ValueError(f"connection: {connection!r}, not one of 'weak', 'strong'")
+    if connection == "strong" and directed:
+        raise NotImplementedError("connection: 'strong' components are not computed by the graph engine "
+                                  "(label propagation finds weak ones); use scipy.sparse.csgraph")
     g = csr.pull(graph, "cc")
+    if g.n == 0:
+        return [] if g.nodes is not None else ((0, np.zeros(0, np.int32)) if return_labels else 0)
     smallest = run(device, g, Program.CC, np.arange(g.n, dtype=np.uint32), mode=mode)[0]
     roots, labels = np.unique(smallest, return_inverse=True)
-    return len(roots), labels.astype(np.int32)
+    if g.nodes is not None:
+        sets = [set() for _ in roots]
+        for node, label in zip(g.nodes, labels):
+            sets[label].add(node)
+        return sets
+    return (len(roots), labels.astype(np.int32)) if return_labels else len(roots)
 
 
 def spmv(matrix, x, device, *, mode: str = "piccolo") -> np.ndarray:
     """``y = A @ x`` in fp32 (a float32 array of A's row count).  ``matrix``: a
     ``scipy.sparse`` matrix of any shape (entries rounded to fp32; stored zeros are
-    ordinary entries) or a networkx graph (its weighted adjacency matrix)."""
+    ordinary entries), a dense array, or a networkx graph (its weighted adjacency matrix).
+    Neither ``matrix`` nor ``x`` is changed."""
     import scipy.sparse as sp
-    a = sp.csr_array(matrix) if sp.issparse(matrix) else csr.adjacency(matrix)[0]
+    a = csr.matrix(matrix, square=False)
+    if a is None:                   # a networkx graph: its weighted adjacency matrix
+        a = csr.adjacency(matrix)[0]
     rows, cols = a.shape
     x = np.asarray(x)
     if x.ndim != 1 or x.shape[0] != cols:
@@ -163,38 +211,84 @@ def spmv(matrix, x, device, *, mode: str = "piccolo") -> np.ndarray:
     return y.view(np.float32)[:rows].copy()
 
 
-class ConvergenceError(RuntimeError):
-    """PageRank did not reach its tolerance within ``max_iterations`` (networkx's
-    ``PowerIterationFailedConvergence``); ``ranks`` holds the last iteration's."""
+try:                        # a networkx user catches networkx's own exception
+    from networkx import PowerIterationFailedConvergence as _NetworkXFailure
+    _FAILURE_BASES: tuple = (_NetworkXFailure, RuntimeError)
+except ImportError:         # pragma: no cover - networkx is in the graph extra
+    _FAILURE_BASES = (RuntimeError,)
 
-    def __init__(self, iterations: int, ranks: np.ndarray):
-        super().__init__(f"pagerank: not converged after {iterations} iterations")
+
+class ConvergenceError(*_FAILURE_BASES):
+    """PageRank did not reach its tolerance within ``max_iter`` iterations; a
+    ``networkx.PowerIterationFailedConvergence`` (when networkx is installed) and a
+    ``RuntimeError``.  ``ranks`` holds the last iteration's."""
+
+    def __init__(self, iterations: int, ranks):
+        Exception.__init__(self, f"pagerank: power iteration failed to converge within {iterations} iterations")
         self.iterations, self.ranks = iterations, ranks
 
 
-def pagerank(graph, device, *, alpha: float = 0.85, tol: float = 1e-6, max_iterations: int = 100,
-             mode: str = "piccolo", stats: dict | None = None) -> np.ndarray:
-    """PageRank of every vertex (float32, vertex order): networkx's ``pagerank(G, alpha,
-    tol=tol, weight=None)`` in fp32 (edge weights ignored, multi-edges counted once).
-    ``stats``, if given, receives ``iterations`` and the engine ``cycles`` they took."""
+def _initial_ranks(g: csr.PullGraph, nstart, inv_n: int) -> np.ndarray:
+    if nstart is None:
+        return np.full(g.n, inv_n, dtype=np.uint32)
+    if g.nodes is not None:
+        if not isinstance(nstart, dict):
+            raise TypeError(f"nstart: a dict keyed by node for a networkx graph, not {type(nstart).__name__}")
+        start = np.array([nstart.get(v, 0) for v in g.nodes], dtype=np.float64)
+    else:
+        start = np.array(nstart, dtype=np.float64)
+        if start.shape != (g.n,):
+            raise ValueError(f"nstart: shape {start.shape}, but the graph has {g.n} vertices")
+    total = start.sum()
+    if not np.all(np.isfinite(start)) or np.any(start < 0) or total <= 0:
+        raise ValueError("nstart: values must be finite, non-negative and not all zero")
+    return (start / total).astype(np.float32).view(np.uint32)     # networkx normalises it
+
+
+def pagerank(graph, device, *, alpha: float = 0.85, personalization=None, max_iter: int = 100,
+             tol: float = 1e-6, nstart=None, weight: str | None = "weight", dangling=None,
+             mode: str = "piccolo", stats: dict | None = None):
+    """PageRank of every vertex: networkx's ``pagerank(G, alpha, max_iter=max_iter,
+    tol=tol, nstart=nstart, weight=weight)`` in fp32.  A networkx graph: a ``{node:
+    rank}`` dict (``{}`` for an empty graph); a matrix: a float32 array in vertex order,
+    its values the edge weights.  Weights must be non-negative integers (an edge of weight
+    ``w`` counts as ``w`` parallel edges; a multigraph's parallel edges each count):
+    ``weight=None`` counts every edge once.  ``personalization`` and ``dangling`` are
+    refused (the engine teleports and spreads dangling rank uniformly).  Raises
+    :class:`ConvergenceError` (a ``networkx.PowerIterationFailedConvergence``) without
+    convergence in ``max_iter`` iterations.  ``stats``, if given, receives
+    ``iterations`` and the engine ``cycles`` they took."""
+    for name, value in (("personalization", personalization), ("dangling", dangling)):
+        if value is not None:
+            raise NotImplementedError(f"{name}: the graph engine teleports and spreads dangling rank uniformly; "
+                                      f"use networkx.pagerank for a {name} vector")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha: must be between 0 and 1, not {alpha}")
     if not tol > 0:
         raise ValueError(f"tol: must be positive, not {tol}")
-    if int(max_iterations) < 1:
-        raise ValueError(f"max_iterations: must be at least 1, not {max_iterations}")
-    g = csr.pull(graph, "pagerank")
+    if int(max_iter) != max_iter or max_iter < 0:
+        raise ValueError(f"max_iter: must be a non-negative integer, not {max_iter}")
+    g = csr.pull(graph, "pagerank", weight=weight)
     if g.n == 0:
+        if g.nodes is not None:
+            return {}
         raise ValueError("graph: no vertices")
     c = golden.PageRankConstants.for_graph(g.n, alpha, tol)
+    start = _initial_ranks(g, nstart, c.inv_n)
+    if max_iter == 0:           # networkx: no iteration is no convergence
+        raise ConvergenceError(0, _ranks_out(g, start.view(np.float32)))
     with CardGraph(device, g, mode=mode, values=golden.out_degrees(g.n, g.col)) as card:
-        ranks = card.upload(np.full(g.n, c.inv_n, dtype=np.uint32))
+        ranks = card.upload(start)
         other, scratch = card.vector(), card.vector(arrays=2)
-        done = card.command(Program.PAGERANK, ranks, other, int(max_iterations), scratch=scratch, constants=c)
+        done = card.command(Program.PAGERANK, ranks, other, int(max_iter), scratch=scratch, constants=c)
         iterations = done.aux & ~golden.CONVERGED
         rank = (ranks if iterations % 2 == 0 else other).download(np.uint32, g.n).view(np.float32)
     if stats is not None:
         stats.update(iterations=iterations, cycles=done.cycles or 0)
     if done.aux & golden.CONVERGED:
-        return rank
-    raise ConvergenceError(int(max_iterations), rank)
+        return _ranks_out(g, rank)
+    raise ConvergenceError(int(max_iter), _ranks_out(g, rank))
+
+
+def _ranks_out(g: csr.PullGraph, rank: np.ndarray):
+    return rank if g.nodes is None else {v: float(r) for v, r in zip(g.nodes, rank)}

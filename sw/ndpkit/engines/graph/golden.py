@@ -189,12 +189,13 @@ def converged(err, tolerance) -> bool:
 
 
 def pagerank(rowptr, col, *, n: int | None = None, damping: float = 0.85, tol: float = 1e-6,
-             max_iterations: int = 100) -> Result:
+             max_iterations: int = 100, start=None) -> Result:
+    """``start``: the initial ranks as fp32 bits (default ``1/n`` each, rounded)."""
     n = len(rowptr) - 1 if n is None else n
     validate(n, rowptr, col)
     c = PageRankConstants.for_graph(n, damping, tol)
     degree = out_degrees(n, col)
-    rank = np.full(n, c.inv_n, dtype=np.uint32)
+    rank = np.full(n, c.inv_n, dtype=np.uint32) if start is None else np.asarray(start, dtype=np.uint32)
     for it in range(1, max_iterations + 1):
         rank, err = pagerank_iteration(rowptr, col, degree, rank, c)
         if converged(err, c.tolerance):

@@ -1,0 +1,163 @@
+"""The options :func:`ndpkit.open` takes, per kind of card: type, range, units.  Every
+option is checked here before a transport is built, so a bad value is reported by name
+with what is allowed (:class:`OptionError`), never as a failure deep inside a transport.
+
+>>> from ndpkit.options import check_options, size
+>>> size("64M"), size("1GiB"), size(4096)
+(67108864, 1073741824, 4096)
+>>> check_options("model", {"mem_size": "abc"})
+Traceback (most recent call last):
+    ...
+ndpkit.options.OptionError: mem_size: 'abc' is not a size (bytes: an integer, or with a unit: 64K, 16M, 1G)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ndpkit.errors import NdpkitError
+from ndpkit_spec.registry import REGISTRY
+
+__all__ = ["OptionError", "Option", "OPTIONS", "check_options", "size", "DEFAULT_ENGINES"]
+
+#: the engines a ``model`` card carries unless ``engines=`` says otherwise: all of them
+DEFAULT_ENGINES = tuple(REGISTRY)
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+
+
+class OptionError(NdpkitError, ValueError):
+    """A card option with a bad name, type or value; ``option`` names it."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+def size(value) -> int:
+    """Bytes from an integer or a string with a binary unit (``64K``, ``16M``, ``1GiB``)."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    if not match:
+        raise ValueError(value)
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def _integer(value) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        return int(value.strip(), 0)
+    raise ValueError(value)
+
+
+def _number(value) -> float:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    return float(value)
+
+
+def _engines(value) -> list[str]:
+    names = [e for e in value.split(",") if e] if isinstance(value, str) else list(value)
+    if not all(isinstance(e, str) for e in names):
+        raise ValueError(value)
+    return names
+
+
+@dataclass(frozen=True)
+class Option:
+    convert: Callable[[Any], Any]
+    kind: str                       # what the value is, for messages
+    low: float | None = None
+    high: float | None = None
+    choices: tuple = ()
+    doc: str = ""
+
+    def check(self, name: str, value):
+        try:
+            out = self.convert(value)
+        except (TypeError, ValueError):
+            raise OptionError(name, f"{value!r} is not {self.kind}") from None
+        if self.choices and out not in self.choices:
+            raise OptionError(name, f"{out!r} is not one of {', '.join(map(str, self.choices))}")
+        if self.low is not None and out < self.low or self.high is not None and out > self.high:
+            raise OptionError(name, f"{value!r} is outside {self._range()}")
+        return out
+
+    def _range(self) -> str:
+        show = _size_text if self.convert is size else (lambda v: str(int(v)) if float(v).is_integer() else f"{v:g}")
+        return f"{show(self.low)}..{show(self.high)}" if self.high is not None else f">= {show(self.low)}"
+
+
+def _size_text(n) -> str:
+    for unit in "TGMK":
+        if n and n % _UNITS[unit.lower()] == 0:
+            return f"{n // _UNITS[unit.lower()]}{unit}"
+    return f"{n:g}"
+
+
+_SIZE_KIND = "a size (bytes: an integer, or with a unit: 64K, 16M, 1G)"
+_CARD = {
+    "mem_size": Option(size, _SIZE_KIND, 4096, 1 << 40, doc="card memory"),
+    "mem_base": Option(size, _SIZE_KIND, 0, 1 << 48, doc="card address of the memory"),
+    "data_width": Option(_integer, "an integer", choices=(64, 128, 256, 512, 1024), doc="bus width in bits"),
+    "engines": Option(_engines, "a list of engine names", doc="engines on the card (comma list)"),
+    "queue_depth": Option(_integer, "an integer", 1, 64, doc="commands each engine queues"),
+    "clock_mhz": Option(_number, "a number", 1, 1000, doc="the engines' clock, for per-second figures"),
+    "mem_queue": Option(_integer, "an integer", 1, 4096, doc="memory requests in flight"),
+    "link": Option(dict, "a dict of PCIe link parameters", doc="modelled PCIe link"),
+    "storage": Option(dict, "a dict of storage link parameters", doc="modelled SSD link"),
+}
+_COMMON = {"guard": Option(size, _SIZE_KIND, 0, 1 << 30, doc="guard bytes around every buffer")}
+#: every option of every kind of card
+OPTIONS: dict[str, dict[str, Option]] = {
+    "model": {**_CARD, **_COMMON},
+    "sim": {**_CARD, **_COMMON,
+            # narrower buses cannot carry the DMA's 4 KiB bursts in AXI4's 256 beats
+            "data_width": Option(_integer, "an integer", choices=(128, 256, 512), doc="bus width in bits"),
+            "read_latency": Option(_integer, "an integer", 0, 100_000, doc="memory read latency, cycles"),
+            "write_latency": Option(_integer, "an integer", 0, 100_000, doc="memory write latency, cycles"),
+            "waves": Option(str, "a path", doc="waveform file (.fst or .vcd)"),
+            "dma": Option(str, "a string", choices=("backdoor", "axi"), doc="host DMA path"),
+            "attention_units": Option(_integer, "an integer", 1, 64, doc="attention units"),
+            "start_timeout": Option(_number, "a number", 1, 1e6, doc="seconds to wait for the simulator"),
+            "reply_timeout": Option(_number, "a number", 1, 1e6, doc="seconds to wait for a reply")},
+    "xdma": {**_COMMON, "channel": Option(_integer, "an integer", 0, 3, doc="XDMA H2C/C2H channel")},
+    "uart": {**_COMMON,
+             "baud": Option(_integer, "an integer", 300, 100_000_000, doc="serial baud rate"),
+             "timeout": Option(_number, "a number", 0.01, 3600, doc="seconds per reply")},
+}
+OPTIONS["uart-model"] = {**OPTIONS["model"], **OPTIONS["uart"]}
+
+
+def check_options(kind: str, options: dict) -> dict:
+    """``options`` converted and checked for a card of ``kind``; raises
+    :class:`OptionError` naming the first bad option and what it allows."""
+    schema = OPTIONS[kind]
+    out = {}
+    for name, value in options.items():
+        if name not in schema:
+            raise OptionError(name, f"not an option of a {kind} card; options: {', '.join(sorted(schema))}")
+        out[name] = schema[name].check(name, value)
+    if "engines" in out:
+        unknown = [e for e in out["engines"] if e not in REGISTRY]
+        if unknown:
+            raise OptionError("engines", f"unknown engine {unknown[0]!r}; engines: {', '.join(REGISTRY)}")
+        if not out["engines"]:
+            raise OptionError("engines", f"no engines; engines: {', '.join(REGISTRY)}")
+        width = out.get("data_width", 512)      # (the transports' default width)
+        narrow = [e for e in out["engines"] if width < REGISTRY[e].min_data_width]
+        if narrow:
+            raise OptionError("data_width", f"{width} is narrower than engine {narrow[0]!r} needs "
+                                            f"({REGISTRY[narrow[0]].min_data_width})")
+    width = out.get("data_width", 512)
+    if "mem_size" in out and "data_width" in schema and out["mem_size"] % (width // 8):
+        raise OptionError("mem_size", f"{out['mem_size']} is not a whole number of {width}-bit words")
+    return out
