@@ -2,6 +2,8 @@
 transport against a fake device folder, argument checking."""
 import os
 import struct
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -136,6 +138,23 @@ def test_xdma_transport_on_a_fake_device(tmp_path):
         writer.join()
     with pytest.raises(TransportClosed, match="missing"):
         ndpkit.open(str(tmp_path / "xdma9"))
+
+
+def test_xdma_open_is_exclusive(tmp_path):
+    """A second open of the same card (here, or in another process) is refused with the
+    holder named, before anything touches the card; closing releases it."""
+    from ndpkit.transport.xdma import CardInUse
+    prefix = _fake_xdma(tmp_path)
+    with ndpkit.open(prefix) as dev:
+        dev.shell.write("scratch", 0x1234)
+        with pytest.raises(CardInUse, match=f"in use by pid {os.getpid()} "):
+            ndpkit.open(prefix)
+        other = subprocess.run([sys.executable, "-m", "ndpkit.cli", "info", "--device", prefix],
+                               capture_output=True, text=True)
+        assert other.returncode == 1 and f"CardInUse: {prefix} is in use by pid {os.getpid()}" in other.stderr
+        assert dev.shell.read("scratch") == 0x1234             # the holder's card was not reset
+    with ndpkit.open(prefix) as again:                          # released on close
+        assert again.shell.read("scratch") == 0x1234
 
 
 def test_uart_transport_reports_a_silent_or_out_of_step_link():

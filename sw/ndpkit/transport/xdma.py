@@ -12,18 +12,41 @@ The driver creates, for card ``N``:
 ``path`` is the common prefix (``/dev/xdma0``).  Timeouts are wall-clock seconds
 (device time is wall time on a card).  The transport has no cycle counter of its
 own; ``Device.cycles()`` reads the card's.
+
+Opening is exclusive: opening a card soft-resets its engines, which would pull the card
+from under another process using it.  The transport takes an ``flock`` on the BAR's
+device node (released when it closes or its process ends) and notes its process in
+``<tmp>/ndpkit-<path>.owner``; a second open fails with :class:`CardInUse` naming the
+holder.
 """
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import select
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-from ndpkit.errors import DmaError, TransportClosed
+from ndpkit.errors import DmaError, NdpkitError, TransportClosed
 from ndpkit_spec.shell import BAR0_SIZE, IRQ_LINES
 from ndpkit.transport.base import Transport
 
-__all__ = ["XdmaTransport"]
+__all__ = ["XdmaTransport", "CardInUse"]
+
+
+class CardInUse(NdpkitError):
+    """Another process has the card open; ``holder`` describes it (pid, command, since)."""
+
+    def __init__(self, path: str, holder: str):
+        super().__init__(f"{path} is in use by {holder}; close it there first (opening a card resets its engines)")
+        self.path, self.holder = path, holder
+
+
+def _owner_file(path: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"ndpkit-{path.strip('/').replace('/', '_')}.owner"
 
 _CHUNK = 8 << 20        # the XDMA driver splits larger requests anyway; this bounds one syscall
 
@@ -40,6 +63,18 @@ class XdmaTransport(Transport):
             raise TransportClosed(f"no XDMA device at {path}: missing {', '.join(missing)} (is the xdma driver "
                                   f"loaded and the card's bitstream programmed?)")
         self._user = os.open(names["user"], os.O_RDWR | getattr(os, "O_SYNC", 0))
+        try:
+            fcntl.flock(self._user, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._user)
+            owner = _owner_file(path)
+            holder = owner.read_text().strip() if owner.exists() else "another process"
+            raise CardInUse(path, holder) from None
+        try:
+            _owner_file(path).write_text(f"pid {os.getpid()} ({' '.join(sys.argv) or sys.executable}), "
+                                         f"since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        except OSError:             # the note is for messages only
+            pass
         try:
             self._bar = mmap.mmap(self._user, bar_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self._words = memoryview(self._bar).cast("I")    # one aligned 32-bit access per word
@@ -129,6 +164,11 @@ class XdmaTransport(Transport):
         for fd in (self._user, self._h2c, self._c2h, *self._events.values()):
             os.close(fd)
         self._events.clear()
+        try:
+            if _owner_file(self.path).read_text().startswith(f"pid {os.getpid()} "):
+                _owner_file(self.path).unlink()
+        except OSError:
+            pass
 
     def describe(self):
         return {"transport": "xdma", "path": self.path, "channel": self.channel}
