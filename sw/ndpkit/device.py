@@ -139,10 +139,13 @@ class Allocator:
 
 
 class Buffer:
-    """A range of card memory: ``address`` (card address) and ``size`` bytes."""
+    """A range of card memory: ``address`` (card address) and ``size`` bytes (whole bus
+    words); ``nbytes`` is what was asked for (``size`` rounded it up), so defaults that
+    count elements count the caller's and not the padding."""
 
-    def __init__(self, device: "Device", address: int, size: int):
+    def __init__(self, device: "Device", address: int, size: int, nbytes: int | None = None):
         self.device, self.address, self.size = device, address, size
+        self.nbytes = size if nbytes is None else nbytes
         self.freed = False
 
     def _range(self, offset: int, nbytes: int) -> None:
@@ -277,7 +280,7 @@ class Device:
         align = self.word_bytes if align is None else align
         rounded = -(-int(size) // self.word_bytes) * self.word_bytes
         if not self.guard_bytes:
-            return Buffer(self, self.allocator.alloc(rounded, align), rounded)
+            return Buffer(self, self.allocator.alloc(rounded, align), rounded, int(size))
         # whole alignment units of guard on each side keep the buffer aligned
         unit = max(align, self.word_bytes)
         guard = -(-self.guard_bytes // unit) * unit
@@ -290,7 +293,7 @@ class Device:
         self.transport.dma_write(outer, below)
         self.transport.dma_write(address + rounded, above)
         self._guards[address] = (outer, rounded, below, above)
-        return Buffer(self, address, rounded)
+        return Buffer(self, address, rounded, int(size))
 
     def _release(self, address: int) -> None:
         guards = self._guards.pop(address, None)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from ndpkit.errors import NdpkitError
 from ndpkit_spec.registry import REGISTRY
 
-__all__ = ["OptionError", "Option", "OPTIONS", "check_options", "size", "DEFAULT_ENGINES"]
+__all__ = ["OptionError", "Option", "OPTIONS", "check_options", "size", "DEFAULT_ENGINES", "options_table"]
 
 #: the engines a ``model`` card carries unless ``engines=`` says otherwise: all of them
 DEFAULT_ENGINES = tuple(REGISTRY)
@@ -91,6 +91,14 @@ class Option:
             raise OptionError(name, f"{value!r} is outside {self._range()}")
         return out
 
+    def allowed(self) -> str:
+        """What the option takes, for the documentation."""
+        if self.choices:
+            return " / ".join(f"`{c}`" for c in self.choices)
+        if self.low is not None:
+            return self._range()
+        return self.kind
+
     def _range(self) -> str:
         show = _size_text if self.convert is size else (lambda v: str(int(v)) if float(v).is_integer() else f"{v:g}")
         return f"{show(self.low)}..{show(self.high)}" if self.high is not None else f">= {show(self.low)}"
@@ -108,7 +116,8 @@ _CARD = {
     "mem_size": Option(size, _SIZE_KIND, 4096, 1 << 40, doc="card memory"),
     "mem_base": Option(size, _SIZE_KIND, 0, 1 << 48, doc="card address of the memory"),
     "data_width": Option(_integer, "an integer", choices=(64, 128, 256, 512, 1024), doc="bus width in bits"),
-    "engines": Option(_engines, "a list of engine names", doc="engines on the card (comma list)"),
+    "engines": Option(_engines, "a list of engine names",
+                      doc="engines on the card, comma list (model: every engine by default; sim: dma_copy)"),
     "queue_depth": Option(_integer, "an integer", 1, 64, doc="commands each engine queues"),
     "clock_mhz": Option(_number, "a number", 1, 1000, doc="the engines' clock, for per-second figures"),
     "mem_queue": Option(_integer, "an integer", 1, 4096, doc="memory requests in flight"),
@@ -161,3 +170,20 @@ def check_options(kind: str, options: dict) -> dict:
     if "mem_size" in out and "data_width" in schema and out["mem_size"] % (width // 8):
         raise OptionError("mem_size", f"{out['mem_size']} is not a whole number of {width}-bit words")
     return out
+
+
+_KINDS = {"model": "`model`", "sim": "`sim`", "xdma": "`xdma:/dev/xdma0` (or `/dev/xdma0`)",
+          "uart": "`uart:/dev/ttyUSB1`", "uart-model": "`uart:model`"}
+
+
+def options_table() -> str:
+    """The Markdown table of every option of every kind of card (docs/driver.md)."""
+    rows = ["| option | cards | takes | what |", "|---|---|---|---|"]
+    names = sorted({name for schema in OPTIONS.values() for name in schema})
+    for name in names:
+        kinds = [k for k in OPTIONS if name in OPTIONS[k] and k != "uart-model"]
+        option = next(OPTIONS[k][name] for k in kinds)
+        takes = " ; ".join(sorted({f"{k}: {OPTIONS[k][name].allowed()}" if len({OPTIONS[j][name].allowed()
+                                   for j in kinds}) > 1 else OPTIONS[k][name].allowed() for k in kinds}))
+        rows.append(f"| `{name}` | {', '.join(kinds)} | {takes} | {option.doc} |")
+    return "\n".join(rows) + "\n"

@@ -124,3 +124,11 @@ def test_sim_says_when_it_builds(tmp_path):
     assert "ndpkit sim: building ndpkit_sim_card-" in first and "ndpkit sim: built in" in first
     assert "ndpkit sim:" not in cached
     assert "the last build took" in second
+
+
+def test_the_driver_doc_lists_every_option():
+    from pathlib import Path
+    from ndpkit.options import options_table
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "driver.md").read_text()
+    table = doc[doc.index("<!-- options:begin"):doc.index("<!-- options:end -->")].split("-->\n", 1)[1]
+    assert table == options_table(), "docs/driver.md's option table is stale: paste ndpkit.options.options_table()"

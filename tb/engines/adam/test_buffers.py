@@ -58,3 +58,18 @@ def test_decomp_scatter_longer_than_a_buffer_is_refused(dev):
     assert _card(dev)[:val.address + val.size] == before[:val.address + val.size]   # dst, idx, val untouched
     assert dev.decomp.scatter(dst, idx, val, n=100, pairs=8).ok
     dev.free_all()
+
+
+def test_decomp_pairs_default_counts_the_uploaded_pairs_not_the_padding(dev):
+    """10 pairs upload into whole 64-byte bus words (16 slots): the default ``pairs`` is
+    10, so the padding never lands as (index 0, value 0) pairs."""
+    indices = dev.upload(np.arange(3, 13, dtype=np.uint32))
+    values = dev.upload(np.arange(1, 11, dtype=np.float32))
+    assert indices.size == 64 and indices.nbytes == 40
+    dst = dev.upload(np.full(16, 9, np.float32))
+    done = dev.decomp.scatter(dst, indices, values, n=16)
+    assert done.aux == 10
+    want = np.zeros(16, np.float32)
+    want[3:13] = np.arange(1, 11)
+    assert np.array_equal(dst.download(np.float32, 16), want)
+    dev.free_all()

@@ -256,3 +256,29 @@ def test_a_step_failing_part_way_gives_back_card_memory(dev, monkeypatch):
     opt.step()                                          # goes on from the saved state
     opt.close()
     assert dev.allocator.free_bytes == free
+
+
+# -- DeepSpeed tests/unit/ops/adam/test_cpu_adam.py -------------------------------------
+
+@pytest.mark.parametrize("model_size", [64, 22, 55, 127, 1024, 1048576])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_deepspeed_cpu_adam_cases(model_size, dtype):
+    """DeepSpeed's CPU-Adam unit test (``test_cpu_adam_opt``): the same random parameter
+    and ten random gradients through ``torch.optim.AdamW`` (defaults) and the optimizer
+    under test, equal within ``check_equal``'s atol 1e-2; sizes that are not multiples
+    of the vector width (22, 55, 127) included.  Here the optimizer under test keeps its
+    state on the card; a half-precision model gets the engine's 16-bit copy."""
+    with ndpkit.open(URI, mem_size="64M") as dev:
+        torch.manual_seed(0)
+        start = torch.randn(model_size)
+        param = torch.nn.Parameter(start.clone().to(dtype))
+        ref = torch.nn.Parameter(start.clone())
+        ours, theirs = NearStorageAdam([param], dev), torch.optim.AdamW([ref])
+        for _ in range(10):
+            grad = torch.randn(model_size)
+            param.grad, ref.grad = grad.to(dtype), grad.to(dtype).float()
+            ours.step()
+            theirs.step()
+        np.testing.assert_allclose(param.detach().float().numpy(), ref.detach().numpy(), atol=1e-2,
+                                   err_msg="param-update mismatch!")
+        ours.close()

@@ -21,13 +21,14 @@ class DecompClient(EngineClient):
         """Zero-fill ``n`` elements at ``dst`` (in ``fmt``: 'fp32', 'fp16' or 'bf16'),
         then write the ``pairs`` (index, value) pairs at ``indices``/``values`` in array
         order: a repeated index keeps the last value, index 0xFFFFFFFF is skipped.
-        ``pairs`` defaults to the indices Buffer's size / 4.  Returns the Completion
+        ``pairs`` defaults to the indices uploaded (the Buffer's ``nbytes`` / 4, not
+        its padding to whole bus words).  Returns the Completion
         (``aux`` = pairs written) or, with ``wait=False``, the Command."""
         from ndpkit.device import Buffer, _address
         if pairs is None:
             if not isinstance(indices, Buffer):
                 raise TypeError("pairs is required when indices is a card address")
-            pairs = indices.size // 4
+            pairs = indices.nbytes // 4
         args = {"format": _fmt(fmt, "fmt"), "count": int(n), "pairs": int(pairs), "idx": _address(indices, "indices"),
                 "val": _address(values, "values"), "dst": _address(dst, "dst")}
         cmd = self.submit(args, work_bytes=4 * int(n) + 8 * int(pairs),
