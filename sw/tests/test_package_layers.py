@@ -49,12 +49,15 @@ def test_gateware_loads_neither_numpy_nor_the_driver():
     assert {"amaranth", "ndpkit_spec"} <= loaded
 
 
-@pytest.mark.parametrize("skip", ["ndpkit.engines.adam.torch,ndpkit.engines.attention.torch,ndpkit.torch", ""],
-                         ids=["without-torch-glue", "with-torch-glue"])
+GLUE = "ndpkit.engines.adam.torch,ndpkit.engines.attention.torch,ndpkit.torch,ndpkit.engines.attention.hf,ndpkit.hf"
+
+
+@pytest.mark.parametrize("skip", [GLUE, ""], ids=["without-torch-glue", "with-torch-glue"])
 def test_driver_loads_neither_gateware_nor_tools(skip):
-    """With and without the PyTorch glue (which needs the torch extra)."""
+    """With and without the PyTorch and transformers glue (the torch and llm extras)."""
     if not skip:
         pytest.importorskip("torch")
+        pytest.importorskip("transformers")
     count, loaded = _loaded("ndpkit", skip)
     assert count >= 30
     assert not loaded & {"amaranth", "ndpkit_hw", "ndpkit_tools", "cocotb"}

@@ -78,6 +78,10 @@ class KVCache:
         self._free.append(slot)
         self._free.sort()
 
+    def length(self, layer: int, slot: int) -> int:
+        """The tokens ``slot`` holds in ``layer``."""
+        return int(self.lengths[layer, slot])
+
     def _check_slot(self, slot):
         if slot not in self._used:
             raise ValueError(f"slot {slot} is not an active request of this cache")
