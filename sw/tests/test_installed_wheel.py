@@ -29,7 +29,7 @@ CHECK = textwrap.dedent("""
         root = importlib.import_module(package)
         assert "site-packages" in root.__file__, root.__file__
         for info in pkgutil.walk_packages(root.__path__, package + "."):
-            if info.name.endswith(".torch"):          # the PyTorch glue needs the torch extra
+            if info.name.endswith((".torch", ".hf")):   # the PyTorch/transformers glue: the torch, llm extras
                 continue
             importlib.import_module(info.name)
     from amaranth.hdl import Fragment

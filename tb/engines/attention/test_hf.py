@@ -11,7 +11,7 @@ import ndpkit
 from ndpkit.hf import NdpkitCache, check_config, compare, load_smollm2, register
 
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "2 + 2 ="]
-CARD = "engines=attention&data_width=128&mem_size=16M"
+CARD = "engines=attention&data_width=128&mem_size=8M"   # the demo's card (one build)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def test_smollm2_generates_as_transformers_on_the_model_card(smollm2):
     assert r["tokens"] == r["reference"] and r["agree"] == len(PROMPTS)
     assert r["texts"][0].startswith(" Paris")
     assert r["mismatches"] == 0                          # every card output equals the golden model
-    assert len(r["cycles"]) == 3 and all(len(step) == 30 for step in r["cycles"])   # decode steps x layers
+    assert len(r["cycles"]) == 3 and all(step == [0] * 30 for step in r["cycles"])   # steps x layers; no timing
     assert max(r["logit_diff"]) < 0.05                   # fp16 KV cache vs fp32 eager attention
     assert model.config._attn_implementation == "ndpkit"    # compare() restores it
 
@@ -46,7 +46,9 @@ def test_smollm2_on_the_rtl_is_bit_identical_to_the_model_card(smollm2):
     assert runs["sim"]["tokens"] == runs["model"]["tokens"] == runs["model"]["reference"]
     assert all(torch.equal(a, b) for a, b in zip(runs["sim"]["logits"], runs["model"]["logits"]))
     assert runs["sim"]["mismatches"] == 0
-    print("sim engine cycles per decode step:", [sum(s) for s in runs["sim"]["cycles"]])
+    cycles = runs["sim"]["cycles"]                       # RTL: every layer's command takes cycles
+    assert len(cycles) == 3 and all(len(step) == 30 and min(step) > 0 for step in cycles)
+    print("sim engine cycles per decode step:", [sum(s) for s in cycles])
 
 
 # -- a small random Llama: shapes, padding and refusals ---------------------------------

@@ -39,6 +39,8 @@ def _fmt(value, name, allowed=("fp32", "fp16", "bf16")) -> KvFormat:
 
 class AttentionClient(EngineClient):
     name = "attention"
+    #: the Completion of the last decode command that finished
+    last = None
 
     def decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
                q_format: str = "fp32", out_format: str = "fp32", window: int = 0):
@@ -131,7 +133,7 @@ class PendingDecode:
         table, _, obuf = self.staging[:3]
         obytes = heads * d * (4 if of == KvFormat.FP32 else 2)
         try:
-            self.command.wait()
+            self.client.last = self.command.wait()      # the Completion: the engine's own cycles
             statuses = golden.unpack_descriptors(table.read(batch * golden.DESCRIPTOR_BYTES), batch)
             raw = np.frombuffer(obuf.read(batch * obytes), np.uint32 if of == KvFormat.FP32 else np.uint16)
             out = fp.floats(golden.widen(raw, of)).reshape(batch, heads, d).copy()

@@ -167,7 +167,8 @@ class NdpkitCache(_Cache):
     request may hold (prompt and new tokens, padding excluded), ``fmt`` the KV format
     (``"fp16"`` or ``"bf16"``).  ``verify=True`` checks every card output bit for bit
     against :func:`ndpkit.engines.attention.golden.decode` on the cache read back.
-    ``cycles`` collects the engine cycles of each decode step per layer."""
+    ``cycles`` collects, per decode step and layer, the engine's command cycles
+    (acceptance to completion; the slowest card's; 0 on the model card, which has no timing)."""
 
     def __init__(self, devices, config, *, batch_size: int, capacity: int, fmt: str = "fp16",
                  verify: bool = False):
@@ -234,9 +235,10 @@ class NdpkitCache(_Cache):
 
     def decode(self, layer: int, query, key_new, value_new, scale: float):
         from ndpkit.engines.attention.torch import decode_attention
-        before = [d.cycles() for d in self.devices]
         out = decode_attention(None, query, key_new, value_new, self.kv, layer, self.slots, scale=scale)
-        spent = max(d.cycles() - c for d, c in zip(self.devices, before))
+        # each card's command cycles (acceptance to completion; the model card has no timing: 0)
+        spent = max((d.attention.last.cycles or 0) if getattr(d.attention, "last", None) else 0
+                    for d in self.devices)
         if layer == 0:
             self.cycles.append([])
         self.cycles[-1].append(spent)
