@@ -9,6 +9,7 @@ another name and kind) appears in every consumer without touching any of them.
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,7 @@ def echo_registered(monkeypatch):
     yield ECHO
 
 
-def test_a_new_registry_entry_reaches_every_consumer(echo_registered):
+def test_a_new_registry_entry_reaches_every_consumer(echo_registered, tmp_path, monkeypatch):
     import ndpkit
     from amaranth.hdl import Fragment
     from ndpkit_hw.device import Device
@@ -140,5 +141,13 @@ def test_a_new_registry_entry_reaches_every_consumer(echo_registered):
     Fragment.get(device, None)
     # the register document, the board builds, FuseSoC's default cores
     assert "echo" in regs_doc.markdown(registry_module.ALL_BLOCKS)
+    from ndpkit_tools.boards import BoardError, resources
+    with pytest.raises(BoardError, match="engine 'echo' has no implementation figures"):    # the fit check asks
+        device_options(load_board("alveo_u280"), engines="dma_copy,echo", memory_ports=3)
+    table = json.loads(resources.TABLE.read_text())
+    table["echo"] = table["dma_copy"]                       # once the impl report has measured it
+    figures = tmp_path / "engine_resources.json"
+    figures.write_text(json.dumps(table))
+    monkeypatch.setattr(resources, "TABLE", figures)
     assert "echo" in device_options(load_board("alveo_u280"), engines="dma_copy,echo", memory_ports=3)["engines"]
     assert "echo" in default_cores()

@@ -4,6 +4,7 @@ project Tcl runs through, creates every IP it connects, connects every interface
 port of the device, and its XDC names only ports the block design has)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,15 +55,58 @@ def test_every_board_loads():
     ("alveo_u280", {"memory_ports": 33, "engines": ",".join(["dma_copy"])}, "memory_ports=33 but the board has 32 HBM"),
     ("alveo_u280", {"memory_ports": 3, "engines": "dma_copy"}, "only 2 memory masters"),
     ("smartssd", {"memory_ports": 2}, "memory_ports=2 but the board has 1 memory controller port"),
-    ("smartssd", {"attention_units": 64}, "attention_units=64 does not fit the xcku15p"),
+    ("smartssd", {"attention_units": 64}, "attention_units must be a power of two from 1 to 16, not 64"),
+    ("alveo_u280", {"attention_units": 3}, "attention_units must be a power of two from 1 to 16, not 3"),
+    ("smartssd", {"attention_units": 8}, "the build needs 468,526 LUT of the xcku15p-ffva1156-2LV-e's 522,720 (90%), "
+                                         "over the 70% budget (365,904); the largest part is attention"),
+    ("alveo_u55c", {"attention_units": 8}, "LUT of the xcu55c-fsvh2892-2L-e's 1,303,680 (104%), over the 70% budget"),
     ("alveo_u280", {"engines": "dma_copy,pagerank"}, "unknown engine 'pagerank'"),
     ("smartssd", {"engines": "dma_copy,graph", "data_width": 256}, "engine 'graph' needs data_width 512, not 256"),
     ("alveo_u280", {"data_width": 96}, "data_width 96 is not one of 128, 256, 512"),
     ("ecp5_5g", {"data_width": 512}, "data_width 512 is not one of 32, 64, 128"),
 ])
 def test_bad_board_parameters_are_refused_with_a_clear_message(name, overrides, message):
-    with pytest.raises(BoardError, match=message.replace("(", r"\(")):
+    with pytest.raises(BoardError, match=re.escape(message)):
         device_options(load_board(name), **overrides)
+
+
+@pytest.mark.parametrize("name", XILINX)
+def test_every_default_build_fits_by_the_resource_model(name):
+    """The board's default build (engines at the impl report's figures plus the stated
+    shell estimate) stays within 70 % of every resource of its part."""
+    from ndpkit_tools.boards.resources import BUDGET, RESOURCES, totals
+    board = load_board(name)
+    total = totals(board, device_options(board))["total"]
+    for r in RESOURCES:
+        assert total[r] <= BUDGET * board.resources[r], (r, total[r], board.resources[r])
+    assert total["lut"] > 0.3 * board.resources["lut"]          # and they carry real engines, not an empty shell
+
+
+def test_the_resource_model_follows_the_impl_report():
+    """At the report's measured configurations the model gives the report's figures;
+    between them it is linear in the configuration's size."""
+    import json
+    from ndpkit_tools.boards.resources import RESOURCES, TABLE, engine_resources
+    table = json.loads(TABLE.read_text())
+    report = {(r["engine"], r["config"]): r for r in json.loads((ROOT / "docs" / "impl_report.json").read_text())["rows"]}
+    for engine, configs in table.items():
+        for config, entry in configs.items():
+            got = engine_resources(engine, entry["params"], table)
+            assert got["lut"] == report[(engine, config)]["xcup"]["LUT"]
+            assert all(got[r] == entry[r] for r in RESOURCES)
+    lo, hi = engine_resources("attention", {"data_width": 128, "units": 2}), \
+        engine_resources("attention", {"data_width": 512, "units": 8})
+    mid = engine_resources("attention", {"data_width": 512, "units": 2})       # size 1024 of 256..4096
+    assert mid["lut"] == pytest.approx(lo["lut"] + (1024 - 256) / (4096 - 256) * (hi["lut"] - lo["lut"]))
+
+
+def test_make_bitstream_prints_the_configuration_and_its_resources(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "alveo_u55c", "--engines",
+                           "dma_copy,decomp", "--memory-ports", "3", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert "alveo_u55c (xcu55c-fsvh2892-2L-e): engines dma_copy, decomp; 512-bit" in proc.stdout
+    assert "  decomp" in proc.stdout and "  shell" in proc.stdout and "  total" in proc.stdout
+    assert "of the part" in proc.stdout and "(budget 70%" in proc.stdout
 
 
 def test_smartssd_without_its_local_settings_stops_before_generating(tmp_path):

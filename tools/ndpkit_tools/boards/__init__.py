@@ -124,27 +124,13 @@ def device_options(board: Board, **overrides) -> dict:
         raise BoardError(f"{board.name}: memory_ports={ports} but the device has only {masters} memory masters "
                          f"(host DMA + {len(engines)} engine(s))")
     units = options["attention_units"]
-    if "attention" in engines:
-        limit = _max_attention_units(board, width)
-        if not 1 <= units <= limit:
-            raise BoardError(f"{board.name}: attention_units={units} does not fit the {board.part} "
-                             f"(at most {limit}: {_UNIT_BUDGET:.0%} of its DSPs at "
-                             f"{_DSP_PER_ATTENTION_UNIT[width]} DSP per unit at {width} bits)")
+    if not (1 <= units <= 16 and units & (units - 1) == 0):       # the datapath's unit counts
+        raise BoardError(f"{board.name}: attention_units must be a power of two from 1 to 16, not {units}")
+    if board.vendor == "xilinx":        # the resource model (the ECP5 build reports its real use)
+        from ndpkit_tools.boards.resources import fit
+        fit(board, options)
     if not 1 <= options["clock_mhz"] <= 255:
         raise BoardError(f"{board.name}: clock_mhz must be 1..255")
     options["mem_size"] = board.memory_bytes
     options["addr_width"] = max(32, (board.memory_bytes - 1).bit_length())
     return options
-
-
-# An estimate, checked before any long step: one attention unit has P = data_width/16
-# dot lanes and P fma lanes, and each lane's fp32 multiplier takes 2 DSP48E2 (24x17
-# partial products of the 24-bit significands).  Units may use 60 % of the part's
-# DSPs, leaving the rest to the other engines and the shell.
-_DSP_PER_ATTENTION_UNIT = {w: 2 * 2 * (w // 16) for w in (32, 64, 128, 256, 512)}
-_UNIT_BUDGET = 0.6
-
-
-def _max_attention_units(board: Board, width: int) -> int:
-    dsp = board.resources.get("dsp", 0)
-    return max(0, int(dsp * _UNIT_BUDGET) // _DSP_PER_ATTENTION_UNIT[width])

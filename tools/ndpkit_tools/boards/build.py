@@ -38,11 +38,28 @@ def main(argv=None) -> int:
                                  clock_mhz=args.clock_mhz)
         out = args.out or build_root() / "boards" / board.name
         if board.vendor == "xilinx":
+            _print_resources(board, options)
+        if board.vendor == "xilinx":
             return _xilinx(board, options, out)
         return _ecp5(board, options, out)
     except BoardError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _print_resources(board, options) -> None:
+    """The configuration and its resource totals by the resource model."""
+    from ndpkit_tools.boards.resources import BUDGET, RESOURCES, totals
+    res = totals(board, options)
+    print(f"{board.name} ({board.part}): engines {', '.join(options['engines'])}; {options['data_width']}-bit; "
+          f"attention_units {options['attention_units']}; {options['memory_ports']} memory port(s); "
+          f"{options['clock_mhz']} MHz")
+    print(f"  {'block':<12}" + "".join(f"{r.upper():>12}" for r in RESOURCES))
+    for block, used in res.items():
+        print(f"  {block:<12}" + "".join(f"{used[r]:>12,.0f}" for r in RESOURCES))
+    print(f"  {'of the part':<12}" + "".join(
+        f"{res['total'][r] / board.resources[r]:>12.0%}" if board.resources.get(r) else f"{'-':>12}"
+        for r in RESOURCES) + f"   (budget {BUDGET:.0%}; engines: impl report, shell: stated estimate)")
 
 
 def _ecp5(board, options, out: Path) -> int:

@@ -205,6 +205,8 @@ def main(argv=None) -> int:
                 previous.setdefault((r["engine"], r["config"]), r)
         rows = [previous[k] for k in order if k in previous]
         results.write_text(json.dumps({"tools": versions, "target_mhz": TARGET_MHZ, "rows": rows}, indent=1))
+        from ndpkit_tools.boards.resources import write_engine_table
+        write_engine_table(rows)            # the board builds' resource model reads these figures
         return rows
 
     jobs = [] if args.report else [(engine, c, ecp5_too_big(engine, c, previous)) for engine, c in jobs]

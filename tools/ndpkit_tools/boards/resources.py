@@ -1,0 +1,117 @@
+"""The resource model behind the board builds' fit check.
+
+**Engines**: the UltraScale+ figures of ``make impl-report`` (``docs/impl_report.json``,
+copied here as ``engine_resources.json`` by the report: yosys ``synth_xilinx``
+estimates, LUT6/FF/DSP48E2/BRAM36/URAM), two configurations per engine (``default`` and
+``max``; the report says which ``max`` rows are extrapolated rather than synthesised).
+An engine's size is the product of its configuration's parameters (data width, times
+attention units), and resources are taken linearly in that size through the two points
+(one point: constant), never below zero.
+
+**Shell**: a stated estimate, not a measurement (there is no Vivado here): the XDMA
+subsystem, the memory IP's soft logic, one AXI clock/width adapter per memory port, and
+the device's own shell (registers, address decoder, N:1 interconnect).  The numbers are
+in :data:`SHELL` with where each comes from.
+
+:func:`fit` totals engines and shell for a board and refuses (``BoardError``, naming the
+resource and the numbers) a build above the budget (70 % of every resource by default,
+the share a Vivado build of this kind routes reliably at speed).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+__all__ = ["RESOURCES", "BUDGET", "SHELL", "engine_resources", "shell_resources", "totals", "fit",
+           "write_engine_table", "TABLE"]
+
+RESOURCES = ("lut", "ff", "dsp", "bram36", "uram")
+BUDGET = 0.70
+#: package data: the engine rows of the implementation report
+TABLE = Path(__file__).resolve().parent / "engine_resources.json"
+_REPORT_KEYS = {"lut": "LUT", "ff": "FF", "dsp": "DSP", "bram36": "BRAM", "uram": "URAM"}
+
+#: stated estimates (not measured), per block: resources and the reason
+SHELL = {
+    "xdma": ({"lut": 55_000, "ff": 70_000, "dsp": 0, "bram36": 90, "uram": 0},
+             "XDMA Gen3 x16, 512-bit AXI-MM + AXI4-Lite BAR (PG195); order of Intel's MCDMA Gen3 x16 "
+             "figures (44k ALM, 109k registers, 532 M20K) for a comparable soft DMA engine"),
+    "hbm": ({"lut": 6_000, "ff": 9_000, "dsp": 0, "bram36": 0, "uram": 0},
+            "HBM IP (PG276): hard controller and switch; APB, reset and clocking soft logic"),
+    "ddr4": ({"lut": 18_000, "ff": 22_000, "dsp": 0, "bram36": 26, "uram": 0},
+             "DDR4 MIG (PG150), one 64-bit controller: its calibration MicroBlaze and PHY soft logic"),
+    "memory_port": ({"lut": 4_000, "ff": 6_000, "dsp": 0, "bram36": 2, "uram": 0},
+                    "per memory port: AXI SmartConnect clock and width conversion to the memory's port"),
+    "device_shell": ({"lut": 6_000, "ff": 7_000, "dsp": 0, "bram36": 4, "uram": 0},
+                     "ndpkit's shell: global registers, AXI4-Lite decoder, N:1 interconnect, interrupt logic"),
+}
+
+
+def write_engine_table(rows: list[dict], path: Path = TABLE) -> None:
+    """Keep the UltraScale+ figures of the report's rows (``make impl-report`` calls it)."""
+    table = {}
+    for row in rows:
+        if row.get("xcup"):
+            entry = {"params": row["params"], "estimate": bool(row.get("estimate")),
+                     **{k: row["xcup"][v] for k, v in _REPORT_KEYS.items()}}
+            table.setdefault(row["engine"], {})[row["config"]] = entry
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+
+
+def _size(params: dict) -> float:
+    return math.prod(v for v in params.values() if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def engine_resources(engine: str, params: dict, table: dict | None = None) -> dict:
+    """Resources of ``engine`` built with ``params`` (as in its registry ``configs``)."""
+    table = json.loads(TABLE.read_text()) if table is None else table
+    if engine not in table:
+        from ndpkit_tools.boards import BoardError
+        raise BoardError(f"engine {engine!r} has no implementation figures for the fit check: run "
+                         f"make impl-report ENGINES={engine} first")
+    points = sorted(table[engine].values(), key=lambda p: _size(p["params"]))
+    size = _size({k: v for k, v in params.items() if k in points[0]["params"]})
+    if len(points) == 1 or _size(points[-1]["params"]) == _size(points[0]["params"]):
+        return {r: points[0][r] for r in RESOURCES}
+    lo, hi = points[0], points[-1]
+    t = (size - _size(lo["params"])) / (_size(hi["params"]) - _size(lo["params"]))
+    return {r: max(0.0, lo[r] + t * (hi[r] - lo[r])) for r in RESOURCES}
+
+
+def shell_resources(board, options: dict) -> dict:
+    """The stated shell estimate for ``board`` with ``options`` (its memory ports)."""
+    blocks = ["xdma", "hbm" if board.memory["kind"] == "hbm" else "ddr4", "device_shell"]
+    blocks += ["memory_port"] * int(options["memory_ports"])
+    return {r: sum(SHELL[b][0][r] for b in blocks) for r in RESOURCES}
+
+
+def totals(board, options: dict, table: dict | None = None) -> dict:
+    """Per block (each engine, ``shell``) and ``total``: resources of the build."""
+    from ndpkit_spec.registry import REGISTRY
+    out = {}
+    for engine in options["engines"]:
+        spec = REGISTRY[engine]
+        params = {"data_width": options["data_width"],
+                  **{engine_kw: options[device_kw] for device_kw, engine_kw in spec.device_params.items()}}
+        out[engine] = engine_resources(engine, params, table)
+    out["shell"] = shell_resources(board, options)
+    out["total"] = {r: sum(block[r] for block in out.values()) for r in RESOURCES}
+    return out
+
+
+def fit(board, options: dict, budget: float = BUDGET, table: dict | None = None) -> dict:
+    """:func:`totals`, or ``BoardError`` when a resource exceeds ``budget`` of the part."""
+    from ndpkit_tools.boards import BoardError
+    result = totals(board, options, table)
+    for r in RESOURCES:
+        have = board.resources.get(r, 0)
+        used = result["total"][r]
+        if used > budget * have:
+            biggest = max((k for k in result if k != "total"), key=lambda k: result[k][r])
+            raise BoardError(f"{board.name}: the build needs {used:,.0f} {r.upper()} of the {board.part}'s "
+                             f"{have:,} ({used / have:.0%}), over the {budget:.0%} budget "
+                             f"({budget * have:,.0f}); the largest part is {biggest} with {result[biggest][r]:,.0f} "
+                             f"(engines {', '.join(options['engines'])}, data_width {options['data_width']}, "
+                             f"attention_units {options['attention_units']})")
+    return result
