@@ -56,8 +56,8 @@ class Device(wiring.Component):
             raise ValueError(f"card memory [{mem_base:#x}, +{mem_size:#x}) does not fit in {addr_width} address bits")
         if not 1 <= queue_depth <= 255:
             raise ValueError("queue_depth must be 1..255")
-        if not 1 <= clock_mhz <= 255:
-            raise ValueError("clock_mhz must be 1..255")
+        if not 1 <= clock_mhz <= 1000:         # the shell's clock register holds 16 bits
+            raise ValueError("clock_mhz must be 1..1000")
         if not isinstance(memory_ports, int) or not 1 <= memory_ports <= 1 + len(engines):
             raise ValueError(f"memory_ports must be 1..{1 + len(engines)} (one per master at most: the host DMA "
                              f"and {len(engines)} engine(s)), not {memory_ports!r}")
@@ -174,7 +174,7 @@ class Device(wiring.Component):
             shell.build_word_bytes.eq(self.data_width // 8),
             shell.build_queue_depth.eq(self.queue_depth),
             shell.build_irq_lines.eq(IRQ_LINES),
-            shell.build_clock_mhz.eq(self.clock_mhz),
+            shell.clock_mhz.eq(self.clock_mhz),
             shell.engines_value.eq(presence),
             shell.mem_base_value.eq(self.mem_base),
             shell.mem_size_lo_value.eq(self.mem_size & 0xFFFF_FFFF),

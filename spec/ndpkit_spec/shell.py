@@ -17,7 +17,7 @@ __all__ = ["GLOBAL", "NDPKIT_MAGIC", "VERSION", "ENGINE_STRIDE", "ENGINE_ARGS_OF
            "engine_block", "engine_args", "effective_window", "command_fields"]
 
 NDPKIT_MAGIC = 0x4E44504B   # "NDPK"
-VERSION = (0, 3)            # (major, minor) of the register interface
+VERSION = (0, 4)            # (major, minor) of the register interface
 ENGINE_STRIDE = 0x1000
 ENGINE_ARGS_OFFSET = 0x40
 BAR0_SIZE = 0x10000
@@ -31,7 +31,6 @@ GLOBAL = RegisterBlock("shell", [
         Field("word_bytes", 0, 8, Access.RO, doc="Bytes per memory-bus word (64 at 512 bits)."),
         Field("queue_depth", 8, 8, Access.RO, doc="Command-queue depth of every engine."),
         Field("irq_lines", 16, 8, Access.RO, doc="Width of usr_irq_req."),
-        Field("clock_mhz", 24, 8, Access.RO, doc="Nominal device clock in MHz (what cycle counts are scaled by)."),
     ]),
     Register.single("engines", 0x0C, Access.RO, doc="Bit k set: engine kind k (ndpkit_spec.registry.EngineKind) is present "
                                                    "at BAR0 offset k * 0x1000."),
@@ -54,6 +53,9 @@ GLOBAL = RegisterBlock("shell", [
                                                                       "interrupt bit of engine k (its irq register).")]),
     Register("control", 0x38, [Field("hold", 0, 1, Access.RW, doc="While set, engines start no queued command "
                                                                   "(queue a batch, then release it at once).")]),
+    Register("clock", 0x40, [Field("mhz", 0, 16, Access.RO, doc="Nominal device clock in MHz (what cycle counts "
+                                                               "are scaled by); 16 bits, so clocks past 255 MHz "
+                                                               "fit (interface 0.4; 0.3 had 8 bits in build).")]),
 ], doc="Device identity, build parameters, cycle counter, interrupt aggregation and soft reset.",
     size=ENGINE_STRIDE)
 

@@ -253,7 +253,8 @@ class Device:
                               f"this driver's {VERSION[0]}.{VERSION[1]}")
         build = self.shell.fields("build")
         self.word_bytes, self.queue_depth = build["word_bytes"], build["queue_depth"]
-        self.clock_mhz = build["clock_mhz"]
+        # interface 0.4 moved the clock to its own 16-bit register; 0.3 had 8 bits in build
+        self.clock_mhz = self.shell.read("clock") if version["minor"] >= 4 else self.shell.read("build") >> 24
         self.mem_base = self.shell.read("mem_base")
         self.mem_size = self.shell.read("mem_size_lo") | self.shell.read("mem_size_hi") << 32
         self.allocator = Allocator(self.mem_base, self.mem_size)

@@ -119,7 +119,7 @@ _CARD = {
     "engines": Option(_engines, "a list of engine names",
                       doc="engines on the card, comma list (model: every engine by default; sim: dma_copy)"),
     "queue_depth": Option(_integer, "an integer", 1, 64, doc="commands each engine queues"),
-    "clock_mhz": Option(_number, "a number", 1, 1000, doc="the engines' clock, for per-second figures"),
+    "clock_mhz": Option(_integer, "an integer", 1, 1000, doc="the engines' clock in MHz, for per-second figures"),
     "mem_queue": Option(_integer, "an integer", 1, 4096, doc="memory requests in flight"),
     "link": Option(dict, "a dict of PCIe link parameters", doc="modelled PCIe link"),
     "storage": Option(dict, "a dict of storage link parameters", doc="modelled SSD link"),

@@ -144,7 +144,7 @@ class ModelDevice:
         s.set_input("build", "word_bytes", self.word_bytes)
         s.set_input("build", "queue_depth", queue_depth)
         s.set_input("build", "irq_lines", IRQ_LINES)
-        s.set_input("build", "clock_mhz", clock_mhz)
+        s.set_input("clock", "mhz", clock_mhz)
         s.set_input("engines", "value", sum(1 << k for k in self.engines))
         s.set_input("mem_base", "value", mem_base)
         s.set_input("mem_size_lo", "value", mem_size & 0xFFFF_FFFF)

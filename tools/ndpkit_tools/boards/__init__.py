@@ -129,8 +129,8 @@ def device_options(board: Board, **overrides) -> dict:
     if board.vendor == "xilinx":        # the resource model (the ECP5 build reports its real use)
         from ndpkit_tools.boards.resources import fit
         fit(board, options)
-    if not 1 <= options["clock_mhz"] <= 255:
-        raise BoardError(f"{board.name}: clock_mhz must be 1..255")
+    if not 1 <= options["clock_mhz"] <= 1000:
+        raise BoardError(f"{board.name}: clock_mhz must be 1..1000")
     options["mem_size"] = board.memory_bytes
     options["addr_width"] = max(32, (board.memory_bytes - 1).bit_length())
     return options

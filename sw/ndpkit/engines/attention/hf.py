@@ -38,6 +38,7 @@ import math
 
 import numpy as np
 import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from ndpkit.engines.attention.golden import HEAD_DIMS, MAX_KV_HEADS
 from ndpkit.engines.attention.kvcache import KVCache, ShardedKVCache
@@ -87,15 +88,7 @@ def check_config(config) -> dict:
     return shape
 
 
-def _transformers_cache():
-    from transformers.cache_utils import Cache, CacheLayerMixin
-    return Cache, CacheLayerMixin
-
-
-_Cache, _CacheLayerMixin = _transformers_cache()
-
-
-class CardLayer(_CacheLayerMixin):
+class CardLayer(CacheLayerMixin):
     """One decoder layer's view of the card cache, as transformers' cache layers are
     used: ``update`` is called with the new keys/values before the attention function;
     the keys and values stay on the card, so this layer only counts positions."""
@@ -160,7 +153,7 @@ class CardLayer(_CacheLayerMixin):
         raise NotImplementedError("NdpkitCache: selecting batch entries is not supported")
 
 
-class NdpkitCache(_Cache):
+class NdpkitCache(Cache):
     """A transformers ``Cache`` on the card(s): ``devices`` one open card or a list (the
     batch split over them), ``config`` the model's config (checked: :func:`check_config`),
     ``batch_size`` the requests of one ``generate`` call, ``capacity`` the tokens each
