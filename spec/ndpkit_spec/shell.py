@@ -54,8 +54,7 @@ GLOBAL = RegisterBlock("shell", [
     Register("control", 0x38, [Field("hold", 0, 1, Access.RW, doc="While set, engines start no queued command "
                                                                   "(queue a batch, then release it at once).")]),
     Register("clock", 0x40, [Field("mhz", 0, 16, Access.RO, doc="Nominal device clock in MHz (what cycle counts "
-                                                               "are scaled by); 16 bits, so clocks past 255 MHz "
-                                                               "fit (interface 0.4; 0.3 had 8 bits in build).")]),
+                                                               "are scaled by).")]),
 ], doc="Device identity, build parameters, cycle counter, interrupt aggregation and soft reset.",
     size=ENGINE_STRIDE)
 

@@ -62,14 +62,14 @@ def open_device(uri: str = "sim", **options) -> "Device":
     checked against :data:`ndpkit.options.OPTIONS` (an :class:`~ndpkit.options.OptionError`
     names a bad one).  A ``model`` card carries every engine its bus width allows unless
     ``engines`` says otherwise."""
-    from ndpkit.options import check_options
+    from ndpkit.options import DEFAULT_WIDTH, check_options, default_engines
     kind, path, query = parse_uri(uri)
     query.update(options)
     schema = "uart-model" if kind == "uart" and path == "model" else kind
     query = check_options(schema, query)
     guard = query.pop("guard", None)
     if kind == "model" or schema == "uart-model":
-        query.setdefault("engines", [e for e in REGISTRY if query.get("data_width", 512) >= REGISTRY[e].min_data_width])
+        query.setdefault("engines", default_engines(query.get("data_width", DEFAULT_WIDTH)))
     if kind == "model":
         from ndpkit.transport.model import ModelTransport
         transport = ModelTransport(**query)
@@ -253,8 +253,7 @@ class Device:
                               f"this driver's {VERSION[0]}.{VERSION[1]}")
         build = self.shell.fields("build")
         self.word_bytes, self.queue_depth = build["word_bytes"], build["queue_depth"]
-        # interface 0.4 moved the clock to its own 16-bit register; 0.3 had 8 bits in build
-        self.clock_mhz = self.shell.read("clock") if version["minor"] >= 4 else self.shell.read("build") >> 24
+        self.clock_mhz = self.shell.read("clock")
         self.mem_base = self.shell.read("mem_base")
         self.mem_size = self.shell.read("mem_size_lo") | self.shell.read("mem_size_hi") << 32
         self.allocator = Allocator(self.mem_base, self.mem_size)

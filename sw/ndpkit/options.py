@@ -17,12 +17,20 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ndpkit.errors import NdpkitError
+from ndpkit.transport.sim_protocol import DEFAULTS
 from ndpkit_spec.registry import REGISTRY
 
-__all__ = ["OptionError", "Option", "OPTIONS", "check_options", "size", "DEFAULT_ENGINES", "options_table"]
+__all__ = ["OptionError", "Option", "OPTIONS", "check_options", "size", "default_engines", "options_table",
+           "DEFAULT_WIDTH"]
 
-#: the engines a ``model`` card carries unless ``engines=`` says otherwise: all of them
-DEFAULT_ENGINES = tuple(REGISTRY)
+#: the bus width of a model or sim card that names none (the transports' default)
+DEFAULT_WIDTH = DEFAULTS["data_width"]
+
+
+def default_engines(data_width: int = DEFAULT_WIDTH) -> list[str]:
+    """The engines a ``model`` card carries unless ``engines=`` says otherwise: every
+    engine its bus width allows."""
+    return [name for name, spec in REGISTRY.items() if data_width >= spec.min_data_width]
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
@@ -161,12 +169,12 @@ def check_options(kind: str, options: dict) -> dict:
             raise OptionError("engines", f"unknown engine {unknown[0]!r}; engines: {', '.join(REGISTRY)}")
         if not out["engines"]:
             raise OptionError("engines", f"no engines; engines: {', '.join(REGISTRY)}")
-        width = out.get("data_width", 512)      # (the transports' default width)
+        width = out.get("data_width", DEFAULT_WIDTH)
         narrow = [e for e in out["engines"] if width < REGISTRY[e].min_data_width]
         if narrow:
             raise OptionError("data_width", f"{width} is narrower than engine {narrow[0]!r} needs "
                                             f"({REGISTRY[narrow[0]].min_data_width})")
-    width = out.get("data_width", 512)
+    width = out.get("data_width", DEFAULT_WIDTH)
     if "mem_size" in out and "data_width" in schema and out["mem_size"] % (width // 8):
         raise OptionError("mem_size", f"{out['mem_size']} is not a whole number of {width}-bit words")
     return out

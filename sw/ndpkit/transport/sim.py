@@ -39,7 +39,6 @@ class SimTransport(Transport):
         if unknown:
             raise TypeError(f"unknown sim option(s): {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
         self.config = dict(DEFAULTS, **config)
-        self.config["engines"] = list(self.config["engines"])
         self.link = PcieLink(**self.config["link"])
         self.reply_timeout = reply_timeout
         #: fault injection: when True, interrupts never reach the host (the device runs on)
@@ -83,15 +82,19 @@ class SimTransport(Transport):
         self.server_config = json.loads(self._call(Op.HELLO))
 
     # -- plumbing ---------------------------------------------------------------
-    def _relay_build_messages(self, seen: int) -> int:
-        """Show the server's build messages (a first build takes minutes and the user
-        should know why nothing happens); returns how many log lines were read."""
+    def _relay_build_messages(self, offset: int) -> int:
+        """Show the server's build messages that arrived in its log past ``offset`` (a
+        first build takes minutes and the user should know why nothing happens);
+        returns the offset of the first line not yet read."""
         self._log.flush()
-        lines = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
-        for line in lines[seen:]:
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            text = log.read()
+        complete = text[:text.rfind(b"\n") + 1]          # a line still being written waits
+        for line in complete.decode(errors="replace").splitlines():
             if line.startswith("ndpkit-sim: "):
                 print(f"ndpkit sim: {line[len('ndpkit-sim: '):]}", file=sys.stderr, flush=True)
-        return len(lines)
+        return offset + len(complete)
 
     def _log_tail(self, lines: int = 25) -> str:
         if not self._log.closed:

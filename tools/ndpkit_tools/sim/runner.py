@@ -183,7 +183,7 @@ def _build(design: Design, waves: str | None) -> Path:
                          build_dir=build_dir, build_args=args, waves=waves is not None,
                          timescale=("1ns", "1ps"), log_file=build_dir / "build.log")
             seconds = time.monotonic() - started
-            stamp.write_text(json.dumps({"toplevel": design.toplevel, "args": args, "seconds": round(seconds, 1)}))
+            stamp.write_text(json.dumps({"toplevel": design.toplevel, "args": args}))
             record.write_text(json.dumps({"build": build_dir.name, "seconds": round(seconds, 1)}))
             print(f"ndpkit-sim: built in {seconds:.0f} s", file=sys.stderr, flush=True)
     return build_dir

@@ -183,16 +183,13 @@ class NearStorageAdam(torch.optim.Optimizer):
         for core in self._cores.values():
             core.release()
 
-    def _honour_edits(self, index: int, group, start: int, end: int) -> None:
-        """Parameters changed in place since the last step: their new values become
-        the master copy (for a 16-bit model, the 16-bit value widened)."""
-        written = self._written.get(index)
-        params = group["params"]
-        current = self._flat([p.detach() for p in params], params[0].dtype)
-        if written is None or written.shape != current.shape:
-            return
-        bits = (lambda t: t.view(torch.int32)) if current.dtype == torch.float32 else (lambda t: t.view(torch.int16))
-        changed = torch.nonzero(bits(current)[start:end] != bits(written)[start:end]).reshape(-1).numpy()
+    def _honour_edits(self, index: int, current: torch.Tensor, start: int, end: int) -> None:
+        """Parameters changed in place since the last step (``current``: the group's
+        flattened parameters now): their new values become the master copy (for a
+        16-bit model, the 16-bit value widened)."""
+        bits = torch.int32 if current.dtype == torch.float32 else torch.int16
+        changed = torch.nonzero(current[start:end].view(bits) != self._written[index][start:end].view(bits))
+        changed = changed.reshape(-1).numpy()
         if changed.size:
             values = current[start:end][torch.from_numpy(changed)].to(torch.float32).numpy()
             self._cores[index].storage.put(0, changed, values.view(np.uint32))
@@ -256,7 +253,8 @@ class NearStorageAdam(torch.optim.Optimizer):
     def _step_group(self, index, group, n, start, end, fmt, shard, has) -> None:
         core = self._cores[index]
         params = group["params"]
-        self._honour_edits(index, group, start, end)
+        current = self._flat([p.detach() for p in params], params[0].dtype)
+        self._honour_edits(index, current, start, end)
         sizes = np.array([p.numel() for p in params])
         steps = self._steps[index] + has                     # each parameter's own count (torch)
         size = core.storage.n
@@ -266,9 +264,8 @@ class NearStorageAdam(torch.optim.Optimizer):
         elem_step[:end - start] = np.repeat(steps, sizes)[start:end]
         full = np.zeros(size, dtype=_np_dtype(shard.dtype))
         full[:end - start] = _to_numpy(shard)
-        current = self._flat([p.detach() for p in params], params[0].dtype)[start:end]
         out = np.zeros(size, dtype=np.float32 if fmt == "fp32" else np.uint16)
-        out[:end - start] = _to_numpy(current)
+        out[:end - start] = _to_numpy(current[start:end])
         for t in np.unique(steps[has]):
             chosen = elem_has & (elem_step == t)
             if chosen[:end - start].all() and end > start:
@@ -302,7 +299,8 @@ class NearStorageAdam(torch.optim.Optimizer):
             if stepped:
                 p.copy_(new[offset:offset + k].view_as(p).to(p.dtype))
             offset += k
-        self._written[index] = self._flat([p.detach() for p in params], params[0].dtype)
+        # what the parameters now hold: the stepped ones' new values, the others' as they were
+        self._written[index] = new
 
     @property
     def last_stats(self):

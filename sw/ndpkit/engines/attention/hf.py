@@ -180,6 +180,7 @@ class NdpkitCache(Cache):
         self.devices, self.max_batch, self.capacity = devices, batch_size, capacity
         self.slots: list[int] = []
         self._pending: dict = {}
+        self._checked = None                     # the model config check_module accepted
         self.cycles: list[list[int]] = []       # per decode step, per layer
         self.mismatches = 0                      # verify: outputs that differ from the golden model
         super().__init__(layers=[CardLayer(self, i) for i in range(shape["num_hidden_layers"])])
@@ -206,9 +207,12 @@ class NdpkitCache(Cache):
                              f"cache's capacity of {self.capacity} tokens (nothing was changed)")
 
     def check_module(self, module) -> None:
+        if module.config is self._checked:          # every layer of one model shares its config
+            return
         if _shape(module.config) != self.shape:
             raise ValueError(f"past_key_values: this NdpkitCache was made for a model with {self.shape}, not "
                              f"{_shape(module.config)}")
+        self._checked = module.config
 
     # -- the two phases --------------------------------------------------------------
     def prefill(self, layer: int, key, value, attention_mask) -> None:
@@ -230,8 +234,7 @@ class NdpkitCache(Cache):
         from ndpkit.engines.attention.torch import decode_attention
         out = decode_attention(None, query, key_new, value_new, self.kv, layer, self.slots, scale=scale)
         # each card's command cycles (acceptance to completion; the model card has no timing: 0)
-        spent = max((d.attention.last.cycles or 0) if getattr(d.attention, "last", None) else 0
-                    for d in self.devices)
+        spent = max((d.attention.last.cycles or 0) if d.attention.last else 0 for d in self.devices)
         if layer == 0:
             self.cycles.append([])
         self.cycles[-1].append(spent)

@@ -83,10 +83,8 @@ def adjacency(graph, weight: str | None = "weight"):
     a = matrix(graph)
     if a is not None:
         return a, None
-    if is_networkx(graph):
-        nodes = list(graph.nodes)
-        return sp.csr_array(_networkx().to_scipy_sparse_array(graph, nodelist=nodes, weight=weight, format="csr")), nodes
-    raise AssertionError("unreachable")   # pragma: no cover - matrix() raised
+    nodes = list(graph.nodes)           # matrix() refused anything but a networkx graph
+    return sp.csr_array(_networkx().to_scipy_sparse_array(graph, nodelist=nodes, weight=weight, format="csr")), nodes
 
 
 def edges(graph, weight: str | None = "weight"):

@@ -46,7 +46,7 @@ _FUNCTIONS = {
 }
 
 
-class CardGraph:
+class DispatchedGraph:
     """A networkx graph handed to the ndpkit backend (networkx's conversion step keeps
     the graph itself: the driver reads networkx graphs directly)."""
     __networkx_backend__ = NAME
@@ -83,11 +83,11 @@ class BackendInterface:
 
     @staticmethod
     def convert_from_nx(graph, *args, **kwargs):
-        return CardGraph(graph)
+        return DispatchedGraph(graph)
 
     @staticmethod
     def convert_to_nx(obj, *, name=None):
-        return obj.graph if isinstance(obj, CardGraph) else obj
+        return obj.graph if isinstance(obj, DispatchedGraph) else obj
 
     @staticmethod
     def can_run(name, args, kwargs):
