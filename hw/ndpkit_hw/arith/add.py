@@ -8,7 +8,7 @@ An exact zero sum is +0, except (-0) + (-0) = -0 (and x - x = +0).
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_bits, round_pack, unpack, select_result
 
 __all__ = ["FpAdd", "add_datapath", "ADD_LATENCY"]
 
@@ -72,12 +72,13 @@ def add_datapath(m, pipe, a_bits, b_bits):
     total, top_exp, sign, zero_sign, nan, inf = pipe.stage(total, top_exp, sign, zero_sign, nan, inf)
 
     norm, norm_exp, is_zero, (sign, zero_sign, nan, inf) = normalize(
-        m, total, top_exp, "add", pipe=pipe, carry=(sign, zero_sign, nan, inf))
+        m, total, top_exp, "add", pipe=pipe, carry=(sign, zero_sign, nan, inf), keep=round_bits(F32), min_exp=1)
     norm, norm_exp, is_zero, sign, zero_sign, nan, inf = pipe.stage(
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf)
 
     packed, (is_zero, zero_sign, nan, inf, sign) = round_pack(
-        m, F32, sign, norm, norm_exp, 0, "add", pipe=pipe, carry=(is_zero, zero_sign, nan, inf, sign))
+        m, F32, sign, norm, norm_exp, 0, "add", pipe=pipe, carry=(is_zero, zero_sign, nan, inf, sign),
+        underflow=False)
     result = select_result(m, 32, packed, [
         (nan, F32.qnan),
         (inf, F32.inf(sign)),

@@ -3,7 +3,7 @@ infinity, subnormal results), int32 -> fp32 (RNE), fp32 -> int32 (RNE, saturatin
 NaN -> 0).  Latency 4 (int32 -> fp32: 5), II=1 per lane.  NaN results are the canonical quiet NaN."""
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from ndpkit_hw.arith.fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_bits, round_pack, unpack, select_result
 
 __all__ = ["FloatConvert", "Fp16ToFp32", "Bf16ToFp32", "Fp32ToFp16", "Fp32ToBf16", "Int32ToFp32", "Fp32ToInt32"]
 
@@ -24,10 +24,13 @@ class FloatConvert(FpUnit):
         a = unpack(m, inputs["a"], src, "a")
         exp = Signal(signed(12))
         m.d.comb += exp.eq(a.exp - src.bias + dst.bias)
-        norm, norm_exp, _ = normalize(m, a.sig, exp, "convert")
+        # widening (fp16/bf16 to fp32) is exact and never leaves the normal range from
+        # below: a subnormal stays subnormal-formatted, no rounding shift
+        widening = dst.frac_bits >= src.frac_bits and dst.exp_bits >= src.exp_bits
+        norm, norm_exp, _ = normalize(m, a.sig, exp, "convert", min_exp=1 if widening else None)
         norm, norm_exp, sign, zero, inf, nan = pipe.stage(norm, norm_exp, a.sign, a.is_zero, a.is_inf, a.is_nan)
         packed, (sign, zero, inf, nan) = round_pack(
-            m, dst, sign, norm, norm_exp, 0, "convert", pipe=pipe, carry=(sign, zero, inf, nan))
+            m, dst, sign, norm, norm_exp, 0, "convert", pipe=pipe, carry=(sign, zero, inf, nan), underflow=not widening)
         result = select_result(m, dst.width, packed, [
             (nan, dst.qnan),
             (inf, dst.inf(sign)),
@@ -64,9 +67,9 @@ class Int32ToFp32(FpUnit):
         magnitude, sign = pipe.stage(magnitude, sign)
         exp = Signal(signed(10))
         m.d.comb += exp.eq(F32.bias + 31)                 # bit 31 weighs 2**31
-        norm, norm_exp, _ = normalize(m, magnitude, exp, "i2f")
+        norm, norm_exp, _ = normalize(m, magnitude, exp, "i2f", keep=round_bits(F32))
         norm, norm_exp, sign = pipe.stage(norm, norm_exp, sign)
-        packed, _ = round_pack(m, F32, sign, norm, norm_exp, 0, "i2f", pipe=pipe)
+        packed, _ = round_pack(m, F32, sign, norm, norm_exp, 0, "i2f", pipe=pipe, underflow=False)   # >= 2**0
         return pipe.stage(packed)
 
 

