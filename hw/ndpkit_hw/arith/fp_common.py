@@ -237,7 +237,8 @@ def round_finish(m: Module, fmt: FloatFormat, sign, base, round_up, is_zero, ove
     return result
 
 
-def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str, pipe=None, carry=()):
+def round_pack(m: Module, fmt: FloatFormat, sign, norm, exp, sticky, name: str, pipe=None, carry=(),
+               underflow: bool = True):
     """Round a normalised significand to ``fmt`` (RNE) and pack it with ``sign``.
 
     ``norm`` has its top bit set (or is zero, giving a signed zero) and that bit weighs
