@@ -30,7 +30,9 @@ def flat_ports(component: wiring.Component) -> dict:
     return ports
 
 
-def to_verilog(component: wiring.Component, name: str) -> str:
-    """Convert ``component`` to Verilog with module name ``name`` and flat port names."""
-    return verilog.convert(component, name=name, ports=flat_ports(component),
+def to_verilog(component: wiring.Component, name: str, platform=None) -> str:
+    """Convert ``component`` to Verilog with module name ``name`` and flat port names;
+    ``platform`` reaches every ``elaborate`` (the FP units shape their products to its
+    multipliers: :func:`ndpkit_hw.arith.fp_common.multiplier_shape`)."""
+    return verilog.convert(component, name=name, platform=platform, ports=flat_ports(component),
                            emit_src=False, strip_internal_attrs=True)

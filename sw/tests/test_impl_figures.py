@@ -25,3 +25,45 @@ def test_placed_fmax_is_the_post_placement_estimate():
            "Warning: Max frequency for clock 'clk': 67.33 MHz (FAIL at 100.00 MHz)\n")
     assert placed_fmax(log) == 54.62
     assert placed_fmax("Info: routing only\n") is None
+
+
+def _netlist(cells):
+    """A Yosys JSON module from (name, type, {port: (direction, [bits])}) tuples."""
+    return {"modules": {"top": {"cells": {
+        name: {"type": kind, "port_directions": {p: d for p, (d, _) in ports.items()},
+               "connections": {p: bits for p, (_, bits) in ports.items()}, "parameters": {}}
+        for name, kind, ports in cells}}}}
+
+
+def test_logic_depth_counts_luts_muxes_and_carry8_equivalents():
+    from ndpkit_tools.impl.depth import logic_depth
+    ff = lambda name, d, q: (name, "FDRE", {"D": ("input", [d]), "Q": ("output", [q])})
+    lut = lambda name, ins, out, kind="LUT6": (name, kind, {"I": ("input", ins), "O": ("output", [out])})
+    cells = [ff("r0", 100, 1), ff("r1", 101, 2),
+             lut("a", [1, 2], 3), lut("b", [3], 4, "LUT2"), ("m", "MUXF7", {"I0": ("input", [4]), "I1": ("input", [1]),
+                                                                      "O": ("output", [5])}),
+             # four CARRY4 in a chain: two CARRY8s' worth, two levels
+             *[(f"c{i}", "CARRY4", {"CI": ("input", [5 + i]), "CO": ("output", [6 + i])}) for i in range(4)],
+             lut("d", [9, 2], 11), ff("r2", 11, 12),
+             # a short path beside it
+             lut("e", [2], 13), ff("r3", 13, 14)]
+    depth = logic_depth(_netlist(cells))
+    assert depth["levels"] == 6                 # LUT6, LUT2, MUXF7, 2 x (2 CARRY4), LUT6
+    assert depth["path"] == ["LUT6", "LUT2", "MUXF7", "CARRY4", "CARRY4", "CARRY4", "CARRY4", "LUT6"]
+    assert depth["unregistered_dsps"] == 0
+
+
+def test_logic_depth_dsp_between_registers_is_a_stage_and_otherwise_a_level():
+    from ndpkit_tools.impl.depth import logic_depth
+    registered = [("r0", "FDRE", {"D": ("input", [90]), "Q": ("output", [1])}),
+                  ("l0", "LUT6", {"I": ("input", [1]), "O": ("output", [2])}),
+                  ("r1", "FDRE", {"D": ("input", [2]), "Q": ("output", [3])}),
+                  ("dsp", "DSP48E2", {"A": ("input", [3]), "P": ("output", [4])}),
+                  ("r2", "FDRE", {"D": ("input", [4]), "Q": ("output", [5])}),
+                  ("l1", "LUT6", {"I": ("input", [5]), "O": ("output", [6])}),
+                  ("r3", "FDRE", {"D": ("input", [6]), "Q": ("output", [7])})]
+    assert logic_depth(_netlist(registered)) == {"levels": 1, "path": ["LUT6"], "unregistered_dsps": 0}
+    # the DSP fed by a LUT: it is on the path
+    fed = [c if c[0] != "dsp" else ("dsp", "DSP48E2", {"A": ("input", [2]), "P": ("output", [4])}) for c in registered]
+    depth = logic_depth(_netlist(fed))
+    assert depth["levels"] == 2 and depth["unregistered_dsps"] == 1 and depth["path"] == ["LUT6", "DSP48E2"]

@@ -27,7 +27,7 @@ from ndpkit_hw.arith.convert import Fp32ToBf16, Fp32ToFp16, Fp16ToFp32, Bf16ToFp
 from ndpkit_hw.arith.div import FpDiv
 from ndpkit_hw.arith.exp import FpExp
 from ndpkit_hw.arith.fma import FpFma
-from ndpkit_hw.arith.fp_common import Pipeline
+from ndpkit_hw.arith.fp_common import Pipeline, multiplier_shape
 from ndpkit_hw.arith.mul import FpMul
 from ndpkit_hw.arith.sqrt import FpSqrt
 
@@ -61,8 +61,9 @@ class Timed:
 
 
 class Dataflow:
-    def __init__(self, m, name: str):
+    def __init__(self, m, name: str, platform=None):
         self.m, self.name = m, name
+        self.multiplier = multiplier_shape(platform)     # the hard multipliers' operand slices
         self.latency = 0
         self._count = 0
         self._lines: dict[int, tuple[int, list]] = {}    # id(value) -> (ready time, delay line)
@@ -101,7 +102,7 @@ class Dataflow:
         start = max([0] + [o.time for o in operands])
         unit = cls(lanes=1)
         unit._MustUse__silence = True       # only its lane datapath is used, inline
-        pipe = Pipeline(self.m, Const(1), self._fresh(name))
+        pipe = Pipeline(self.m, Const(1), self._fresh(name), self.multiplier)
         controls = {c: Const(0, width) for c, width in cls.controls.items()}
         result = unit.lane(self.m, pipe, {n: self.at(o, start) for n, o in zip(names, operands)}, controls)
         done = Timed(Value.cast(result), start + unit.latency)

@@ -10,7 +10,7 @@ rounds once.  An exact zero is +0, except that (-0) + (-0) is -0.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_bits, round_pack, staged_product, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize_into_range, round_bits, round_pack, staged_product, unpack, select_result
 
 __all__ = ["FpFma"]
 
@@ -111,13 +111,14 @@ class FpFma(FpUnit):
         total, top_exp, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
             total, top_exp, sign, zero_sign, nan, inf, inf_sign)
 
-        norm, norm_exp, is_zero, (sign, zero_sign, nan, inf, inf_sign) = normalize(
-            m, total, top_exp, "fma", pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign), keep=round_bits(F32))
+        norm, norm_exp, is_zero, (sign, zero_sign, nan, inf, inf_sign) = normalize_into_range(
+            m, total, top_exp, "fma", round_bits(F32), pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign))
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
             norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign)
 
         packed, (is_zero, zero_sign, nan, inf, inf_sign) = round_pack(
-            m, F32, sign, norm, norm_exp, 0, "fma", pipe=pipe, carry=(is_zero, zero_sign, nan, inf, inf_sign))
+            m, F32, sign, norm, norm_exp, 0, "fma", pipe=pipe, carry=(is_zero, zero_sign, nan, inf, inf_sign),
+            underflow=False)
         result = select_result(m, 32, packed, [
             (nan, F32.qnan),
             (inf, F32.inf(inf_sign)),

@@ -15,8 +15,9 @@ from amaranth.hdl import Module, Signal, Cat, Const, Mux, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["FloatFormat", "F32", "F16", "BF16", "Unpacked", "unpack", "leading_zeros", "normalize",
-           "round_bits", "round_prepare", "round_finish", "round_pack", "staged_product", "select_result", "Pipeline", "FpUnit"]
+__all__ = ["FloatFormat", "F32", "F16", "BF16", "Unpacked", "unpack", "leading_zeros", "normalize", "normalize_into_range",
+           "round_bits", "round_prepare", "round_finish", "round_pack", "staged_product", "multiplier_shape",
+           "select_result", "Pipeline", "FpUnit"]
 
 
 @dataclass(frozen=True)
@@ -128,23 +129,26 @@ def normalize(m: Module, sig, exp, name: str, pipe=None, carry=(), keep: int | N
     exact (an adder's cancellation, a widening conversion) rounds with
     ``round_pack(..., underflow=False)`` and needs no right shift.
     """
-    lz = leading_zeros(m, sig, name)
+    width = len(sig)
+    if min_exp is not None:
+        # a marker bit where the exponent would reach min_exp stops the leading-zero count
+        # there (one OR in front of the count, not a compare and a select behind it)
+        room = Signal(signed(len(exp) + 1), name=f"{name}_room")
+        marker = Signal(width, name=f"{name}_marker")
+        m.d.comb += [room.eq(exp - min_exp),
+                     marker.eq(Cat(room == width - 1 - i for i in range(width)) | Mux(room < 0, 1 << (width - 1), 0))]
+        lz = leading_zeros(m, sig | marker, name)
+    else:
+        lz = leading_zeros(m, sig, name)
     is_zero = Signal(name=f"{name}_sig_zero")
     m.d.comb += is_zero.eq(sig == 0)
     if pipe is not None:
         staged = pipe.stage(sig, exp, lz, is_zero, *carry)
         sig, exp, lz, is_zero = staged[:4]
         carry = list(staged[4:])
-    if min_exp is not None:
-        room = Signal(signed(len(exp) + 1), name=f"{name}_room")
-        shift = Signal(len(lz), name=f"{name}_shift")
-        m.d.comb += [room.eq(exp - min_exp),
-                     shift.eq(Mux(room < 0, 0, Mux(lz > room, room, lz)))]
-    else:
-        shift = lz
+    shift = lz
     e = Signal(signed(len(exp) + 2), name=f"{name}_norm_exp")
     m.d.comb += e.eq(exp - shift)
-    width = len(sig)
     if keep is None or keep >= width:
         norm = Signal(width, name=f"{name}_norm")
         m.d.comb += norm.eq(sig << shift)
@@ -157,6 +161,48 @@ def normalize(m: Module, sig, exp, name: str, pipe=None, carry=(), keep: int | N
     if pipe is not None:
         return norm, e, is_zero, carry
     return norm, e, is_zero
+
+
+def normalize_into_range(m: Module, sig, exp, name: str, keep: int, pipe=None, carry=()):
+    """Normalise ``sig`` (top bit weighing ``2**(exp - bias)``) into the range of a
+    format's exponent: shift left until the top bit is set but never below exponent 1,
+    and shift a value whose exponent is already below 1 right up to it.  One shifter does
+    both (the separate normalisation and subnormal shifts of :func:`normalize` and
+    :func:`round_pack` cost twice the logic); its result rounds with
+    ``round_pack(..., underflow=False)``.
+
+    Returns ``(norm, exp, is_zero, carried values)``: ``norm`` is ``keep + 1`` bits, the
+    top ``keep`` in place and every bit below them ORed into the LSB (as with
+    :func:`normalize`'s ``keep``).  ``pipe`` is required: the leading-zero count and the
+    exponent's limits are registered before the shift.
+    """
+    width = len(sig)
+    lz = leading_zeros(m, sig, name)
+    is_zero = Signal(name=f"{name}_sig_zero")
+    m.d.comb += is_zero.eq(sig == 0)
+    # the shift is left by u - keep: u = keep + min(lz, exp - 1) for exp >= 1, else
+    # keep - min(1 - exp, keep) (at keep places right every bit is below the kept ones)
+    shift_bits = (width + keep).bit_length()
+    up = Signal(name=f"{name}_up")
+    lz_k, room_k, right_k = (Signal(shift_bits, name=f"{name}_{what}") for what in ("lz_k", "room_k", "right_k"))
+    m.d.comb += [
+        up.eq(exp >= 1),
+        lz_k.eq(lz + keep),
+        room_k.eq(Mux(exp > width, width, exp - 1) + keep),
+        right_k.eq(Mux(exp <= -keep, 0, keep - 1 + exp)),
+    ]
+    staged = pipe.stage(sig, exp, is_zero, up, lz_k, room_k, right_k, *carry)
+    sig, exp, is_zero, up, lz_k, room_k, right_k = staged[:7]
+    carry = list(staged[7:])
+    u = Signal(shift_bits, name=f"{name}_u")
+    m.d.comb += u.eq(Mux(up, Mux(lz_k > room_k, room_k, lz_k), right_k))
+    e = Signal(signed(max(len(exp), shift_bits) + 2), name=f"{name}_norm_exp")
+    m.d.comb += e.eq(Mux(up, exp + keep - u, 1))
+    # sig's bit i lands at i + u; the kept bits are [width, width + keep)
+    norm = Signal(keep + 1, name=f"{name}_norm")
+    sticky = (sig & Cat(u < width - i for i in range(width))) != 0
+    m.d.comb += norm.eq(Cat(sticky, (sig << u)[width:width + keep]))
+    return norm, e, is_zero, carry
 
 
 def round_bits(fmt: FloatFormat) -> int:
@@ -284,23 +330,32 @@ def select_result(m: Module, width: int, default, cases) -> Signal:
     return result
 
 
-# DSP48E2 multiplies 27x18 signed: 26x17 unsigned bits.  ECP5's MULT18X18D (18x18) takes
-# a 26x17 piece as two; Yosys splits it there.
-DSP_A_BITS, DSP_B_BITS = 26, 17
+# DSP48E2 multiplies 27x18 signed: 26x17 unsigned bits; ECP5's MULT18X18D 18x18: 17x17.
+DSP48E2_SHAPE, MULT18_SHAPE = (26, 17), (17, 17)
+
+
+def multiplier_shape(platform) -> tuple[int, int]:
+    """The unsigned operand slices one hard multiplier of ``platform``'s device takes:
+    ECP5 (an Amaranth platform or anything with ``device = "LFE5..."``) 17x17, otherwise
+    (UltraScale+, the simulators) the DSP48E2's 26x17."""
+    return MULT18_SHAPE if str(getattr(platform, "device", "")).startswith("LFE5") else DSP48E2_SHAPE
 
 
 def staged_product(m: Module, pipe, a, b, carry=()):
-    """``a * b`` over two pipeline stages, shaped to the DSP48E2: ``a`` in slices of at most
-    26 bits, ``b`` of at most 17 (a 24x24 significand product is two DSPs, not four);
-    the partial products are registered (the DSP's MREG/PREG), then summed.
-    Returns ``(product, carried values)``; ``carry`` travels alongside."""
+    """``a * b`` over two pipeline stages, shaped to the hard multipliers
+    (``pipe.multiplier``, :func:`multiplier_shape`): on a DSP48E2 ``a`` in slices of at
+    most 26 bits and ``b`` of 17 (a 24x24 significand product is two DSPs, not four), on
+    ECP5 17x17 slices; every partial product is one multiplier's output and registered
+    (the DSP's MREG/PREG), then summed.  Returns ``(product, carried values)``;
+    ``carry`` travels alongside."""
     def slices(v, piece):
         return [(lo, v[lo:min(lo + piece, len(v))]) for lo in range(0, len(v), piece)]
+    a_bits, b_bits = pipe.multiplier
     if len(a) < len(b):
-        a, b = b, a                                  # the wider operand takes the 26-bit port
+        a, b = b, a                                  # the wider operand takes the wider port
     partial = []
-    for lo_a, part_a in slices(a, DSP_A_BITS):
-        for lo_b, part_b in slices(b, DSP_B_BITS):
+    for lo_a, part_a in slices(a, a_bits):
+        for lo_b, part_b in slices(b, b_bits):
             p = Signal(len(part_a) + len(part_b))
             m.d.comb += p.eq(part_a * part_b)
             partial.append((lo_a + lo_b, p))
@@ -318,8 +373,9 @@ def staged_product(m: Module, pipe, a, b, carry=()):
 class Pipeline:
     """Registers a lane's values stage by stage, with a valid bit travelling along."""
 
-    def __init__(self, m: Module, valid, name: str):
+    def __init__(self, m: Module, valid, name: str, multiplier: tuple[int, int] = DSP48E2_SHAPE):
         self.m, self.valid, self.name, self.depth = m, valid, name, 0
+        self.multiplier = multiplier         # operand slices of one hard multiplier (staged_product)
 
     def stage(self, *values):
         self.depth += 1
@@ -371,7 +427,7 @@ class FpUnit(wiring.Component):
         m = Module()
         controls = {n: getattr(self.i.payload, n) for n in self.controls}
         for lane in range(self.lanes):
-            pipe = Pipeline(m, self.i.valid, f"lane{lane}")
+            pipe = Pipeline(m, self.i.valid, f"lane{lane}", multiplier_shape(platform))
             inputs = {n: getattr(self.i.payload, n)[lane] for n in self.operands}
             result = self.lane(m, pipe, inputs, controls)
             assert pipe.depth == self.latency, f"{type(self).__name__}: {pipe.depth} stages, latency says {self.latency}"

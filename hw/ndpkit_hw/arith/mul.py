@@ -1,7 +1,7 @@
 """Binary32 multiply, RNE, subnormals in and out.  Latency 8, II=1 per lane."""
 from amaranth.hdl import Signal, signed
 
-from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_bits, round_pack, staged_product, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize_into_range, round_bits, round_pack, staged_product, unpack, select_result
 
 __all__ = ["FpMul", "mul_datapath", "MUL_LATENCY"]
 
@@ -31,12 +31,12 @@ def mul_datapath(m, pipe, a_bits, b_bits):
     product, (exp, sign, nan, inf) = staged_product(m, pipe, sig_a, sig_b, carry=(exp, sign, nan, inf))
     product, exp, sign, nan, inf = pipe.stage(product, exp, sign, nan, inf)
 
-    norm, norm_exp, _, (sign, nan, inf) = normalize(m, product, exp, "mul", pipe=pipe, carry=(sign, nan, inf),
-                                                    keep=round_bits(F32))
+    norm, norm_exp, _, (sign, nan, inf) = normalize_into_range(m, product, exp, "mul", round_bits(F32), pipe=pipe,
+                                                               carry=(sign, nan, inf))
     norm, norm_exp, sign, nan, inf = pipe.stage(norm, norm_exp, sign, nan, inf)
 
     packed, (nan, inf, sign) = round_pack(m, F32, sign, norm, norm_exp, 0, "mul", pipe=pipe,
-                                          carry=(nan, inf, sign))
+                                          carry=(nan, inf, sign), underflow=False)
     result = select_result(m, 32, packed, [
         (nan, F32.qnan),
         (inf, F32.inf(sign)),

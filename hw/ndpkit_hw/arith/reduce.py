@@ -13,7 +13,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_hw.arith.add import ADD_LATENCY, add_datapath
-from ndpkit_hw.arith.fp_common import Pipeline
+from ndpkit_hw.arith.fp_common import Pipeline, multiplier_shape
 from ndpkit_hw.arith.minmax import minmax_datapath
 from ndpkit_hw.arith.mul import MUL_LATENCY, mul_datapath
 
@@ -95,7 +95,7 @@ class FpDotProduct(wiring.Component):
         m = Module()
         products, valid = [], None
         for i in range(self.lanes):
-            pipe = Pipeline(m, self.i.valid, f"dot_mul{i}")
+            pipe = Pipeline(m, self.i.valid, f"dot_mul{i}", multiplier_shape(platform))
             products.append(mul_datapath(m, pipe, self.i.payload.a[i], self.i.payload.b[i]))
             valid = valid if valid is not None else pipe.valid
         result, out_valid = _tree(m, products, valid, "sum")

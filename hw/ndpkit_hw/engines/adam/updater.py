@@ -41,10 +41,10 @@ def _nonzero(x):
     return x[:31] != 0
 
 
-def build_lane(m, name, p, mom, var, g, s, mode, copy_bf16, grad_format):
+def build_lane(m, name, p, mom, var, g, s, mode, copy_bf16, grad_format, platform=None):
     """One lane's graph; returns (Dataflow, {output: Timed}).  ``g`` is the raw
     gradient word: fp32, or fp16/bf16 in its low 16 bits (``grad_format``)."""
-    df = Dataflow(m, name)
+    df = Dataflow(m, name, platform)
     P, M, V = (df.input(x) for x in (p, mom, var))
     G = df.select(df.static(grad_format == Format.FP16), df.op("fp16_to_fp32", df.input(g[:16])),
                   df.input(Mux(grad_format == Format.BF16, g[:16] << 16, g)))
@@ -113,7 +113,7 @@ class AdamUpdater(wiring.Component):
         for lane in range(lanes):
             df, outs = build_lane(m, f"lane{lane}", self.i.payload.p[lane], self.i.payload.m[lane],
                                   self.i.payload.v[lane], self.i.payload.g[lane], scalars, self.mode,
-                                  self.copy_bf16, self.grad_format)
+                                  self.copy_bf16, self.grad_format, platform)
             latency = df.latency
             m.d.comb += [
                 result.p[lane].eq(df.at(outs["p"], latency)),

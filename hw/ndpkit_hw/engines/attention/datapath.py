@@ -198,7 +198,7 @@ class AttentionDatapath(wiring.Component):
                     m.d.sync += [q_w.eq(0), q_g.eq(q_g + 1)]
             with m.If(q_last):
                 m.d.sync += [q_g.eq(0), q_bank.eq(~q_bank)]
-        qdf = Dataflow(m, "qload")
+        qdf = Dataflow(m, "qload", platform)
         q_lanes = []
         for i in range(P):
             raw16 = qdf.input(self.q.payload[16 * i:16 * (i + 1)])
@@ -267,7 +267,7 @@ class AttentionDatapath(wiring.Component):
                         m.d.comb += q_release.eq(1 << k_qbank)
         m.d.sync += q_full.eq((q_full & ~q_release) | q_loaded)
 
-        kdf = Dataflow(m, "score")
+        kdf = Dataflow(m, "score", platform)
         k_word = kdf.at(kdf.input(k_rows.word(k_w)), 1)
         k_lanes = [_widen(kdf, Timed(k_word[16 * i:16 * (i + 1)], 1), self.kv_format) for i in range(P)]
         k_time = max(x.time for x in k_lanes)
@@ -308,7 +308,7 @@ class AttentionDatapath(wiring.Component):
             m.d.sync += bank_state[at_s["b"]].eq(READY)
         m_run = [Array(Signal(32, name=f"mrun_u{u}_{j}") for j in range(PM)) for u in range(U)]
         m_prev = [Array(Signal(32, name=f"mprev_u{u}_{j}") for j in range(PM)) for u in range(U)]
-        cdf = Dataflow(m, "corr")
+        cdf = Dataflow(m, "corr", platform)
         for u in range(U):
             s = score_of[u]
             _, _, wp = score_mem[u]
@@ -340,7 +340,7 @@ class AttentionDatapath(wiring.Component):
         v_t, v_b, v_j, v_w = Signal(range(BLOCK)), Signal(), Signal(range(PM)), Signal(range(R128))
         v_first, v_last = Signal(), Signal()             # the block being consumed: a head's first / last
         v_corr = Array(Signal(32, name=f"vcorr{g}") for g in range(MAX_GROUP))
-        vdf = Dataflow(m, "value")
+        vdf = Dataflow(m, "value", platform)
         v_issue = Signal()
         v_block_end = (v_t == bank_rows[v_b] - 1) & (v_j == passes - 1) & (v_w == rows_words - 1)
         v_tags = {"valid": v_issue, "j": v_j, "w": v_w, "r": v_t[:3], "b": v_b}
@@ -417,7 +417,7 @@ class AttentionDatapath(wiring.Component):
         f_g, f_w = Signal(range(MAX_GROUP)), Signal(range(R128))
         finishing = Signal()
         m.d.comb += o_rp.addr.eq(Mux(finishing, f_g * R128 + f_w, t_g * R128 + t_w))
-        edf = Dataflow(m, "combine")
+        edf = Dataflow(m, "combine", platform)
         first = edf.static(v_first)
         cr = edf.at(edf.input(v_corr[t_g]), 1)
         l_reg = Array(Signal(32, name=f"l{g}") for g in range(MAX_GROUP))
@@ -436,7 +436,7 @@ class AttentionDatapath(wiring.Component):
         combine_drain = 1 + _log2(INTERLEAVE) * ADD_LATENCY + o_time + 2
 
         # final: out = o / l, narrowed, into the output FIFO (credits keep it from overflowing)
-        fdf = Dataflow(m, "final")
+        fdf = Dataflow(m, "final", platform)
         f_issue = Signal()
         f_o = [Timed(o_rp.data.word_select(i, 32), 1) for i in range(P)]
         f_l = fdf.at(fdf.input(l_reg[f_g]), 1)

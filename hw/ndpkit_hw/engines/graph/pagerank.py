@@ -32,7 +32,7 @@ class VertexPass(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        df = Dataflow(m, "pagerank")
+        df = Dataflow(m, "pagerank", platform)
         rank_in, other_in = df.input(self.rank.payload), df.input(self.other.payload)
         has_out = df.input(self.other.payload != 0)
         zero = df.static(Const(0, 32))
