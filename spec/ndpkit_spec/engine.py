@@ -14,6 +14,7 @@ package imports none of them.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -65,8 +66,9 @@ class EngineSpec:
     #: ``"default"`` is the simulated cards' configuration
     configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     #: how a configuration reads in a report: a format string over its keywords and
-    #: ``fp32_lanes`` / ``fp16_lanes`` (the bus word's elements)
-    config_label: str = "{data_width}-bit"
+    #: ``fp32_lanes`` / ``fp16_lanes`` (the bus word's elements), or a function of the
+    #: keywords for what a format string cannot say
+    config_label: str | Callable[[dict], str] = "{data_width}-bit"
 
     def __post_init__(self):
         if self.block.name != self.name:
@@ -85,9 +87,11 @@ class EngineSpec:
 
         >>> from ndpkit_spec.registry import REGISTRY
         >>> REGISTRY["attention"].describe("max"), REGISTRY["adam"].describe()
-        ('8 units × 32 lanes', '4 fp32 lanes')
+        ('8 units × 32 lanes', '128-bit, 1 lane')
         """
         params = dict(self.configs[config])
+        if callable(self.config_label):
+            return self.config_label(params)
         width = params.get("data_width", 512)
         return self.config_label.format(fp32_lanes=width // 32, fp16_lanes=width // 16, **params)
 

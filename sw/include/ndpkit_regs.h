@@ -174,7 +174,7 @@
 #define NDPKIT_DMA_COPY_PATTERN_VALUE_SHIFT 0u
 #define NDPKIT_DMA_COPY_PATTERN_VALUE_MASK 0xffffffffu  /* RW */
 
-/* adam: Adam/AdamW update of fp32 p, m, v in card memory from fp32/fp16/bf16 gradients (DeepSpeed CPU Adam operation order, bit-exact to ndpkit.engines.adam.golden), with an optional fp16/bf16 copy of p. Arrays must not overlap each other (OVERLAP); a bad format or mode is BAD_FIELD; cpl_aux counts non-finite gradients. Sparse mode: k = 0 is ZERO_LENGTH, k > count BAD_FIELD; a pair found out of order (BAD_FIELD) or with index >= count (OUT_OF_WINDOW) stops the update before the vector being built: cpl_aux then gives the elements updated (a multiple of the lanes). */
+/* adam: Adam/AdamW update of fp32 p, m, v in card memory from fp32/fp16/bf16 gradients (DeepSpeed CPU Adam operation order, bit-exact to ndpkit.engines.adam.golden), with an optional fp16/bf16 copy of p. Arrays must not overlap each other (OVERLAP); a bad format or mode is BAD_FIELD; cpl_aux counts non-finite gradients. Sparse mode: k = 0 is ZERO_LENGTH, k > count BAD_FIELD; a pair found out of order (BAD_FIELD) or with index >= count (OUT_OF_WINDOW) stops the update before the bus word being built: cpl_aux then gives the elements updated (a multiple of the bus word's fp32 elements). */
 #define NDPKIT_ADAM_SIZE 0x1000u
 #define NDPKIT_ADAM_KIND_OFFSET 0x0000u
 #define NDPKIT_ADAM_KIND_RESET 0x00000000u

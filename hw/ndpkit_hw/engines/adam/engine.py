@@ -7,10 +7,13 @@ traffic, in order: formats and mode (BAD_FIELD), ``n != 0`` (ZERO_LENGTH), every
 array's word-rounded range by the transfer rule (UNALIGNED, OUT_OF_WINDOW), no two
 arrays overlapping (OVERLAP).
 
-Data: four burst readers (p, m, v, g) stream into :class:`AdamUpdater` (``lanes`` =
-bus width / 32 elements per vector; a 16-bit gradient word feeds two vectors), and
-its results fork to four burst writers (p, m, v and the copy, two vectors packed per
-word).  Reads and writes overlap: there are no per-chunk phases.  The last vector's
+Data: four burst readers (p, m, v, g) stream into :class:`AdamUpdater`, and its
+results fork to four burst writers (p, m, v and the copy).  ``lanes`` (elements per
+cycle) defaults to the port's element rate: an element reads 16 bytes (p, m, v, g), so a
+512-bit port feeds 4 lanes and a 128-bit port 1 (more lanes would wait on the port).  A
+bus word of fp32 holds ``k = bus width / 32 / lanes`` vectors, taken in turn (a 16-bit
+gradient word ``2k``); the writers' words are packed from ``k`` vectors (the copy's from
+``2k``), the unfilled vectors of a last word with their strobes off.  Reads and writes overlap: there are no per-chunk phases.  The last vector's
 lanes beyond ``n`` are written with their byte strobes off, so nothing outside the
 arrays changes.  The nine engines share the engine's AXI4 master through a 5:1
 interconnect (:class:`BurstPorts`: reader and writer paired on a port).
@@ -21,7 +24,7 @@ from __future__ import annotations
 from amaranth.hdl import Module, Signal, Cat, Const, Mux
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit_spec.engines.adam import BLOCK as ADAM
+from ndpkit_spec.engines.adam import BLOCK as ADAM, port_lanes
 from ndpkit_hw.bus.dma import Transfer, TransferGroup
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.adam.stream_decompressor import StreamDecompressor
@@ -35,17 +38,24 @@ WRITES = ("p", "m", "v", "copy")
 
 class AdamEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
-                 max_outstanding: int = 8):
+                 max_outstanding: int = 8, lanes: int | None = None):
         super().__init__(ADAM, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
                          max_outstanding=max_outstanding, reads=READS, writes=WRITES)
-        self.lanes = data_width // 32
+        self.word_elements = data_width // 32
+        self.lanes = port_lanes(data_width) if lanes is None else lanes
+        if not (1 <= self.lanes <= self.word_elements and self.word_elements % self.lanes == 0
+                and self.lanes & (self.lanes - 1) == 0):
+            raise ValueError(f"adam: lanes must be a power of two dividing the bus word's {self.word_elements} "
+                             f"elements, not {lanes}")
         self.updater = AdamUpdater(lanes=self.lanes)
         self.decompressor = StreamDecompressor(data_width=data_width)
 
     def elaborate(self, platform):
         m = Module()
-        lanes, word = self.lanes, self.word_bytes
-        word_shift, lane_shift = word.bit_length() - 1, lanes.bit_length() - 1
+        lanes, word, elements = self.lanes, self.word_bytes, self.word_elements
+        word_shift, lane_shift, element_shift = word.bit_length() - 1, lanes.bit_length() - 1, elements.bit_length() - 1
+        per_word = elements // lanes                   # vectors in a word of fp32 (2 x in a 16-bit word)
+        slot_bits = per_word.bit_length() - 1
         m.submodules.updater = updater = self.updater
         m.submodules.decompressor = dec = self.decompressor
         self.elaborate_ports(m)
@@ -54,17 +64,18 @@ class AdamEngine(CommandEngine):
         # ---- the command and its derived sizes ----------------------------------
         ctl = CommandControl(m, self)
         cmd = ctl.cmd
-        vectors = Signal(33)
-        m.d.comb += vectors.eq((cmd.count + (lanes - 1)) >> lane_shift)
+        vectors, words = Signal(33), Signal(33)
+        m.d.comb += [vectors.eq((cmd.count + (lanes - 1)) >> lane_shift),
+                     words.eq((cmd.count + (elements - 1)) >> element_shift)]
         len32, len16 = Signal(40), Signal(40)
-        m.d.comb += [len32.eq(vectors << word_shift), len16.eq(((vectors + 1) >> 1) << word_shift)]
+        m.d.comb += [len32.eq(words << word_shift), len16.eq(((words + 1) >> 1) << word_shift)]
         grad16 = cmd.format_grad != 0
         has_copy = cmd.format_copy != 0
         sparse = cmd.format_sparse
         # sparse mode: g holds k values (fp32, or 16-bit packed 2 * lanes a word), idx k indices
         pair_words32, pair_words16 = Signal(33), Signal(33)
-        m.d.comb += [pair_words32.eq((cmd.pairs + (lanes - 1)) >> lane_shift),
-                     pair_words16.eq((cmd.pairs + (2 * lanes - 1)) >> (lane_shift + 1))]
+        m.d.comb += [pair_words32.eq((cmd.pairs + (elements - 1)) >> element_shift),
+                     pair_words16.eq((cmd.pairs + (2 * elements - 1)) >> (element_shift + 1))]
         g_dense = Mux(grad16, len16, len32)
         g_sparse = Mux(grad16, pair_words16, pair_words32) << word_shift
         ranges = {
@@ -88,8 +99,9 @@ class AdamEngine(CommandEngine):
                      updater.grad_format.eq(cmd.format_grad)]
 
         # ---- control ------------------------------------------------------------------
-        stream_error = Signal()
-        m.d.comb += stream_error.eq(sparse & (dec.error != 0))
+        stream_error, stopped = Signal(), Signal()
+        # the update stops once the vectors the decompressor sent before the error are taken
+        m.d.comb += [stream_error.eq(sparse & (dec.error != 0)), stopped.eq(stream_error & ~dec.o.valid)]
         in_count, out_count = Signal(33), Signal(33)
         nonfinite = Signal(32)
         running = Signal()
@@ -118,29 +130,35 @@ class AdamEngine(CommandEngine):
                      dec.idx.payload.eq(ridx.payload.data), dec.idx.valid.eq(ridx.valid & sparse),
                      ridx.ready.eq(dec.idx.ready),
                      dec.val.payload.eq(rg.payload.data), dec.val.valid.eq(rg.valid & sparse)]
-        g_half = Signal()
-        half_bits = lanes * 16
+        # a word's vectors in turn: vector `slot` of an fp32 word, `g_slot` of a 16-bit one
+        slot = in_count[:slot_bits] if slot_bits else Const(0, 1)
+        g_slot = in_count[:slot_bits + 1]
+        last_in = in_count + 1 == vectors
+        word_done = last_in | (slot == per_word - 1)
+        g16_done = last_in | (g_slot == 2 * per_word - 1)
         g_word = rg.payload.data
-        g_lanes = [Mux(grad16, Mux(g_half, g_word[half_bits + 16 * i:half_bits + 16 * (i + 1)],
-                                   g_word[16 * i:16 * (i + 1)]),
-                       g_word[32 * i:32 * (i + 1)]) for i in range(lanes)]
+        g16 = g_word.word_select(g_slot, 16 * lanes)
+        g_lanes = [Mux(grad16, g16[16 * i:16 * (i + 1)], g_word.word_select(slot, 32 * lanes)[32 * i:32 * (i + 1)])
+                   for i in range(lanes)]
         g_valid = Mux(sparse, dec.o.valid, rg.valid)
-        all_valid = rp.valid & rm.valid & rv.valid & g_valid & running & (in_count < vectors) & ~stream_error
+        # a pair error stops the update before a dense word of the decompressor, never
+        # inside one (the decompressor holds its word until the last vector of it is read)
+        stop = stopped
+        all_valid = rp.valid & rm.valid & rv.valid & g_valid & running & (in_count < vectors) & ~stop
         fire_in = Signal()
+        release = fire_in & word_done
         m.d.comb += [fire_in.eq(all_valid & updater.i.ready),
                      updater.i.valid.eq(all_valid),
-                     updater.i.payload.p.eq(rp.payload.data), updater.i.payload.m.eq(rm.payload.data),
-                     updater.i.payload.v.eq(rv.payload.data),
-                     updater.i.payload.g.eq(Mux(sparse, dec.o.payload, Cat(*g_lanes))),
-                     rp.ready.eq(fire_in | stream_error), rm.ready.eq(fire_in | stream_error),
-                     rv.ready.eq(fire_in | stream_error),
-                     dec.o.ready.eq(sparse & fire_in),
-                     rg.ready.eq(Mux(sparse, dec.val.ready,
-                                     fire_in & (~grad16 | g_half | (in_count + 1 == vectors))))]
+                     updater.i.payload.p.eq(rp.payload.data.word_select(slot, 32 * lanes)),
+                     updater.i.payload.m.eq(rm.payload.data.word_select(slot, 32 * lanes)),
+                     updater.i.payload.v.eq(rv.payload.data.word_select(slot, 32 * lanes)),
+                     updater.i.payload.g.eq(Mux(sparse, dec.o.payload.as_value().word_select(slot, 32 * lanes),
+                                                Cat(*g_lanes))),
+                     rp.ready.eq(release | stop), rm.ready.eq(release | stop), rv.ready.eq(release | stop),
+                     dec.o.ready.eq(sparse & release),
+                     rg.ready.eq(Mux(sparse, dec.val.ready, fire_in & Mux(grad16, g16_done, word_done)))]
         with m.If(fire_in):
-            m.d.sync += [in_count.eq(in_count + 1), g_half.eq(grad16 & ~g_half)]
-        with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += g_half.eq(0)
+            m.d.sync += in_count.eq(in_count + 1)
 
         # ---- updater -> writers ------------------------------------------------------
         # after a pair error, once the updater has delivered every vector it took, the
@@ -148,39 +166,58 @@ class AdamEngine(CommandEngine):
         # runs: between commands the stale error must not push beats into idle writers)
         o = updater.o
         flush = Signal()
-        m.d.comb += flush.eq(running & stream_error & (out_count >= in_count) & (out_count != vectors))
+        m.d.comb += flush.eq(running & stopped & (out_count >= in_count) & (out_count != vectors))
         out_valid = o.valid | flush
         last = out_count + 1 == vectors
         tail = Signal(range(lanes + 1))
         m.d.comb += tail.eq(cmd.count - ((vectors - 1) << lane_shift))
         lane_on = Signal(lanes)
         m.d.comb += lane_on.eq(Mux(flush, 0, Mux(last, (Const(1, lanes + 1) << tail) - 1, (1 << lanes) - 1)))
-        strb32 = Cat(*[lane_on[i].replicate(4) for i in range(lanes)])
-        c_half = Signal()
-        copy_low = Signal(half_bits)
-        copy_low_on = Signal(lanes)
-        emit = has_copy & (c_half | last)
+        # a word's vectors are held until it is complete (or the last vector came)
+        o_slot = out_count[:slot_bits] if slot_bits else Const(0, 1)
+        c_slot = out_count[:slot_bits + 1]
+        word_out = last | (o_slot == per_word - 1)
+        emit = has_copy & (last | (c_slot == 2 * per_word - 1))
+        results = {"p": o.payload.p.as_value(), "m": o.payload.m.as_value(), "v": o.payload.v.as_value()}
+        held = {k: [Signal(32 * lanes, name=f"held_{k}{j}") for j in range(per_word - 1)] for k in results}
+        held_on = [Signal(lanes, name=f"held_on{j}") for j in range(per_word - 1)]
+        copy = o.payload.copy.as_value()
+        copy_held = [Signal(16 * lanes, name=f"held_copy{j}") for j in range(2 * per_word - 1)]
+        copy_on = [Signal(lanes, name=f"held_copy_on{j}") for j in range(2 * per_word - 1)]
+
+        def assemble(current, stored, stored_on, at, size, n):
+            """The word of ``n`` vectors with the current one at ``at``: (data, byte strobes)."""
+            data, strb = [], []
+            for j in range(n):
+                here = at == j
+                if j < n - 1:
+                    data.append(Mux(here, current, stored[j]))
+                    on = Mux(here, lane_on, Mux(at > j, stored_on[j], 0))
+                else:
+                    data.append(current)
+                    on = Mux(here, lane_on, 0)
+                strb.append(Cat(*[on[i].replicate(size) for i in range(lanes)]))
+            return Cat(*data), Cat(*strb)
+
         wp, wm, wv, wc = (self.writers[k].data for k in WRITES)
         all_ready = Signal()
-        m.d.comb += all_ready.eq(wp.ready & wm.ready & wv.ready & (~emit | wc.ready))
+        m.d.comb += all_ready.eq((~word_out | (wp.ready & wm.ready & wv.ready)) & (~emit | wc.ready))
         fire_out = Signal()
-        m.d.comb += fire_out.eq(out_valid & all_ready)
-        strb16 = lambda on: Cat(*[on[i].replicate(2) for i in range(lanes)])
-        m.d.comb += [
-            o.ready.eq(all_ready & ~flush),
-            wp.valid.eq(fire_out), wp.payload.data.eq(o.payload.p), wp.payload.strb.eq(strb32),
-            wm.valid.eq(fire_out), wm.payload.data.eq(o.payload.m), wm.payload.strb.eq(strb32),
-            wv.valid.eq(fire_out), wv.payload.data.eq(o.payload.v), wv.payload.strb.eq(strb32),
-            wc.valid.eq(fire_out & emit),
-            wc.payload.data.eq(Mux(c_half, Cat(copy_low, o.payload.copy), Cat(o.payload.copy, Const(0, half_bits)))),
-            wc.payload.strb.eq(Mux(c_half, Cat(strb16(copy_low_on), strb16(lane_on)),
-                                   Cat(strb16(lane_on), Const(0, 2 * lanes)))),
-        ]
+        m.d.comb += [fire_out.eq(out_valid & all_ready), o.ready.eq(all_ready & ~flush)]
+        for name, writer in zip(("p", "m", "v"), (wp, wm, wv)):
+            data, strb = assemble(results[name], held[name], held_on, o_slot, 4, per_word)
+            m.d.comb += [writer.valid.eq(fire_out & word_out), writer.payload.data.eq(data),
+                         writer.payload.strb.eq(strb)]
+        data, strb = assemble(copy, copy_held, copy_on, c_slot, 2, 2 * per_word)
+        m.d.comb += [wc.valid.eq(fire_out & emit), wc.payload.data.eq(data), wc.payload.strb.eq(strb)]
         popcount = sum((o.payload.nonfinite & lane_on)[i] for i in range(lanes))
         with m.If(fire_out):
             m.d.sync += [out_count.eq(out_count + 1), nonfinite.eq(nonfinite + popcount)]
-            with m.If(has_copy):
-                m.d.sync += [c_half.eq(~c_half & ~last), copy_low.eq(o.payload.copy), copy_low_on.eq(lane_on)]
-        with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += c_half.eq(0)
+            for j in range(per_word - 1):
+                with m.If(o_slot == j):
+                    m.d.sync += [held[k][j].eq(results[k]) for k in results]
+                    m.d.sync += held_on[j].eq(lane_on)
+            for j in range(2 * per_word - 1):
+                with m.If(c_slot == j):
+                    m.d.sync += [copy_held[j].eq(copy), copy_on[j].eq(lane_on)]
         return m

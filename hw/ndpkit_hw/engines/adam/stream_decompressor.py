@@ -10,11 +10,14 @@ gradient touches memory.
 
 One decision per cycle: the head pair is checked (index < n, else OUT_OF_WINDOW;
 index above the previous one, else BAD_FIELD) and, when it falls in the current
-vector, absorbed; otherwise the current vector is emitted.  So a vector costs one
-cycle plus one per pair in it: at the densities sparse gradients have (<= 10 %) this
-is faster than the memory port delivers p, m and v.  On a bad pair the decompressor
-stops before emitting the vector that is being built (``error`` holds the code,
-``emitted`` counts the vectors already sent) and drains both inputs.
+vector, absorbed; otherwise the current vector is emitted into the output register,
+from which ``o`` is read while the next one is built.  So a vector costs one cycle plus
+one per pair in it, overlapped with the updater's reading of the previous one (a bus
+word at a time: ``bus elements / updater lanes`` cycles): at the densities sparse
+gradients have (<= 10 %) this is faster than the memory port delivers p, m and v.  On
+a bad pair the decompressor stops before emitting the vector that is being built
+(``error`` holds the code, ``emitted`` counts the vectors already sent, the last of
+which ``o`` may still hold) and drains both inputs.
 """
 from __future__ import annotations
 
@@ -68,6 +71,8 @@ class StreamDecompressor(wiring.Component):
 
         absorb = Signal()
         emit = Signal()
+        out_valid = Signal()
+        take = Signal()             # the built vector moves to the output register
         with m.If(running):
             with m.If(pairs_left != 0):
                 with m.If(unpacker.o.valid):
@@ -82,12 +87,17 @@ class StreamDecompressor(wiring.Component):
             with m.Else():
                 m.d.comb += emit.eq(1)
 
-        m.d.comb += [self.o.valid.eq(emit), self.o.payload.eq(acc), unpacker.o.ready.eq(absorb)]
-        with m.If(emit & self.o.ready):
-            m.d.sync += [current.eq(current + 1), acc.eq(0)]
+        out_word = Signal.like(acc)
+        m.d.comb += [take.eq(emit & (~out_valid | self.o.ready)), self.o.valid.eq(out_valid),
+                     self.o.payload.eq(out_word), unpacker.o.ready.eq(absorb)]
+        with m.If(self.o.ready):
+            m.d.sync += out_valid.eq(0)
+        with m.If(take):
+            m.d.sync += [current.eq(current + 1), acc.eq(0), out_valid.eq(1), out_word.eq(acc)]
         with m.If(absorb):
             m.d.sync += [acc[head.index[:lane_shift]].eq(head.value), prev.eq(head.index), first.eq(0),
                          pairs_left.eq(pairs_left - 1)]
         with m.If(self.start):
-            m.d.sync += [current.eq(0), acc.eq(0), first.eq(1), pairs_left.eq(self.k), self.error.eq(0)]
+            m.d.sync += [current.eq(0), acc.eq(0), first.eq(1), pairs_left.eq(self.k), self.error.eq(0),
+                         out_valid.eq(0)]
         return m
