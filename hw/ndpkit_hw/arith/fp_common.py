@@ -132,11 +132,12 @@ def normalize(m: Module, sig, exp, name: str, pipe=None, carry=(), keep: int | N
     width = len(sig)
     if min_exp is not None:
         # a marker bit where the exponent would reach min_exp stops the leading-zero count
-        # there (one OR in front of the count, not a compare and a select behind it)
-        room = Signal(signed(len(exp) + 1), name=f"{name}_room")
+        # there (one OR in front of the count, not a compare and a select behind it); each
+        # marker bit compares exp with a constant (no subtraction: that carry chain was
+        # the adder's longest path on ECP5)
         marker = Signal(width, name=f"{name}_marker")
-        m.d.comb += [room.eq(exp - min_exp),
-                     marker.eq(Cat(room == width - 1 - i for i in range(width)) | Mux(room < 0, 1 << (width - 1), 0))]
+        m.d.comb += marker.eq(Cat(*[exp == min_exp + width - 1 - i for i in range(width - 1)],
+                                  (exp == min_exp) | (exp < min_exp)))
         lz = leading_zeros(m, sig | marker, name)
     else:
         lz = leading_zeros(m, sig, name)
