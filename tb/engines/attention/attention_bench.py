@@ -133,7 +133,7 @@ def resource_estimate(data_width: int, units: int) -> dict | None:
     per_unit = {}
     for line in table.read_text().splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 12 and cells[0] and cells[1].isdigit():
+        if len(cells) >= 12 and cells[0] and cells[1].isdigit():      # unit, latency, ..., US+ LUT, FF, DSP
             per_unit[cells[0]] = {"lut": int(cells[8]), "ff": int(cells[9]), "dsp": int(cells[10])}
     counts = unit_counts(data_width, units)
     if not all(name in per_unit for name in counts):

@@ -51,13 +51,17 @@ def build_lane(m, name, p, mom, var, g, s, mode, copy_bf16, grad_format, platfor
     S = {k: df.static(v) for k, v in s.items()}
     l2 = df.static((mode == Mode.ADAM) & _nonzero(s["weight_decay"]))
     decayed = df.static((mode == Mode.ADAMW) & _nonzero(s["decay"]))
+    adamw = df.static(mode == Mode.ADAMW)
     g1 = df.op("mul", G, S["grad_scale"])                                        # 1
-    g2 = df.select(l2, df.op("fma", P, S["weight_decay"], g1), g1)               # 2
+    # steps 2 (Adam's L2 term) and 7 (AdamW's decoupled decay) are each one mode's: one
+    # fma serves both, fma(P, weight_decay, g1) or fma(P, decay, P)
+    decay_fma = df.op("fma", P, df.select(adamw, S["decay"], S["weight_decay"]), df.select(adamw, P, g1))
+    g2 = df.select(l2, decay_fma, g1)                                            # 2
     m2 = df.op("fma", g2, S["one_minus_beta1"], df.op("mul", M, S["beta1"]))     # 3
     v2 = df.op("fma", df.op("mul", g2, g2), S["one_minus_beta2"], df.op("mul", V, S["beta2"]))   # 4
     d = df.op("fma", df.op("sqrt", v2), S["bias_correction2"], S["eps"])         # 5
     u = df.op("div", m2, d)                                                      # 6
-    p1 = df.select(decayed, df.op("fma", P, S["decay"], P), P)                   # 7
+    p1 = df.select(decayed, decay_fma, P)                                        # 7
     p2 = df.op("fma", u, S["step_size"], p1)                                     # 8
     copy = df.select(df.static(copy_bf16), df.op("fp32_to_bf16", p2), df.op("fp32_to_fp16", p2))
     nonfinite = Timed(G.value[23:31] == 0xFF, G.time)
