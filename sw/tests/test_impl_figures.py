@@ -27,12 +27,14 @@ def test_placed_fmax_is_the_post_placement_estimate():
     assert placed_fmax("Info: routing only\n") is None
 
 
-def _netlist(cells):
-    """A Yosys JSON module from (name, type, {port: (direction, [bits])}) tuples."""
+def _netlist(cells, netnames=None):
+    """A Yosys JSON module from (name, type, {port: (direction, [bits])}) tuples and
+    ``{net name: [bits]}``."""
     return {"modules": {"top": {"cells": {
         name: {"type": kind, "port_directions": {p: d for p, (d, _) in ports.items()},
                "connections": {p: bits for p, (_, bits) in ports.items()}, "parameters": {}}
-        for name, kind, ports in cells}}}}
+        for name, kind, ports in cells},
+        "netnames": {n: {"bits": bits, "hide_name": int(n.startswith("$"))} for n, bits in (netnames or {}).items()}}}}
 
 
 def test_logic_depth_counts_luts_muxes_and_carry8_equivalents():
@@ -47,10 +49,12 @@ def test_logic_depth_counts_luts_muxes_and_carry8_equivalents():
              lut("d", [9, 2], 11), ff("r2", 11, 12),
              # a short path beside it
              lut("e", [2], 13), ff("r3", 13, 14)]
-    depth = logic_depth(_netlist(cells))
+    depth = logic_depth(_netlist(cells, {"count": [1], "$auto$1": [2], "limit": [2], "$abc$3": [3], "total": [12]}))
     assert depth["levels"] == 6                 # LUT6, LUT2, MUXF7, 2 x (2 CARRY4), LUT6
     assert depth["path"] == ["LUT6", "LUT2", "MUXF7", "CARRY4", "CARRY4", "CARRY4", "CARRY4", "LUT6"]
     assert depth["unregistered_dsps"] == 0
+    # named by the registers it runs between (a visible name before a $-name)
+    assert depth["between"] == ["count", "total"]
 
 
 def test_logic_depth_dsp_between_registers_is_a_stage_and_otherwise_a_level():
@@ -62,7 +66,8 @@ def test_logic_depth_dsp_between_registers_is_a_stage_and_otherwise_a_level():
                   ("r2", "FDRE", {"D": ("input", [4]), "Q": ("output", [5])}),
                   ("l1", "LUT6", {"I": ("input", [5]), "O": ("output", [6])}),
                   ("r3", "FDRE", {"D": ("input", [6]), "Q": ("output", [7])})]
-    assert logic_depth(_netlist(registered)) == {"levels": 1, "path": ["LUT6"], "unregistered_dsps": 0}
+    assert logic_depth(_netlist(registered)) == {"levels": 1, "path": ["LUT6"], "between": ["?", "?"],
+                                                 "unregistered_dsps": 0}
     # the DSP fed by a LUT: it is on the path
     fed = [c if c[0] != "dsp" else ("dsp", "DSP48E2", {"A": ("input", [2]), "P": ("output", [4])}) for c in registered]
     depth = logic_depth(_netlist(fed))

@@ -40,7 +40,8 @@ def _is_sequential(cell_type: str) -> bool:
 
 
 def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
-    """``{"levels": n, "path": [cell types along the deepest path], "unregistered_dsps": k}``
+    """``{"levels": n, "path": [cell types along the deepest path], "between": [the nets of
+    the register it starts from, the register it ends at], "unregistered_dsps": k}``
     for the module ``top`` of a Yosys JSON netlist (a path, its text or the parsed dict)."""
     if isinstance(netlist, dict):
         design = netlist
@@ -125,8 +126,28 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
     for name in weight:
         if arrival(name) > deepest:
             deepest, end = depth[name], name
-    path = []
+    chain = []
     while end is not None:
-        path.append(cells[end]["type"])
+        chain.append(end)
         end = via[end]
-    return {"levels": math.ceil(deepest), "path": path[::-1], "unregistered_dsps": unregistered}
+    chain.reverse()
+    return {"levels": math.ceil(deepest), "path": [cells[c]["type"] for c in chain],
+            "between": _endpoints(module, cells, chain, driver, readers, is_boundary, inputs, outputs),
+            "unregistered_dsps": unregistered}
+
+
+def _endpoints(module, cells, chain, driver, readers, is_boundary, inputs, outputs) -> list[str]:
+    """The registers (or ports) a path starts from and ends at, by the nets they drive:
+    the names Amaranth gave the signals, so a deep path can be found in the source."""
+    if not chain:
+        return []
+    names = {}
+    for net, info in sorted(module.get("netnames", {}).items(), key=lambda kv: kv[1].get("hide_name", 0)):
+        for bit in info["bits"]:
+            if not isinstance(bit, str):
+                names.setdefault(bit, net)
+    start = next((names[b] for b in inputs(cells[chain[0]])
+                  if b in names and (b not in driver or driver[b] in is_boundary)), "?")
+    ends = [r for b in outputs(cells[chain[-1]]) for r in readers[b] if r in is_boundary]
+    finish = next((names[b] for r in ends for b in outputs(cells[r]) if b in names), "?")
+    return [start, finish]

@@ -63,11 +63,14 @@ PUBLISHED = {
 def run_one(job) -> dict:
     from ndpkit_tools.impl.flow import implement
     from ndpkit_hw.engines import build
-    engine, config, too_big = job
+    engine, config, too_big, xcup_only = job
     params = CONFIGS[engine][config]
     started = time.monotonic()
     figures = implement(build(engine, **params), out_dir() / f"{engine}_{config}", target_mhz=TARGET_MHZ,
-                        ecp5=too_big is None)
+                        ecp5=too_big is None and not xcup_only)
+    if xcup_only:
+        return {"engine": engine, "config": config, "xcup_only": True, "seconds": round(time.monotonic() - started),
+                "xcup": figures["xcup"], "xcup_depth": figures["xcup_depth"]}
     if too_big is not None:
         figures.update(ecp5=None, ecp5_fmax_mhz=None, ecp5_note=too_big)
     return {"engine": engine, "config": config, "params": params, "lanes": REGISTRY[engine].describe(config),
@@ -141,13 +144,16 @@ def markdown(rows, versions, missing=()) -> str:
            "(Vivado maps memories and DSPs differently; RAMB18 count as half a RAMB36).",
            "US+ levels: the most logic levels between registers of the `synth_xilinx` netlist (LUT and MUXF 1,",
            f"CARRY8 1, CARRY4 ½; `ndpkit_tools.impl.depth`), target ≤ {DEPTH_TARGET} (≈ 250 MHz at ≈ 0.27 ns a level with",
-           "routing); \"—\" where the row predates the measure.",
+           "routing); \"—\" where the row predates the measure.  †: ECP5 figures of an earlier netlist (the row's",
+           "UltraScale+ columns were re-measured alone, `--xcup-only`).",
            f"Tools: {', '.join(f'{k} {v}' for k, v in versions.items())}.", "",
            "| engine | config | lanes | ECP5 Fmax (MHz) | ECP5 LUT4 | ECP5 FF | MULT18 | DP16KD | US+ LUT | US+ FF | DSP48E2 | RAMB36 | URAM | US+ levels |",
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         e, x = r.get("ecp5") or {}, r["xcup"]
         fmax = r.get("ecp5_fmax_mhz") or r.get("ecp5_note", "—")
+        if r.get("ecp5_earlier_netlist") and (r.get("ecp5_fmax_mhz") or r.get("ecp5_note")):
+            fmax = f"{fmax} †"
         lut4 = e.get("TRELLIS_COMB", (r.get("ecp5_synth") or {}).get("LUT4", "—"))
         est = "≈" if r.get("estimate") else ""
         out.append(f"| {r['engine']} | {r['config']}{' (estimate)' if est else ''} | {r['lanes']} | {fmax} | {lut4} | "
@@ -182,6 +188,9 @@ def main(argv=None) -> int:
     ap.add_argument("jobs_wanted", nargs="*", metavar="engine[:config]")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--report", action="store_true", help="no tool runs: rewrite the document from the JSON")
+    ap.add_argument("--xcup-only", action="store_true",
+                    help="UltraScale+ synthesis and logic depth only; a row's ECP5 figures stay (marked as from an "
+                         "earlier netlist)")
     args = ap.parse_args(argv)
     jobs = []
     for want in args.jobs_wanted or list(CONFIGS):
@@ -211,7 +220,8 @@ def main(argv=None) -> int:
         write_engine_table(rows)            # the board builds' resource model reads these figures
         return rows
 
-    jobs = [] if args.report else [(engine, c, ecp5_too_big(engine, c, previous)) for engine, c in jobs]
+    jobs = [] if args.report else [(engine, c, ecp5_too_big(engine, c, previous), args.xcup_only)
+                                   for engine, c in jobs]
     failed = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_one, job): job for job in jobs}
@@ -222,7 +232,15 @@ def main(argv=None) -> int:
                 failed.append(futures[done])
                 print(f"{':'.join(futures[done])}: FAILED: {e}", flush=True)
                 continue
-            previous[(row["engine"], row["config"])] = row
+            key = (row["engine"], row["config"])
+            if row.pop("xcup_only", False):
+                # the ECP5 columns of the last full run stay, marked: their netlist may be older
+                row = {**previous.get(key, {"params": CONFIGS[key[0]][key[1]],
+                                            "lanes": REGISTRY[key[0]].describe(key[1])}),
+                       **row, "ecp5_earlier_netlist": True}
+            else:
+                row.pop("ecp5_earlier_netlist", None)
+            previous[key] = row
             save()
             print(f"{row['engine']:10s} {row['config']:8s} ECP5 {row.get('ecp5_fmax_mhz') or row.get('ecp5_note')} MHz, "
                   f"US+ {row['xcup']['LUT']} LUT {row['xcup']['DSP']} DSP ({row['seconds']} s)", flush=True)
