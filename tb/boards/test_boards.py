@@ -57,16 +57,19 @@ def test_every_board_loads():
     ("smartssd", {"memory_ports": 2}, "memory_ports=2 but the board has 1 memory controller port"),
     ("smartssd", {"attention_units": 64}, "attention_units must be a power of two from 1 to 16, not 64"),
     ("alveo_u280", {"attention_units": 3}, "attention_units must be a power of two from 1 to 16, not 3"),
-    ("smartssd", {"attention_units": 8}, "the build needs 468,526 LUT of the xcku15p-ffva1156-2LV-e's 522,720 (90%), "
-                                         "over the 70% budget (365,904); the largest part is attention"),
-    ("alveo_u55c", {"attention_units": 8}, "LUT of the xcu55c-fsvh2892-2L-e's 1,303,680 (104%), over the 70% budget"),
+    # the figures come from the measured resource table: the message's form is what is fixed
+    ("smartssd", {"attention_units": 8}, re.compile(r"the build needs [\d,]+ LUT of the xcku15p-ffva1156-2LV-e's "
+                                                    r"522,720 \(\d+%\), over the 70% budget \(365,904\); the largest "
+                                                    r"part is attention with [\d,]+ \(engines dma_copy, adam")),
+    ("alveo_u55c", {"attention_units": 8}, re.compile(r"LUT of the xcu55c-fsvh2892-2L-e's 1,303,680 \(\d+%\), over the "
+                                                      r"70% budget")),
     ("alveo_u280", {"engines": "dma_copy,pagerank"}, "unknown engine 'pagerank'"),
     ("smartssd", {"engines": "dma_copy,graph", "data_width": 256}, "engine 'graph' needs data_width 512, not 256"),
     ("alveo_u280", {"data_width": 96}, "data_width 96 is not one of 128, 256, 512"),
     ("ecp5_5g", {"data_width": 512}, "data_width 512 is not one of 32, 64, 128"),
 ])
 def test_bad_board_parameters_are_refused_with_a_clear_message(name, overrides, message):
-    with pytest.raises(BoardError, match=re.escape(message)):
+    with pytest.raises(BoardError, match=message if isinstance(message, re.Pattern) else re.escape(message)):
         device_options(load_board(name), **overrides)
 
 

@@ -209,11 +209,15 @@ def main(argv=None) -> int:
     order = [(e, c) for e in CONFIGS for c in CONFIGS[e]]
     versions = tool_versions()
 
+    measured = set()                            # the rows this run wrote
+
     def save():
-        # merge with what another run may have written meanwhile (runs of different engines)
+        # what another run wrote meanwhile stands, except the rows this run measured
+        # (runs of different engines may overlap)
         if results.exists():
             for r in json.loads(results.read_text())["rows"]:
-                previous.setdefault((r["engine"], r["config"]), r)
+                if (r["engine"], r["config"]) not in measured:
+                    previous[(r["engine"], r["config"])] = r
         rows = [previous[k] for k in order if k in previous]
         results.write_text(json.dumps({"tools": versions, "target_mhz": TARGET_MHZ, "rows": rows}, indent=1))
         from ndpkit_tools.boards.resources import write_engine_table
@@ -230,7 +234,8 @@ def main(argv=None) -> int:
                 row = done.result()
             except Exception as e:                  # one failed tool run does not lose the others
                 failed.append(futures[done])
-                print(f"{':'.join(futures[done])}: FAILED: {e}", flush=True)
+                engine, config = futures[done][:2]
+                print(f"{engine}:{config}: FAILED: {e}", flush=True)
                 continue
             key = (row["engine"], row["config"])
             if row.pop("xcup_only", False):
@@ -241,12 +246,14 @@ def main(argv=None) -> int:
             else:
                 row.pop("ecp5_earlier_netlist", None)
             previous[key] = row
+            measured.add(key)
             save()
             print(f"{row['engine']:10s} {row['config']:8s} ECP5 {row.get('ecp5_fmax_mhz') or row.get('ecp5_note')} MHz, "
                   f"US+ {row['xcup']['LUT']} LUT {row['xcup']['DSP']} DSP ({row['seconds']} s)", flush=True)
     for (engine, config), base in ESTIMATED.items():
         if (engine, base) in previous:
             previous[(engine, config)] = estimated_row(engine, config, previous[(engine, base)])
+            measured.add((engine, config))
     rows = save()
     missing = [f"{e}:{c}" for e, c in order if (e, c) not in previous]
     text = markdown(rows, versions, missing)
