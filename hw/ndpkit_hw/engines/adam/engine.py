@@ -13,9 +13,9 @@ cycle) defaults to the port's element rate: an element reads 16 bytes (p, m, v, 
 512-bit port feeds 4 lanes and a 128-bit port 1 (more lanes would wait on the port).  A
 bus word of fp32 holds ``k = bus width / 32 / lanes`` vectors, taken in turn (a 16-bit
 gradient word ``2k``); the writers' words are packed from ``k`` vectors (the copy's from
-``2k``), the unfilled vectors of a last word with their strobes off.  Reads and writes overlap: there are no per-chunk phases.  The last vector's
-lanes beyond ``n`` are written with their byte strobes off, so nothing outside the
-arrays changes.  The nine engines share the engine's AXI4 master through a 5:1
+``2k``), the unfilled vectors of a last word with their strobes off.  Reads and writes
+overlap: there are no per-chunk phases.  The last vector's lanes beyond ``n`` are
+written with their byte strobes off, so nothing outside the arrays changes.  The nine engines share the engine's AXI4 master through a 5:1
 interconnect (:class:`BurstPorts`: reader and writer paired on a port).
 The completion's ``aux`` is the number of non-finite gradients.
 """
@@ -144,8 +144,7 @@ class AdamEngine(CommandEngine):
         g_valid = Mux(sparse, dec.o.valid, rg.valid)
         # a pair error stops the update before a dense word of the decompressor, never
         # inside one (the decompressor holds its word until the last vector of it is read)
-        stop = stopped
-        all_valid = rp.valid & rm.valid & rv.valid & g_valid & running & (in_count < vectors) & ~stop
+        all_valid = rp.valid & rm.valid & rv.valid & g_valid & running & (in_count < vectors) & ~stopped
         fire_in = Signal()
         release = fire_in & word_done
         m.d.comb += [fire_in.eq(all_valid & updater.i.ready),
@@ -155,7 +154,8 @@ class AdamEngine(CommandEngine):
                      updater.i.payload.v.eq(rv.payload.data.word_select(slot, 32 * lanes)),
                      updater.i.payload.g.eq(Mux(sparse, dec.o.payload.as_value().word_select(slot, 32 * lanes),
                                                 Cat(*g_lanes))),
-                     rp.ready.eq(release | stop), rm.ready.eq(release | stop), rv.ready.eq(release | stop),
+                     rp.ready.eq(release | stopped), rm.ready.eq(release | stopped),
+                     rv.ready.eq(release | stopped),
                      dec.o.ready.eq(sparse & release),
                      rg.ready.eq(Mux(sparse, dec.val.ready, fire_in & Mux(grad16, g16_done, word_done)))]
         with m.If(fire_in):
