@@ -9,9 +9,8 @@ from amaranth.hdl import Elaboratable
 from amaranth.sim import Simulator
 
 from ndpkit_hw.arith.fp_common import DSP48E2_SHAPE, MULT18_SHAPE, multiplier_shape
+from ndpkit_tools.impl.flow import ECP5_DEVICE as ECP5
 from tb.arith.fp_units import UNITS
-
-ECP5 = SimpleNamespace(device="LFE5UM5G-85F")
 
 
 class _OnPlatform(Elaboratable):

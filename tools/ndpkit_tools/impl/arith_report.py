@@ -23,7 +23,7 @@ import argparse
 import json
 from concurrent.futures import ProcessPoolExecutor
 
-from ndpkit_tools.impl.depth import DEPTH_TARGET
+from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
 from ndpkit_tools.paths import build_root, source_root
 
 TARGET_MHZ = {"div": 125, "sqrt": 125, "exp": 125}
@@ -68,7 +68,7 @@ def markdown(rows) -> str:
         target = AREA_TARGETS.get(r["unit"])
         area = "—" if target is None else (f"≤ {target[0]} LUT, ≤ {target[1]} DSP: "
                                             + ("met" if x["LUT"] <= target[0] and x["DSP"] <= target[1] else "**missed**"))
-        levels = f"{r['levels']}" + ("" if r["levels"] <= DEPTH_TARGET else " (over)")
+        levels = levels_text(r["levels"])
         out.append(f"| {r['unit']} | {r['latency']} | {fmax}{mark} | {r['target_mhz']} | {e.get('TRELLIS_COMB', 0)} | "
                    f"{e.get('TRELLIS_FF', 0)} | {e.get('MULT18X18D', 0)} | {e.get('DP16KD', 0)} | {x['LUT']} | "
                    f"{x['FF']} | {x['DSP']} | {x['BRAM']} | {levels} | {area} |")

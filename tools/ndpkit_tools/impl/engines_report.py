@@ -39,7 +39,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ndpkit_spec.registry import REGISTRY
-from ndpkit_tools.impl.depth import DEPTH_TARGET
+from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
 from ndpkit_tools.paths import build_root, source_root
 
 TARGET_MHZ = 100
@@ -131,7 +131,7 @@ def levels(row: dict) -> str:
     depth = row.get("xcup_depth")
     if not depth:
         return "—"
-    return f"{depth['levels']:g}" + ("" if depth["levels"] <= DEPTH_TARGET else " (over)")
+    return levels_text(depth["levels"])
 
 
 def markdown(rows, versions, missing=()) -> str:
