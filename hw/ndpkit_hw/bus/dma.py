@@ -32,7 +32,7 @@ from ndpkit_hw.bus.axi import AXI4Signature, BURST_INCR, READ_MEMBERS, WRITE_MEM
 from ndpkit_hw.bus.interconnect import AxiInterconnect
 
 __all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter", "transfer_error",
-           "Transfer", "transfers_overlap", "TransferGroup", "BurstPorts"]
+           "Transfer", "transfers_overlap", "TransferGroup", "BurstPorts", "SettledTransferCheck"]
 
 LENGTH_WIDTH = 32
 COUNTER_WIDTH = 48
@@ -113,26 +113,57 @@ class TransferGroup:
                 + [self.error.eq(0)])
 
 
-def transfer_error(m: Module, data_bytes: int, addr_width: int, payload, window_base, window_size):
-    """The transfer rule as logic: an ErrorCode-valued signal (0 = accepted) for ``{addr, length}``."""
-    word_mask = data_bytes - 1
+def _rule_code(m: Module, data_bytes: int, payload, outside) -> Signal:
+    """The transfer rule's code given ``outside`` (the range leaves the window)."""
     error = Signal(STATUS_WIDTH)
-    end = Signal(addr_width + LENGTH_WIDTH + 1)
-    m.d.comb += end.eq(payload.addr + payload.length)
     with m.If(payload.length == 0):
         m.d.comb += error.eq(ErrorCode.ZERO_LENGTH)
-    with m.Elif(((payload.addr | payload.length) & word_mask) != 0):
+    with m.Elif(((payload.addr | payload.length) & (data_bytes - 1)) != 0):
         m.d.comb += error.eq(ErrorCode.UNALIGNED)
-    below = Const(0) if isinstance(window_base, int) and window_base == 0 else payload.addr < window_base
-    with m.Elif(below | (end > window_base + window_size)):
+    with m.Elif(outside):
         m.d.comb += error.eq(ErrorCode.OUT_OF_WINDOW)
     return error
+
+
+def _below(addr, window_base):
+    return Const(0) if isinstance(window_base, int) and window_base == 0 else addr < window_base
+
+
+def transfer_error(m: Module, data_bytes: int, addr_width: int, payload, window_base, window_size):
+    """The transfer rule as logic: an ErrorCode-valued signal (0 = accepted) for ``{addr, length}``,
+    in the same cycle (an adder and two compares deep: :class:`SettledTransferCheck` is the
+    registered form)."""
+    end = Signal(addr_width + LENGTH_WIDTH + 1)
+    m.d.comb += end.eq(payload.addr + payload.length)
+    return _rule_code(m, data_bytes, payload, _below(payload.addr, window_base) | (end > window_base + window_size))
+
+
+class SettledTransferCheck:
+    """The transfer rule of a held ``{addr, length}`` over :attr:`CYCLES` registered
+    stages (the end address and the window's end, then the window compares): ``error``
+    is valid :attr:`CYCLES` cycles after ``payload`` last changed, while it stays; ``end``
+    (``addr + length``) from one cycle after.  No adder feeds a compare in one cycle."""
+
+    CYCLES = 2
+
+    def __init__(self, m: Module, data_bytes: int, addr_width: int, payload, window_base, window_size):
+        self.end = Signal(max(addr_width, LENGTH_WIDTH) + 1, name="transfer_end")
+        window_end = Signal(addr_width + 1, name="window_end")
+        outside = Signal(name="transfer_outside")
+        m.d.sync += [self.end.eq(payload.addr + payload.length), window_end.eq(window_base + window_size),
+                     outside.eq(_below(payload.addr, window_base) | (self.end > window_end))]
+        # the zero-length and alignment tests are a few LUTs of the payload itself
+        self.error = _rule_code(m, data_bytes, payload, outside)
 
 
 class BurstSplitter(wiring.Component):
     """Turns ``{addr, beats}`` into AXI bursts that stay inside ``max_burst_bytes`` blocks.
 
-    One burst per cycle; ``burst.payload.len`` is AXI's ``AxLEN`` (beats - 1).
+    One burst per cycle into an output register; ``burst.payload.len`` is AXI's
+    ``AxLEN`` (beats - 1).  Every burst but a command's last runs to the end of its
+    block, so the next one starts at the next block (an increment of the block
+    number) and the beats left drop by the distance to the boundary: neither waits
+    for the burst's own length.
     """
 
     def __init__(self, *, addr_width: int, data_bytes: int, max_burst_beats: int):
@@ -148,27 +179,30 @@ class BurstSplitter(wiring.Component):
         addr = Signal(self._addr_width)
         beats_left = Signal(LENGTH_WIDTH)
         active = Signal()
+        block_shift = self._word_shift + log2_exact(self._max_beats, "max_burst_beats")
 
         word_index = Signal(range(self._max_beats))
         to_boundary = Signal(range(self._max_beats + 1))
-        beats = Signal(range(self._max_beats + 1))
+        fits = Signal()
         m.d.comb += [
             word_index.eq(addr[self._word_shift:] & (self._max_beats - 1)),
             to_boundary.eq(self._max_beats - word_index),
-            beats.eq(Mux(beats_left < to_boundary, beats_left, to_boundary)),
-            self.burst.valid.eq(active),
-            self.burst.payload.addr.eq(addr),
-            self.burst.payload.len.eq(beats - 1),
-            self.burst.payload.last.eq(beats_left == beats),
+            fits.eq(beats_left <= to_boundary),
             self.cmd.ready.eq(~active),
         ]
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [addr.eq(self.cmd.payload.addr), beats_left.eq(self.cmd.payload.beats),
                          active.eq(self.cmd.payload.beats != 0)]
-        with m.If(self.burst.valid & self.burst.ready):
-            m.d.sync += [addr.eq(addr + (beats << self._word_shift)), beats_left.eq(beats_left - beats)]
-            with m.If(beats_left == beats):
+        with m.If(active & (~self.burst.valid | self.burst.ready)):
+            m.d.sync += [self.burst.valid.eq(1), self.burst.payload.addr.eq(addr),
+                         self.burst.payload.len.eq(Mux(fits, beats_left, to_boundary) - 1),
+                         self.burst.payload.last.eq(fits),
+                         addr.eq(Cat(Const(0, block_shift), addr[block_shift:] + 1)),
+                         beats_left.eq(beats_left - to_boundary)]
+            with m.If(fits):
                 m.d.sync += active.eq(0)
+        with m.Elif(self.burst.ready):
+            m.d.sync += self.burst.valid.eq(0)
         return m
 
 
@@ -230,18 +264,20 @@ class _CommandTracker:
 
 
 class _DmaCounters:
-    """Byte and busy/idle cycle counters, cleared by ``clear``."""
+    """Byte and busy/idle cycle counters, cleared by ``clear``.  Each cycle's increment
+    is registered first, so the counters trail the bus by a cycle and a 48-bit adder
+    is all one cycle holds."""
 
     def __init__(self, m: Module, component, busy, bytes_now):
+        bytes_step, busy_step, idle_step = Signal.like(bytes_now), Signal(), Signal()
+        m.d.sync += [bytes_step.eq(bytes_now), busy_step.eq(busy), idle_step.eq(~busy)]
         with m.If(component.clear_counters):
             m.d.sync += [component.bytes_count.eq(0), component.busy_cycles.eq(0),
-                         component.idle_cycles.eq(0)]
+                         component.idle_cycles.eq(0), bytes_step.eq(0), busy_step.eq(0), idle_step.eq(0)]
         with m.Else():
-            m.d.sync += component.bytes_count.eq(component.bytes_count + bytes_now)
-            with m.If(busy):
-                m.d.sync += component.busy_cycles.eq(component.busy_cycles + 1)
-            with m.Else():
-                m.d.sync += component.idle_cycles.eq(component.idle_cycles + 1)
+            m.d.sync += [component.bytes_count.eq(component.bytes_count + bytes_step),
+                         component.busy_cycles.eq(component.busy_cycles + busy_step),
+                         component.idle_cycles.eq(component.idle_cycles + idle_step)]
 
 
 def _common_members(p: _DmaParams, channels: str) -> dict:
@@ -284,28 +320,45 @@ class _DmaEngine(wiring.Component):
         super().__init__(members)
 
     def _intake(self, m: Module):
+        """The command is held in a register and checked from there
+        (:class:`SettledTransferCheck`), then handed to the tracker and the splitter: a
+        command per ``2 + CYCLES`` cycles, and no path from the command's source
+        through the checks."""
         p = self.params
         tracker = _CommandTracker(m, p, self.status)
         m.submodules.splitter = splitter = BurstSplitter(
             addr_width=p.addr_width, data_bytes=p.data_bytes, max_burst_beats=p.max_burst_beats)
-        error = transfer_error(m, p.data_bytes, p.addr_width, self.cmd.payload, self.window_base, self.window_size)
-        rejected = error != 0
+        held = Signal(name="command_held")
+        age = Signal(range(SettledTransferCheck.CYCLES + 1), name="command_age")
+        cmd = Signal(DmaCommandLayout(p.addr_width), name="command")
+        check = SettledTransferCheck(m, p.data_bytes, p.addr_width, cmd, self.window_base, self.window_size)
+        checked = held & (age == SettledTransferCheck.CYCLES) & tracker.room
+        rejected = check.error != 0
         m.d.comb += [
-            self.cmd.ready.eq(tracker.room & (rejected | splitter.cmd.ready)),
-            splitter.cmd.valid.eq(self.cmd.valid & tracker.room & ~rejected),
-            splitter.cmd.payload.addr.eq(self.cmd.payload.addr),
-            splitter.cmd.payload.beats.eq(self.cmd.payload.length >> p.word_shift),
-            tracker.accept_en.eq(self.cmd.valid & self.cmd.ready),
-            tracker.accept_error.eq(error),
-            self.busy.eq(tracker.pending != 0),
+            self.cmd.ready.eq(~held),
+            splitter.cmd.valid.eq(checked & ~rejected),
+            splitter.cmd.payload.addr.eq(cmd.addr),
+            splitter.cmd.payload.beats.eq(cmd.length >> p.word_shift),
+            tracker.accept_en.eq(checked & (rejected | splitter.cmd.ready)),
+            tracker.accept_error.eq(check.error),
+            self.busy.eq(held | (tracker.pending != 0)),
         ]
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [cmd.eq(self.cmd.payload), held.eq(1), age.eq(0)]
+        with m.Elif(tracker.accept_en):
+            m.d.sync += held.eq(0)
+        with m.Elif(held & (age != SettledTransferCheck.CYCLES)):
+            m.d.sync += age.eq(age + 1)
         return tracker, splitter
 
     def _address_stage(self, m: Module, splitter, prefix: str, room):
         """The AR or AW register stage, fed by the splitter.
 
-        A burst loads when the stage is free, fewer than ``max_outstanding`` bursts
-        are in flight and ``room(beats)`` holds (the engine's buffer rule).  Returns
+        A burst loads when the stage is empty, fewer than ``max_outstanding`` bursts
+        are in flight and ``room(beats)`` held the cycle before (the engine's buffer
+        rule, registered: a load leaves the stage full for at least the next cycle, so
+        the registered test always sees the counters after the previous load; data
+        moving since can only add room).  At most a burst per two cycles.  Returns
         (outstanding counter, load strobe, handshake strobe, the burst's last-of-command
         flag as it stands on the bus); the caller decrements ``outstanding`` itself.
         """
@@ -315,9 +368,10 @@ class _DmaEngine(wiring.Component):
         burst = splitter.burst.payload
         last = Signal(name=f"{prefix}_last_of_command")
         load = Signal(name=f"{prefix}_load")
+        has_room = Signal(name=f"{prefix}_room")
+        m.d.sync += has_room.eq(room(burst.len + 1) & (outstanding < p.max_outstanding))
         m.d.comb += [
-            load.eq(splitter.burst.valid & (~valid | ready) & (outstanding < p.max_outstanding) &
-                    room(burst.len + 1)),
+            load.eq(splitter.burst.valid & ~valid & has_room),
             splitter.burst.ready.eq(load),
             getattr(bus, f"{prefix}id").eq(self.axi_id),
             getattr(bus, f"{prefix}size").eq(p.word_shift),
