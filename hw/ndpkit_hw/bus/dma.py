@@ -209,58 +209,47 @@ class BurstSplitter(wiring.Component):
 class _CommandTracker:
     """In-order completion of commands: one status per command, in command order.
 
-    ``accept(error)`` registers a command (``error`` != 0: rejected, completes at
-    once); ``burst_done(resp, last)`` reports one finished burst of the oldest
-    accepted command.  ``hold_responses`` is high while a rejected command is being
-    completed, and the engine must then not report a burst that cycle.
+    ``accept(error)`` registers a command; ``burst_done(resp, last)`` reports one
+    finished burst of the oldest accepted command.  A rejected command (``error`` != 0)
+    completes at once, which keeps the order only while no accepted command is still
+    running: the intake offers one only when ``may_reject`` holds (rare, so waiting for
+    the engine to drain costs nothing that matters, and no response ever waits on it).
     """
 
     def __init__(self, m: Module, p: _DmaParams, status: stream.Interface):
         self.m, self.p = m, p
-        self.pending = Signal(range(p.max_commands + 1))
-        self.queue = fifo.SyncFIFO(width=STATUS_WIDTH, depth=p.max_commands)
+        self.pending = Signal(range(p.max_commands + 1))         # accepted, status not yet taken
+        running = Signal(range(p.max_commands + 1))              # accepted, last burst not yet done
         self.results = fifo.SyncFIFO(width=STATUS_WIDTH, depth=p.max_commands)
-        m.submodules.command_queue = self.queue
         m.submodules.status_queue = self.results
         self.room = Signal()
+        self.may_reject = Signal()
         self.accept_en = Signal()
         self.accept_error = Signal(STATUS_WIDTH)
         self.burst_en = Signal()
         self.burst_resp = Signal(2)
         self.burst_last = Signal()
         self.first_error = Signal(STATUS_WIDTH)
-        self.hold_responses = Signal()
 
-        head_rejected = Signal()
-        complete_valid = Signal()
-        result = Signal(STATUS_WIDTH)
+        rejected = self.accept_en & (self.accept_error != 0)
+        command_done = self.burst_en & self.burst_last
         error_so_far = Signal(STATUS_WIDTH)
         m.d.comb += [
             self.room.eq(self.pending < p.max_commands),
-            self.queue.w_en.eq(self.accept_en),
-            self.queue.w_data.eq(self.accept_error),
-            head_rejected.eq(self.queue.r_rdy & (self.queue.r_data != 0)),
-            self.hold_responses.eq(head_rejected),
+            self.may_reject.eq(running == 0),
             error_so_far.eq(Mux((self.first_error == 0) & (self.burst_resp != 0),
                                 self.burst_resp, self.first_error)),
-        ]
-        with m.If(head_rejected):
-            m.d.comb += [complete_valid.eq(1), result.eq(self.queue.r_data)]
-        with m.Elif(self.burst_en):
-            m.d.sync += self.first_error.eq(error_so_far)
-            with m.If(self.burst_last):
-                m.d.comb += [complete_valid.eq(1), result.eq(error_so_far)]
-                m.d.sync += self.first_error.eq(0)
-        m.d.comb += [
-            self.queue.r_en.eq(complete_valid),
-            self.results.w_en.eq(complete_valid),
-            self.results.w_data.eq(result),
+            self.results.w_en.eq(rejected | command_done),
+            self.results.w_data.eq(Mux(rejected, self.accept_error, error_so_far)),
             status.valid.eq(self.results.r_rdy),
             status.payload.error.eq(self.results.r_data),
             self.results.r_en.eq(status.ready),
         ]
+        with m.If(self.burst_en):
+            m.d.sync += self.first_error.eq(Mux(self.burst_last, 0, error_so_far))
         popped = status.valid & status.ready
-        m.d.sync += self.pending.eq(self.pending + self.accept_en - popped)
+        m.d.sync += [self.pending.eq(self.pending + self.accept_en - popped),
+                     running.eq(running + (self.accept_en & ~rejected) - command_done)]
 
 
 class _DmaCounters:
@@ -332,8 +321,8 @@ class _DmaEngine(wiring.Component):
         age = Signal(range(SettledTransferCheck.CYCLES + 1), name="command_age")
         cmd = Signal(DmaCommandLayout(p.addr_width), name="command")
         check = SettledTransferCheck(m, p.data_bytes, p.addr_width, cmd, self.window_base, self.window_size)
-        checked = held & (age == SettledTransferCheck.CYCLES) & tracker.room
         rejected = check.error != 0
+        checked = held & (age == SettledTransferCheck.CYCLES) & tracker.room & (~rejected | tracker.may_reject)
         m.d.comb += [
             self.cmd.ready.eq(~held),
             splitter.cmd.valid.eq(checked & ~rejected),
@@ -418,12 +407,12 @@ class BurstReader(_DmaEngine):
         burst = splitter.burst.payload
         m.d.comb += [burst_info.w_en.eq(ar_fire), burst_info.w_data.eq(ar_last)]
 
-        # R channel: always ready unless a burst's bookkeeping is not visible yet or a
-        # rejected command is completing this cycle (never for lack of buffer space).
+        # R channel: always ready unless a burst's bookkeeping is not visible yet (never for
+        # lack of buffer space).
         r_fire = Signal()
         r_burst_end = Signal()
         m.d.comb += [
-            bus.rready.eq(buffer.w_rdy & burst_info.r_rdy & ~tracker.hold_responses),
+            bus.rready.eq(buffer.w_rdy & burst_info.r_rdy),
             r_fire.eq(bus.rvalid & bus.rready),
             r_burst_end.eq(r_fire & bus.rlast),
             buffer.w_en.eq(r_fire),
@@ -508,7 +497,7 @@ class BurstWriter(_DmaEngine):
 
         b_fire = Signal()
         m.d.comb += [
-            bus.bready.eq(b_queue.r_rdy & ~tracker.hold_responses),
+            bus.bready.eq(b_queue.r_rdy),
             b_fire.eq(bus.bvalid & bus.bready),
             b_queue.r_en.eq(b_fire),
             tracker.burst_en.eq(b_fire),

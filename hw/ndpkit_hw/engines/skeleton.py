@@ -8,7 +8,8 @@
   ``check`` states them — field rules, then each range by the transfer rule (a length
   past 32 bits is OUT_OF_WINDOW), then no two ranges overlapping; the first failing
   rule's code, 0 when the command is accepted.
-- :class:`CommandControl`: the command state machine — IDLE (take a command) → CHECK
+- :class:`CommandControl`: the command state machine — IDLE (take a command) → SETTLE
+  (the checks run from registers, :attr:`CommandChecks.CYCLES` cycles) → CHECK
   (latch the verdict; a rejected command completes at once, having moved nothing) →
   the engine's own states → COMPLETE (push the completion) → IDLE — and the completion
   payload (byte counts and ``aux`` read 0 for a rejected command).
@@ -18,8 +19,9 @@ An engine's ``elaborate``::
     ctl = CommandControl(m, self)
     checks = CommandChecks(m, self)
     checks.require(ctl.cmd.format > 2, ErrorCode.BAD_FIELD)
-    checks.ranges({"dst": Transfer(ctl.cmd.dst, length)})
-    with ctl.states(checks.code(), first="RUN", clear=[...]):
+    checks.ranges({"dst": Transfer(ctl.cmd.dst, length), "src": Transfer(ctl.cmd.src, length)})
+    checks.disjoint(["dst", "src"])
+    with ctl.states(checks, first="RUN", clear=[...]):
         with m.State("RUN"):
             ...
             with m.If(done):
@@ -36,7 +38,7 @@ from amaranth.lib import wiring
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.regs import RegisterBlock
 from ndpkit_hw.bus.axi import log2_exact
-from ndpkit_hw.bus.dma import BurstPorts, transfer_error, transfers_overlap
+from ndpkit_hw.bus.dma import BurstPorts, SettledTransferCheck, Transfer
 from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
 
 __all__ = ["CommandEngine", "CommandChecks", "CommandControl"]
@@ -73,17 +75,46 @@ class CommandEngine(wiring.Component):
 
 
 class CommandChecks:
-    """The ordered whole-command checks of ``engine``'s current command (see the module)."""
+    """The ordered whole-command checks of ``engine``'s current command (see the module).
 
-    def __init__(self, m: Module, engine: CommandEngine, *, word_bytes: int | None = None):
+    The checks run from registers over :attr:`CYCLES` cycles, so none of them is more
+    than an adder or a compare deep: each rule's condition and each range's address and
+    length are registered first, then the ranges' ends, then the window and overlap
+    compares, then the first failing rule's code.  :class:`CommandControl` waits for
+    them between taking a command and acting on its code."""
+
+    CYCLES = 1 + SettledTransferCheck.CYCLES + 1     # without :meth:`derive` stages
+
+    def __init__(self, m: Module, engine, *, word_bytes: int | None = None):
         self.m, self.engine = m, engine
         self.word_bytes = word_bytes or engine.word_bytes
+        self.cycles = self.CYCLES
         self._rules: list[tuple[Value, Value]] = []
+        self._ends: dict = {}
         self._code: Signal | None = None
+        self._age = Signal(range(self.CYCLES + 2), name="check_age")
+        self.settled = Signal(name="checks_settled")
+
+    def derive(self, value, name: str) -> Signal:
+        """``value`` (a size computed from the command) registered, for the checks and the
+        engine: the checks take one cycle more, so an adder that sizes a range and the
+        adder that ends it are never in one cycle."""
+        self.cycles = self.CYCLES + 1
+        return self._registered(value, name)
+
+    def restart(self):
+        """The statement for the cycle a new command is latched: :attr:`settled` rises
+        when :meth:`code` is the new command's (:attr:`cycles` cycles later)."""
+        return self._age.eq(0)
+
+    def _registered(self, value, name: str) -> Signal:
+        reg = Signal.like(Value.cast(value), name=name)
+        self.m.d.sync += reg.eq(value)
+        return reg
 
     def require(self, bad, code: ErrorCode = ErrorCode.BAD_FIELD) -> None:
         """``code`` when ``bad`` holds (and no earlier rule failed)."""
-        self._rules.append((bad, Const(int(code), 4)))
+        self._rules.append((self._registered(bad, f"rule_{len(self._rules)}"), Const(int(code), 4)))
 
     def ranges(self, transfers: dict, *, active: dict | None = None, wide: dict | None = None) -> None:
         """Each of ``transfers`` (name -> :class:`~ndpkit_hw.bus.dma.Transfer`) by the
@@ -93,28 +124,44 @@ class CommandChecks:
         active, wide = active or {}, wide or {}
         e = self.engine
         for name, t in transfers.items():
-            on = active.get(name, Const(1))
+            on = self._registered(active.get(name, Const(1)), f"{name}_active")
             if name in wide:
-                self.require(on & (wide[name][32:] != 0), ErrorCode.OUT_OF_WINDOW)
-            error = transfer_error(self.m, self.word_bytes, e.addr_width, t, e.window_base, e.window_size)
-            self._rules.append((on & (error != 0), error))
+                self._rules.append((on & self._registered(wide[name][32:] != 0, f"{name}_wide"),
+                                    Const(int(ErrorCode.OUT_OF_WINDOW), 4)))
+            held = Transfer(self._registered(t.addr, f"{name}_addr"), self._registered(t.length, f"{name}_length"))
+            check = SettledTransferCheck(self.m, self.word_bytes, e.addr_width, held, e.window_base, e.window_size)
+            self._ends[name] = (held, check.end, on)
+            self._rules.append((on & (check.error != 0), check.error))
 
-    def disjoint(self, transfers: dict, *, active: dict | None = None) -> None:
-        """OVERLAP when any two of ``transfers`` (both active) intersect."""
-        active = active or {}
-        names = list(transfers)
-        pairs = [active.get(a, Const(1)) & active.get(b, Const(1)) & transfers_overlap(transfers[a], transfers[b])
-                 for i, a in enumerate(names) for b in names[i + 1:]]
+    def end(self, name: str) -> Signal:
+        """Range ``name``'s end (``addr + length``), valid from the third cycle of the checks."""
+        return self._ends[name][1]
+
+    def disjoint(self, names) -> None:
+        """OVERLAP when any two of the ranges ``names`` (given to :meth:`ranges`, both
+        active) intersect."""
+        pairs = []
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                (ta, end_a, on_a), (tb, end_b, on_b) = self._ends[a], self._ends[b]
+                pairs.append(self._registered(on_a & on_b & (ta.addr < end_b) & (tb.addr < end_a),
+                                              f"overlap_{a}_{b}"))
         if pairs:
-            self.require(Cat(*pairs).any(), ErrorCode.OVERLAP)
+            self._rules.append((Cat(*pairs).any(), Const(int(ErrorCode.OVERLAP), 4)))
 
     def code(self) -> Signal:
-        """The first failing rule's ErrorCode; 0 when every rule passes."""
+        """The first failing rule's ErrorCode (0 when every rule passes), registered:
+        valid :attr:`cycles` cycles after the command was taken (call it after the last
+        rule is added)."""
         if self._code is None:
-            self._code = Signal(4, name="check")
+            self.m.d.comb += self.settled.eq(self._age == self.cycles - 1)
+            with self.m.If(~self.settled):
+                self.m.d.sync += self._age.eq(self._age + 1)
+            first = Signal(4, name="first_failing")
             for i, (bad, code) in enumerate(self._rules):
                 with (self.m.If if i == 0 else self.m.Elif)(bad):
-                    self.m.d.comb += self._code.eq(code)
+                    self.m.d.comb += first.eq(code)
+            self._code = self._registered(first, "check")
         return self._code
 
 
@@ -131,18 +178,23 @@ class CommandControl:
         self.accepted = Signal(name="accepted")
 
     @contextlib.contextmanager
-    def states(self, check, *, first: str, ready=Const(1), clear=(), start=()):
+    def states(self, checks: CommandChecks, *, first: str, ready=Const(1), clear=(), start=()):
         """The state machine; the engine's own states go inside the ``with``, starting at
-        state ``first``, and end with :meth:`finish`.  ``ready``: the engine may take a
+        state ``first``, and end with :meth:`finish`; ``checks``: the command's
+        :class:`CommandChecks`.  ``ready``: the engine may take a
         command now (IDLE); ``clear``: synchronous statements of the CHECK cycle (reset
         the per-command state); ``start``: combinational statements of that cycle.  The
         burst ports' byte counters are cleared in the CHECK cycle too."""
         m, e = self.m, self.engine
+        check = checks.code()
         with m.FSM(name=self.name):
             with m.State("IDLE"):
                 m.d.comb += e.cmd.ready.eq(ready)
                 with m.If(e.cmd.valid & e.cmd.ready):
-                    m.d.sync += self.cmd.eq(e.cmd.payload)
+                    m.d.sync += [self.cmd.eq(e.cmd.payload), checks.restart()]
+                    m.next = "SETTLE"
+            with m.State("SETTLE"):             # the checks run from registers
+                with m.If(checks.settled):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 if e.ports is not None:

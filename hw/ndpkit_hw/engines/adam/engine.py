@@ -90,7 +90,7 @@ class AdamEngine(CommandEngine):
         checks.require(sparse & (cmd.pairs == 0), ErrorCode.ZERO_LENGTH)
         checks.require(sparse & (cmd.pairs > cmd.count), ErrorCode.BAD_FIELD)
         checks.ranges(ranges, active=active, wide={"p": len32})     # p, m and v share len32
-        checks.disjoint(ranges, active=active)
+        checks.disjoint(list(ranges))
 
         # scalars and modes reach the updater from the latched command (static while it runs)
         for name in SCALARS:
@@ -111,7 +111,7 @@ class AdamEngine(CommandEngine):
                                   {key: active[key[1:]] for key in ports})
         status = transfers.error
 
-        with ctl.states(checks.code(), first="RUN", ready=updater.idle, start=[dec.start.eq(1)],
+        with ctl.states(checks, first="RUN", ready=updater.idle, start=[dec.start.eq(1)],
                         clear=[in_count.eq(0), out_count.eq(0), nonfinite.eq(0)] + transfers.clear()):
             with m.State("RUN"):
                 m.d.comb += running.eq(1)

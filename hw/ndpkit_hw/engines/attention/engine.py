@@ -280,7 +280,7 @@ class AttentionEngine(CommandEngine):
         bytes_read, bytes_written = Signal(32), Signal(32)
         all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & ~status_data.r_rdy & dp.idle
         table_data = rd["table"].data
-        with ctl.states(checks.code(), first="TABLE", ready=dp.idle, start=[clear.eq(1)],
+        with ctl.states(checks, first="TABLE", ready=dp.idle, start=[clear.eq(1)],
                         clear=[index.eq(0), desc_word.eq(0), desc_addr.eq(cmd.table), failed.eq(0),
                                bytes_read.eq(0), bytes_written.eq(0)]):
             with m.State("TABLE"):

@@ -30,7 +30,7 @@ from ndpkit_spec.engines.decomp import BLOCK as DECOMP
 from ndpkit_hw.bus.axi import AxiResp
 from ndpkit_hw.bus.dma import Transfer, TransferGroup
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
-from ndpkit_hw.engines.decomp.pairs import PairUnpacker
+from ndpkit_hw.engines.decomp.pairs import PairLayout, PairUnpacker
 
 __all__ = ["DecompEngine"]
 
@@ -66,14 +66,15 @@ class DecompEngine(CommandEngine):
         def words(nbytes):
             return ((nbytes + (word - 1)) >> word_shift) << word_shift
 
-        lengths = {"dst": words(dst_bytes), "idx": words(cmd.pairs << 2), "val": words(pair_bytes)}
+        checks = CommandChecks(m, self)
+        lengths = {name: checks.derive(words(nbytes), f"{name}_length")
+                   for name, nbytes in {"dst": dst_bytes, "idx": cmd.pairs << 2, "val": pair_bytes}.items()}
         ranges = {"dst": Transfer(cmd.dst, lengths["dst"][:32]), "idx": Transfer(cmd.idx, lengths["idx"][:32]),
                   "val": Transfer(cmd.val, lengths["val"][:32])}
-        checks = CommandChecks(m, self)
         checks.require(cmd.format > 2, ErrorCode.BAD_FIELD)
         checks.require((cmd.count == 0) | (cmd.pairs == 0), ErrorCode.ZERO_LENGTH)
         checks.ranges(ranges, wide=lengths)
-        checks.disjoint(ranges)
+        checks.disjoint(list(ranges))
 
         # ---- the engines' commands and statuses ----------------------------------------
         running = Signal()
@@ -81,17 +82,24 @@ class DecompEngine(CommandEngine):
         transfers = TransferGroup(m, {"idx": read_idx, "val": read_val, "dst": zero_fill}, ranges, running)
         status = transfers.error
 
-        # zero fill: n elements' bytes strobed, the rest of the last word untouched
+        # zero fill: n elements' bytes strobed, the rest of the last word untouched.  The last
+        # beat's index and strobes are registered from the held command (settled long before
+        # the fill runs), so the beat counter meets only an equality compare.
         beats = lengths["dst"][word_shift:]
-        beat = Signal(33)
-        tail = Signal(range(word + 1))
+        beat, last_index = Signal(33), Signal(33)
+        filling = Signal()
+        tail = Signal(range(word + 1))            # bytes of the last word
+        tail_strobes = Signal(word)
         m.d.comb += tail.eq(dst_bytes - ((beats - 1) << word_shift))
-        last_beat = beat + 1 == beats
+        m.d.sync += [last_index.eq(beats - 1), tail_strobes.eq((Const(1, word + 1) << tail) - 1)]
+        last_beat = beat == last_index
         zd = zero_fill.data
-        m.d.comb += [zd.valid.eq(running & (beat != beats)), zd.payload.data.eq(0),
-                     zd.payload.strb.eq(Mux(last_beat, (Const(1, word + 1) << tail) - 1, (1 << word) - 1))]
+        m.d.comb += [zd.valid.eq(running & filling), zd.payload.data.eq(0),
+                     zd.payload.strb.eq(Mux(last_beat, tail_strobes, (1 << word) - 1))]
         with m.If(zd.valid & zd.ready):
             m.d.sync += beat.eq(beat + 1)
+            with m.If(last_beat):
+                m.d.sync += filling.eq(0)
 
         # ---- pairs -> single-beat writes -------------------------------------------------
         stream_error = Signal(4)
@@ -100,18 +108,26 @@ class DecompEngine(CommandEngine):
                      read_idx.data.ready.eq(unpacker.idx.ready),
                      unpacker.val.payload.eq(read_val.data.payload.data), unpacker.val.valid.eq(read_val.data.valid),
                      read_val.data.ready.eq(unpacker.val.ready)]
-        pair = unpacker.o.payload
+        # one register stage after the unpacker: the pair with its address and its verdicts,
+        # so the lane select, the address adder and the index compare each get a cycle
+        # before the write logic
+        pair = Signal(PairLayout, name="pair")
+        pair_valid, sentinel, bad_index = Signal(name="pair_valid"), Signal(name="pair_sentinel"), Signal()
+        address = Signal(self.addr_width, name="pair_address")
+        pair_taken = Signal()
+        m.d.comb += unpacker.o.ready.eq(~pair_valid | pair_taken)
+        with m.If(unpacker.o.valid & unpacker.o.ready):
+            fresh = unpacker.o.payload
+            m.d.sync += [pair_valid.eq(1), pair.eq(fresh), address.eq(cmd.dst + (fresh.index << size_shift)),
+                         sentinel.eq(fresh.index == SENTINEL),
+                         bad_index.eq((fresh.index != SENTINEL) & (fresh.index >= cmd.count))]
+        with m.Elif(pair_taken):
+            m.d.sync += pair_valid.eq(0)
         pairs_done = Signal(32)
         written = Signal(32)
         outstanding = Signal(range(self.max_scatter_outstanding + 1))
         aw_sent, w_sent = Signal(), Signal()
-        offset = Signal(35)
-        m.d.comb += offset.eq(pair.index << size_shift)
-        address = Signal(self.addr_width)
-        m.d.comb += address.eq(cmd.dst + offset)
-        sentinel = pair.index == SENTINEL
-        bad_index = ~sentinel & (pair.index >= cmd.count)
-        head = scattering & (stream_error == 0) & unpacker.o.valid
+        head = scattering & (stream_error == 0) & pair_valid
         write = head & ~sentinel & ~bad_index
         room = outstanding < self.max_scatter_outstanding
         lane = address[:word_shift]
@@ -130,11 +146,11 @@ class DecompEngine(CommandEngine):
         b_fire = scatter.bvalid
         pair_written = write & (aw_sent | aw_fire) & (w_sent | w_fire)
         take = (head & (sentinel | bad_index)) | pair_written
-        m.d.comb += unpacker.o.ready.eq(take & ~bad_index)
+        m.d.comb += pair_taken.eq(take & ~bad_index)
         m.d.sync += outstanding.eq(outstanding + aw_fire - b_fire)
         with m.If(take & bad_index):
             m.d.sync += stream_error.eq(ErrorCode.OUT_OF_WINDOW)
-        with m.If(unpacker.o.ready):
+        with m.If(pair_taken):
             m.d.sync += [pairs_done.eq(pairs_done + 1), aw_sent.eq(0), w_sent.eq(0)]
         with m.Else():
             with m.If(aw_fire):
@@ -149,8 +165,8 @@ class DecompEngine(CommandEngine):
         # ---- control ------------------------------------------------------------------------
         finished = (transfers.finished & ((pairs_done == cmd.pairs) | (stream_error != 0))
                     & (outstanding == 0) & ~aw_sent)
-        with ctl.states(checks.code(), first="ZERO", start=[unpacker.start.eq(1)],
-                        clear=[beat.eq(0), pairs_done.eq(0), written.eq(0), stream_error.eq(0), aw_sent.eq(0),
+        with ctl.states(checks, first="ZERO", start=[unpacker.start.eq(1)],
+                        clear=[beat.eq(0), filling.eq(1), pair_valid.eq(0), pairs_done.eq(0), written.eq(0), stream_error.eq(0), aw_sent.eq(0),
                                w_sent.eq(0)] + transfers.clear()):
             with m.State("ZERO"):
                 m.d.comb += running.eq(1)

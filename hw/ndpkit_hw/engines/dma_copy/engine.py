@@ -26,7 +26,8 @@ from amaranth.lib import data, fifo, wiring
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.dma_copy import BLOCK as DMA_COPY, ENGINE, OP_COPY, OP_FILL
 from ndpkit_hw.bus.axi import READ_MEMBERS, WRITE_MEMBERS, connect_members
-from ndpkit_hw.bus.dma import BurstReader, BurstWriter, Transfer, transfer_error, transfers_overlap
+from ndpkit_hw.bus.dma import BurstReader, BurstWriter, Transfer
+from ndpkit_hw.engines.skeleton import CommandChecks
 from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
 
 __all__ = ["DmaCopy", "OP_COPY", "OP_FILL"]
@@ -58,42 +59,36 @@ class DmaCopy(wiring.Component):
         cmd = Signal(command_layout(DMA_COPY))
         data_bytes = self.data_width // 8
         word_shift = data_bytes.bit_length() - 1
-        dst_error = transfer_error(m, data_bytes, self.addr_width, Transfer(cmd.dst, cmd.length),
-                                   self.window_base, self.window_size)
-        src_error = transfer_error(m, data_bytes, self.addr_width, Transfer(cmd.src, cmd.length),
-                                   self.window_base, self.window_size)
-        overlap = transfers_overlap(Transfer(cmd.src, cmd.length), Transfer(cmd.dst, cmd.length))
         is_copy = cmd.op == OP_COPY
-        check = Signal(4)
-        with m.If(cmd.op > OP_FILL):
-            m.d.comb += check.eq(ErrorCode.BAD_OPCODE)
-        with m.Elif(dst_error != 0):
-            m.d.comb += check.eq(dst_error)
-        with m.Elif(is_copy & (src_error != 0)):
-            m.d.comb += check.eq(src_error)
-        with m.Elif(is_copy & overlap):
-            m.d.comb += check.eq(ErrorCode.OVERLAP)
+        checks = CommandChecks(m, self, word_bytes=data_bytes)
+        checks.require(cmd.op > OP_FILL, ErrorCode.BAD_OPCODE)
+        checks.ranges({"dst": Transfer(cmd.dst, cmd.length), "src": Transfer(cmd.src, cmd.length)},
+                      active={"src": is_copy})
+        checks.disjoint(["dst", "src"])
+        check = checks.code()
 
         # Commands in flight, oldest first: at most two, so the next command's reads
         # start while the previous one's last writes drain.
         flight_layout = data.StructLayout({"tag": 16, "error": 4, "copy": 1, "length": 32})
         m.submodules.in_flight = in_flight = fifo.SyncFIFO(width=flight_layout.size, depth=MAX_IN_FLIGHT)
         # What the writer's data comes from, one entry per writer command.
-        source_layout = data.StructLayout({"copy": 1, "pattern": 32, "beats": 32})
+        source_layout = data.StructLayout({"copy": 1, "pattern": 32, "last_beat": 32})
         m.submodules.sources = sources = fifo.SyncFIFO(width=source_layout.size, depth=MAX_IN_FLIGHT)
         # Read-after-write across commands: a copy whose source overlaps the destination
         # of the command still in flight waits for it (writes to one ID land in order,
         # and a writer only writes data it has already read, so no other hazard exists).
-        last_dst, last_length = Signal(self.addr_width), Signal(32)
-        raw_hazard = (in_flight.r_level != 0) & is_copy & (cmd.src < last_dst + last_length) & \
-            (last_dst < cmd.src + cmd.length)
+        # (registered: the flight queue only drains meanwhile, so a stale verdict only waits)
+        last_dst, last_end = Signal(self.addr_width), Signal.like(checks.end("dst"))
+        raw_hazard = Signal()
+        m.d.sync += raw_hazard.eq((in_flight.r_level != 0) & is_copy & (cmd.src < last_end) &
+                                  (last_dst < checks.end("src")))
 
         flight_in = Signal(flight_layout)
         source_in = Signal(source_layout)
         m.d.comb += [flight_in.tag.eq(cmd.tag), flight_in.copy.eq(is_copy), flight_in.length.eq(cmd.length),
                      in_flight.w_data.eq(flight_in),
                      source_in.copy.eq(is_copy), source_in.pattern.eq(cmd.pattern),
-                     source_in.beats.eq(cmd.length >> word_shift),
+                     source_in.last_beat.eq((cmd.length >> word_shift) - 1),
                      sources.w_data.eq(source_in)]
 
         read_sent, write_sent = Signal(), Signal()
@@ -101,7 +96,10 @@ class DmaCopy(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(in_flight.w_level < MAX_IN_FLIGHT)
                 with m.If(self.cmd.valid & self.cmd.ready):
-                    m.d.sync += cmd.eq(self.cmd.payload)
+                    m.d.sync += [cmd.eq(self.cmd.payload), checks.restart()]
+                    m.next = "SETTLE"
+            with m.State("SETTLE"):             # the checks run from registers
+                with m.If(checks.settled):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [read_sent.eq(~is_copy), write_sent.eq(0)]
@@ -127,7 +125,7 @@ class DmaCopy(wiring.Component):
                     m.d.sync += write_sent.eq(1)
                 with m.If((read_sent | reader.cmd.ready) & (write_sent | writer.cmd.ready)):
                     m.d.comb += in_flight.w_en.eq(1)
-                    m.d.sync += [last_dst.eq(cmd.dst), last_length.eq(cmd.length)]
+                    m.d.sync += [last_dst.eq(cmd.dst), last_end.eq(checks.end("dst"))]
                     m.next = "IDLE"
 
         # the writer's data: the reader's words (copy) or the pattern (fill)
@@ -141,7 +139,7 @@ class DmaCopy(wiring.Component):
             reader.data.ready.eq(sources.r_rdy & source.copy & writer.data.ready),
         ]
         with m.If(writer.data.valid & writer.data.ready):
-            with m.If(beat + 1 == source.beats):
+            with m.If(beat == source.last_beat):     # (not beat + 1 == beats: an adder before a compare)
                 m.d.comb += sources.r_en.eq(1)
                 m.d.sync += beat.eq(0)
             with m.Else():

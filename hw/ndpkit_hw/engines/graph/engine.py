@@ -142,7 +142,7 @@ class GraphEngine(CommandEngine):
         enabled = {name: e for name, (_, _, e) in arrays.items()}
         checks.ranges({name: Transfer(a, l[:32]) for name, (a, l, _) in arrays.items()}, active=enabled,
                       wide={name: l for name, (_, l, _) in arrays.items()})
-        checks.disjoint({name: Transfer(a, l) for name, (a, l, _) in arrays.items()}, active=enabled)
+        checks.disjoint(list(arrays))
 
         # ---- streams ----------------------------------------------------------------
         validating = Signal()
@@ -365,7 +365,7 @@ class GraphEngine(CommandEngine):
                            Mux(sum_rows, 0, vertex_len[:32]))
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & gen.idle & ~gen.edge.valid)
-        with ctl.states(checks.code(), first="VALIDATE", start=[start.eq(1)],
+        with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + [graph_error.eq(0), index_error.eq(0), seen.eq(0), odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
                                                    bus_error.eq(0), stage.eq(0), converged.eq(0),

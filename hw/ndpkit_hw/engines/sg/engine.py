@@ -80,7 +80,7 @@ class SgEngine(CommandEngine):
         checks.require(cmd.op > OP_WRITE, ErrorCode.BAD_OPCODE)
         checks.require(cmd.requests == 0, ErrorCode.ZERO_LENGTH)
         checks.ranges({"table": table, "out": out}, active={"out": is_read}, wide={"table": table_len, "out": out_len})
-        checks.disjoint({"table": table, "out": out}, active={"out": is_read})
+        checks.disjoint(["table", "out"])
 
         running = Signal()
         transfers = TransferGroup(m, {"table": reader, "out": writer}, {"table": table, "out": out}, running,
@@ -137,7 +137,7 @@ class SgEngine(CommandEngine):
 
         columns = unit.counters.column_accesses[:32]
         finished = transfers.finished & ~second & ~pending & (stopped | (sent == cmd.requests))
-        with ctl.states(checks.code(), first="RUN", start=[unit.clear.eq(1)],       # per-command counters
+        with ctl.states(checks, first="RUN", start=[unit.clear.eq(1)],       # per-command counters
                         clear=transfers.clear() + [second.eq(0), stopped.eq(0), stop_code.eq(0), sent.eq(0),
                                                    received.eq(0), written.eq(0), bus_error.eq(0)]):
             with m.State("RUN"):
