@@ -1,6 +1,6 @@
 """Binary32 divide, RNE, subnormals.  Radix-2 non-restoring division (one add or
 subtract a stage, the restoring division's quotient bits), one quotient bit per
-pipeline stage: latency 32, II=1 per lane.
+pipeline stage: latency 33, II=1 per lane.
 
 Both significands are normalised (subnormals shifted up); the 27-bit quotient
 floor(sig_a * 2**26 / sig_b) has 26 or 27 significant bits, and the final remainder
@@ -17,7 +17,7 @@ QUOTIENT_BITS = 27
 
 class FpDiv(FpUnit):
     operands = {"a": 32, "b": 32}
-    latency = QUOTIENT_BITS + 5
+    latency = QUOTIENT_BITS + 6
 
     def lane(self, m, pipe, inputs, controls):
         a, b = unpack(m, inputs["a"], F32, "a"), unpack(m, inputs["b"], F32, "b")
@@ -26,11 +26,14 @@ class FpDiv(FpUnit):
         inf = a.is_inf | b.is_zero
         zero = a.is_zero | b.is_inf
         lz_a, lz_b = leading_zeros(m, a.sig, "div_a"), leading_zeros(m, b.sig, "div_b")
+        # the counts are registered before the shifts and the exponent
+        a_sig, b_sig, a_exp, b_exp, lz_a, lz_b, sign, nan, inf, zero = pipe.stage(
+            a.sig, b.sig, a.exp, b.exp, lz_a, lz_b, sign, nan, inf, zero)
         sig_a, sig_b = Signal(24), Signal(24)
         exp = Signal(signed(11))
         # quotient bit 26 weighs 2**(ea - eb) for normalised significands
-        m.d.comb += [sig_a.eq(a.sig << lz_a), sig_b.eq(b.sig << lz_b),
-                     exp.eq((a.exp - lz_a) - (b.exp - lz_b) + F32.bias)]
+        m.d.comb += [sig_a.eq(a_sig << lz_a), sig_b.eq(b_sig << lz_b),
+                     exp.eq((a_exp - lz_a) - (b_exp - lz_b) + F32.bias)]
         remainder, divisor, exp, sign, nan, inf, zero = pipe.stage(sig_a, sig_b, exp, sign, nan, inf, zero)
 
         # non-restoring: the partial remainder may go negative (then the divisor is added

@@ -1,4 +1,4 @@
-"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 13, II=1.
+"""Binary32 fused multiply-add ``a*b + c`` with one rounding.  Latency 14, II=1.
 
 Subnormal inputs are normalised first, so the exact 48-bit product has its top bit
 at 46 or 47 and the addend, widened to 48 bits, has its top bit at 47: the sum is then
@@ -20,7 +20,7 @@ SIG = 48
 
 class FpFma(FpUnit):
     operands = {"a": 32, "b": 32, "c": 32}
-    latency = 13
+    latency = 14
 
     def lane(self, m, pipe, inputs, controls):
         a, b, c = (unpack(m, inputs[n], F32, n) for n in "abc")
@@ -98,14 +98,26 @@ class FpFma(FpUnit):
         wide = Signal(width + 64)
         m.d.comb += wide.eq(coarse >> fine)
         big_ext = Cat(Const(0, EXTRA), big_sig)
-        # register the shifted bits and the shifted-out bits; the sticky OR goes with the add
-        shifted, shifted_out, big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
-            wide[64:], wide[:64], big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
+        # registered: the aligned term with its sticky bit (the OR of the shifted-out bits),
+        # complemented for a subtraction, so the next stage is the adder alone
         aligned = Signal(width)
-        m.d.comb += aligned.eq(shifted | (shifted_out != 0))
+        m.d.comb += aligned.eq((wide[64:] | (wide[:64] != 0)) ^ subtract.replicate(width))
+        aligned, big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
+            aligned, big_ext, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
 
+        # one adder for both: big + (aligned, or its complement + 1), the +1 entering as the
+        # carry of a low bit both operands get; a subtraction never goes below zero (big is
+        # the larger term), so its carry out is dropped.  The adder is 52 bits: its low half
+        # is registered with its carry, and the high half adds them in the next stage
+        half = (width + 1) // 2
+        low = Signal(half + 2)
+        m.d.comb += low.eq(Cat(subtract, big_ext[:half]) + Cat(subtract, aligned[:half]))
+        low, big_high, aligned_high, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
+            low[1:], big_ext[half:], aligned[half:], big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
+        high = Signal(width - half + 1)
+        m.d.comb += high.eq(big_high + aligned_high + low[half])
         total = Signal(width + 1)
-        m.d.comb += total.eq(Mux(subtract, big_ext - aligned, big_ext + aligned))
+        m.d.comb += total.eq(Cat(low[:half], high[:width - half], high[width - half] & ~subtract))
         top_exp = Signal(signed(12))
         m.d.comb += top_exp.eq(big_exp + 1)
         total, top_exp, sign, zero_sign, nan, inf, inf_sign = pipe.stage(

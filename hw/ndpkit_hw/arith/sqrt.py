@@ -1,5 +1,5 @@
 """Binary32 square root, RNE, subnormals.  Restoring digit-by-digit integer square
-root, one result bit per pipeline stage: latency 31, II=1 per lane.
+root, one result bit per pipeline stage: latency 32, II=1 per lane.
 
 The normalised input is m * 2**e with m in [1, 2); for odd e the significand is
 doubled, so X = m' * 2**23 lies in [2**23, 2**25) and e' is even.  The 26-bit root
@@ -19,7 +19,7 @@ RADICAND_BITS = 52
 
 class FpSqrt(FpUnit):
     operands = {"a": 32}
-    latency = ROOT_BITS + 5
+    latency = ROOT_BITS + 6
 
     def lane(self, m, pipe, inputs, controls):
         a = unpack(m, inputs["a"], F32, "a")
@@ -27,16 +27,18 @@ class FpSqrt(FpUnit):
         inf = a.is_inf & ~a.sign
         zero = a.is_zero
         lz = leading_zeros(m, a.sig, "sqrt")
+        # the count is registered before the shift and the exponent
+        a_sig, a_exp, lz, a_sign, nan, inf, zero = pipe.stage(a.sig, a.exp, lz, a.sign, nan, inf, zero)
         unbiased = Signal(signed(11))
-        m.d.comb += unbiased.eq(a.exp - lz - F32.bias)
+        m.d.comb += unbiased.eq(a_exp - lz - F32.bias)
         odd = unbiased[0]
         sig = Signal(25)
-        m.d.comb += sig.eq(Mux(odd, (a.sig << lz) << 1, a.sig << lz))
+        m.d.comb += sig.eq(Mux(odd, (a_sig << lz) << 1, a_sig << lz))
         exp = Signal(signed(11))
         # root bit 25 weighs 2**k with k = floor(e / 2)
         m.d.comb += exp.eq((unbiased >> 1) + F32.bias)
         radicand = Cat(Const(0, 27), sig)               # X * 2**27, 52 bits
-        radicand, exp, sign, nan, inf, zero = pipe.stage(radicand, exp, a.sign, nan, inf, zero)
+        radicand, exp, sign, nan, inf, zero = pipe.stage(radicand, exp, a_sign, nan, inf, zero)
 
         root = Const(0, ROOT_BITS)
         remainder = radicand                              # N - root**2, never negative

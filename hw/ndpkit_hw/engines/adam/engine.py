@@ -64,27 +64,28 @@ class AdamEngine(CommandEngine):
         # ---- the command and its derived sizes ----------------------------------
         ctl = CommandControl(m, self)
         cmd = ctl.cmd
-        vectors, words = Signal(33), Signal(33)
-        m.d.comb += [vectors.eq((cmd.count + (lanes - 1)) >> lane_shift),
-                     words.eq((cmd.count + (elements - 1)) >> element_shift)]
-        len32, len16 = Signal(40), Signal(40)
-        m.d.comb += [len32.eq(words << word_shift), len16.eq(((words + 1) >> 1) << word_shift)]
         grad16 = cmd.format_grad != 0
         has_copy = cmd.format_copy != 0
         sparse = cmd.format_sparse
+        # sizes from the command, each one adder, registered (CommandChecks.derive): the
+        # checks, the burst engines and the counters' compares start from registers
+        checks = CommandChecks(m, self)
+        rounded = lambda n, unit, shift: (n + (unit - 1)) >> shift    # ceil(n / unit), unit = 1 << shift
+        last_vector = checks.derive((cmd.count - 1)[:32] >> lane_shift, "last_vector")    # (count 0 is rejected)
+        len32 = checks.derive(rounded(cmd.count, elements, element_shift) << word_shift, "len32")
+        len16 = checks.derive(rounded(cmd.count, 2 * elements, element_shift + 1) << word_shift, "len16")
         # sparse mode: g holds k values (fp32, or 16-bit packed 2 * lanes a word), idx k indices
-        pair_words32, pair_words16 = Signal(33), Signal(33)
-        m.d.comb += [pair_words32.eq((cmd.pairs + (elements - 1)) >> element_shift),
-                     pair_words16.eq((cmd.pairs + (2 * elements - 1)) >> (element_shift + 1))]
-        g_dense = Mux(grad16, len16, len32)
-        g_sparse = Mux(grad16, pair_words16, pair_words32) << word_shift
+        idx_len = checks.derive(rounded(cmd.pairs, elements, element_shift) << word_shift, "idx_len")
+        g_len = checks.derive(Mux(sparse, Mux(grad16, rounded(cmd.pairs, 2 * elements, element_shift + 1)
+                                              << word_shift, rounded(cmd.pairs, elements, element_shift) << word_shift),
+                                  Mux(grad16, rounded(cmd.count, 2 * elements, element_shift + 1),
+                                      rounded(cmd.count, elements, element_shift)) << word_shift), "g_len")
         ranges = {
             "p": Transfer(cmd.p, len32[:32]), "m": Transfer(cmd.m, len32[:32]), "v": Transfer(cmd.v, len32[:32]),
-            "g": Transfer(cmd.g, Mux(sparse, g_sparse, g_dense)[:32]), "copy": Transfer(cmd.copy, len16[:32]),
-            "idx": Transfer(cmd.idx, (pair_words32 << word_shift)[:32]),
+            "g": Transfer(cmd.g, g_len[:32]), "copy": Transfer(cmd.copy, len16[:32]),
+            "idx": Transfer(cmd.idx, idx_len[:32]),
         }
         active = {"p": Const(1), "m": Const(1), "v": Const(1), "g": Const(1), "copy": has_copy, "idx": sparse}
-        checks = CommandChecks(m, self)
         checks.require((cmd.format_mode > 1) | (cmd.format_grad > 2) | (cmd.format_copy > 2), ErrorCode.BAD_FIELD)
         checks.require(cmd.count == 0, ErrorCode.ZERO_LENGTH)
         checks.require(sparse & (cmd.pairs == 0), ErrorCode.ZERO_LENGTH)
@@ -103,6 +104,7 @@ class AdamEngine(CommandEngine):
         # the update stops once the vectors the decompressor sent before the error are taken
         m.d.comb += [stream_error.eq(sparse & (dec.error != 0)), stopped.eq(stream_error & ~dec.o.valid)]
         in_count, out_count = Signal(33), Signal(33)
+        in_done, out_done = Signal(), Signal()      # every vector taken / written (flags, not compares)
         nonfinite = Signal(32)
         running = Signal()
         ports = {f"r{k}": self.readers[k] for k in READS}
@@ -112,14 +114,18 @@ class AdamEngine(CommandEngine):
         status = transfers.error
 
         with ctl.states(checks, first="RUN", ready=updater.idle, start=[dec.start.eq(1)],
-                        clear=[in_count.eq(0), out_count.eq(0), nonfinite.eq(0)] + transfers.clear()):
+                        clear=[in_count.eq(0), out_count.eq(0), in_done.eq(0), out_done.eq(0), nonfinite.eq(0)]
+                        + transfers.clear()):
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
                 with m.If(transfers.finished):
                     ctl.finish(Mux(status != 0, status, Mux(stream_error, dec.error, 0)))
-        pmv_bytes = (len32 << 1) + len32        # p, m and v (a shift and an add: synthesis maps 3 * x to a DSP)
-        ctl.complete(bytes_read=pmv_bytes + ranges["g"].length + Mux(sparse, ranges["idx"].length, 0),
-                     bytes_written=pmv_bytes + Mux(has_copy, len16, 0),
+        # the completion's byte counts, registered from the registered sizes (read at COMPLETE)
+        pmv_bytes, bytes_read, bytes_written = Signal(42), Signal(44), Signal(43)
+        m.d.sync += [pmv_bytes.eq((len32 << 1) + len32),
+                     bytes_read.eq(pmv_bytes + g_len + Mux(sparse, idx_len, 0)),
+                     bytes_written.eq(pmv_bytes + Mux(has_copy, len16, 0))]
+        ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written,
                      # after a sparse-mode pair error: the elements updated before it
                      aux=Mux(stream_error, in_count << lane_shift, nonfinite))
 
@@ -134,7 +140,7 @@ class AdamEngine(CommandEngine):
         # a word's vectors in turn: vector `slot` of an fp32 word, `g_slot` of a 16-bit one
         slot = in_count[:slot_bits] if slot_bits else Const(0, 1)
         g_slot = in_count[:slot_bits + 1]
-        last_in = in_count + 1 == vectors
+        last_in = in_count == last_vector
         word_done = last_in | (slot == per_word - 1)
         g16_done = last_in | (g_slot == 2 * per_word - 1)
         g_word = rg.payload.data
@@ -144,7 +150,7 @@ class AdamEngine(CommandEngine):
         g_valid = Mux(sparse, dec.o.valid, rg.valid)
         # a pair error stops the update before a dense word of the decompressor, never
         # inside one (the decompressor holds its word until the last vector of it is read)
-        all_valid = rp.valid & rm.valid & rv.valid & g_valid & running & (in_count < vectors) & ~stopped
+        all_valid = rp.valid & rm.valid & rv.valid & g_valid & running & ~in_done & ~stopped
         fire_in = Signal()
         release = fire_in & word_done
         m.d.comb += [fire_in.eq(all_valid & updater.i.ready),
@@ -160,6 +166,8 @@ class AdamEngine(CommandEngine):
                      rg.ready.eq(Mux(sparse, dec.val.ready, fire_in & Mux(grad16, g16_done, word_done)))]
         with m.If(fire_in):
             m.d.sync += in_count.eq(in_count + 1)
+            with m.If(last_in):
+                m.d.sync += in_done.eq(1)
 
         # ---- updater -> writers ------------------------------------------------------
         # after a pair error, once the updater has delivered every vector it took, the
@@ -167,13 +175,18 @@ class AdamEngine(CommandEngine):
         # runs: between commands the stale error must not push beats into idle writers)
         o = updater.o
         flush = Signal()
-        m.d.comb += flush.eq(running & stopped & (out_count >= in_count) & (out_count != vectors))
+        caught_up = Signal()
+        # registered: stopped the cycle before, so in_count was already still (no vector is
+        # taken while stopped); out_count only grows, so a stale "caught up" stays true
+        m.d.sync += caught_up.eq(stopped & (out_count >= in_count))
+        m.d.comb += flush.eq(running & stopped & caught_up & ~out_done)
         out_valid = o.valid | flush
-        last = out_count + 1 == vectors
-        tail = Signal(range(lanes + 1))
-        m.d.comb += tail.eq(cmd.count - ((vectors - 1) << lane_shift))
+        last = out_count == last_vector
+        tail_on = Signal(lanes)         # the last vector's lanes, from the held command
+        m.d.sync += tail_on.eq((Const(1, lanes + 1) << (cmd.count[:lane_shift] - 1)[:lane_shift] + 1) - 1
+                               if lanes > 1 else 1)
         lane_on = Signal(lanes)
-        m.d.comb += lane_on.eq(Mux(flush, 0, Mux(last, (Const(1, lanes + 1) << tail) - 1, (1 << lanes) - 1)))
+        m.d.comb += lane_on.eq(Mux(flush, 0, Mux(last, tail_on, (1 << lanes) - 1)))
         # a word's vectors are held until it is complete (or the last vector came)
         o_slot = out_count[:slot_bits] if slot_bits else Const(0, 1)
         c_slot = out_count[:slot_bits + 1]
@@ -214,6 +227,8 @@ class AdamEngine(CommandEngine):
         popcount = sum((o.payload.nonfinite & lane_on)[i] for i in range(lanes))
         with m.If(fire_out):
             m.d.sync += [out_count.eq(out_count + 1), nonfinite.eq(nonfinite + popcount)]
+            with m.If(last):
+                m.d.sync += out_done.eq(1)
             for j in range(per_word - 1):
                 with m.If(o_slot == j):
                     m.d.sync += [held[k][j].eq(results[k]) for k in results]

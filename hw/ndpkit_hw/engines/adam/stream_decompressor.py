@@ -8,7 +8,7 @@ dense vectors of ``lanes`` 32-bit slots (a 16-bit value sits in the low half of 
 slot; zeros where no pair names the element), straight into the updater: no dense
 gradient touches memory.
 
-One decision per cycle: the head pair is checked (index < n, else OUT_OF_WINDOW;
+One decision per cycle (the pair registered after the unpacker, with its checks): the head pair is checked (index < n, else OUT_OF_WINDOW;
 index above the previous one, else BAD_FIELD) and, when it falls in the current
 vector, absorbed; otherwise the current vector is emitted into the output register,
 from which ``o`` is read while the next one is built.  So a vector costs one cycle plus
@@ -26,7 +26,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit_hw.engines.decomp.pairs import PairUnpacker
+from ndpkit_hw.engines.decomp.pairs import PairLayout, PairUnpacker
 
 __all__ = ["StreamDecompressor"]
 
@@ -58,29 +58,41 @@ class StreamDecompressor(wiring.Component):
         m.d.comb += [unpacker.start.eq(self.start), unpacker.k.eq(self.k), unpacker.value16.eq(self.value16),
                      unpacker.drain.eq(self.error != 0)]
 
+        # one register stage after the unpacker: the pair with its vector and its verdicts
+        # (index < n; index above the pair staged before it, which was absorbed by then), so
+        # the lane select and the 32-bit compares each get a cycle before the decision
+        staged = Signal(PairLayout, name="staged_pair")
+        staged_valid, staged_vector = Signal(name="staged_valid"), Signal(32, name="staged_vector")
+        out_of_range, not_increasing, have_prev = Signal(), Signal(), Signal()
+        absorb = Signal()
+        fresh = unpacker.o.payload
+        m.d.comb += unpacker.o.ready.eq(~staged_valid | absorb)
+        with m.If(unpacker.o.valid & unpacker.o.ready):
+            m.d.sync += [staged_valid.eq(1), staged.eq(fresh), staged_vector.eq(fresh.index >> lane_shift),
+                         out_of_range.eq(fresh.index >= self.n),
+                         not_increasing.eq(have_prev & (fresh.index <= staged.index)), have_prev.eq(1)]
+        with m.Elif(absorb):
+            m.d.sync += staged_valid.eq(0)
+
         vectors = Signal(33)
-        m.d.comb += vectors.eq((self.n + (lanes - 1)) >> lane_shift)
-        prev = Signal(32)
-        first = Signal()
+        # pairs not yet absorbed: none / one left as flags kept with the count
         pairs_left = Signal(32)
+        none_left, one_left = Signal(init=1), Signal()
         current = self.emitted
         acc = Signal(data.ArrayLayout(32, lanes))
-        head = unpacker.o.payload
-        in_current = (head.index >> lane_shift) == current
         running = (self.error == 0) & (current != vectors)
 
-        absorb = Signal()
         emit = Signal()
         out_valid = Signal()
         take = Signal()             # the built vector moves to the output register
         with m.If(running):
-            with m.If(pairs_left != 0):
-                with m.If(unpacker.o.valid):
-                    with m.If(head.index >= self.n):
+            with m.If(~none_left):
+                with m.If(staged_valid):
+                    with m.If(out_of_range):
                         m.d.sync += self.error.eq(ErrorCode.OUT_OF_WINDOW)
-                    with m.Elif(~first & (head.index <= prev)):
+                    with m.Elif(not_increasing):
                         m.d.sync += self.error.eq(ErrorCode.BAD_FIELD)
-                    with m.Elif(in_current):
+                    with m.Elif(staged_vector == current):
                         m.d.comb += absorb.eq(1)
                     with m.Else():
                         m.d.comb += emit.eq(1)
@@ -89,15 +101,16 @@ class StreamDecompressor(wiring.Component):
 
         out_word = Signal.like(acc)
         m.d.comb += [take.eq(emit & (~out_valid | self.o.ready)), self.o.valid.eq(out_valid),
-                     self.o.payload.eq(out_word), unpacker.o.ready.eq(absorb)]
+                     self.o.payload.eq(out_word)]
         with m.If(self.o.ready):
             m.d.sync += out_valid.eq(0)
         with m.If(take):
             m.d.sync += [current.eq(current + 1), acc.eq(0), out_valid.eq(1), out_word.eq(acc)]
         with m.If(absorb):
-            m.d.sync += [acc[head.index[:lane_shift]].eq(head.value), prev.eq(head.index), first.eq(0),
-                         pairs_left.eq(pairs_left - 1)]
+            m.d.sync += [acc[staged.index[:lane_shift]].eq(staged.value), pairs_left.eq(pairs_left - 1),
+                         none_left.eq(one_left), one_left.eq(pairs_left == 2)]
         with m.If(self.start):
-            m.d.sync += [current.eq(0), acc.eq(0), first.eq(1), pairs_left.eq(self.k), self.error.eq(0),
-                         out_valid.eq(0)]
+            m.d.sync += [current.eq(0), acc.eq(0), pairs_left.eq(self.k), none_left.eq(self.k == 0),
+                         one_left.eq(self.k == 1), vectors.eq((self.n + (lanes - 1)) >> lane_shift), self.error.eq(0),
+                         out_valid.eq(0), staged_valid.eq(0), have_prev.eq(0)]
         return m

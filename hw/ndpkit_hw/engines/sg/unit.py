@@ -58,13 +58,25 @@ ResponseLayout = data.StructLayout({"op": 2, "error": 4, "data": 8 * LINE})
 def request_error(m: Module, head, window_base, window_size, row_bytes: int):
     """A request's error code (0 = good) in the golden model's order: element size,
     count, alignment, window, offsets.  The unit and the sg engine (which checks
-    descriptors before it forwards them) share it."""
+    descriptors before it forwards them) share it.
+
+    The window's last row and last line starts are registered from ``window_*`` (held
+    while requests run), so the window test is two compares of the address, not an
+    adder before a compare."""
+    W = len(head.address)
     is_row = head.op[1]
     size8 = head.size == 8
     max_count = Mux(size8, LINE // 8, LINE // 4)
-    span = Mux(is_row, row_bytes, LINE)
     offset_limit = Mux(size8, row_bytes // 8, row_bytes // 4)
-    in_window = (head.address >= window_base) & (head.address - window_base + span <= window_size)
+    window_end = window_base + window_size
+    last_start = {}
+    for name, span in (("row", row_bytes), ("line", LINE)):
+        start, fits = Signal(W + 1, name=f"window_last_{name}"), Signal(name=f"window_fits_{name}")
+        m.d.sync += [start.eq(window_end - span), fits.eq(window_size >= span)]
+        last_start[name] = (start, fits)
+    (last_row, row_fits), (last_line, line_fits) = last_start["row"], last_start["line"]
+    in_window = ((head.address >= window_base) & Mux(is_row, row_fits & (head.address <= last_row),
+                                                    line_fits & (head.address <= last_line)))
     bad_offset = Cat(*[(j < head.count) & (head.offsets[j] >= offset_limit) for j in range(MAX_OFFSETS)]).any()
     error = Signal(4)
     with m.If(is_row & (head.size != 4) & (head.size != 8)):
@@ -78,6 +90,14 @@ def request_error(m: Module, head, window_base, window_size, row_bytes: int):
     with m.Elif(is_row & bad_offset):
         m.d.comb += error.eq(ErrorCode.BAD_INDEX)
     return error
+
+
+def _popcount(bits):
+    """The number of set bits of ``bits``, as a balanced tree of adders."""
+    values = [bits[i] for i in range(len(bits))]
+    while len(values) > 1:
+        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+    return values[0]
 
 
 def _code(resp):
@@ -140,34 +160,51 @@ class SgUnit(wiring.Component):
         with m.Elif(link_in_busy != 0):
             m.d.sync += link_in_busy.eq(link_in_busy - 1)
 
-        # ---- 2. validate and issue ---------------------------------------------------
-        head = self.req_layout(inbox.r_data)
-        is_row = head.op[1]
-        is_write = head.op[0]
-        size8 = head.size == 8
-        error = request_error(m, head, self.window_base, self.window_size, self.row_bytes)
-
-        # each element's column within the row and byte lane within the column; runs
+        # ---- 2. decode (two register stages) and issue ------------------------------
+        # A: the request's verdict and each element's column, lane and whether it starts a
+        # run; B: each element's run (how many runs start among elements 1..j: a count, not
+        # a chain of adders), each run's column and the run count.  Each stage holds one
+        # request, so requests still issue back to back.
         col_bits = max(1, (columns_per_row - 1).bit_length())
+        raw = self.req_layout(inbox.r_data)
+        taken = Signal()                                # the issue stage is done with its request
+        a_valid, b_valid = Signal(name="decode_a_valid"), Signal(name="decode_b_valid")
+        b_load = a_valid & (~b_valid | taken)
+        a_load = inbox.r_rdy & (~a_valid | b_load)
+        m.d.comb += inbox.r_en.eq(a_load)
+
+        a_head, a_error = Signal(self.req_layout, name="a_head"), Signal(4, name="a_error")
+        a_column = [Signal(col_bits, name=f"a_column{j}") for j in range(MAX_OFFSETS)]
+        a_lane = [Signal(6, name=f"a_lane{j}") for j in range(MAX_OFFSETS)]
+        a_starts = Signal(MAX_OFFSETS, name="a_starts")
+        raw_error = request_error(m, raw, self.window_base, self.window_size, self.row_bytes)
+        with m.If(a_load):
+            bytes_at = [Mux(raw.size == 8, raw.offsets[j] << 3, raw.offsets[j] << 2) for j in range(MAX_OFFSETS)]
+            m.d.sync += [a_valid.eq(1), a_head.eq(raw), a_error.eq(raw_error)]
+            for j in range(MAX_OFFSETS):
+                m.d.sync += [a_column[j].eq(bytes_at[j][6:]), a_lane[j].eq(bytes_at[j][:6]),
+                             a_starts[j].eq(1 if j == 0 else bytes_at[j][6:] != bytes_at[j - 1][6:])]
+        with m.Elif(b_load):
+            m.d.sync += a_valid.eq(0)
+
+        head, error = Signal(self.req_layout, name="head"), Signal(4, name="head_error")
         column = [Signal(col_bits, name=f"column{j}") for j in range(MAX_OFFSETS)]
         lane = [Signal(6, name=f"lane{j}") for j in range(MAX_OFFSETS)]
         run = [Signal(4, name=f"run{j}") for j in range(MAX_OFFSETS)]
-        run_column = [Signal(col_bits, name=f"run_column{r}") for r in range(MAX_OFFSETS)]
+        starts = Signal(MAX_OFFSETS, name="starts")
         runs = Signal(5)
-        for j in range(MAX_OFFSETS):
-            byte = Mux(size8, head.offsets[j] << 3, head.offsets[j] << 2)
-            m.d.comb += [column[j].eq(byte[6:]), lane[j].eq(byte[:6])]
-            starts = Const(1) if j == 0 else (column[j] != column[j - 1])
-            m.d.comb += run[j].eq((run[j - 1] + starts) if j else 0)
-        for r in range(MAX_OFFSETS):
-            # the column of run r: the first element that starts it
-            for j in reversed(range(MAX_OFFSETS)):
-                starts = Const(1) if j == 0 else (column[j] != column[j - 1])
-                with m.If(starts & (run[j] == r)):
-                    m.d.comb += run_column[r].eq(column[j])
-        last = Signal(4)
-        m.d.comb += last.eq(Mux(head.count == 0, 0, head.count - 1))
-        m.d.comb += runs.eq(Mux(is_row, Cat(*[run[j] for j in range(MAX_OFFSETS)]).word_select(last, 4) + 1, 1))
+        with m.If(b_load):
+            in_count = Cat(*[j < a_head.count for j in range(MAX_OFFSETS)])
+            m.d.sync += [b_valid.eq(1), head.eq(a_head), error.eq(a_error), starts.eq(a_starts),
+                         runs.eq(Mux(a_head.op[1], _popcount(a_starts & in_count | 1), 1))]
+            for j in range(MAX_OFFSETS):
+                m.d.sync += [column[j].eq(a_column[j]), lane[j].eq(a_lane[j]),
+                             run[j].eq(_popcount(a_starts[1:j + 1]) if j else 0)]
+        with m.Elif(taken):
+            m.d.sync += b_valid.eq(0)
+        is_row = head.op[1]
+        is_write = head.op[0]
+        size8 = head.size == 8
 
         # the completion queue: what stage 3 needs of every request, in order
         entry_layout = data.StructLayout({
@@ -206,10 +243,16 @@ class SgUnit(wiring.Component):
 
         issue_run = Signal(5)
         aw_done, w_done = Signal(), Signal()
-        row_base = head.address & ~Const(self.row_bytes - 1, W)
         target = Signal(W)
-        current_column = Cat(*run_column).word_select(issue_run[:4], col_bits)
-        m.d.comb += target.eq(Mux(is_row, row_base + (current_column << 6), head.address))
+        # the element that starts the current run, and the one that starts the next
+        cursor, next_start = Signal(4, name="run_start"), Signal(4, name="next_run_start")
+        later = starts & ~((Const(2, MAX_OFFSETS + 1) << cursor) - 1)[:MAX_OFFSETS]
+        for j in reversed(range(MAX_OFFSETS)):
+            with m.If(later[j]):
+                m.d.comb += next_start.eq(j)
+        current_column = Cat(*column).word_select(cursor, col_bits)
+        # a row's base has its low bits clear: the column goes in by concatenation, no adder
+        m.d.comb += target.eq(Mux(is_row, Cat(Const(0, 6), current_column, head.address[row_shift:]), head.address))
         strobe = Signal(LINE)
         wdata = Signal(8 * LINE)
         for j in range(MAX_OFFSETS):          # later elements of a run override earlier ones
@@ -234,17 +277,17 @@ class SgUnit(wiring.Component):
                 # one entry per request, queued before its first access so completions
                 # never run ahead of it; reads and writes never overlap
                 clear_to_go = Mux(is_write, reads_out == 0, writes_out == 0)
-                with m.If(inbox.r_rdy & pending.w_rdy & ((error != 0) | clear_to_go)):
+                with m.If(b_valid & pending.w_rdy & ((error != 0) | clear_to_go)):
                     m.d.comb += pending.w_en.eq(1)
                     with m.If(error != 0):
-                        m.d.comb += inbox.r_en.eq(1)
+                        m.d.comb += taken.eq(1)
                     with m.Else():
                         link = HEADER_BYTES + LINE + Mux(is_row, OFFSET_BYTES * head.count, 0)
                         useful = Mux(is_row, Mux(size8, head.count << 3, head.count << 2), 0)
                         m.d.sync += [counters.requests.eq(counters.requests + 1),
                                      counters.link_bytes.eq(counters.link_bytes + link),
                                      counters.useful_bytes.eq(counters.useful_bytes + useful),
-                                     issue_run.eq(0), aw_done.eq(0), w_done.eq(0)]
+                                     issue_run.eq(0), cursor.eq(0), aw_done.eq(0), w_done.eq(0)]
                         m.next = "ISSUE"
             with m.State("ISSUE"):
                 last_run = issue_run == runs - 1
@@ -252,9 +295,9 @@ class SgUnit(wiring.Component):
                     m.d.comb += bus.arvalid.eq(1)
                     with m.If(bus.arready):
                         touch(target)
-                        m.d.sync += issue_run.eq(issue_run + 1)
+                        m.d.sync += [issue_run.eq(issue_run + 1), cursor.eq(next_start)]
                         with m.If(last_run):
-                            m.d.comb += inbox.r_en.eq(1)
+                            m.d.comb += taken.eq(1)
                             m.next = "IDLE"
                 with m.Else():
                     m.d.comb += [bus.awvalid.eq(~aw_done), bus.wvalid.eq(~w_done)]
@@ -263,9 +306,10 @@ class SgUnit(wiring.Component):
                     with m.If(aw_fire):
                         touch(target)
                     with m.If(aw_now & w_now):
-                        m.d.sync += [issue_run.eq(issue_run + 1), aw_done.eq(0), w_done.eq(0)]
+                        m.d.sync += [issue_run.eq(issue_run + 1), cursor.eq(next_start), aw_done.eq(0),
+                                     w_done.eq(0)]
                         with m.If(last_run):
-                            m.d.comb += inbox.r_en.eq(1)
+                            m.d.comb += taken.eq(1)
                             m.next = "IDLE"
                     with m.Else():
                         m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
