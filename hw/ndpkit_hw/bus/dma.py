@@ -113,16 +113,21 @@ class TransferGroup:
                 + [self.error.eq(0)])
 
 
-def _rule_code(m: Module, data_bytes: int, payload, outside) -> Signal:
-    """The transfer rule's code given ``outside`` (the range leaves the window)."""
+def _rule_code(m: Module, zero, unaligned, outside) -> Signal:
+    """The transfer rule's code from its three tests, in the rule's order."""
     error = Signal(STATUS_WIDTH)
-    with m.If(payload.length == 0):
+    with m.If(zero):
         m.d.comb += error.eq(ErrorCode.ZERO_LENGTH)
-    with m.Elif(((payload.addr | payload.length) & (data_bytes - 1)) != 0):
+    with m.Elif(unaligned):
         m.d.comb += error.eq(ErrorCode.UNALIGNED)
     with m.Elif(outside):
         m.d.comb += error.eq(ErrorCode.OUT_OF_WINDOW)
     return error
+
+
+def _shape_tests(data_bytes: int, payload):
+    """(zero length, unaligned) of ``{addr, length}``."""
+    return payload.length == 0, ((payload.addr | payload.length) & (data_bytes - 1)) != 0
 
 
 def _below(addr, window_base):
@@ -135,7 +140,8 @@ def transfer_error(m: Module, data_bytes: int, addr_width: int, payload, window_
     registered form)."""
     end = Signal(addr_width + LENGTH_WIDTH + 1)
     m.d.comb += end.eq(payload.addr + payload.length)
-    return _rule_code(m, data_bytes, payload, _below(payload.addr, window_base) | (end > window_base + window_size))
+    return _rule_code(m, *_shape_tests(data_bytes, payload),
+                      _below(payload.addr, window_base) | (end > window_base + window_size))
 
 
 class SettledTransferCheck:
@@ -149,11 +155,11 @@ class SettledTransferCheck:
     def __init__(self, m: Module, data_bytes: int, addr_width: int, payload, window_base, window_size):
         self.end = Signal(max(addr_width, LENGTH_WIDTH) + 1, name="transfer_end")
         window_end = Signal(addr_width + 1, name="window_end")
-        outside = Signal(name="transfer_outside")
+        zero, unaligned, outside = Signal(), Signal(), Signal(name="transfer_outside")
         m.d.sync += [self.end.eq(payload.addr + payload.length), window_end.eq(window_base + window_size),
+                     Cat(zero, unaligned).eq(Cat(*_shape_tests(data_bytes, payload))),
                      outside.eq(_below(payload.addr, window_base) | (self.end > window_end))]
-        # the zero-length and alignment tests are a few LUTs of the payload itself
-        self.error = _rule_code(m, data_bytes, payload, outside)
+        self.error = _rule_code(m, zero, unaligned, outside)
 
 
 class BurstSplitter(wiring.Component):
@@ -402,10 +408,13 @@ class BurstReader(_DmaEngine):
         m.submodules.burst_info = burst_info = fifo.SyncFIFO(width=1, depth=p.max_outstanding)
 
         reserved = Signal(range(p.buffer_beats + 1))     # beats promised to issued bursts, not yet consumed
-        outstanding, load, ar_fire, ar_last = self._address_stage(
+        outstanding, load, _, _ = self._address_stage(
             m, splitter, "ar", lambda beats: reserved + beats <= p.buffer_beats)
         burst = splitter.burst.payload
-        m.d.comb += [burst_info.w_en.eq(ar_fire), burst_info.w_data.eq(ar_last)]
+        # a burst's last-of-command flag is queued when it loads into the AR stage (its R
+        # beats come after the AR handshake; ``outstanding`` counts it from then, so there
+        # is room), not at the handshake: the interconnect's ready stays off this path
+        m.d.comb += [burst_info.w_en.eq(load), burst_info.w_data.eq(burst.last)]
 
         # R channel: always ready unless a burst's bookkeeping is not visible yet (never for
         # lack of buffer space).

@@ -1,7 +1,7 @@
 """N:1 AXI4 interconnect: several masters share one memory port.
 
-AR and AW are each granted round-robin (one request per cycle, a register stage on
-each), and the master's index is prepended to its ID (``id_width`` grows by
+AR and AW are each granted round-robin (one request per cycle, the grant chosen a
+cycle ahead, a register stage on each), and the master's index is prepended to its ID (``id_width`` grows by
 ``ceil(log2 N)`` bits), so R and B responses route back by their ID with no state.
 W beats follow AW grant order: the granted index is queued, and W is taken from
 that master until WLAST.  A master may therefore send W before its AW is accepted
@@ -9,7 +9,7 @@ downstream only if the slave tolerates it (ours do); our write engines never do.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Cat, Const
+from amaranth.hdl import Module, Signal, Cat, Const, Mux
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,23 +19,34 @@ __all__ = ["AxiInterconnect", "round_robin"]
 
 
 def round_robin(m: Module, requests, advance, name: str):
-    """Round-robin arbiter: returns (grant index, any request). ``advance`` commits."""
+    """Round-robin arbiter, registered: returns (grant index, grant valid) for this cycle,
+    chosen the cycle before among the requests then pending, the one ``advance`` took
+    that cycle left out (an AXI request stays valid until it is taken, so the grant
+    still names a pending request).  ``advance`` commits the grant.  The grant costs a
+    cycle of latency and keeps the arbitration out of the path from a master's request
+    to its ready."""
     n = len(requests)
     last = Signal(range(n), name=f"{name}_last")
     grant = Signal(range(n), name=f"{name}_grant")
-    any_request = Signal(name=f"{name}_any")
-    m.d.comb += any_request.eq(Cat(*requests).any())
-    with m.Switch(last):
+    granted = Signal(name=f"{name}_granted")
+    taken = Signal(n, name=f"{name}_taken")          # the request advanced this cycle
+    for i in range(n):
+        m.d.comb += taken[i].eq(advance & granted & (grant == i))
+    pending = Cat(*requests) & ~taken
+    after = Mux(advance & granted, grant, last)     # round-robin from the one taken last
+    next_grant = Signal(range(n), name=f"{name}_next")
+    with m.Switch(after):
         for previous in range(n):
             with m.Case(previous):
                 # Lowest priority first, so the highest-priority request is assigned last.
                 for k in reversed(range(n)):
                     index = (previous + 1 + k) % n
-                    with m.If(requests[index]):
-                        m.d.comb += grant.eq(index)
-    with m.If(advance & any_request):
+                    with m.If(pending[index]):
+                        m.d.comb += next_grant.eq(index)
+    m.d.sync += [grant.eq(next_grant), granted.eq(pending.any())]
+    with m.If(advance & granted):
         m.d.sync += last.eq(grant)
-    return grant, any_request
+    return grant, granted
 
 
 class AxiInterconnect(wiring.Component):

@@ -37,7 +37,8 @@ class OffloadSetup:
     gpu_flops: float = 312e12             # A100 dense fp16/bf16
     gpu_utilisation: float = 0.4          # of peak during forward/backward (assumption)
     tokens_per_step: int = 4 * 1024       # batch 4 x sequence 1024 (assumption)
-    # the near-storage updater on each card: elements per cycle (measured) x clock (stated)
+    # the near-storage updater on each card: elements per cycle (measured) x clock (the bench report
+    # passes the one the engine's logic depth supports, ndpkit_tools.impl.clock; this default is a placeholder)
     engine_elements_per_cycle: float = 4.0
     engine_clock: float = 250e6
 
@@ -151,8 +152,9 @@ class DecodeSetup:
     card_hbm: float = 460 * GB
     card_memory: float = 16 * GIB
     card_link: float = 16 * GB            # PCIe 4.0 x8, per direction
-    # our attention engine: port width, clock (stated), engines per card and the
-    # measured steady-state efficiency / fixed cycles per command
+    # our attention engine: port width, clock (the report passes the one its logic depth
+    # supports), engines per card and the measured steady-state efficiency / fixed cycles
+    # per command
     port_bytes: int = 64
     clock: float = 250e6
     engines_per_card: int = 16

@@ -93,10 +93,12 @@ class AdamEngine(CommandEngine):
         checks.ranges(ranges, active=active, wide={"p": len32})     # p, m and v share len32
         checks.disjoint(list(ranges))
 
-        # scalars and modes reach the updater from the latched command (static while it runs)
+        # scalars and modes reach the updater registered from the latched command (static
+        # while it runs; settled during the checks), so no path runs from the command into
+        # the arithmetic's first stage
         for name in SCALARS:
-            m.d.comb += getattr(updater, name).eq(getattr(cmd, name))
-        m.d.comb += [updater.mode.eq(cmd.format_mode[0]), updater.copy_bf16.eq(cmd.format_copy == 2),
+            m.d.sync += getattr(updater, name).eq(getattr(cmd, name))
+        m.d.sync += [updater.mode.eq(cmd.format_mode[0]), updater.copy_bf16.eq(cmd.format_copy == 2),
                      updater.grad_format.eq(cmd.format_grad)]
 
         # ---- control ------------------------------------------------------------------
@@ -105,6 +107,8 @@ class AdamEngine(CommandEngine):
         m.d.comb += [stream_error.eq(sparse & (dec.error != 0)), stopped.eq(stream_error & ~dec.o.valid)]
         in_count, out_count = Signal(33), Signal(33)
         in_done, out_done = Signal(), Signal()      # every vector taken / written (flags, not compares)
+        # in_count == last_vector and out_count == last_vector, kept as flags with the counts
+        last_in, last = Signal(), Signal()
         nonfinite = Signal(32)
         running = Signal()
         ports = {f"r{k}": self.readers[k] for k in READS}
@@ -114,7 +118,8 @@ class AdamEngine(CommandEngine):
         status = transfers.error
 
         with ctl.states(checks, first="RUN", ready=updater.idle, start=[dec.start.eq(1)],
-                        clear=[in_count.eq(0), out_count.eq(0), in_done.eq(0), out_done.eq(0), nonfinite.eq(0)]
+                        clear=[in_count.eq(0), out_count.eq(0), in_done.eq(0), out_done.eq(0), nonfinite.eq(0),
+                               last_in.eq(last_vector == 0), last.eq(last_vector == 0)]
                         + transfers.clear()):
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
@@ -140,7 +145,6 @@ class AdamEngine(CommandEngine):
         # a word's vectors in turn: vector `slot` of an fp32 word, `g_slot` of a 16-bit one
         slot = in_count[:slot_bits] if slot_bits else Const(0, 1)
         g_slot = in_count[:slot_bits + 1]
-        last_in = in_count == last_vector
         word_done = last_in | (slot == per_word - 1)
         g16_done = last_in | (g_slot == 2 * per_word - 1)
         g_word = rg.payload.data
@@ -165,7 +169,7 @@ class AdamEngine(CommandEngine):
                      dec.o.ready.eq(sparse & release),
                      rg.ready.eq(Mux(sparse, dec.val.ready, fire_in & Mux(grad16, g16_done, word_done)))]
         with m.If(fire_in):
-            m.d.sync += in_count.eq(in_count + 1)
+            m.d.sync += [in_count.eq(in_count + 1), last_in.eq(in_count + 1 == last_vector)]
             with m.If(last_in):
                 m.d.sync += in_done.eq(1)
 
@@ -181,7 +185,6 @@ class AdamEngine(CommandEngine):
         m.d.sync += caught_up.eq(stopped & (out_count >= in_count))
         m.d.comb += flush.eq(running & stopped & caught_up & ~out_done)
         out_valid = o.valid | flush
-        last = out_count == last_vector
         tail_on = Signal(lanes)         # the last vector's lanes, from the held command
         m.d.sync += tail_on.eq((Const(1, lanes + 1) << (cmd.count[:lane_shift] - 1)[:lane_shift] + 1) - 1
                                if lanes > 1 else 1)
@@ -226,7 +229,8 @@ class AdamEngine(CommandEngine):
         m.d.comb += [wc.valid.eq(fire_out & emit), wc.payload.data.eq(data), wc.payload.strb.eq(strb)]
         popcount = sum((o.payload.nonfinite & lane_on)[i] for i in range(lanes))
         with m.If(fire_out):
-            m.d.sync += [out_count.eq(out_count + 1), nonfinite.eq(nonfinite + popcount)]
+            m.d.sync += [out_count.eq(out_count + 1), nonfinite.eq(nonfinite + popcount),
+                         last.eq(out_count + 1 == last_vector)]
             with m.If(last):
                 m.d.sync += out_done.eq(1)
             for j in range(per_word - 1):

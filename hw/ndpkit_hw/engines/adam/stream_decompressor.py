@@ -80,7 +80,8 @@ class StreamDecompressor(wiring.Component):
         none_left, one_left = Signal(init=1), Signal()
         current = self.emitted
         acc = Signal(data.ArrayLayout(32, lanes))
-        running = (self.error == 0) & (current != vectors)
+        all_emitted = Signal()      # current == vectors, kept as a flag with the count
+        running = (self.error == 0) & ~all_emitted
 
         emit = Signal()
         out_valid = Signal()
@@ -105,12 +106,14 @@ class StreamDecompressor(wiring.Component):
         with m.If(self.o.ready):
             m.d.sync += out_valid.eq(0)
         with m.If(take):
-            m.d.sync += [current.eq(current + 1), acc.eq(0), out_valid.eq(1), out_word.eq(acc)]
+            m.d.sync += [current.eq(current + 1), acc.eq(0), out_valid.eq(1), out_word.eq(acc),
+                         all_emitted.eq(current + 1 == vectors)]
         with m.If(absorb):
             m.d.sync += [acc[staged.index[:lane_shift]].eq(staged.value), pairs_left.eq(pairs_left - 1),
                          none_left.eq(one_left), one_left.eq(pairs_left == 2)]
         with m.If(self.start):
             m.d.sync += [current.eq(0), acc.eq(0), pairs_left.eq(self.k), none_left.eq(self.k == 0),
-                         one_left.eq(self.k == 1), vectors.eq((self.n + (lanes - 1)) >> lane_shift), self.error.eq(0),
+                         one_left.eq(self.k == 1), vectors.eq((self.n + (lanes - 1)) >> lane_shift),
+                         all_emitted.eq(self.n == 0), self.error.eq(0),
                          out_valid.eq(0), staged_valid.eq(0), have_prev.eq(0)]
         return m

@@ -31,8 +31,8 @@ Phases:
    ``max_iterations``; ``cpl_aux`` = iterations.
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to an FMA,
    ``partial[k mod 8] = fma(val, x[u], partial[k mod 8])`` (a lane waits while its
-   previous FMA is in flight: latency 13, so rows longer than 8 entries run at 8
-   entries per 13 cycles); rows alternate between two banks of partials, so the next
+   previous FMA is in flight: latency 14, so rows longer than 8 entries run at 8
+   entries per 14 cycles); rows alternate between two banks of partials, so the next
    row starts at once while the finished row's FMAs complete; then its eight partials
    go down the adder tree (((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)), rows in order.  The tree's results queue for the
    writer; a row enters the tree only when the queue has room for everything in it.
