@@ -96,13 +96,15 @@ class SgEngine(CommandEngine):
                      request.data.eq(reader.data.payload.data)]
         for j in range(MAX_OFFSETS):
             m.d.comb += request.offsets[j].eq(header.word_select(4 + j, 16))
-        bad = Signal(4)
+        # the header's verdict, registered: the data word waits a cycle after the header for
+        # it (``checked``), so the checks are not on the path into the reader's ready
+        bad, checked = Signal(4), Signal()
         unit_error = request_error(m, request, self.window_base, self.window_size, self.unit.row_bytes)
-        m.d.comb += bad.eq(Mux(request.op[0] != cmd.op[0], ErrorCode.BAD_FIELD, unit_error))
+        m.d.sync += [bad.eq(Mux(request.op[0] != cmd.op[0], ErrorCode.BAD_FIELD, unit_error)), checked.eq(second)]
         stopped, stop_code = Signal(), Signal(4)
         sent, received, written = Signal(32), Signal(32), Signal(32)
         m.d.comb += unit.req.payload.eq(request)
-        with m.If(running & reader.data.valid):
+        with m.If(running & reader.data.valid & (~second | checked)):
             with m.If(~second):
                 m.d.comb += reader.data.ready.eq(1)
                 m.d.sync += [header.eq(reader.data.payload.data), second.eq(1)]
