@@ -88,10 +88,12 @@ class DecompEngine(CommandEngine):
         beats = lengths["dst"][word_shift:]
         beat, last_index = Signal(33), Signal(33)
         filling = Signal()
-        tail = Signal(range(word + 1))            # bytes of the last word
+        # the last word's bytes 0..r, r = (dst_bytes - 1) mod word: a compare with a constant
+        # per byte (no shifter)
+        last_byte = Signal(word_shift, name="last_byte")
         tail_strobes = Signal(word)
-        m.d.comb += tail.eq(dst_bytes - ((beats - 1) << word_shift))
-        m.d.sync += [last_index.eq(beats - 1), tail_strobes.eq((Const(1, word + 1) << tail) - 1)]
+        m.d.comb += last_byte.eq(dst_bytes[:word_shift] - 1)
+        m.d.sync += [last_index.eq(beats - 1), tail_strobes.eq(Cat(*[i <= last_byte for i in range(word)]))]
         last_beat = beat == last_index
         zd = zero_fill.data
         m.d.comb += [zd.valid.eq(running & filling), zd.payload.data.eq(0),
