@@ -23,6 +23,7 @@ stream mode (:mod:`.stream_decompressor`) avoids the dense buffer altogether.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Cat, Const, Mux
+from amaranth.lib import data, fifo
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.decomp import SENTINEL
@@ -110,21 +111,22 @@ class DecompEngine(CommandEngine):
                      read_idx.data.ready.eq(unpacker.idx.ready),
                      unpacker.val.payload.eq(read_val.data.payload.data), unpacker.val.valid.eq(read_val.data.valid),
                      read_val.data.ready.eq(unpacker.val.ready)]
-        # one register stage after the unpacker: the pair with its address and its verdicts,
+        # a two-entry queue after the unpacker: each pair with its address and its verdicts,
         # so the lane select, the address adder and the index compare each get a cycle
-        # before the write logic
-        pair = Signal(PairLayout, name="pair")
-        pair_valid, sentinel, bad_index = Signal(name="pair_valid"), Signal(name="pair_sentinel"), Signal()
-        address = Signal(self.addr_width, name="pair_address")
+        # before the write logic, and the unpacker's ready is the queue's registered room
+        # (not the scatter handshake).  After a bad index the queue drains.
+        entry_layout = data.StructLayout({"pair": PairLayout, "address": self.addr_width, "sentinel": 1, "bad": 1})
+        m.submodules.pairs = pairs = fifo.SyncFIFO(width=entry_layout.size, depth=2)
+        fresh, entry = unpacker.o.payload, Signal(entry_layout)
+        m.d.comb += [entry.pair.eq(fresh), entry.address.eq(cmd.dst + (fresh.index << size_shift)),
+                     entry.sentinel.eq(fresh.index == SENTINEL),
+                     entry.bad.eq((fresh.index != SENTINEL) & (fresh.index >= cmd.count)),
+                     pairs.w_data.eq(entry), pairs.w_en.eq(unpacker.o.valid), unpacker.o.ready.eq(pairs.w_rdy)]
+        staged = data.View(entry_layout, pairs.r_data)
+        pair, address, sentinel, bad_index = staged.pair, staged.address, staged.sentinel, staged.bad
+        pair_valid = pairs.r_rdy
         pair_taken = Signal()
-        m.d.comb += unpacker.o.ready.eq(~pair_valid | pair_taken)
-        with m.If(unpacker.o.valid & unpacker.o.ready):
-            fresh = unpacker.o.payload
-            m.d.sync += [pair_valid.eq(1), pair.eq(fresh), address.eq(cmd.dst + (fresh.index << size_shift)),
-                         sentinel.eq(fresh.index == SENTINEL),
-                         bad_index.eq((fresh.index != SENTINEL) & (fresh.index >= cmd.count))]
-        with m.Elif(pair_taken):
-            m.d.sync += pair_valid.eq(0)
+        m.d.comb += pairs.r_en.eq(pair_taken | (stream_error != 0))
         pairs_done = Signal(32)
         written = Signal(32)
         outstanding = Signal(range(self.max_scatter_outstanding + 1))
@@ -165,10 +167,10 @@ class DecompEngine(CommandEngine):
             m.d.sync += status.eq(Mux(scatter.bresp == AxiResp.DECERR, ErrorCode.DECERR, ErrorCode.SLVERR))
 
         # ---- control ------------------------------------------------------------------------
-        finished = (transfers.finished & ((pairs_done == cmd.pairs) | (stream_error != 0))
+        finished = (transfers.finished & ((pairs_done == cmd.pairs) | ((stream_error != 0) & ~pairs.r_rdy))
                     & (outstanding == 0) & ~aw_sent)
         with ctl.states(checks, first="ZERO", start=[unpacker.start.eq(1)],
-                        clear=[beat.eq(0), filling.eq(1), pair_valid.eq(0), pairs_done.eq(0), written.eq(0), stream_error.eq(0), aw_sent.eq(0),
+                        clear=[beat.eq(0), filling.eq(1), pairs_done.eq(0), written.eq(0), stream_error.eq(0), aw_sent.eq(0),
                                w_sent.eq(0)] + transfers.clear()):
             with m.State("ZERO"):
                 m.d.comb += running.eq(1)
