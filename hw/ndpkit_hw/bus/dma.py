@@ -11,7 +11,9 @@ Transfer rule (checked in hardware, see :class:`ndpkit_spec.codes.ErrorCode`):
 ``length`` is non-zero, and ``[addr, addr + length)`` lies inside the window
 ``[window_base, window_base + window_size)``.  A rejected command moves no data,
 consumes no data beats (writer) and produces no data beats (reader); its status
-carries the code.  A SLVERR/DECERR on any beat or write response is reported as
+carries the code, once the accepted commands before it have completed.  Commands are
+checked from registers (:class:`SettledTransferCheck`), a command every
+``2 + SettledTransferCheck.CYCLES`` cycles.  A SLVERR/DECERR on any beat or write response is reported as
 that command's status (the first one seen); the remaining bursts still run so the
 bus is left clean.
 
@@ -154,7 +156,7 @@ class SettledTransferCheck:
 
     def __init__(self, m: Module, data_bytes: int, addr_width: int, payload, window_base, window_size):
         self.end = Signal(max(addr_width, LENGTH_WIDTH) + 1, name="transfer_end")
-        window_end = Signal(addr_width + 1, name="window_end")
+        window_end = Signal(addr_width + 2, name="window_end")     # base + a size of up to addr_width + 1 bits
         zero, unaligned, outside = Signal(), Signal(), Signal(name="transfer_outside")
         m.d.sync += [self.end.eq(payload.addr + payload.length), window_end.eq(window_base + window_size),
                      Cat(zero, unaligned).eq(Cat(*_shape_tests(data_bytes, payload))),
