@@ -26,7 +26,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit_hw.engines.decomp.pairs import PairLayout, PairUnpacker
+from ndpkit_hw.engines.decomp.pairs import PairLayout, PairsLeft, PairUnpacker
 
 __all__ = ["StreamDecompressor"]
 
@@ -75,9 +75,7 @@ class StreamDecompressor(wiring.Component):
             m.d.sync += staged_valid.eq(0)
 
         vectors = Signal(33)
-        # pairs not yet absorbed: none / one left as flags kept with the count
-        pairs_left = Signal(32)
-        none_left, one_left = Signal(init=1), Signal()
+        left = PairsLeft()          # pairs not yet absorbed
         current = self.emitted
         acc = Signal(data.ArrayLayout(32, lanes))
         all_emitted = Signal()      # current == vectors, kept as a flag with the count
@@ -87,7 +85,7 @@ class StreamDecompressor(wiring.Component):
         out_valid = Signal()
         take = Signal()             # the built vector moves to the output register
         with m.If(running):
-            with m.If(~none_left):
+            with m.If(~left.none):
                 with m.If(staged_valid):
                     with m.If(out_of_range):
                         m.d.sync += self.error.eq(ErrorCode.OUT_OF_WINDOW)
@@ -109,11 +107,10 @@ class StreamDecompressor(wiring.Component):
             m.d.sync += [current.eq(current + 1), acc.eq(0), out_valid.eq(1), out_word.eq(acc),
                          all_emitted.eq(current + 1 == vectors)]
         with m.If(absorb):
-            m.d.sync += [acc[staged.index[:lane_shift]].eq(staged.value), pairs_left.eq(pairs_left - 1),
-                         none_left.eq(one_left), one_left.eq(pairs_left == 2)]
+            m.d.sync += [acc[staged.index[:lane_shift]].eq(staged.value), *left.step()]
         with m.If(self.start):
-            m.d.sync += [current.eq(0), acc.eq(0), pairs_left.eq(self.k), none_left.eq(self.k == 0),
-                         one_left.eq(self.k == 1), vectors.eq((self.n + (lanes - 1)) >> lane_shift),
+            m.d.sync += [current.eq(0), acc.eq(0), *left.load(self.k),
+                         vectors.eq((self.n + (lanes - 1)) >> lane_shift),
                          all_emitted.eq(self.n == 0), self.error.eq(0),
                          out_valid.eq(0), staged_valid.eq(0), have_prev.eq(0)]
         return m

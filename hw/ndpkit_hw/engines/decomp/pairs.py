@@ -13,9 +13,25 @@ from amaranth.hdl import Module, Signal, Array, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["PairUnpacker", "PairLayout"]
+__all__ = ["PairUnpacker", "PairLayout", "PairsLeft"]
 
 PairLayout = data.StructLayout({"index": 32, "value": 32})
+
+
+class PairsLeft:
+    """A count of pairs still to come with "none left" and "one left" kept as flags
+    beside it, so the logic that takes a pair meets a flag, not a 32-bit compare.
+    ``load(k)`` and ``step()`` are the synchronous statements that set and decrement it."""
+
+    def __init__(self, name: str = "pairs_left"):
+        self.count = Signal(32, name=name)
+        self.none, self.one = Signal(init=1, name=f"{name}_none"), Signal(name=f"{name}_one")
+
+    def load(self, k) -> list:
+        return [self.count.eq(k), self.none.eq(k == 0), self.one.eq(k == 1)]
+
+    def step(self) -> list:
+        return [self.count.eq(self.count - 1), self.none.eq(self.one), self.one.eq(self.count == 2)]
 
 
 class PairUnpacker(wiring.Component):
@@ -40,32 +56,27 @@ class PairUnpacker(wiring.Component):
         lane_shift = lanes.bit_length() - 1
         idx_pos = Signal(range(lanes))
         val_pos = Signal(range(2 * lanes))
-        pairs_left = Signal(32)
-        # "none left" and "one left" as flags kept with the count: a 32-bit compare is not
-        # on the path from a FIFO's head through take into the FIFOs' levels
-        none_left, one_left = Signal(init=1), Signal()
+        left = PairsLeft()          # (flags: no 32-bit compare from a FIFO's head through take)
         idx_slots = Array(self.idx.payload[32 * i:32 * (i + 1)] for i in range(lanes))
         val32 = Array(self.val.payload[32 * i:32 * (i + 1)] for i in range(lanes))
         val16 = Array(self.val.payload[16 * i:16 * (i + 1)] for i in range(2 * lanes))
         m.d.comb += [
-            self.o.valid.eq(~none_left & self.idx.valid & self.val.valid & ~self.drain),
+            self.o.valid.eq(~left.none & self.idx.valid & self.val.valid & ~self.drain),
             self.o.payload.index.eq(idx_slots[idx_pos]),
             self.o.payload.value.eq(Mux(self.value16, val16[val_pos], val32[val_pos[:lane_shift]])),
         ]
         take = self.o.valid & self.o.ready
-        last_pair = one_left
+        last_pair = left.one
         idx_word_done = (idx_pos == lanes - 1) | last_pair
         val_word_done = (val_pos == 2 * lanes - 1) | (~self.value16 & (val_pos == lanes - 1)) | last_pair
         m.d.comb += [self.idx.ready.eq(self.drain | (take & idx_word_done)),
                      self.val.ready.eq(self.drain | (take & val_word_done))]
         with m.If(take):
-            m.d.sync += [pairs_left.eq(pairs_left - 1), idx_pos.eq(idx_pos + 1), val_pos.eq(val_pos + 1),
-                         none_left.eq(one_left), one_left.eq(pairs_left == 2)]
+            m.d.sync += [idx_pos.eq(idx_pos + 1), val_pos.eq(val_pos + 1), *left.step()]
             with m.If((~self.value16 & (val_pos == lanes - 1)) | last_pair):
                 m.d.sync += val_pos.eq(0)
             with m.If(last_pair):
                 m.d.sync += idx_pos.eq(0)
         with m.If(self.start):
-            m.d.sync += [idx_pos.eq(0), val_pos.eq(0), pairs_left.eq(self.k),
-                         none_left.eq(self.k == 0), one_left.eq(self.k == 1)]
+            m.d.sync += [idx_pos.eq(0), val_pos.eq(0), *left.load(self.k)]
         return m
