@@ -1,0 +1,154 @@
+"""Sums of exact 16-bit-float products in a wide fixed-point window, bit for bit.
+
+The attention engine multiplies fp16 (or bf16) by fp16 (bf16): the product of two
+11-bit (8-bit) significands is an integer below 2**22 (2**16), so the product is
+exact as an integer ``t`` (signed) times a power of two ``2**e``.  Instead of a tree
+of rounding binary32 adders, products are summed in two's complement in a window of
+:data:`GUARD` bits below the largest term's least significant bit, and the sum is
+rounded once to binary32 (:func:`to_fp32`).  A term below the window keeps its
+floor (``floor(t * 2**(GUARD - shift))``: an arithmetic right shift), so the only
+error is that floor, at most one unit of 2**(E - GUARD) a term — for a product of
+normal numbers, 2**-(GUARD + 20) of the largest product and far below binary32's
+own rounding.  Two sums:
+
+- :func:`aligned_dot` — a row at once (the score side): ``E`` is the largest product
+  exponent over the row, every product is aligned to it, one rounding.  The result
+  does not depend on how many lanes a bus word carries.
+- :func:`accumulate` — a running sum, one term at a time (the value side: for each
+  output element, the tokens in order): when a term's exponent exceeds the sum's,
+  the sum is shifted down to it (its floor) and the term added at the window's top.
+
+Specials travel beside the window: any NaN operand or inf x 0 makes the sum NaN, as
+do infinities of both signs; otherwise an infinity is the sum.  A sum with no nonzero
+term is +0.  Integers stay within int64: terms < 2**(22 + GUARD), sums of up to
+2**(62 - 22 - GUARD) terms.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ndpkit_spec.engines.attention import KvFormat
+
+__all__ = ["GUARD", "EMPTY", "decompose", "multiply", "aligned_dot", "accumulate", "to_fp32", "sum_fp32"]
+
+#: bits of the window below the largest term's least significant bit
+GUARD = 20
+#: the exponent of an accumulator with no nonzero term (below every product's)
+EMPTY = -1 << 12
+
+# per format: (exponent bits, fraction bits, exponent of a subnormal's unit)
+_FORMATS = {KvFormat.FP16: (5, 10, -24), KvFormat.BF16: (8, 7, -133)}
+
+# special state, kept beside each sum
+FINITE, POS_INF, NEG_INF, NAN = 0, 1, 2, 3
+
+
+def decompose(h, fmt: KvFormat):
+    """uint16 fp16/bf16 patterns -> (t, e, special): value = t * 2**e exactly (t a
+    signed int64 significand, e int64); special is FINITE, POS_INF, NEG_INF or NAN
+    (t = 0 then)."""
+    exp_bits, frac_bits, sub_e = _FORMATS[KvFormat(fmt)]
+    h = np.asarray(h, dtype=np.uint16).astype(np.int64)
+    sign = h >> 15
+    x = (h >> frac_bits) & ((1 << exp_bits) - 1)
+    f = h & ((1 << frac_bits) - 1)
+    top = (1 << exp_bits) - 1
+    m = np.where(x == 0, f, f | (1 << frac_bits))
+    e = np.where(x == 0, sub_e, x - 1 + sub_e)
+    special = np.where(x != top, FINITE, np.where(f != 0, NAN, np.where(sign == 1, NEG_INF, POS_INF)))
+    t = np.where(special == FINITE, np.where(sign == 1, -m, m), 0)
+    return t, e, special
+
+
+def multiply(a, b):
+    """The exact product of two decomposed operands (t, e, special)."""
+    (ta, ea, sa), (tb, eb, sb) = a, b
+    zero_a, zero_b = (sa == FINITE) & (ta == 0), (sb == FINITE) & (tb == 0)
+    neg = (ta < 0) | (sa == NEG_INF)
+    neg_b = (tb < 0) | (sb == NEG_INF)
+    inf = ((sa == POS_INF) | (sa == NEG_INF) | (sb == POS_INF) | (sb == NEG_INF))
+    nan = (sa == NAN) | (sb == NAN) | (inf & (zero_a | zero_b))
+    special = np.where(nan, NAN, np.where(inf, np.where(neg ^ neg_b, NEG_INF, POS_INF), FINITE))
+    return np.where(special == FINITE, ta * tb, 0), ea + eb, special
+
+
+def _merge_specials(special, axis=-1):
+    """The special state of a sum of terms with these states."""
+    nan = (special == NAN).any(axis=axis)
+    pos, neg = (special == POS_INF).any(axis=axis), (special == NEG_INF).any(axis=axis)
+    return np.where(nan | (pos & neg), NAN, np.where(pos, POS_INF, np.where(neg, NEG_INF, FINITE)))
+
+
+def _align(t, shift):
+    """floor(t * 2**(GUARD - shift)) for shift >= 0 (an arithmetic shift either way)."""
+    left = np.clip(GUARD - shift, 0, GUARD)
+    right = np.clip(shift - GUARD, 0, 63)
+    return (t << left) >> right
+
+
+def aligned_dot(products, axis=-1):
+    """Sum exact products over ``axis`` aligned to their largest exponent: returns
+    (S, E, special) with the sum S * 2**(E - GUARD) (E = EMPTY when every term is 0)."""
+    t, e, special = (np.moveaxis(np.asarray(x), axis, -1) for x in products)
+    live = t != 0
+    E = np.where(live, e, EMPTY).max(axis=-1)
+    S = np.where(live, _align(t, E[..., None] - e), 0).sum(axis=-1)
+    return S, E, _merge_specials(special)
+
+
+def accumulate(state, term):
+    """One term into a running sum: state and term as (S, E, special) and (t, e,
+    special).  Returns the new state (a zero term leaves it as it is)."""
+    S, E, s_special = state
+    t, e, t_special = term
+    live = t != 0
+    grow = live & (e > E)
+    S_new = np.where(grow, _align(S, e - E + GUARD) + (t << GUARD),
+                     S + np.where(live, _align(t, E - e), 0))
+    E_new = np.where(grow, e, E)
+    return S_new, E_new, _merge_specials(np.stack([s_special, t_special]), axis=0)
+
+
+def _bit_length(a):
+    n = np.zeros_like(a)
+    for step in (32, 16, 8, 4, 2, 1):
+        up = (a >> (n + step)) != 0
+        n = n + np.where(up, step, 0)
+    return np.where(a != 0, n + 1, 0)
+
+
+def to_fp32(S, k, special=None):
+    """Binary32 bits of S * 2**k (int64 S, int64 k), round to nearest even, with
+    subnormal results and overflow to infinity; 0 gives +0.  ``special`` (optional)
+    overrides with NaN / +-inf."""
+    S, k = np.broadcast_arrays(np.asarray(S, dtype=np.int64), np.asarray(k, dtype=np.int64))
+    neg = S < 0
+    a = np.abs(S)
+    msb = _bit_length(a) - 1
+    quantum = np.maximum(msb + k - 23, -149)            # exponent of the result's last place
+    shift = quantum - k                                  # > 0: bits dropped
+    right = np.clip(shift, 1, 63)
+    kept = a >> right
+    rest = a - (kept << right)
+    half = np.int64(1) << (right - 1)
+    up = (rest > half) | ((rest == half) & ((kept & 1) == 1))
+    m = np.where(shift > 0, kept + up, a << np.clip(-shift, 0, 63))
+    carry = m == (1 << 24)
+    m = np.where(carry, m >> 1, m)
+    quantum = quantum + carry
+    biased = quantum + 150                               # the exponent field when m >= 2**23
+    normal = m >= (1 << 23)
+    magnitude = np.where(normal, (biased << 23) | (m & 0x7FFFFF), m)
+    magnitude = np.where(normal & (biased >= 255), 0x7F800000, magnitude)
+    magnitude = np.where(a == 0, 0, magnitude)
+    out = magnitude | np.where(neg & (a != 0), 1 << 31, 0)
+    if special is not None:
+        out = np.where(special == NAN, 0x7FC00000, np.where(special == POS_INF, 0x7F800000,
+                       np.where(special == NEG_INF, 0xFF800000, out)))
+    return out.astype(np.uint32)
+
+
+def sum_fp32(state):
+    """A (S, E, special) sum as binary32 bits."""
+    S, E, special = state
+    return to_fp32(np.where(E == EMPTY, 0, S), np.where(E == EMPTY, 0, E - GUARD), special)
