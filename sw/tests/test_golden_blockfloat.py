@@ -163,3 +163,24 @@ def test_to_fp32_edges():
              ((1 << 24) - 1, 104), ((1 << 25) - 1, 103), (1, 128), (-(1 << 25) - 2, 0), (0, 5), (-1, -149)]
     for S, k in cases:
         assert int(bf.to_fp32(S, k)) == encode(Fraction(S) * Fraction(2) ** k, 8, 23), (S, k)
+
+
+@pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
+def test_merge_against_rationals(fmt):
+    rng = np.random.default_rng(9 + int(fmt))
+    lanes = 200
+    states = []
+    for _ in range(2):
+        state = bf.empty(lanes)
+        for _ in range(int(rng.integers(0, 6))):
+            state = bf.accumulate(state, bf.multiply(bf.decompose(_patterns(rng, fmt, lanes), fmt),
+                                                     bf.decompose(_patterns(rng, fmt, lanes), fmt)))
+        states.append(state)
+    S, E, special = bf.merge(*states)
+    for i in range(lanes):
+        (Sa, Ea, _), (Sb, Eb, _) = ((int(x[0][i]), int(x[1][i]), None) for x in states)
+        assert E[i] == max(Ea, Eb)
+        unit = int(E[i]) - bf.GUARD
+        want = _floor_on_grid(Fraction(Sa) * Fraction(2) ** (Ea - bf.GUARD), unit) + \
+            _floor_on_grid(Fraction(Sb) * Fraction(2) ** (Eb - bf.GUARD), unit)
+        assert S[i] == want

@@ -8,7 +8,7 @@ of rounding binary32 adders, products are summed in two's complement in a window
 rounded once to binary32 (:func:`to_fp32`).  A term below the window keeps its
 floor (``floor(t * 2**(GUARD - shift))``: an arithmetic right shift), so the only
 error is that floor, at most one unit of 2**(E - GUARD) a term — for a product of
-normal numbers, 2**-(GUARD + 20) of the largest product and far below binary32's
+normal numbers, 2**-(GUARD + 20) of the largest product, below binary32's
 own rounding.  Two sums:
 
 - :func:`aligned_dot` — a row at once (the score side): ``E`` is the largest product
@@ -17,6 +17,8 @@ own rounding.  Two sums:
 - :func:`accumulate` — a running sum, one term at a time (the value side: for each
   output element, the tokens in order): when a term's exponent exceeds the sum's,
   the sum is shifted down to it (its floor) and the term added at the window's top.
+  :func:`merge` joins two running sums the same way (a long sum runs as
+  :data:`PARTIALS` interleaved partial sums, merged at its end).
 
 Specials travel beside the window: any NaN operand or inf x 0 makes the sum NaN, as
 do infinities of both signs; otherwise an infinity is the sum.  A sum with no nonzero
@@ -29,12 +31,16 @@ import numpy as np
 
 from ndpkit_spec.engines.attention import KvFormat
 
-__all__ = ["GUARD", "EMPTY", "decompose", "multiply", "aligned_dot", "accumulate", "to_fp32", "sum_fp32"]
+__all__ = ["GUARD", "EMPTY", "PARTIALS", "decompose", "multiply", "aligned_dot", "empty", "accumulate", "merge", "to_fp32",
+           "sum_fp32"]
 
 #: bits of the window below the largest term's least significant bit
-GUARD = 20
+GUARD = 16
 #: the exponent of an accumulator with no nonzero term (below every product's)
 EMPTY = -1 << 12
+#: running sums a long sum is split into (term j -> partial j mod PARTIALS), so the
+#: hardware revisits a partial's state no sooner than it can update it
+PARTIALS = 4
 
 # per format: (exponent bits, fraction bits, exponent of a subnormal's unit)
 _FORMATS = {KvFormat.FP16: (5, 10, -24), KvFormat.BF16: (8, 7, -133)}
@@ -107,6 +113,20 @@ def accumulate(state, term):
                      S + np.where(live, _align(t, E - e), 0))
     E_new = np.where(grow, e, E)
     return S_new, E_new, _merge_specials(np.stack([s_special, t_special]), axis=0)
+
+
+def empty(shape=()):
+    """The state of a running sum with no term yet."""
+    return np.zeros(shape, np.int64), np.full(shape, EMPTY, np.int64), np.zeros(shape, np.int64)
+
+
+def merge(a, b):
+    """Two running sums' states as one: both aligned to the larger exponent (floors)
+    and added."""
+    (Sa, Ea, sa), (Sb, Eb, sb) = a, b
+    E = np.maximum(Ea, Eb)
+    S = _align(Sa, E - Ea + GUARD) + _align(Sb, E - Eb + GUARD)
+    return S, E, _merge_specials(np.stack([sa, sb]), axis=0)
 
 
 def _bit_length(a):

@@ -1,0 +1,366 @@
+"""Exact fp16/bf16 products summed in a wide fixed-point window: the hardware of
+:mod:`ndpkit.arith.blockfloat` (read its docstring for the arithmetic), bit for bit.
+
+- :func:`decompose` — a 16-bit float as a significand, the exponent of its last place
+  and special flags (the format chosen at run time: one datapath serves fp16 and bf16).
+- :class:`RowDot` — the score side's sum: rows of ``q · k`` products, ``lanes``
+  products a beat.  Two passes: the first takes each beat's product exponents (no
+  multiply) to the row's largest, while the beat waits in a queue; the second
+  multiplies (one DSP a lane), aligns every product to that exponent, adds the beat
+  by a tree and the row's beats by an accumulator, and rounds once to binary32.
+- :class:`RunningSums` — the value side's sums: per lane, running sums in a memory
+  (one state a slot), each beat's ``p · v`` products added to its slot's state; a
+  flush port reads states out (for merging and rounding).
+- :func:`sum_to_fp32` — that rounding: the shared normalise/round path of the FP units.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, Cat, Const, Mux, signed
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ndpkit.arith.blockfloat import GUARD
+from ndpkit_hw.arith.fp_common import F32, Pipeline, multiplier_shape, normalize_into_range, round_bits, round_pack, \
+    select_result, staged_product
+
+__all__ = ["Decomposed", "decompose", "product_of", "sum_to_fp32", "RowDot", "RunningSums", "SumState", "TERM_BITS",
+           "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT"]
+
+#: a product's significand: 11 x 11 bits (bf16: 8 x 8, zero-extended)
+SIG_BITS = 11
+#: an aligned term: the signed product (23 bits) shifted up by GUARD
+TERM_BITS = 2 * SIG_BITS + 1 + GUARD
+#: product exponents: bf16's range is -266 .. 240
+EXP_SHAPE = signed(11)
+#: the exponent of "no nonzero term" (below every product's)
+NO_TERM = -(1 << 10)
+#: a running sum: at most 128 / PARTIALS terms of TERM_BITS (the floors only shrink it)
+SUM_BITS = TERM_BITS + 6
+#: a running sum's state, as stored and as flushed
+SumState = data.StructLayout({"sum": signed(SUM_BITS), "exp": EXP_SHAPE, "pos_inf": 1, "neg_inf": 1, "nan": 1})
+#: beats between two updates of one slot, at least (the read-modify-write's length)
+REVISIT = 6
+
+
+class Decomposed:
+    """``value = (-1)**sign * sig * 2**exp``; ``zero``, ``inf``, ``nan`` flags."""
+
+    def __init__(self, name: str):
+        self.sig = Signal(SIG_BITS, name=f"{name}_sig")
+        self.exp = Signal(signed(10), name=f"{name}_exp")
+        self.sign = Signal(name=f"{name}_sign")
+        self.zero = Signal(name=f"{name}_zero")
+        self.inf = Signal(name=f"{name}_inf")
+        self.nan = Signal(name=f"{name}_nan")
+
+
+def decompose(m: Module, h, bf16, name: str) -> Decomposed:
+    """A 16-bit float ``h`` (fp16, or bf16 when ``bf16``) -> :class:`Decomposed`."""
+    d = Decomposed(name)
+    x16, f16 = h[10:15], h[:10]
+    xb, fb = h[7:15], h[:7]
+    x = Mux(bf16, xb, x16)
+    f = Mux(bf16, fb, f16)
+    top = Mux(bf16, xb == 0xFF, x16 == 0x1F)
+    normal = x != 0
+    m.d.comb += [
+        d.sig.eq(Mux(bf16, Cat(fb, normal), Cat(f16, normal))),
+        # the last place's exponent: fp16 max(x, 1) - 25, bf16 max(x, 1) - 134
+        d.exp.eq(Mux(normal, x, 1) - Mux(bf16, 134, 25)),
+        d.sign.eq(h[15]),
+        d.zero.eq(~normal & (f == 0)),
+        d.inf.eq(top & (f == 0)),
+        d.nan.eq(top & (f != 0)),
+    ]
+    return d
+
+
+def product_of(m: Module, a: Decomposed, b: Decomposed, name: str):
+    """The exponent, sign and special flags of ``a * b`` (its significand is the
+    multiplier's): (exp, sign, live, pos_inf, neg_inf, nan); ``live``: a finite
+    nonzero product."""
+    exp = Signal(EXP_SHAPE, name=f"{name}_exp")
+    sign = Signal(name=f"{name}_sign")
+    live, pos_inf, neg_inf, nan = (Signal(name=f"{name}_{w}") for w in ("live", "pos_inf", "neg_inf", "nan"))
+    special = a.inf | a.nan | b.inf | b.nan
+    inf = (a.inf | b.inf) & ~a.nan & ~b.nan & ~a.zero & ~b.zero
+    m.d.comb += [
+        exp.eq(a.exp + b.exp),
+        sign.eq(a.sign ^ b.sign),
+        live.eq(~special & ~a.zero & ~b.zero),
+        nan.eq(a.nan | b.nan | (a.inf & b.zero) | (a.zero & b.inf)),
+        pos_inf.eq(inf & ~(a.sign ^ b.sign)),
+        neg_inf.eq(inf & (a.sign ^ b.sign)),
+    ]
+    return exp, sign, live, pos_inf, neg_inf, nan
+
+
+def sum_to_fp32(m: Module, pipe: Pipeline, total, exp, nan, pos_inf, neg_inf, carry=()):
+    """Binary32 of ``total * 2**(exp - GUARD)`` (``total`` signed, RNE, subnormals,
+    overflow to infinity, 0 -> +0), NaN if ``nan`` or both infinities, else an
+    infinity flag wins.  Five stages of ``pipe``; returns (bits, carried values)."""
+    width = len(total) - 1
+    magnitude = Signal(width, name=f"{pipe.name}_magnitude")
+    negative = Signal(name=f"{pipe.name}_negative")
+    m.d.comb += [negative.eq(total[-1]), magnitude.eq(Mux(total[-1], -total, total))]
+    # the magnitude's top bit weighs 2**(exp - GUARD + width - 1): its biased exponent
+    biased = Signal(signed(len(exp) + 2), name=f"{pipe.name}_biased")
+    m.d.comb += biased.eq(exp + (width - 1 - GUARD + F32.bias))
+    is_nan = nan | (pos_inf & neg_inf)
+    staged = pipe.stage(magnitude, biased, negative, is_nan, pos_inf, neg_inf, *carry)
+    magnitude, biased, negative, is_nan, pos_inf, neg_inf = staged[:6]
+    carry = staged[6:]
+    norm, norm_exp, zero, (negative, is_nan, pos_inf, neg_inf, *carry) = normalize_into_range(
+        m, magnitude, biased, f"{pipe.name}_norm", round_bits(F32), pipe=pipe,
+        carry=(negative, is_nan, pos_inf, neg_inf, *carry))
+    staged = pipe.stage(norm, norm_exp, zero, negative, is_nan, pos_inf, neg_inf, *carry)
+    norm, norm_exp, zero, negative, is_nan, pos_inf, neg_inf = staged[:7]
+    carry = staged[7:]
+    packed, (zero, is_nan, pos_inf, neg_inf, *carry) = round_pack(
+        m, F32, negative & ~zero, norm, norm_exp, 0, f"{pipe.name}_round", pipe=pipe,
+        carry=(zero, is_nan, pos_inf, neg_inf, *carry), underflow=False)
+    result = select_result(m, 32, packed, [
+        (is_nan, F32.qnan),
+        (pos_inf, F32.inf(0)),
+        (neg_inf, F32.inf(1)),
+        (zero, 0),
+    ])
+    return result, list(carry)
+
+
+class RowDot(wiring.Component):
+    """Rows of products summed like :func:`ndpkit.arith.blockfloat.aligned_dot`, rounded to binary32.
+
+    ``i``: beats of ``lanes`` operand pairs (16-bit patterns), ``last`` on a row's
+    last beat, a ``tag`` that comes out with the row's sum.  ``o``: one binary32 sum a
+    row, in row order, with the tag of the row's last beat (valid only: the consumer
+    always takes it).  ``bf16`` (held): the operands' format.  A row has at most
+    ``max_row_beats`` beats (the input queue holds two rows and the first pass's
+    latency).
+    """
+
+    def __init__(self, *, lanes: int = 16, max_row_beats: int = 8, tag_width: int = 8):
+        if lanes < 1 or lanes & (lanes - 1):
+            raise ValueError(f"lanes must be a power of two, not {lanes}")
+        self.lanes, self.max_row_beats, self.tag_width = lanes, max_row_beats, tag_width
+        beat = data.StructLayout({"q": data.ArrayLayout(16, lanes), "k": data.ArrayLayout(16, lanes), "last": 1,
+                                  "tag": tag_width})
+        super().__init__({
+            "i": In(stream.Signature(beat)),
+            "o": Out(stream.Signature(data.StructLayout({"value": 32, "tag": tag_width}), always_ready=True)),
+            "bf16": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.lanes
+        beats = fifo.SyncFIFOBuffered(width=len(self.i.payload.as_value()),
+                                      depth=2 * self.max_row_beats + 8)
+        rows = fifo.SyncFIFOBuffered(width=EXP_SHAPE.width + 3, depth=2 * self.max_row_beats + 8)
+        m.submodules.beats, m.submodules.rows = beats, rows
+        take = Signal()
+        m.d.comb += [self.i.ready.eq(beats.w_rdy), take.eq(self.i.valid & self.i.ready),
+                     beats.w_en.eq(take), beats.w_data.eq(self.i.payload.as_value())]
+
+        # ---- pass 1: the row's largest product exponent and its specials ---------------------
+        p1 = Pipeline(m, take, "pass1")
+        exps, flags = [], []
+        for lane in range(C):
+            a = decompose(m, self.i.payload.q[lane], self.bf16, f"p1q{lane}")
+            b = decompose(m, self.i.payload.k[lane], self.bf16, f"p1k{lane}")
+            exp, _, live, pos_inf, neg_inf, nan = product_of(m, a, b, f"p1_{lane}")
+            e = Signal(EXP_SHAPE, name=f"p1_e{lane}")
+            m.d.comb += e.eq(Mux(live, exp, NO_TERM))
+            exps.append(e)
+            flags.append(Cat(pos_inf, neg_inf, nan))
+        any_flags = Signal(3, name="p1_flags")
+        m.d.comb += any_flags.eq(Cat(*[Cat(*[f[i] for f in flags]).any() for i in range(3)]))
+        staged = p1.stage(*exps, any_flags, self.i.payload.last)
+        exps, any_flags, last = staged[:C], staged[C], staged[C + 1]
+        level = 0
+        while len(exps) > 1:
+            nxt = []
+            for j in range(0, len(exps), 2):
+                s = Signal(EXP_SHAPE, name=f"p1_max{level}_{j}")
+                m.d.comb += s.eq(Mux(exps[j] > exps[j + 1], exps[j], exps[j + 1]))
+                nxt.append(s)
+            exps, level = nxt, level + 1
+            if level % 2 == 0 or len(exps) == 1:
+                staged = p1.stage(*exps, any_flags, last)
+                exps, any_flags, last = staged[:len(exps)], staged[len(exps)], staged[len(exps) + 1]
+        beat_max = exps[0]
+        row_max = Signal(EXP_SHAPE, init=NO_TERM)
+        row_flags = Signal(3)
+        first = Signal(init=1)
+        new_max = Signal(EXP_SHAPE)
+        new_flags = Signal(3)
+        m.d.comb += [new_max.eq(Mux(~first & (row_max > beat_max), row_max, beat_max)),
+                     new_flags.eq(Mux(first, 0, row_flags) | any_flags)]
+        with m.If(p1.valid):
+            m.d.sync += [row_max.eq(new_max), row_flags.eq(new_flags), first.eq(last)]
+        m.d.comb += [rows.w_en.eq(p1.valid & last), rows.w_data.eq(Cat(new_max, new_flags))]
+
+        # ---- pass 2: multiply, align to the row's exponent, add -----------------------------
+        beat = data.View(self.i.payload.shape(), beats.r_data)
+        row_exp = Signal(EXP_SHAPE)
+        row_special = Signal(3)
+        m.d.comb += Cat(row_exp, row_special).eq(rows.r_data)
+        go = Signal()
+        m.d.comb += [go.eq(beats.r_rdy & rows.r_rdy), beats.r_en.eq(go), rows.r_en.eq(go & beat.last)]
+        shift_bits = (TERM_BITS).bit_length()
+        terms = []
+        for lane in range(C):
+            a = decompose(m, beat.q[lane], self.bf16, f"p2q{lane}")
+            b = decompose(m, beat.k[lane], self.bf16, f"p2k{lane}")
+            exp, sign, live, *_ = product_of(m, a, b, f"p2_{lane}")
+            distance = Signal(signed(EXP_SHAPE.width + 1), name=f"p2_distance{lane}")
+            shift = Signal(shift_bits, name=f"p2_shift{lane}")
+            m.d.comb += [distance.eq(row_exp - exp),
+                         shift.eq(Mux(distance > TERM_BITS - 1, TERM_BITS - 1, distance))]
+            p2 = Pipeline(m, go, f"pass2_lane{lane}", multiplier_shape(platform))
+            # stage 1 registers the operands (the DSP's A/B registers), stage 2 the product
+            sa, sb, shift, sign, live = p2.stage(a.sig, b.sig, shift, sign, live)
+            product, (shift, sign, live) = staged_product(m, p2, sa, sb, carry=(shift, sign, live))
+            signed_term = Signal(signed(TERM_BITS), name=f"p2_term{lane}")
+            m.d.comb += signed_term.eq(Mux(live, Mux(sign, -product, product), 0) << GUARD)
+            term, shift = p2.stage(signed_term, shift)
+            # the arithmetic right shift (floor) in two stages of three levels each
+            half = Signal(signed(TERM_BITS), name=f"p2_half{lane}")
+            m.d.comb += half.eq(term >> (shift & 0b111000))
+            half, shift = p2.stage(half, shift)
+            aligned = Signal(signed(TERM_BITS), name=f"p2_aligned{lane}")
+            m.d.comb += aligned.eq(half >> shift[:3])
+            terms.append(aligned)
+        # carry the row's end, tag and specials along the lanes' stages
+        tag_pipe = Pipeline(m, go, "pass2_tag")
+        carried = Cat(beat.last, beat.tag, row_exp, row_special)
+        for _ in range(p2.depth):
+            carried = tag_pipe.stage(carried)
+        tree = Pipeline(m, p2.valid, "tree")
+        staged = tree.stage(*terms, carried)
+        terms, carried = staged[:C], staged[C]
+        level = 0
+        while len(terms) > 1:
+            level += 1
+            sums = []
+            for j in range(0, len(terms), 2):
+                s = Signal(signed(TERM_BITS + level), name=f"p2_sum{level}_{j}")
+                m.d.comb += s.eq(terms[j] + terms[j + 1])
+                sums.append(s)
+            staged = tree.stage(*sums, carried)
+            terms, carried = staged[:len(sums)], staged[len(sums)]
+        beat_sum = terms[0]
+        last = carried[0]
+        tag = carried[1:1 + self.tag_width]
+        exp = carried[1 + self.tag_width:1 + self.tag_width + EXP_SHAPE.width].as_signed()
+        special = carried[1 + self.tag_width + EXP_SHAPE.width:]
+        # the row's beats: an accumulator, emitted with the row's last beat
+        row_bits = TERM_BITS + (C * self.max_row_beats - 1).bit_length() + 1
+        total = Signal(signed(row_bits))
+        row_first = Signal(init=1)
+        row_sum = Signal(signed(row_bits))
+        m.d.comb += row_sum.eq(Mux(row_first, 0, total) + beat_sum)
+        with m.If(tree.valid):
+            m.d.sync += [total.eq(row_sum), row_first.eq(last)]
+        out_pipe = Pipeline(m, tree.valid & last, "round")
+        row_sum, exp, special, tag = out_pipe.stage(row_sum, exp, special, tag)
+        value, (tag,) = sum_to_fp32(m, out_pipe, row_sum, exp, special[2], special[0], special[1], carry=(tag,))
+        m.d.comb += [self.o.valid.eq(out_pipe.valid), self.o.payload.value.eq(value), self.o.payload.tag.eq(tag)]
+        return m
+
+
+class RunningSums(wiring.Component):
+    """Running sums like :func:`ndpkit.arith.blockfloat.accumulate`, ``lanes`` a beat.
+
+    ``i`` (valid only): a weight ``p`` (16-bit pattern), ``lanes`` values ``v``, and
+    the ``slot`` and ``bank`` whose states take ``p * v[lane]``; ``fresh``: the slot
+    starts empty (its old state is ignored).  The caller updates a slot at most once
+    every :data:`REVISIT` beats (a read-modify-write through the multiplier and the
+    aligner).  ``flush`` (valid only) reads a slot of a bank the beats are not
+    updating; ``state`` gives its lanes' states two cycles later.  ``bf16`` (held):
+    the operands' format.
+    """
+
+    def __init__(self, *, lanes: int = 16, slots: int = 512):
+        if slots < 2 or slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, not {slots}")
+        self.lanes, self.slots = lanes, slots
+        beat = data.StructLayout({"p": 16, "v": data.ArrayLayout(16, lanes), "slot": range(slots), "bank": 1,
+                                  "fresh": 1})
+        where = data.StructLayout({"slot": range(slots), "bank": 1})
+        super().__init__({
+            "i": In(stream.Signature(beat, always_ready=True)),
+            "flush": In(stream.Signature(where, always_ready=True)),
+            "state": Out(stream.Signature(data.ArrayLayout(SumState, lanes), always_ready=True)),
+            "bf16": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.lanes
+        width = SumState.size
+        # one memory, the bank its top address bit; a read port for the updates, one for flushes
+        mem = Memory(shape=width * C, depth=2 * self.slots, init=[])
+        m.submodules.states = mem
+        update_rp, flush_rp, wp = mem.read_port(), mem.read_port(), mem.write_port()
+        beat = self.i.payload
+        slot_bits = (self.slots - 1).bit_length()
+        m.d.comb += [update_rp.addr.eq(Cat(beat.slot[:slot_bits], beat.bank)),
+                     flush_rp.addr.eq(Cat(self.flush.payload.slot[:slot_bits], self.flush.payload.bank))]
+        # the update's old state arrives with stage 1
+        tags = Pipeline(m, self.i.valid, "sums_tags")
+        where, fresh = tags.stage(update_rp.addr, beat.fresh)
+        old_all = update_rp.data
+        results = []
+        for lane in range(C):
+            pipe = Pipeline(m, self.i.valid, f"sums_lane{lane}", multiplier_shape(platform))
+            a = decompose(m, beat.p, self.bf16, f"sums_p{lane}")
+            b = decompose(m, beat.v[lane], self.bf16, f"sums_v{lane}")
+            exp, sign, live, pos_inf, neg_inf, nan = product_of(m, a, b, f"sums_{lane}")
+            sa, sb, exp, sign, live, flags = pipe.stage(a.sig, b.sig, exp, sign, live, Cat(pos_inf, neg_inf, nan))
+            # stage 1: the old state (read), the product's partial (the DSP's register)
+            old = data.View(SumState, old_all.word_select(lane, width))
+            base_sum = Signal(signed(SUM_BITS), name=f"sums_base{lane}")
+            base_exp = Signal(EXP_SHAPE, name=f"sums_base_exp{lane}")
+            base_flags = Signal(3, name=f"sums_base_flags{lane}")
+            m.d.comb += [base_sum.eq(Mux(fresh, 0, old.sum)), base_exp.eq(Mux(fresh, NO_TERM, old.exp)),
+                         base_flags.eq(Mux(fresh, 0, Cat(old.pos_inf, old.neg_inf, old.nan)))]
+            product, (exp, sign, live, flags, base_sum, base_exp, base_flags) = staged_product(
+                m, pipe, sa, sb, carry=(exp, sign, live, flags, base_sum, base_exp, base_flags))
+            # stage 2: the signed term; which of term and sum is shifted, and how far
+            term = Signal(signed(SUM_BITS), name=f"sums_term{lane}")
+            grow = Signal(name=f"sums_grow{lane}")
+            up, down = (Signal(signed(EXP_SHAPE.width + 1), name=f"sums_{w}{lane}") for w in ("up", "down"))
+            m.d.comb += [term.eq(Mux(live, Mux(sign, -product, product), 0) << GUARD),
+                         grow.eq(live & (exp > base_exp)), up.eq(exp - base_exp), down.eq(base_exp - exp)]
+            shift_bits = SUM_BITS.bit_length()
+            amount = Signal(shift_bits, name=f"sums_amount{lane}")
+            distance = Mux(grow, up, down)
+            m.d.comb += amount.eq(Mux(distance > SUM_BITS - 1, SUM_BITS - 1, distance))
+            moved = Signal(signed(SUM_BITS), name=f"sums_moved{lane}")
+            kept = Signal(signed(SUM_BITS), name=f"sums_kept{lane}")
+            m.d.comb += [moved.eq(Mux(grow, base_sum, term)), kept.eq(Mux(grow, term, base_sum))]
+            new_exp = Mux(grow, exp, base_exp)
+            moved, kept, amount, new_exp, flags = pipe.stage(moved, kept, amount, new_exp, flags | base_flags)
+            # stages 3 and 4: the arithmetic right shift (floor), three levels each
+            half = Signal(signed(SUM_BITS), name=f"sums_half{lane}")
+            m.d.comb += half.eq(moved >> Cat(Const(0, 3), amount[3:]))
+            half, kept, amount, new_exp, flags = pipe.stage(half, kept, amount, new_exp, flags)
+            aligned = Signal(signed(SUM_BITS), name=f"sums_aligned{lane}")
+            m.d.comb += aligned.eq(half >> amount[:3])
+            aligned, kept, new_exp, flags = pipe.stage(aligned, kept, new_exp, flags)
+            new = Signal(SumState, name=f"sums_new{lane}")
+            m.d.comb += [new.sum.eq(aligned + kept), new.exp.eq(new_exp),
+                         Cat(new.pos_inf, new.neg_inf, new.nan).eq(flags)]
+            results.append(new)
+            valid = pipe.valid
+        for _ in range(tags.depth, 5):
+            where = tags.stage(where)
+        m.d.comb += [wp.addr.eq(where), wp.data.eq(Cat(*[r.as_value() for r in results])), wp.en.eq(valid)]
+        # the flush: the read port's data a cycle later, registered once more
+        flush_pipe = Pipeline(m, self.flush.valid, "flush")
+        flush_pipe.stage()
+        out = flush_pipe.stage(flush_rp.data)
+        m.d.comb += [self.state.valid.eq(flush_pipe.valid), self.state.payload.eq(out)]
+        return m

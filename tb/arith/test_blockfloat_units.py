@@ -1,0 +1,151 @@
+# amaranth: UnusedElaboratable=no
+"""The block-float sum units in Amaranth's simulator, bit for bit against
+ndpkit.arith.blockfloat, with random gaps on the input stream (the ``rng`` fixture
+prints its seed; ``SEED=`` reproduces)."""
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from ndpkit.arith import blockfloat as bf
+from ndpkit_spec.engines.attention import KvFormat
+from ndpkit_hw.arith.blockfloat import RowDot
+
+
+def _run(dut, bench, deadline=100_000):
+    finished = []
+
+    async def whole(ctx):
+        await bench(ctx)
+        finished.append(True)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(whole)
+    sim.run_until(deadline * 1e-8)
+    assert finished, f"the bench did not finish in {deadline} cycles"
+
+
+def _operands(nprng, fmt, shape):
+    """16-bit patterns: normal values of a few magnitudes, subnormals, zeros, rare
+    infinities and NaNs, so rows align over wide and narrow exponent ranges."""
+    exp_bits, frac_bits = (5, 10) if fmt == KvFormat.FP16 else (8, 7)
+    top = (1 << exp_bits) - 1
+    centre = nprng.integers(2, top - 2, shape[:-1] + (1,))
+    spread = nprng.choice([1, 3, top], shape[:-1] + (1,))
+    x = np.clip(centre + nprng.integers(-1, 2, shape) * nprng.integers(0, spread + 1, shape), 0, top - 1)
+    f = nprng.integers(0, 1 << frac_bits, shape)
+    r = nprng.random(shape)
+    x = np.where(r < 0.08, 0, x)                                  # subnormals and zeros
+    f = np.where(r < 0.03, 0, f)
+    x = np.where(r > 0.998, top, x)                               # inf / NaN
+    s = nprng.integers(0, 2, shape)
+    return ((s << 15) | (x << frac_bits) | f).astype(np.uint16)
+
+
+@pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
+@pytest.mark.parametrize("lanes", [4, 16])
+def test_row_dot_matches_aligned_dot(rng, fmt, lanes):
+    nprng = np.random.default_rng(rng.randrange(1 << 30))
+    max_beats = 8
+    rows = []
+    for _ in range(60):
+        beats = int(nprng.integers(1, max_beats + 1))
+        rows.append((_operands(nprng, fmt, (beats * lanes,)), _operands(nprng, fmt, (beats * lanes,))))
+    want = []
+    for a, b in rows:
+        prod = bf.multiply(bf.decompose(a, fmt), bf.decompose(b, fmt))
+        want.append(int(bf.sum_fp32(bf.aligned_dot(prod))))
+    dut = RowDot(lanes=lanes, max_row_beats=max_beats, tag_width=8)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.bf16, fmt == KvFormat.BF16)
+        beats = [(a[i:i + lanes], b[i:i + lanes], i + lanes == len(a), r) for r, (a, b) in enumerate(rows)
+                 for i in range(0, len(a), lanes)]
+        i = 0
+        while len(got) < len(rows):
+            on = i < len(beats) and rng.random() < 0.75
+            ctx.set(dut.i.valid, on)
+            if on:
+                q, k, last, tag = beats[i]
+                ctx.set(dut.i.payload, {"q": [int(x) for x in q], "k": [int(x) for x in k], "last": int(last),
+                                        "tag": tag})
+            taken = on and ctx.get(dut.i.ready)
+            if ctx.get(dut.o.valid):
+                got.append((ctx.get(dut.o.payload.tag), ctx.get(dut.o.payload.value)))
+            await ctx.tick()
+            i += taken
+    _run(dut, bench)
+    assert [t for t, _ in got] == list(range(len(rows))), [t for t, _ in got]
+    bad = [(r, hex(v), hex(w)) for r, ((_, v), w) in enumerate(zip(got, want)) if v != w]
+    assert not bad, bad[:5]
+
+
+@pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
+def test_running_sums_match_accumulate(rng, fmt):
+    """Two banks of slots, tokens in blocks: each slot's sum starts fresh at its block's
+    first token, a slot is revisited every ``slots_used`` beats, and after each block
+    the other bank keeps running while this one is flushed and compared."""
+    from ndpkit_hw.arith.blockfloat import REVISIT, RunningSums
+    nprng = np.random.default_rng(rng.randrange(1 << 30))
+    lanes, slots_used, blocks, tokens = 4, REVISIT, 4, 5
+    dut = RunningSums(lanes=lanes, slots=16)
+    # per block: tokens x slots beats of (p, v)
+    data_ = [(_operands(nprng, fmt, (tokens, slots_used)), _operands(nprng, fmt, (tokens, slots_used, lanes)))
+             for _ in range(blocks)]
+    want = []
+    for p, v in data_:
+        states = []
+        for s in range(slots_used):
+            st = bf.empty(lanes)
+            for t in range(tokens):
+                st = bf.accumulate(st, bf.multiply(bf.decompose(np.full(lanes, p[t, s], np.uint16), fmt),
+                                                   bf.decompose(v[t, s], fmt)))
+            states.append(st)
+        want.append(states)
+    got = {}
+
+    async def bench(ctx):
+        ctx.set(dut.bf16, fmt == KvFormat.BF16)
+        flushes = []                       # (block, slot) to flush, of the bank not being updated
+        for blk, item in enumerate(data_ + [None]):
+            p, v = item if item is not None else (None, None)
+            beats = [] if p is None else [(t, s) for t in range(tokens) for s in range(slots_used)]
+            i = 0
+            while i < len(beats) or (p is None and flushes):
+                on = i < len(beats) and rng.random() < 0.7
+                ctx.set(dut.i.valid, on)
+                if on:
+                    t, s = beats[i]
+                    ctx.set(dut.i.payload, {"p": int(p[t, s]), "v": [int(x) for x in v[t, s]], "slot": s,
+                                            "bank": blk % 2, "fresh": int(t == 0)})
+                fl = bool(flushes) and rng.random() < 0.5
+                ctx.set(dut.flush.valid, fl)
+                if fl:
+                    fb, fs = flushes[0]
+                    ctx.set(dut.flush.payload, {"slot": fs, "bank": fb % 2})
+                if ctx.get(dut.state.valid):
+                    got.setdefault("order", []).append(ctx.get(dut.state.payload))
+                await ctx.tick()
+                i += on
+                if fl:
+                    got.setdefault("flushed", []).append(flushes.pop(0))
+            for _ in range(8):                 # the last updates land
+                ctx.set(dut.i.valid, 0)
+                ctx.set(dut.flush.valid, 0)
+                if ctx.get(dut.state.valid):
+                    got.setdefault("order", []).append(ctx.get(dut.state.payload))
+                await ctx.tick()
+            if p is not None:
+                flushes += [(blk, s) for s in range(slots_used)]
+    _run(dut, bench)
+    assert len(got["order"]) == blocks * slots_used
+    for (blk, s), lanes_state in zip(got["flushed"], got["order"]):
+        S, E, special = want[blk][s]
+        for lane in range(lanes):
+            st = lanes_state[lane]
+            state = bf.NAN if st.nan or (st.pos_inf and st.neg_inf) else bf.POS_INF if st.pos_inf else \
+                bf.NEG_INF if st.neg_inf else bf.FINITE
+            assert state == special[lane], (blk, s, lane)
+            if state != bf.FINITE:
+                continue
+            assert (st.sum, st.exp if E[lane] != bf.EMPTY else bf.EMPTY) == (S[lane], E[lane]), (blk, s, lane)
