@@ -2,15 +2,16 @@
 
 For one request and one KV head with its group of ``G`` query heads (grouped-query
 attention; G = 1 is multi-head attention), context length ``L`` and head dimension
-``d``, every operation binary32 with round-to-nearest-even (``ndpkit.arith.fp``):
+``d``.  The cache's ``K`` and ``V`` are fp16 or bf16 (the KV format); products of two
+KV-format numbers are exact, and they are summed in a wide fixed-point window
+(:mod:`ndpkit.arith.blockfloat`), each sum rounded once to binary32.  Everything
+else is binary32 with round-to-nearest-even (:mod:`ndpkit.arith.fp`):
 
-1. **Inputs.** ``q`` (fp32, fp16 or bf16) and the cache's ``K``, ``V`` (fp16 or bf16)
-   are widened exactly to fp32.  ``qs = mul(q, scale)``: the softmax scale (usually
-   1/sqrt(d), a float32 register) is folded into q once.
-2. **Scores.** ``s[t, g] = dot(qs[g], K[t])``: the ``d`` products rounded, then summed
-   by the pairwise tree (``fp.reduce_tree``: adjacent pairs, level by level) — the
-   engine's lane trees per bus word followed by a tree over the words of a row.
-   With a bias (ALiBi-style, per token, fp32): ``s = add(s, bias[t])``.
+1. **Inputs.** ``q`` (fp32, fp16 or bf16) is rounded to the KV format (RNE): ``qk``.
+2. **Scores.** ``dot[t, g] = aligned_dot(qk[g] * K[t])`` — the ``d`` exact products
+   aligned to the row's largest product exponent, summed, rounded once
+   (``blockfloat.aligned_dot``, ``sum_fp32``); ``s = mul(dot, scale)`` (the softmax
+   scale, usually 1/sqrt(d), a float32 register).
 3. **Blocks.** Tokens go in blocks of ``block`` (128) — INF²'s online-softmax
    granularity: one pass over K and V, each byte read once.  For each block, in order:
 
@@ -18,39 +19,40 @@ attention; G = 1 is multi-head attention), context length ``L`` and head dimensi
      ``m`` starts at -inf; a NaN score makes it NaN, and NaN then propagates);
    - ``corr = exp(sub(m, m_new))`` (0 for the first block: exp(-inf) = 0), with the
      engine's exp unit (``ndpkit.arith.exp.exp``);
-   - ``p[t] = exp(sub(s[t], m_new))``;
-   - partial sums, ``interleave`` (8) ways so the engine's fma loops never wait on
-     their own latency: token ``j`` of the block (``j`` = 0, 1, ...) goes to partial
-     ``r = j % interleave``, accumulated in token order with
-     ``lp[r] = add(lp[r], p[t])`` and ``op[r][i] = fma(p[t], V[t][i], op[r][i])``
-     (all partials start at +0);
-   - ``l = fma(l, corr, reduce_tree(lp))``, ``o[i] = fma(o[i], corr, reduce_tree(op)[i])``
-     (``l`` and ``o`` start at +0; the tree over the partials as in step 2).
+   - ``p[t] = exp(sub(s[t], m_new))``, rounded to the KV format: ``pk[t]``;
+   - running sums (``blockfloat.accumulate``) of the exact products ``pk[t] * V[t][i]``
+     and of ``pk[t]`` itself, split :data:`~ndpkit.arith.blockfloat.PARTIALS` (4) ways:
+     token ``j`` of the block (``j`` = 0, 1, ...) goes to partial ``j % 4``, in token
+     order; the partials merged ``merge(merge(s0, s1), merge(s2, s3))`` and rounded once:
+     ``ob[i]``, ``lb``;
+   - ``l = fma(l, corr, lb)``, ``o[i] = fma(o[i], corr, ob[i])`` (``l`` and ``o``
+     start at +0).
 4. **Output.** ``out[i] = div(o[i], l)``, then narrowed to the output format (fp32,
    or fp16/bf16 with round-to-nearest-even).
 
 This is flash-decoding's online softmax (a running max and sum, the partial output
-rescaled when the max grows), ordered for a pipelined datapath; it differs from a
-two-pass softmax only by rounding — :func:`reference` (float64) and PyTorch's SDPA
-are the outside checks (docs/engines/attention.md gives the measured errors).
+rescaled when the max grows), ordered for a pipelined datapath; the weights are the
+KV format's ``pk`` in both the numerator and the denominator, so they stay normalised.
+:func:`reference` (float64) and PyTorch's SDPA are the outside checks
+(docs/engines/attention.md gives the measured errors).
 """
 from __future__ import annotations
 
 
 import numpy as np
 
-from ndpkit.arith import fp
+from ndpkit.arith import blockfloat, fp
 from ndpkit.transfer import default_window
 from ndpkit_spec.engines.attention import (DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS,
-                                           INTERLEAVE, MAX_GROUP, MAX_KV_HEADS, SOFTMAX_BLOCK, STATUS_DONE,
+                                           MAX_GROUP, MAX_KV_HEADS, SOFTMAX_BLOCK, STATUS_DONE,
                                            KvFormat)
 from ndpkit.arith.exp import exp as fp_exp
 
-__all__ = ["KvFormat", "BLOCK", "INTERLEAVE", "decode", "decode_group", "reference", "widen", "narrow",
+__all__ = ["KvFormat", "BLOCK", "decode", "decode_group", "reference", "widen", "narrow",
            "DESCRIPTOR_FIELDS", "DESCRIPTOR_BYTES", "FLAG_APPEND", "STATUS_DONE", "pack_descriptors",
            "unpack_descriptors", "check", "request_check", "request_ranges", "execute"]
 
-#: tokens per online-softmax block (the ways the per-block sums are split: INTERLEAVE)
+#: tokens per online-softmax block
 BLOCK = SOFTMAX_BLOCK
 NEG_INF = np.uint32(0xFF80_0000)
 
@@ -76,62 +78,76 @@ def narrow(u, fmt: KvFormat) -> np.ndarray:
     return fp.fp32_to_fp16(u) if fmt == KvFormat.FP16 else fp.fp32_to_bf16(u)
 
 
-def decode_group(q, k, v, scale: float, *, bias=None, block: int = BLOCK, interleave: int = INTERLEAVE) -> np.ndarray:
+def _sums_fp32(partials):
+    """The block's partial running sums, merged pairwise and rounded once."""
+    while len(partials) > 1:
+        partials = [blockfloat.merge(partials[i], partials[i + 1]) for i in range(0, len(partials), 2)]
+    return blockfloat.sum_fp32(partials[0])
+
+
+def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int = BLOCK) -> np.ndarray:
     """One KV head and its query group.  ``q``: (G, d) fp32 bits; ``k``, ``v``: (L, d)
-    fp32 bits (already widened); ``bias``: None or (L,) fp32 bits.  Returns (G, d)
-    fp32 bits of the output before narrowing."""
+    uint16 patterns in ``kv_format``.  Returns (G, d) fp32 bits of the output before
+    narrowing."""
     q = np.asarray(q, dtype=np.uint32)
-    k = np.asarray(k, dtype=np.uint32)
-    v = np.asarray(v, dtype=np.uint32)
+    k = np.asarray(k, dtype=np.uint16)
+    v = np.asarray(v, dtype=np.uint16)
+    kv_format = KvFormat(kv_format)
     groups, d = q.shape
     length = k.shape[0]
     if length < 1 or v.shape != k.shape or k.shape[1] != d:
         raise ValueError(f"need L >= 1 and matching K/V of width {d}: K {k.shape}, V {v.shape}")
-    qs = fp.mul(q, fp.bits(np.float32(scale)))
-    scores = fp.dot(qs[:, None, :], k[None, :, :])                     # (G, L)
-    if bias is not None:
-        scores = fp.add(scores, np.asarray(bias, dtype=np.uint32)[None, :])
+    if kv_format == KvFormat.FP32:
+        raise ValueError("the KV cache is fp16 or bf16")
+    qk = blockfloat.decompose(narrow(q, kv_format), kv_format)
+    products = blockfloat.multiply(tuple(x[:, None, :] for x in qk),
+                                   blockfloat.decompose(k, kv_format))                    # (G, L, d)
+    scores = fp.mul(blockfloat.sum_fp32(blockfloat.aligned_dot(products)), fp.bits(np.float32(scale)))
+    values = blockfloat.decompose(v, kv_format)
     m = np.full(groups, NEG_INF, dtype=np.uint32)
     l = np.zeros(groups, dtype=np.uint32)
     o = np.zeros((groups, d), dtype=np.uint32)
+    ways = blockfloat.PARTIALS
     for start in range(0, length, block):
         s = scores[:, start:start + block]
         m_new = m
         for j in range(s.shape[1]):
             m_new = fp.maximum(m_new, s[:, j])
         corr = fp_exp(fp.sub(m, m_new))
-        p = fp_exp(fp.sub(s, m_new[:, None]))                           # (G, T)
-        lp = np.zeros((groups, interleave), dtype=np.uint32)
-        op = np.zeros((groups, interleave, d), dtype=np.uint32)
+        pk = blockfloat.decompose(narrow(fp_exp(fp.sub(s, m_new[:, None])), kv_format), kv_format)   # (G, T)
+        o_parts = [blockfloat.empty((groups, d)) for _ in range(ways)]
+        l_parts = [blockfloat.empty(groups) for _ in range(ways)]
         for j in range(s.shape[1]):
-            r = j % interleave
-            lp[:, r] = fp.add(lp[:, r], p[:, j])
-            op[:, r, :] = fp.fma(p[:, j, None], v[start + j][None, :], op[:, r, :])
-        l = fp.fma(l, corr, fp.reduce_tree(lp))
-        o = fp.fma(o, corr[:, None], fp.reduce_tree(np.moveaxis(op, 1, 2)))
+            r = j % ways
+            weight = tuple(x[:, j] for x in pk)
+            o_parts[r] = blockfloat.accumulate(o_parts[r], blockfloat.multiply(
+                tuple(x[:, None] for x in weight), tuple(x[start + j][None, :] for x in values)))
+            l_parts[r] = blockfloat.accumulate(l_parts[r], weight)
+        l = fp.fma(l, corr, _sums_fp32(l_parts))
+        o = fp.fma(o, corr[:, None], _sums_fp32(o_parts))
         m = m_new
     return fp.div(o, l[:, None])
 
 
 def decode(q, k, v, *, scale: float, q_format=KvFormat.FP32, kv_format=KvFormat.FP16,
-           out_format=KvFormat.FP32, bias=None, block: int = BLOCK, interleave: int = INTERLEAVE) -> np.ndarray:
+           out_format=KvFormat.FP32, block: int = BLOCK) -> np.ndarray:
     """Decode attention for one request: ``q`` (H, d) in ``q_format`` (bits or floats),
     ``k``, ``v`` (Hkv, L, d) in ``kv_format``; H = G * Hkv, query head ``h`` uses KV head
     ``h // G``.  Returns (H, d) in ``out_format`` (bit patterns)."""
     qw = widen(q, q_format)
-    kw, vw = widen(k, kv_format), widen(v, kv_format)
+    kv_format = KvFormat(kv_format)
+    kw, vw = (narrow(widen(x, kv_format), kv_format) for x in (k, v))     # patterns in the KV format
     heads, d = qw.shape
     kv_heads = kw.shape[0]
     if heads % kv_heads:
         raise ValueError(f"{heads} query heads do not split into groups over {kv_heads} KV heads")
     g = heads // kv_heads
-    bias_bits = None if bias is None else fp.bits(np.asarray(bias, dtype=np.float32))
-    out = np.stack([decode_group(qw[h * g:(h + 1) * g], kw[h], vw[h], scale, bias=bias_bits, block=block,
-                                 interleave=interleave) for h in range(kv_heads)])
+    out = np.stack([decode_group(qw[h * g:(h + 1) * g], kw[h], vw[h], scale, kv_format=kv_format, block=block)
+                    for h in range(kv_heads)])
     return narrow(out.reshape(heads, d), out_format)
 
 
-def reference(q, k, v, *, scale: float, bias=None) -> np.ndarray:
+def reference(q, k, v, *, scale: float) -> np.ndarray:
     """Float64 two-pass softmax attention (the outside check): q (H, d), k/v
     (Hkv, L, d) as floats."""
     q = np.asarray(q, dtype=np.float64)
@@ -141,8 +157,6 @@ def reference(q, k, v, *, scale: float, bias=None) -> np.ndarray:
     kk = np.repeat(k, g, axis=0)
     vv = np.repeat(v, g, axis=0)
     s = np.einsum("hd,hld->hl", q, kk) * scale
-    if bias is not None:
-        s = s + np.asarray(bias, dtype=np.float64)[None, :]
     s = s - s.max(axis=1, keepdims=True)
     p = np.exp(s)
     return np.einsum("hl,hld->hd", p, vv) / p.sum(axis=1, keepdims=True)
