@@ -43,7 +43,7 @@ class Device(wiring.Component):
     def __init__(self, *, data_width: int = 512, addr_width: int = 32, mem_base: int = 0,
                  mem_size: int = 1 << 30, engines=("dma_copy",), queue_depth: int = 4,
                  host_id_width: int = 4, clock_mhz: int = 250, max_burst_bytes: int = 4096,
-                 max_outstanding: int = 8, attention_units: int = 4, memory_ports: int = 1):
+                 max_outstanding: int = 8, attention_lanes: int | None = None, memory_ports: int = 1):
         log2_exact(data_width // 8, "data_width/8")
         if data_width < 32:
             raise ValueError("data_width must be at least 32")
@@ -67,7 +67,8 @@ class Device(wiring.Component):
         self.queue_depth, self.clock_mhz = queue_depth, clock_mhz
         self.max_burst_bytes, self.max_outstanding = max_burst_bytes, max_outstanding
         self.host_id_width = host_id_width
-        self.attention_units = attention_units          # dot/fma units of the attention engine (G <= units: port bound)
+        # the attention engine's MAC lanes; by default the port's rate at G = 1 (two per 16-bit element)
+        self.attention_lanes = data_width // 8 if attention_lanes is None else attention_lanes
 
         self.engines = {}
         for name in self.engine_names:

@@ -25,7 +25,8 @@ from ndpkit_hw.arith.fp_common import F32, Pipeline, multiplier_shape, normalize
     select_result, staged_product
 
 __all__ = ["Decomposed", "decompose", "product_of", "sum_to_fp32", "RowDot", "RunningSums", "SumState", "TERM_BITS",
-           "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT"]
+           "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
+           "MERGE_LATENCY", "merge_states"]
 
 #: a product's significand: 11 x 11 bits (bf16: 8 x 8, zero-extended)
 SIG_BITS = 11
@@ -41,6 +42,8 @@ SUM_BITS = TERM_BITS + 6
 SumState = data.StructLayout({"sum": signed(SUM_BITS), "exp": EXP_SHAPE, "pos_inf": 1, "neg_inf": 1, "nan": 1})
 #: beats between two updates of one slot, at least (the read-modify-write's length)
 REVISIT = 6
+#: RowDot.room promises this many beats of space
+ROOM_AHEAD = 3
 
 
 class Decomposed:
@@ -137,7 +140,8 @@ class RowDot(wiring.Component):
     row, in row order, with the tag of the row's last beat (valid only: the consumer
     always takes it).  ``bf16`` (held): the operands' format.  A row has at most
     ``max_row_beats`` beats (the input queue holds two rows and the first pass's
-    latency).
+    latency).  ``room``: the queue takes at least :data:`ROOM_AHEAD` more beats (a
+    producer that reads its operands from a memory decides a cycle ahead).
     """
 
     def __init__(self, *, lanes: int = 16, max_row_beats: int = 8, tag_width: int = 8):
@@ -150,13 +154,15 @@ class RowDot(wiring.Component):
             "i": In(stream.Signature(beat)),
             "o": Out(stream.Signature(data.StructLayout({"value": 32, "tag": tag_width}), always_ready=True)),
             "bf16": In(1),
+            "room": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         C = self.lanes
-        beats = fifo.SyncFIFOBuffered(width=len(self.i.payload.as_value()),
-                                      depth=2 * self.max_row_beats + 8)
+        depth = 2 * self.max_row_beats + 8
+        beats = fifo.SyncFIFOBuffered(width=len(self.i.payload.as_value()), depth=depth)
+        m.d.comb += self.room.eq(beats.level < depth - ROOM_AHEAD)
         rows = fifo.SyncFIFOBuffered(width=EXP_SHAPE.width + 3, depth=2 * self.max_row_beats + 8)
         m.submodules.beats, m.submodules.rows = beats, rows
         take = Signal()
@@ -364,3 +370,44 @@ class RunningSums(wiring.Component):
         out = flush_pipe.stage(flush_rp.data)
         m.d.comb += [self.state.valid.eq(flush_pipe.valid), self.state.payload.eq(out)]
         return m
+
+
+#: a merged sum: four partials of at most 32 terms each
+MERGED_BITS = SUM_BITS + 1
+MergedState = data.StructLayout({"sum": signed(MERGED_BITS), "exp": EXP_SHAPE, "pos_inf": 1, "neg_inf": 1, "nan": 1})
+#: stages of :func:`merge_states`
+MERGE_LATENCY = 3
+
+
+def merge_states(m: Module, pipe: Pipeline, a, b, carry=()):
+    """:func:`ndpkit.arith.blockfloat.merge` of two states (``MergedState``-shaped
+    views, or ``SumState``): both aligned to the larger exponent (the other's floor)
+    and added.  :data:`MERGE_LATENCY` stages of ``pipe``; returns (the merged state's
+    fields as a ``MergedState`` value, carried values)."""
+    name = pipe.name
+    grow = Signal(name=f"{name}_grow")
+    distance = Signal(signed(EXP_SHAPE.width + 1), name=f"{name}_distance")
+    m.d.comb += [grow.eq(b.exp > a.exp), distance.eq(Mux(grow, b.exp - a.exp, a.exp - b.exp))]
+    shift_bits = MERGED_BITS.bit_length()
+    amount = Signal(shift_bits, name=f"{name}_amount")
+    m.d.comb += amount.eq(Mux(distance > MERGED_BITS - 1, MERGED_BITS - 1, distance))
+    moved = Signal(signed(MERGED_BITS), name=f"{name}_moved")
+    kept = Signal(signed(MERGED_BITS), name=f"{name}_kept")
+    m.d.comb += [moved.eq(Mux(grow, a.sum, b.sum)), kept.eq(Mux(grow, b.sum, a.sum))]
+    flags = Cat(a.pos_inf | b.pos_inf, a.neg_inf | b.neg_inf, a.nan | b.nan)
+    staged = pipe.stage(moved, kept, amount, Mux(grow, b.exp, a.exp), flags, *carry)
+    moved, kept, amount, exp, flags = staged[:5]
+    carry = staged[5:]
+    half = Signal(signed(MERGED_BITS), name=f"{name}_half")
+    m.d.comb += half.eq(moved >> Cat(Const(0, 3), amount[3:]))
+    staged = pipe.stage(half, kept, amount, exp, flags, *carry)
+    half, kept, amount, exp, flags = staged[:5]
+    carry = staged[5:]
+    aligned = Signal(signed(MERGED_BITS), name=f"{name}_aligned")
+    m.d.comb += aligned.eq(half >> amount[:3])
+    staged = pipe.stage(aligned, kept, exp, flags, *carry)
+    aligned, kept, exp, flags = staged[:4]
+    carry = staged[4:]
+    out = Signal(MergedState, name=f"{name}_merged")
+    m.d.comb += [out.sum.eq(aligned + kept), out.exp.eq(exp), Cat(out.pos_inf, out.neg_inf, out.nan).eq(flags)]
+    return out, list(carry)

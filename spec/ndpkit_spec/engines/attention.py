@@ -8,7 +8,7 @@ from ndpkit_spec.engine import EngineSpec
 from ndpkit_spec.regs import Access, Field, Register
 from ndpkit_spec.shell import engine_block
 
-__all__ = ["BLOCK", "ENGINE", "KvFormat", "SOFTMAX_BLOCK", "INTERLEAVE", "DESCRIPTOR_FIELDS", "DESCRIPTOR_BYTES",
+__all__ = ["BLOCK", "ENGINE", "KvFormat", "SOFTMAX_BLOCK", "DESCRIPTOR_FIELDS", "DESCRIPTOR_BYTES",
            "FLAG_APPEND", "STATUS_DONE", "HEAD_DIMS", "MAX_GROUP", "MAX_KV_HEADS"]
 
 
@@ -19,9 +19,8 @@ class KvFormat(enum.IntEnum):
     BF16 = 2
 
 
-#: tokens per online-softmax block, and the ways the per-block sums are split
+#: tokens per online-softmax block
 SOFTMAX_BLOCK = 128
-INTERLEAVE = 8
 
 #: one request descriptor: 16 little-endian uint32 words (64 bytes), in this order
 DESCRIPTOR_FIELDS = ("q", "out", "k", "v", "k_new", "v_new", "length", "capacity", "window", "flags", "status")
@@ -59,7 +58,7 @@ ENGINE = EngineSpec(
     gateware="ndpkit_hw.engines.attention:AttentionEngine",
     golden="ndpkit.engines.attention.golden",
     client="ndpkit.engines.attention.client:AttentionClient",
-    device_params={"attention_units": "units"},
-    configs={"default": {"data_width": 128, "units": 2}, "max": {"data_width": 512, "units": 8}},
-    config_label="{units} units × {fp16_lanes} lanes",
+    device_params={"attention_lanes": "lanes"},
+    configs={"default": {"data_width": 128, "lanes": 16}, "max": {"data_width": 512, "lanes": 32}},
+    config_label="{lanes} MAC lanes",
 )

@@ -36,7 +36,7 @@ __all__ = ["DEFAULTS", "Op", "Status", "HEADER", "send_frame", "recv_frame", "re
 DEFAULTS = {
     "data_width": 512, "mem_base": 0, "mem_size": 16 << 20, "engines": ["dma_copy"], "queue_depth": 4,
     "clock_mhz": 250, "read_latency": 64, "write_latency": 32, "dma": "backdoor", "waves": None,
-    "link": {}, "storage": {}, "attention_units": 2,
+    "link": {}, "storage": {}, "attention_lanes": None,
     "mem_queue": 16,       # requests the memory model queues (a DRAM controller with more banks: more)
 }
 

@@ -1,7 +1,7 @@
 """attention engine benchmark (part of `make perf`): KV bytes per cycle against the
 port's peak for contexts 128..2048 (8192 for G = 1) and group sizes 1, 4, 8 (d = 128, fp16 cache) at
-a 200-cycle memory latency on a 512-bit port with 8 units (QUICK=1: 128-bit, 2
-units), G = 1 at context 512 also at latencies 2 and 64, and decode tokens per second for a
+a 200-cycle memory latency on a 512-bit port with 32 MAC lanes (ATTN_LANES=64 etc.: other
+lane counts; QUICK=1: 128-bit, 16 lanes), G = 1 at context 512 also at latencies 2 and 64, and decode tokens per second for a
 Llama-2-7B-like model next to PyTorch attention on this machine's CPU.
 
 Each case is one command: R requests x H KV heads (2 x 2 for the sweep, 4 x 4 for a
@@ -89,7 +89,7 @@ async def attention_throughput(dut):
                      "cycles": cycles, "kv_bytes": kv_bytes, "kv_bytes_per_cycle": kv_bytes / cycles,
                      "port_bytes_per_cycle": word, "efficiency": kv_bytes / cycles / word,
                      "bytes_read": cpl["bytes_read"], "latency": latency, "data_width": p["data_width"],
-                     "units": p["units"], "sim_cycles_per_second": cycles / seconds})
+                     "lanes": p["lanes"], "sim_cycles_per_second": cycles / seconds})
         dut._log.info(f"G={group} L={length} {REQUESTS}x{KV_HEADS}: {cycles} cycles, "
                       f"efficiency {rows[-1]['efficiency']:.3f}")
     with open(p["out"], "w") as f:
@@ -116,32 +116,6 @@ def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
             "torch": torch.__version__, "load_average": os.getloadavg()[0]}   # other jobs slow the CPU side
 
 
-def unit_counts(data_width: int, units: int) -> dict:
-    """Floating-point units in the engine's datapath (ndpkit_hw/engines/attention/datapath.py)."""
-    P, R = data_width // 16, 128 // (data_width // 16)
-    return {"fp16_to_fp32": 3 * P, "bf16_to_fp32": 0, "mul": P + units * P,
-            "add": units * (P - 1 + R - 1 + 1 + 1 + 1) + 3 * (P + 1), "exp": 2 * units,
-            "fma": units * P + P + 1, "div": P, "fp32_to_fp16": P, "fp32_to_bf16": P}
-
-
-def resource_estimate(data_width: int, units: int) -> dict | None:
-    """UltraScale+ LUT/FF/DSP of the datapath's arithmetic: its unit counts times the
-    per-unit synth_xilinx figures of docs/arith_impl.md (`make impl`).  An estimate: the
-    sequencer, burst engines, memories and delay lines are not in it."""
-    from ndpkit_tools.paths import source_root
-    table = source_root() / "docs" / "arith_impl.md"
-    per_unit = {}
-    for line in table.read_text().splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) >= 12 and cells[0] and cells[1].isdigit():      # unit, latency, ..., US+ LUT, FF, DSP
-            per_unit[cells[0]] = {"lut": int(cells[8]), "ff": int(cells[9]), "dsp": int(cells[10])}
-    counts = unit_counts(data_width, units)
-    if not all(name in per_unit for name in counts):
-        return None
-    total = {k: sum(n * per_unit[name][k] for name, n in counts.items()) for k in ("lut", "ff", "dsp")}
-    return {"data_width": data_width, "units": units, "counts": counts, **total}
-
-
 def main() -> int:
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_tools.paths import build_root
@@ -153,17 +127,16 @@ def main() -> int:
     groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4" if quick else "1,4,8").split(","))
     todo = cases(quick, groups)
     mem = memory_bytes(todo)
-    width, units = (128, 2) if quick else (512, 8)
-    params = {"data_width": width, "units": units, "latency": 200, "sweep_latencies": [2, 64], "cases": todo,
+    width, lanes = (128, 16) if quick else (512, int(os.environ.get("ATTN_LANES", "32")))
+    params = {"data_width": width, "lanes": lanes, "latency": 200, "sweep_latencies": [2, 64], "cases": todo,
               "out": str(out)}
-    print(f"attention benchmark: building the {width}-bit engine ({units} units of {width // 16} lanes) once; "
-          "the first build takes a long time")
-    engine = AttentionEngine(data_width=width, units=units)
+    print(f"attention benchmark: building the {width}-bit engine ({lanes} MAC lanes) once")
+    engine = AttentionEngine(data_width=width, lanes=lanes)
     run_bench(Design(EngineHarness(engine, mem_size=mem), f"attention_engine_{width}",
-                     key=f"w{width} u{units} {mem}"), "tb.engines.attention.attention_bench", params=params)
+                     key=f"w{width} l{lanes} {mem}"), "tb.engines.attention.attention_bench", params=params)
     every = json.loads(out.read_text())
     rows = [r for r in every if r["latency"] == params["latency"]]
-    print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {units} units, d = {D}, fp16 cache, "
+    print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {lanes} MAC lanes, d = {D}, fp16 cache, "
           f"memory latency {params['latency']} cycles")
     print(f"{'G':>3} {'context':>8} {'requests x heads':>17} {'cycles':>9} {'KV B/cycle':>11} {'efficiency':>11} "
           f"{'sim cyc/s':>10}")
@@ -188,9 +161,15 @@ def main() -> int:
     # batch (B x 32 heads), its cycles from the measured steady-state rate and fixed cost
     system = []
     mha = next((x for x in steady if x["group"] == 1), None)
-    # the clock the timing evidence supports: the depth of the 2-unit build's netlist (the
-    # 8-unit, 512-bit build repeats its unit and is too large to synthesise here)
-    clock = supported_clock("attention", "default")
+    # the clock the timing evidence supports: the measured depth of this configuration's netlist
+    from ndpkit_tools.impl.clock import registry_config
+    try:
+        clock = supported_clock("attention", registry_config("attention", data_width=width, lanes=lanes))
+    except LookupError as e:           # a lane count the impl report has not measured: no per-second figures
+        print(f"\nno per-second figures: {e}")
+        out.write_text(json.dumps({"engine": every, "params": {k: v for k, v in params.items() if k != "out"},
+                                   "steady_state": steady}, indent=2))
+        return 0
     print(f"\nclock for per-second figures: {clock.text}")
     contexts = sorted({r["context"] for r in rows})
     for length in contexts if mha else []:
@@ -212,16 +191,8 @@ def main() -> int:
         ratio = f"{s['card_tokens_per_second'] / cpu:.1f}x" if cpu else "-"
         print(f"{s['context']:>8} {s['batch']:>6} {s['card_tokens_per_second']:>11.1f} "
               f"{(f'{cpu:.1f}' if cpu else '-'):>10} {ratio:>7}")
-    estimates = [e for e in (resource_estimate(512, u) for u in (1, 8)) if e]
-    if estimates:
-        print("\nthe datapath's arithmetic, UltraScale+ estimate (unit counts x per-unit synth_xilinx figures, "
-              "docs/arith_impl.md; no sequencer, memories or delay lines)")
-        print(f"{'units':>6} {'LUT':>9} {'FF':>9} {'DSP48E2':>8}")
-        for e in estimates:
-            print(f"{e['units']:>6} {e['lut']:>9} {e['ff']:>9} {e['dsp']:>8}")
     out.write_text(json.dumps({"engine": every, "params": {k: v for k, v in params.items() if k != "out"},
-                               "clock_mhz": clock.mhz, "clock_evidence": clock.text, "steady_state": steady, "llama_decode": system,
-                               "resources": estimates}, indent=2))
+                               "clock_mhz": clock.mhz, "clock_evidence": clock.text, "steady_state": steady, "llama_decode": system}, indent=2))
     return 0
 
 

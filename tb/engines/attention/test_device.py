@@ -52,9 +52,13 @@ def test_decode_loop_bit_exact(dev, fmt, group, d, steps=4, layers=2):
                 assert np.array_equal(k[:, -1], to_bits16(kn[i], cache.format))
                 want = _golden(cache, layer, s, q[i], scale)
                 assert np.array_equal(fp.bits(out[i]), fp.bits(want)), f"step {step} layer {layer} slot {s}"
-                ref = reference(q[i], fp.floats(_widen(k, cache.format)), fp.floats(_widen(v, cache.format)),
+                # (q as the engine takes it: rounded to the cache's format, as a model in that format has it)
+                q_kv = fp.floats(_widen(to_bits16(q[i], cache.format), cache.format))
+                ref = reference(q_kv, fp.floats(_widen(k, cache.format)), fp.floats(_widen(v, cache.format)),
                                 scale=float(np.float32(scale)))
-                assert np.allclose(out[i], ref, atol=1e-5, rtol=1e-4)
+                # the engine's weights are in the KV format: PyTorch's SDPA tolerance for it
+                atol, rtol = (1e-3, 1e-3) if cache.format == KvFormat.FP16 else (1e-3, 1.6e-2)
+                assert np.allclose(out[i], ref, atol=atol, rtol=rtol)
     # free a slot, reuse it for a new request
     cache.free(slots[1])
     s = cache.new_request()

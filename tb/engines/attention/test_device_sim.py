@@ -1,5 +1,5 @@
-"""The attention engine's device tests on the RTL (sim transport, 128-bit card, two
-dot/fma units so that G > units takes several passes): the decode loop, sliding
+"""The attention engine's device tests on the RTL (sim transport, 128-bit card, 16 MAC
+lanes: one query head at a time, so G > 1 takes several passes): the decode loop, sliding
 window and 16-bit output, per-request and whole-command errors, torch SDPA and
 multi-card sharding — the same checks as on the behavioural model."""
 import numpy as np

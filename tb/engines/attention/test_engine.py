@@ -17,7 +17,8 @@ from ndpkit.arith import fp
 from ndpkit_spec.engines.attention import BLOCK as ATTENTION
 from ndpkit_tools.sim.bench import bench_params, engine_bench
 
-CONFIGS = {"w128u2": {"data_width": 128, "units": 2, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3}}
+CONFIGS = {"w128l32": {"data_width": 128, "lanes": 32, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3},
+           "w128l16": {"data_width": 128, "lanes": 16, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3}}
 MEM = 1 << 21
 
 
@@ -164,6 +165,6 @@ def test_attention_engine(config):
     from ndpkit_hw.engines.attention.engine import AttentionEngine
     from ndpkit_hw.engines.harness import EngineHarness
     c = CONFIGS[config]
-    engine = AttentionEngine(data_width=c["data_width"], units=c["units"], max_burst_bytes=c["max_burst_bytes"])
+    engine = AttentionEngine(data_width=c["data_width"], lanes=c["lanes"], max_burst_bytes=c["max_burst_bytes"])
     run_bench(Design(EngineHarness(engine, mem_size=MEM, stall_per_256=c["stall_per_256"]), "attention_engine",
                      key=f"{c} {MEM}"), __name__, params=c)

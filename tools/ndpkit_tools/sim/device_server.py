@@ -24,7 +24,7 @@ def card_params(config: dict) -> dict:
     """The SimCard constructor arguments of a configuration (what the build depends on)."""
     params = {"data_width": config["data_width"], "mem_base": config["mem_base"], "mem_size": config["mem_size"],
               "engines": tuple(config["engines"]), "queue_depth": config["queue_depth"],
-              "clock_mhz": config["clock_mhz"], "attention_units": config["attention_units"]}
+              "clock_mhz": config["clock_mhz"], "attention_lanes": config["attention_lanes"]}
     if config["mem_queue"] != DEFAULTS["mem_queue"]:          # (so the default builds keep their cache key)
         params["mem_max_outstanding"] = config["mem_queue"]
     return params

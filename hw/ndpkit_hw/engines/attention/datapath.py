@@ -3,64 +3,73 @@
 Bit for bit :func:`ndpkit.engines.attention.golden.decode_group` (read its docstring first).
 The datapath takes, per KV head, the group's q rows, then the K rows and the V rows of
 the head's context (``tokens`` rows, each ``R = d / P`` bus words of ``P = W / 16``
-16-bit lanes), and gives back the G output rows.  Two sides run apart, decoupled by
-two score banks (one block of 128 tokens each):
+16-bit elements), and gives back the G output rows.  ``lanes`` (L) MAC lanes: L/2 on
+the score side, L/2 on the value side, as ``H`` units of ``C`` columns (C = min(P, L/2),
+H = L / 2C).  A beat is C columns of a bus word for H query heads; G > H heads take
+ceil(G / H) passes over each row.  L = 32 at a 512-bit port (C = 16, H = 1) keeps pace
+with the port for G = 1: K and V share it, each side takes a word every two cycles.
 
-- **score side** (q, K): ``units`` (U) dot units of P multipliers and a P-way adder
-  tree; unit u serves the query heads g = j * U + u (``passes`` = ceil(G / U) passes
-  over each K row, so G <= U uses each K word once per cycle).  A row's word sums go
-  through the tree over the row's words, then the score is written to the bank and
-  the running maximum updated; at a block's last row the block maximum ``m_new`` and
-  ``corr = exp(m_prev - m_new)`` are stored with the bank.
-- **value side** (V): for every V word, ``p = exp(s - m_new)`` per unit and P fma
-  lanes ``op[r] = fma(p, V, op[r])`` into an 8-way interleaved partial memory (token
-  j of the block -> partial j mod 8, so a partial is revisited at least 16 cycles
-  later, after its 13-cycle fma), and ``lp[r] += p``.  After the block the shared
-  epilogue reads the 8 partials of every (head, word) one per cycle through a serial
-  pairwise tree (3 adders a lane: the golden tree order) into ``o = fma(o, corr,
-  tree)``, ``l = fma(l, corr, tree(lp))``, zeroing the partials behind it; after a
-  head's last block it divides ``o / l``, narrows, and sends the output words.
+- **q loader**: the group's q elements, one a cycle, rounded to the KV format, into
+  the q bank of the head (two banks: the next head loads while this one runs).
+- **score side**: per unit a :class:`~ndpkit_hw.arith.blockfloat.RowDot` (exact
+  products, the row's window sum, one rounding), ``s = dot * scale``; the scores of a
+  block of 128 tokens go to a score bank with the running maximum; at the block's end
+  the bank keeps ``m_new`` and the maximum before it.
+- **softmax sweep** (one exp unit): per bank, ``corr = exp(m_old - m_new)`` and
+  ``pk = exp(s - m_new)`` rounded to the KV format, into the bank's weight memory.
+- **value side**: per unit a :class:`~ndpkit_hw.arith.blockfloat.RunningSums` of C + 1
+  lanes (the last one sums ``pk * 1``: the denominator), four partial sums a block
+  (token j -> partial j mod 4), in the RunningSums bank of the block's parity.
+- **epilogue** (one merge unit, one rounding, one fma, one divider, serial): per block
+  the partials are merged in order, rounded, and folded in with
+  ``o = fma(o, corr, ob)``, ``l = fma(l, corr, lb)``; after a head's last block
+  ``out = o / l``, narrowed, packed into output words.
 
-K of block n + 1 streams while V of block n is consumed, and the next head's q loads
-into the other q bank while this head runs, so the memory port, not the arithmetic,
-bounds the engine when G <= U.
+K of block n + 1 streams while V of block n is consumed and block n - 1's partials are
+merged, so the memory port, not the arithmetic, bounds the engine when G <= H.
 """
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Const, Mux, Array, Cat
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, INTERLEAVE, KvFormat
-from ndpkit_hw.arith.add import ADD_LATENCY, add_datapath
+from ndpkit.arith.blockfloat import PARTIALS
+from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
+from ndpkit_hw.arith.blockfloat import (MERGE_LATENCY, REVISIT, ROOM_AHEAD, MergedState, RowDot, RunningSums,
+                                        merge_states, sum_to_fp32)
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.arith.minmax import minmax_value
 
-__all__ = ["AttentionDatapath"]
+__all__ = ["AttentionDatapath", "lane_shape"]
 
 NEG_INF = 0xFF80_0000
 MAX_GROUP = 16
+MAX_DIM = 128
+ONE = {KvFormat.FP16: 0x3C00, KvFormat.BF16: 0x3F80}
 
 
 def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
-def _widen(df: Dataflow, raw16: Timed, fmt) -> Timed:
-    """fp16 or bf16 (``fmt``, a static signal) to fp32, exactly."""
-    return df.select(df.static(fmt == KvFormat.FP16), df.op("fp16_to_fp32", raw16),
-                     Timed(Cat(Const(0, 16), raw16.value), raw16.time))
-
-
-def _tree(df: Dataflow, values: list) -> list:
-    """The pairwise tree (adjacent pairs, level by level); returns every level."""
-    levels = [values]
-    while len(values) > 1:
-        values = [df.op("add", values[i], values[i + 1]) for i in range(0, len(values), 2)]
-        levels.append(values)
-    return levels
+def lane_shape(data_width: int, lanes: int) -> tuple[int, int]:
+    """(C columns, H units) of ``lanes`` MAC lanes at a ``data_width``-bit port."""
+    if data_width not in (64, 128, 256, 512):
+        raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width}")
+    elements = data_width // 16
+    if lanes < 4 or lanes & (lanes - 1):
+        raise ValueError(f"lanes must be a power of two of at least 4, not {lanes}")
+    columns = min(elements, lanes // 2)
+    units = lanes // 2 // columns
+    if units > MAX_GROUP:
+        raise ValueError(f"{lanes} lanes at {data_width} bits serve {units} query heads at once; "
+                         f"a group has at most {MAX_GROUP}: at most {4 * MAX_GROUP * elements // 2} lanes")
+    if MAX_DIM // 2 // columns < 2:
+        raise ValueError(f"{columns} columns a beat leave a d = 64 row one beat")     # (never at <= 512 bits)
+    return columns, units
 
 
 class _RowBuffer:
@@ -68,19 +77,19 @@ class _RowBuffer:
     one consumer that releases a slot when it has issued its last word."""
 
     def __init__(self, m: Module, name: str, words_in: stream.Interface, rows_words, max_words: int, width: int):
-        self.slots = [[Signal(width, name=f"{name}_row{s}_w{w}", reset_less=True) for w in range(max_words)]
-                      for s in range(2)]
+        mem = Memory(shape=width, depth=2 * max_words, init=[])
+        m.submodules[f"{name}_rows"] = mem
+        wp, self._rp = mem.write_port(), mem.read_port()
         self.full = Signal(2, name=f"{name}_full")
         fill_slot, self.read_slot = Signal(name=f"{name}_fill_slot"), Signal(name=f"{name}_read_slot")
         fill_word = Signal(range(max_words), name=f"{name}_fill_word")
         self.release = Signal(name=f"{name}_release")
+        self._max_words = max_words
         m.d.comb += words_in.ready.eq(~self.full.bit_select(fill_slot, 1))
         set_full = Signal(2, name=f"{name}_set_full")
+        m.d.comb += [wp.addr.eq(Cat(fill_word, fill_slot)), wp.data.eq(words_in.payload),
+                     wp.en.eq(words_in.valid & words_in.ready)]
         with m.If(words_in.valid & words_in.ready):
-            for s in range(2):
-                for w in range(max_words):
-                    with m.If((fill_slot == s) & (fill_word == w)):
-                        m.d.sync += self.slots[s][w].eq(words_in.payload)
             m.d.sync += fill_word.eq(fill_word + 1)
             with m.If(fill_word == rows_words - 1):
                 m.d.sync += [fill_word.eq(0), fill_slot.eq(~fill_slot)]
@@ -92,36 +101,10 @@ class _RowBuffer:
         m.d.sync += self.full.eq((self.full & ~clear) | set_full)
         self.ready = self.full.bit_select(self.read_slot, 1)
 
-    def word(self, index):
-        return Array(Array(s) for s in self.slots)[self.read_slot][index]
-
-
-class _PairStage:
-    """One level of a serial pairwise tree: values arrive one per cycle (with tags);
-    every second one is added to the one before it (``add(first, second)``), the sum
-    leaving ``ADD_LATENCY`` cycles later with the second value's tags."""
-
-    def __init__(self, m: Module, name: str, values: list, valid, tags: list):
-        held = [Signal(32, name=f"{name}_held{i}", reset_less=True) for i in range(len(values))]
-        second = Signal(name=f"{name}_second")
-        with m.If(valid):
-            m.d.sync += second.eq(~second)
-            with m.If(~second):
-                m.d.sync += [h.eq(v) for h, v in zip(held, values)]
-        fire = valid & second
-        self.values = []
-        pipe = None
-        for i, (h, v) in enumerate(zip(held, values)):
-            pipe = Pipeline(m, fire, f"{name}_lane{i}")
-            self.values.append(add_datapath(m, pipe, h, v))
-        self.valid = pipe.valid
-        self.tags = []
-        for t in tags:
-            for stage in range(ADD_LATENCY):
-                nxt = Signal(t.shape(), name=f"{name}_tag_s{stage}", reset_less=True)
-                m.d.sync += nxt.eq(t)
-                t = nxt
-            self.tags.append(t)
+    def read(self, m: Module, index):
+        """The word ``index`` of the slot being read, a cycle later (a memory read)."""
+        m.d.comb += self._rp.addr.eq(Cat(index[:_log2(self._max_words)], self.read_slot))
+        return self._rp.data
 
 
 class AttentionDatapath(wiring.Component):
@@ -129,15 +112,12 @@ class AttentionDatapath(wiring.Component):
     count); ``out``: the output words.  ``head_dim128``, ``group``, the formats and
     ``scale`` are held for a whole command."""
 
-    def __init__(self, *, data_width: int = 512, units: int = 8):
-        if data_width not in (64, 128, 256, 512):
-            raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width}")
-        if units < 1 or units > MAX_GROUP or units & (units - 1):
-            raise ValueError(f"units must be a power of two from 1 to {MAX_GROUP}, not {units}")
-        self.data_width, self.units = data_width, units
-        self.lanes = data_width // 16                      # P
-        self.row_words = 128 // self.lanes                 # R at d = 128 (twice R at d = 64)
-        self.max_passes = MAX_GROUP // units
+    def __init__(self, *, data_width: int = 512, lanes: int = 32):
+        self.columns, self.units = lane_shape(data_width, lanes)
+        self.data_width, self.lanes = data_width, lanes
+        self.elements = data_width // 16                  # P
+        self.row_words = MAX_DIM // self.elements          # R at d = 128 (twice R at d = 64)
+        self.max_passes = MAX_GROUP // self.units
         super().__init__({
             "q": In(stream.Signature(data_width)),
             "k": In(stream.Signature(data_width)),
@@ -155,16 +135,22 @@ class AttentionDatapath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W, P, U, R128, PM = self.data_width, self.lanes, self.units, self.row_words, self.max_passes
-        R64 = R128 // 2
-        u_bits = _log2(U)
-        rows_words = Mux(self.head_dim128, R128, R64)           # R
-        r_shift = Mux(self.head_dim128, _log2(R128), _log2(R64))
+        W, P, C, H, PM = self.data_width, self.elements, self.columns, self.units, self.max_passes
+        R128 = self.row_words
+        S = P // C                                              # beats a word
+        GROUPS = MAX_DIM // C                                   # column groups of a d = 128 row
+        h_bits = _log2(H)
+        rows_words = Mux(self.head_dim128, R128, R128 // 2)     # R
+        row_groups = Mux(self.head_dim128, GROUPS, GROUPS // 2)  # beats a row: d / C
         passes = Signal(range(PM + 1))
-        m.d.comb += passes.eq((self.group + U - 1) >> u_bits)
+        m.d.comb += passes.eq((self.group + H - 1) >> h_bits)
         G = self.group
+        bf16 = self.kv_format == KvFormat.BF16
 
-        # ---- head jobs: one FIFO per side ---------------------------------------------
+        def unit_of(g):
+            return g[:h_bits] if H > 1 else Const(0, 1)
+
+        # ---- head jobs: one queue per side ---------------------------------------------
         k_jobs = fifo.SyncFIFOBuffered(width=32, depth=4)
         v_jobs = fifo.SyncFIFOBuffered(width=32, depth=4)
         m.submodules.k_jobs, m.submodules.v_jobs = k_jobs, v_jobs
@@ -172,90 +158,101 @@ class AttentionDatapath(wiring.Component):
                      k_jobs.w_en.eq(self.head.valid & self.head.ready), k_jobs.w_data.eq(self.head.payload),
                      v_jobs.w_en.eq(self.head.valid & self.head.ready), v_jobs.w_data.eq(self.head.payload)]
 
-        # ---- memories ---------------------------------------------------------------------
-        def memory(name, width, depth, granularity=None):
-            mem = Memory(shape=width, depth=depth, init=[])
+        def memory(name, shape, depth, granularity=None, reads=1):
+            mem = Memory(shape=shape, depth=depth, init=[])
             m.submodules[name] = mem
-            return mem, mem.read_port(), mem.write_port(granularity=granularity)
+            return mem.write_port(granularity=granularity), [mem.read_port() for _ in range(reads)]
 
-        q_mem = [memory(f"q_mem{u}", 32 * P, 2 * PM * R128, granularity=32) for u in range(U)]
-        score_mem = [memory(f"score_mem{u}", 32, 2 * PM * BLOCK) for u in range(U)]
-        op_mem = [memory(f"partial_mem{u}", 32 * P, PM * R128 * INTERLEAVE) for u in range(U)]
-        o_mem = memory("o_mem", 32 * P, MAX_GROUP * R128)
-
-        # ---- q loader: q rows -> q * scale in fp32, into q bank (head parity) ---------------
+        # ---- q loader: one element a cycle, rounded to the KV format, into the head's bank --
         q_full = Signal(2)                 # bank holds a loaded head the score side has not finished
-        q_bank, q_g, q_w, q_half = Signal(), Signal(range(MAX_GROUP)), Signal(range(R128)), Signal()
+        q_bank = Signal()
         q32 = self.q_format == KvFormat.FP32
-        take_q = Signal()
-        m.d.comb += [self.q.ready.eq(~q_full.bit_select(q_bank, 1)), take_q.eq(self.q.valid & self.q.ready)]
-        q_last = (q_g == G - 1) & (q_w == rows_words - 1) & (~q32 | q_half)
-        with m.If(take_q):
-            m.d.sync += q_half.eq(q32 & ~q_half)
-            with m.If(~q32 | q_half):
-                m.d.sync += q_w.eq(q_w + 1)
-                with m.If(q_w == rows_words - 1):
-                    m.d.sync += [q_w.eq(0), q_g.eq(q_g + 1)]
+        per_word = Mux(q32, P // 2, P)
+        q_word = Signal(W)
+        q_held = Signal()                  # a word is being split
+        q_k = Signal(range(P))             # its element being sent
+        q_g, q_i = Signal(range(MAX_GROUP)), Signal(range(MAX_DIM))
+        dim = Mux(self.head_dim128, MAX_DIM, MAX_DIM // 2)
+        m.d.comb += self.q.ready.eq(~q_held & ~q_full.bit_select(q_bank, 1))
+        with m.If(self.q.valid & self.q.ready):
+            m.d.sync += [q_word.eq(self.q.payload), q_held.eq(1), q_k.eq(0)]
+        q_send = Signal()
+        q_last = Signal()
+        m.d.comb += [q_send.eq(q_held), q_last.eq((q_g == G - 1) & (q_i == dim - 1))]
+        with m.If(q_send):
+            m.d.sync += [q_k.eq(q_k + 1), q_i.eq(q_i + 1)]
+            with m.If(q_k == per_word - 1):
+                m.d.sync += q_held.eq(0)
+            with m.If(q_i == dim - 1):
+                m.d.sync += [q_i.eq(0), q_g.eq(q_g + 1)]
             with m.If(q_last):
-                m.d.sync += [q_g.eq(0), q_bank.eq(~q_bank)]
+                m.d.sync += [q_g.eq(0), q_bank.eq(~q_bank), q_held.eq(0)]
         qdf = Dataflow(m, "qload", platform)
-        q_lanes = []
-        for i in range(P):
-            raw16 = qdf.input(self.q.payload[16 * i:16 * (i + 1)])
-            raw32 = qdf.input(self.q.payload.word_select(i % (P // 2), 32))
-            wide = qdf.select(qdf.static(q32), raw32, _widen(qdf, raw16, self.q_format))
-            q_lanes.append(qdf.op("mul", wide, qdf.static(self.scale)))
+        raw32 = qdf.input(q_word.word_select(q_k[:_log2(P // 2)], 32))
+        raw16 = qdf.input(q_word.word_select(q_k, 16))
+        wide16 = qdf.select(qdf.static(self.q_format == KvFormat.BF16), qdf.op("bf16_to_fp32", raw16),
+                            qdf.op("fp16_to_fp32", raw16))
+        wide = qdf.select(qdf.static(q32), raw32, wide16)
+        qk = qdf.select(qdf.static(bf16), qdf.op("fp32_to_bf16", wide), qdf.op("fp32_to_fp16", wide))
         q_time = qdf.latency
-        q_unit = q_g[:u_bits] if U > 1 else Const(0, 1)
-        q_addr = Signal(range(2 * PM * R128))
-        m.d.comb += q_addr.eq(((q_bank * PM + (q_g >> u_bits)) * R128) + q_w)
-        half_mask = Const((1 << (P // 2)) - 1, P)
-        q_mask = Mux(q32, Mux(q_half, half_mask << (P // 2), half_mask), (1 << P) - 1)
-        at_q = {name: qdf.at(qdf.input(v), q_time) for name, v in
-                (("valid", take_q), ("unit", q_unit), ("addr", q_addr), ("mask", q_mask), ("last", take_q & q_last),
-                 ("bank", q_bank))}
-        for u, (_, _, wp) in enumerate(q_mem):
-            m.d.comb += [wp.addr.eq(at_q["addr"]), wp.data.eq(Cat(*[qdf.at(x, q_time) for x in q_lanes])),
-                         wp.en.eq(Mux(at_q["valid"] & (at_q["unit"] == u), at_q["mask"], 0))]
+        q_at = {name: qdf.at(qdf.input(v), q_time) for name, v in
+                (("valid", q_send), ("g", q_g), ("i", q_i), ("bank", q_bank), ("last", q_send & q_last))}
+        q_mem = [memory(f"q_mem{h}", 16 * C, 2 * PM * GROUPS, granularity=16) for h in range(H)]
+        for h, (wp, _) in enumerate(q_mem):
+            m.d.comb += [wp.addr.eq(((q_at["bank"] * PM + (q_at["g"] >> h_bits)) * GROUPS) + (q_at["i"] >> _log2(C))),
+                         wp.data.eq(Cat(*[qdf.at(qk, q_time)[:16] for _ in range(C)])),
+                         wp.en.eq(Mux(q_at["valid"] & (unit_of(q_at["g"]) == h), 1 << q_at["i"][:_log2(C)], 0))]
         q_loaded = Signal(2)
-        m.d.comb += q_loaded.eq(Mux(at_q["last"], 1 << at_q["bank"], 0))
-
-        def in_group(j, u):
-            """Unit u's pass j serves a query head of the group."""
-            return ((j << u_bits) + u) < G
+        m.d.comb += q_loaded.eq(Mux(q_at["last"], 1 << q_at["bank"], 0))
 
         # ---- score banks ------------------------------------------------------------------
-        # per bank: 0 free, 1 the score side fills it, 2 ready for the value side, 3 in use by it
-        FREE, FILLING, READY, DRAINING = 0, 1, 2, 3
-        bank_state = Array(Signal(2, name=f"bank{b}_state") for b in range(2))
+        # per bank: free, the score side fills it, scored, the sweep computes its weights,
+        # weights ready, the value side reads it, merging (the epilogue frees it)
+        FREE, FILLING, SCORED, SWEEPING, READY, STREAMING, MERGING = range(7)
+        bank_state = Array(Signal(3, name=f"bank{b}_state") for b in range(2))
         bank_rows = Array(Signal(range(BLOCK + 1), name=f"bank{b}_rows") for b in range(2))
         bank_first = Array(Signal(name=f"bank{b}_first") for b in range(2))
         bank_last = Array(Signal(name=f"bank{b}_last") for b in range(2))
-        m_new = [[Array(Signal(32, name=f"mnew_u{u}_b{b}_{j}") for j in range(PM)) for b in range(2)] for u in range(U)]
-        corr = [[Array(Signal(32, name=f"corr_u{u}_b{b}_{j}") for j in range(PM)) for b in range(2)] for u in range(U)]
+        # per bank and query head, indexed by Cat(g, bank) (flat: Yosys writes an empty
+        # case for a nested Array's assignment, which Verilog rejects)
+        m_new = Array(Signal(32, name=f"mnew_b{b}_g{g}") for b in range(2) for g in range(MAX_GROUP))
+        m_old = Array(Signal(32, name=f"mold_b{b}_g{g}") for b in range(2) for g in range(MAX_GROUP))
+        corr = Array(Signal(32, name=f"corr_b{b}_g{g}") for b in range(2) for g in range(MAX_GROUP))
+
+        def at_bank(b, g):
+            return Cat(g[:_log2(MAX_GROUP)], b)
 
         # ---- score side ---------------------------------------------------------------------
         k_rows = _RowBuffer(m, "k", self.k, rows_words, R128, W)
         k_active, k_left = Signal(), Signal(32)           # rows of the head still to issue
-        k_row0, k_t, k_b, k_j, k_w = Signal(), Signal(range(BLOCK)), Signal(), Signal(range(PM)), Signal(range(R128))
+        k_row0, k_t, k_b = Signal(), Signal(range(BLOCK)), Signal()
+        k_j, k_w, k_c = Signal(range(PM)), Signal(range(R128)), Signal(range(S))
         k_qbank, k_first_block = Signal(), Signal()
         m.d.comb += k_jobs.r_en.eq(~k_active)
         with m.If(k_jobs.r_rdy & ~k_active):
             m.d.sync += [k_active.eq(k_jobs.r_data != 0), k_left.eq(k_jobs.r_data), k_row0.eq(1), k_t.eq(0),
                          k_first_block.eq(1)]
-        block_start = (k_t == 0) & (k_j == 0) & (k_w == 0)
+        ScoreTag = data.StructLayout({"t": range(BLOCK), "j": range(PM), "b": 1, "block_end": 1, "row0": 1})
+        dots = [RowDot(lanes=C, max_row_beats=GROUPS, tag_width=ScoreTag.size) for _ in range(H)]
+        for h, dot in enumerate(dots):
+            m.submodules[f"row_dot{h}"] = dot
+            m.d.comb += dot.bf16.eq(bf16)
+        block_start = (k_t == 0) & (k_j == 0) & (k_w == 0) & (k_c == 0)
         k_issue = Signal()
-        m.d.comb += k_issue.eq(k_active & k_rows.ready & q_full.bit_select(k_qbank, 1) &
+        m.d.comb += k_issue.eq(k_active & k_rows.ready & q_full.bit_select(k_qbank, 1) & dots[0].room &
                                (~block_start | (bank_state[k_b] == FREE)))
         k_last_row_block = (k_t == BLOCK - 1) | (k_left == 1)
+        row_end = (k_w == rows_words - 1) & (k_c == S - 1)
         q_release = Signal(2)
         with m.If(k_issue):
             with m.If(block_start):
                 m.d.sync += [bank_state[k_b].eq(FILLING), bank_first[k_b].eq(k_first_block),
                              bank_last[k_b].eq(k_left <= BLOCK),
                              bank_rows[k_b].eq(Mux(k_left < BLOCK, k_left, BLOCK))]
-            m.d.sync += k_w.eq(k_w + 1)
-            with m.If(k_w == rows_words - 1):
+            m.d.sync += k_c.eq(k_c + 1)
+            with m.If(k_c == S - 1):
+                m.d.sync += [k_c.eq(0), k_w.eq(k_w + 1)]
+            with m.If(row_end):
                 m.d.sync += [k_w.eq(0), k_j.eq(k_j + 1)]
                 with m.If(k_j == passes - 1):
                     m.d.sync += [k_j.eq(0), k_t.eq(k_t + 1), k_left.eq(k_left - 1), k_row0.eq(0)]
@@ -266,268 +263,343 @@ class AttentionDatapath(wiring.Component):
                         m.d.sync += [k_active.eq(0), k_qbank.eq(~k_qbank)]
                         m.d.comb += q_release.eq(1 << k_qbank)
         m.d.sync += q_full.eq((q_full & ~q_release) | q_loaded)
-
-        kdf = Dataflow(m, "score", platform)
-        k_word = kdf.at(kdf.input(k_rows.word(k_w)), 1)
-        k_lanes = [_widen(kdf, Timed(k_word[16 * i:16 * (i + 1)], 1), self.kv_format) for i in range(P)]
-        k_time = max(x.time for x in k_lanes)
-        tags = {"valid": k_issue, "j": k_j, "w": k_w, "t": k_t, "b": k_b, "row0": k_row0,
-"block_end": k_last_row_block, "first_block": k_first_block,
-                "fire": k_issue & (k_w == rows_words - 1)}
-        k_tag = {name: kdf.input(v) for name, v in tags.items()}
-        q_read_addr = kdf.at(kdf.input((k_qbank * PM + k_j) * R128 + k_w), k_time - 1)
-        for u in range(U):
-            _, rp, _ = q_mem[u]
-            m.d.comb += rp.addr.eq(q_read_addr)
-        score_time = None
-        score_of = []                      # each unit's score (Timed)
-        for u in range(U):
-            qd = q_mem[u][1].data
-            products = [kdf.op("mul", Timed(qd.word_select(i, 32), k_time), k_lanes[i]) for i in range(P)]
-            word_sum = _tree(kdf, products)[-1][0]
-            # the row's word sums, collected; the tree over them fires with the row's last word
-            # (the fire tag is tapped here first: that fixes the delay registers' names, so the
-            # cached Verilator builds stay valid)
-            kdf.at(k_tag["fire"], word_sum.time)
-            w_at = kdf.at(k_tag["w"], word_sum.time)
-            seen = [Signal(32, name=f"row_sum_u{u}_{i}", reset_less=True) for i in range(R128)]
-            with m.If(kdf.at(k_tag["valid"], word_sum.time)):
-                for i in range(R128):
-                    with m.If(w_at == i):
-                        m.d.sync += seen[i].eq(word_sum.value)
-            inputs = [Timed(Mux(w_at == i, word_sum.value, seen[i]), word_sum.time) for i in range(R128)]
-            levels = _tree(kdf, inputs)
-            s = kdf.select(kdf.static(self.head_dim128), levels[-1][0], levels[-2][0])
-            score_of.append(s)
-            score_time = s.time
-        at_s = {name: kdf.at(t, score_time) for name, t in k_tag.items()}
-        s_fire = kdf.at(k_tag["fire"], score_time)
-        bank_done = Signal()
-        m.d.comb += bank_done.eq(s_fire & at_s["block_end"] & (at_s["j"] == passes - 1))
-        with m.If(bank_done):
-            m.d.sync += bank_state[at_s["b"]].eq(READY)
-        m_run = [Array(Signal(32, name=f"mrun_u{u}_{j}") for j in range(PM)) for u in range(U)]
-        m_prev = [Array(Signal(32, name=f"mprev_u{u}_{j}") for j in range(PM)) for u in range(U)]
-        cdf = Dataflow(m, "corr", platform)
-        for u in range(U):
-            s = score_of[u]
-            _, _, wp = score_mem[u]
-            g_valid = in_group(at_s["j"], u)
-            m.d.comb += [wp.addr.eq((at_s["b"] * PM + at_s["j"]) * BLOCK + at_s["t"]), wp.data.eq(s.value),
-                         wp.en.eq(s_fire & g_valid)]
-            current = Mux(at_s["row0"], NEG_INF, m_run[u][at_s["j"]])
+        # the beat a cycle later: the K word and the q columns read from memory
+        k_word = k_rows.read(m, k_w)
+        tag = Signal(ScoreTag)
+        m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block), tag.row0.eq(k_row0)]
+        beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(ScoreTag), Signal(range(S)), Signal()
+        m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end)]
+        for h, dot in enumerate(dots):
+            _, (rp,) = q_mem[h]
+            m.d.comb += rp.addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)
+            slice_ = k_word.word_select(beat_c, 16 * C) if S > 1 else k_word
+            m.d.comb += [dot.i.valid.eq(beat_valid), dot.i.payload.q.eq(rp.data), dot.i.payload.k.eq(slice_),
+                         dot.i.payload.last.eq(beat_last), dot.i.payload.tag.eq(beat_tag)]
+        # scores: s = dot * scale into the bank; the running maximum; the block's end
+        score_rp = []
+        scored = Signal()
+        for h, dot in enumerate(dots):
+            sdf = Dataflow(m, f"scale{h}", platform)
+            s = sdf.op("mul", sdf.input(dot.o.payload.value), sdf.static(self.scale))
+            s_tag = data.View(ScoreTag, sdf.at(sdf.input(dot.o.payload.tag), s.time))
+            s_valid = sdf.at(sdf.input(dot.o.valid), s.time)
+            wp, (rp,) = memory(f"score_mem{h}", 32, 2 * PM * BLOCK)
+            score_rp.append(rp)
+            g_valid = ((s_tag.j << h_bits) + h) < G
+            m.d.comb += [wp.addr.eq((s_tag.b * PM + s_tag.j) * BLOCK + s_tag.t), wp.data.eq(s.value),
+                         wp.en.eq(s_valid & g_valid)]
+            m_run = Array(Signal(32, name=f"mrun_u{h}_{j}") for j in range(PM))
+            m_prev = Array(Signal(32, name=f"mprev_u{h}_{j}") for j in range(PM))
+            current = Mux(s_tag.row0, NEG_INF, m_run[s_tag.j])
             new_max = minmax_value(m, current, s.value, Const(1))
-            with m.If(s_fire):
-                m.d.sync += m_run[u][at_s["j"]].eq(new_max)
-                with m.If(at_s["block_end"]):
-                    m.d.sync += m_prev[u][at_s["j"]].eq(new_max)
-                    for b in range(2):
-                        with m.If(at_s["b"] == b):
-                            m.d.sync += m_new[u][b][at_s["j"]].eq(new_max)
-            # corr = exp(m_prev - m_new) (m_prev = -inf before a head's first block)
-            prev = Mux(at_s["first_block"], NEG_INF, m_prev[u][at_s["j"]])
-            c = cdf.op("exp", cdf.sub(cdf.input(prev), cdf.input(new_max)))
-            c_en = cdf.at(cdf.input(s_fire & at_s["block_end"]), c.time)
-            c_b, c_j = cdf.at(cdf.input(at_s["b"]), c.time), cdf.at(cdf.input(at_s["j"]), c.time)
-            with m.If(c_en):
-                for b in range(2):
-                    with m.If(c_b == b):
-                        m.d.sync += corr[u][b][c_j].eq(c.value)
-        corr_latency = cdf.latency
+            g = Cat(Const(h, h_bits), s_tag.j) if H > 1 else s_tag.j
+            with m.If(s_valid):
+                m.d.sync += m_run[s_tag.j].eq(new_max)
+                with m.If(s_tag.block_end):
+                    m.d.sync += [m_prev[s_tag.j].eq(new_max), m_new[at_bank(s_tag.b, g)].eq(new_max)]
+            # the maximum before this block: -inf for a head's first block
+            with m.If(s_valid & s_tag.block_end):
+                m.d.sync += m_old[at_bank(s_tag.b, g)].eq(Mux(bank_first[s_tag.b], NEG_INF, m_prev[s_tag.j]))
+            if h == 0:
+                m.d.comb += scored.eq(s_valid & s_tag.block_end & (s_tag.j == passes - 1))
+                scored_bank = s_tag.b
+        with m.If(scored):
+            m.d.sync += bank_state[scored_bank].eq(SCORED)
+
+        # ---- softmax sweep: corr and the weights pk of a scored bank ---------------------
+        sw_active, sw_b = Signal(), Signal()
+        sw_g, sw_t = Signal(range(MAX_GROUP)), Signal(range(BLOCK + 1))     # sw_t == 0: corr
+        sw_issue = Signal()
+        with m.If(~sw_active):
+            with m.If(bank_state[sw_b] == SCORED):
+                m.d.sync += [sw_active.eq(1), sw_g.eq(0), sw_t.eq(0), bank_state[sw_b].eq(SWEEPING)]
+        with m.Else():
+            m.d.comb += sw_issue.eq(1)
+            m.d.sync += sw_t.eq(sw_t + 1)
+            with m.If(sw_t == bank_rows[sw_b]):
+                m.d.sync += [sw_t.eq(0), sw_g.eq(sw_g + 1)]
+                with m.If(sw_g == G - 1):
+                    m.d.sync += sw_active.eq(0)
+        for h, rp in enumerate(score_rp):
+            m.d.comb += rp.addr.eq((sw_b * PM + (sw_g >> h_bits)) * BLOCK + (sw_t - 1))
+        xdf = Dataflow(m, "softmax", platform)
+        read_score = Array(rp.data for rp in score_rp)[xdf.at(xdf.input(unit_of(sw_g)), 1)] if H > 1 else \
+            score_rp[0].data
+        is_corr = sw_t == 0
+        arg = Timed(Mux(xdf.at(xdf.input(is_corr), 1), xdf.at(xdf.input(m_old[at_bank(sw_b, sw_g)]), 1), read_score), 1)
+        mn = xdf.at(xdf.input(m_new[at_bank(sw_b, sw_g)]), 1)
+        e = xdf.op("exp", xdf.sub(arg, Timed(mn, 1)))
+        pk = xdf.select(xdf.static(bf16), xdf.op("fp32_to_bf16", e), xdf.op("fp32_to_fp16", e))
+        x_time = xdf.latency
+        x_at = {name: xdf.at(xdf.input(v), x_time) for name, v in
+                (("valid", sw_issue), ("corr", is_corr), ("g", sw_g), ("t", sw_t - 1), ("b", sw_b),
+                 ("end", sw_issue & (sw_t == bank_rows[sw_b]) & (sw_g == G - 1)))}
+        pk_mem = [memory(f"pk_mem{h}", 16, 2 * PM * BLOCK) for h in range(H)]
+        for h, (wp, _) in enumerate(pk_mem):
+            m.d.comb += [wp.addr.eq((x_at["b"] * PM + (x_at["g"] >> h_bits)) * BLOCK + x_at["t"]),
+                         wp.data.eq(xdf.at(pk, x_time)[:16]),
+                         wp.en.eq(x_at["valid"] & ~x_at["corr"] & (unit_of(x_at["g"]) == h))]
+        corr_we, corr_value = Signal(name="corr_we"), Signal(32, name="corr_value")
+        corr_at = Signal(5, name="corr_at")
+        m.d.comb += [corr_we.eq(x_at["valid"] & x_at["corr"]), corr_value.eq(xdf.at(e, x_time)),
+                     corr_at.eq(at_bank(x_at["b"], x_at["g"]))]
+        with m.If(corr_we):
+            m.d.sync += corr[corr_at].eq(corr_value)
+        with m.If(x_at["end"]):
+            m.d.sync += bank_state[x_at["b"]].eq(READY)
+        with m.If(sw_issue & (sw_t == bank_rows[sw_b]) & (sw_g == G - 1)):
+            m.d.sync += sw_b.eq(~sw_b)
 
         # ---- value side ---------------------------------------------------------------------
         v_rows = _RowBuffer(m, "v", self.v, rows_words, R128, W)
-        v_t, v_b, v_j, v_w = Signal(range(BLOCK)), Signal(), Signal(range(PM)), Signal(range(R128))
-        v_first, v_last = Signal(), Signal()             # the block being consumed: a head's first / last
-        v_corr = Array(Signal(32, name=f"vcorr{g}") for g in range(MAX_GROUP))
-        vdf = Dataflow(m, "value", platform)
+        v_t, v_b = Signal(range(BLOCK)), Signal()
+        v_j, v_w, v_c = Signal(range(PM)), Signal(range(R128)), Signal(range(S))
         v_issue = Signal()
-        v_block_end = (v_t == bank_rows[v_b] - 1) & (v_j == passes - 1) & (v_w == rows_words - 1)
-        v_tags = {"valid": v_issue, "j": v_j, "w": v_w, "r": v_t[:3], "b": v_b}
-        v_tag = {name: vdf.input(v) for name, v in v_tags.items()}
-        v_word = vdf.input(v_rows.word(v_w))
-        v_lanes = [_widen(vdf, Timed(v_word.value[16 * i:16 * (i + 1)], 0), self.kv_format) for i in range(P)]
-        for u in range(U):
-            _, rp, _ = score_mem[u]
-            m.d.comb += rp.addr.eq((v_b * PM + v_j) * BLOCK + v_t)
-        p_of = []
-        for u in range(U):
-            s = Timed(score_mem[u][1].data, 1)
-            mn = vdf.at(vdf.input(Array(m_new[u][b] for b in range(2))[v_b][v_j]), 1)
-            p_of.append(vdf.op("exp", vdf.sub(s, Timed(mn, 1))))
-        p_time = p_of[0].time
-        # the partial memories: the value side's read-modify-write, or the epilogue's read-and-zero
-        partial_read_addr = vdf.at(vdf.input((v_j * R128 + v_w) * INTERLEAVE + v_t[:3]), p_time - 1)
-        lp = [[Array(Signal(32, name=f"lp_u{u}_{j}_{r}") for r in range(INTERLEAVE)) for j in range(PM)] for u in range(U)]
-        lp_of = [Array(lp[u]) for u in range(U)]
-        updates = []
-        for u in range(U):
-            partial = Timed(op_mem[u][1].data, p_time)
-            acc = [vdf.op("fma", p_of[u], v_lanes[i], Timed(partial.value.word_select(i, 32), p_time))
-                   for i in range(P)]
-            at_p = {k: vdf.at(t, p_time) for k, t in v_tag.items()}
-            lp_sum = vdf.op("add", p_of[u], Timed(lp_of[u][at_p["j"]][at_p["r"]], p_time))
-            updates.append((acc, lp_sum))
-        fma_time = updates[0][0][0].time
-        lp_time = updates[0][1].time
-        at_f = {k: vdf.at(t, fma_time) for k, t in v_tag.items()}
-        at_l = {k: vdf.at(t, lp_time) for k, t in v_tag.items()}
-        partial_write_addr = vdf.at(vdf.input((v_j * R128 + v_w) * INTERLEAVE + v_t[:3]), fma_time)
-        drain = fma_time + 2
-
-        # ---- epilogue: combine a block's partials, then divide after a head's last block ----
-        c_g, c_w, c_r = Signal(range(MAX_GROUP)), Signal(range(R128)), Signal(range(INTERLEAVE))
-        combining = Signal()
-        c_unit = c_g[:u_bits] if U > 1 else Const(0, 1)
-        c_addr = ((c_g >> u_bits) * R128 + c_w) * INTERLEAVE + c_r
-        for u in range(U):
-            _, rp, wp = op_mem[u]
-            acc, _ = updates[u]
-            m.d.comb += [rp.addr.eq(Mux(combining, c_addr, partial_read_addr)),
-                         wp.addr.eq(Mux(combining, c_addr, partial_write_addr)),
-                         wp.data.eq(Mux(combining, 0, Cat(*[a.value for a in acc]))),
-                         wp.en.eq(Mux(combining, c_unit == u, at_f["valid"] & in_group(at_f["j"], u)))]
-            _, lp_sum = updates[u]
-            # (partials of heads beyond the group stay +0, ready for a later command's larger G)
-            with m.If(at_l["valid"] & (at_l["w"] == 0) & in_group(at_l["j"], u)):
-                for j in range(PM):
-                    for r in range(INTERLEAVE):
-                        with m.If((at_l["j"] == j) & (at_l["r"] == r)):
-                            m.d.sync += lp[u][j][r].eq(lp_sum.value)
-        c_lp = Signal(32)
-        m.d.comb += c_lp.eq(Array(lp_of[u] for u in range(U))[c_unit][c_g >> u_bits][c_r])
-        with m.If(combining & (c_w == 0)):
-            for u in range(U):
-                for j in range(PM):
-                    for r in range(INTERLEAVE):
-                        with m.If((c_unit == u) & ((c_g >> u_bits) == j) & (c_r == r)):
-                            m.d.sync += lp[u][j][r].eq(0)
-        # one cycle later: the partial from its unit's memory, the lp alongside
-        e_valid, e_unit, e_g, e_w, e_lp = Signal(), Signal(max(1, u_bits)), Signal(range(MAX_GROUP)), \
-            Signal(range(R128)), Signal(32)
-        m.d.sync += [e_valid.eq(combining), e_unit.eq(c_unit), e_g.eq(c_g), e_w.eq(c_w), e_lp.eq(c_lp)]
-        e_values = [Array(op_mem[u][1].data for u in range(U))[e_unit].word_select(i, 32) for i in range(P)] + [e_lp]
-        stage = (e_values, e_valid, [e_g, e_w])
-        for level in range(_log2(INTERLEAVE)):
-            ps = _PairStage(m, f"combine{level}", stage[0], stage[1], stage[2])
-            stage = (ps.values, ps.valid, ps.tags)
-        t_values, t_valid, (t_g, t_w) = stage
-        # o = fma(o, corr, tree), l = fma(l, corr, tree(lp)); +0 before a head's first block
-        o_rp, o_wp = o_mem[1], o_mem[2]
-        f_g, f_w = Signal(range(MAX_GROUP)), Signal(range(R128))
-        finishing = Signal()
-        m.d.comb += o_rp.addr.eq(Mux(finishing, f_g * R128 + f_w, t_g * R128 + t_w))
-        edf = Dataflow(m, "combine", platform)
-        first = edf.static(v_first)
-        cr = edf.at(edf.input(v_corr[t_g]), 1)
-        l_reg = Array(Signal(32, name=f"l{g}") for g in range(MAX_GROUP))
-        zero = Const(0, 32)
-        o_old = [Timed(o_rp.data.word_select(i, 32), 1) for i in range(P)]
-        tv = [edf.at(edf.input(v), 1) for v in t_values]
-        new_o = [edf.op("fma", edf.select(first, edf.static(zero), o_old[i]), Timed(cr, 1), Timed(tv[i], 1))
-                 for i in range(P)]
-        new_l = edf.op("fma", edf.select(first, edf.static(zero), Timed(edf.at(edf.input(l_reg[t_g]), 1), 1)), Timed(cr, 1),
-                       Timed(tv[P], 1))
-        o_time = new_o[0].time
-        o_en, o_g, o_w = (edf.at(edf.input(x), o_time) for x in (t_valid, t_g, t_w))
-        m.d.comb += [o_wp.addr.eq(o_g * R128 + o_w), o_wp.data.eq(Cat(*[x.value for x in new_o])), o_wp.en.eq(o_en)]
-        with m.If(o_en & (o_w == 0)):
-            m.d.sync += l_reg[o_g].eq(edf.at(new_l, o_time))
-        combine_drain = 1 + _log2(INTERLEAVE) * ADD_LATENCY + o_time + 2
-
-        # final: out = o / l, narrowed, into the output FIFO (credits keep it from overflowing)
-        fdf = Dataflow(m, "final", platform)
-        f_issue = Signal()
-        f_o = [Timed(o_rp.data.word_select(i, 32), 1) for i in range(P)]
-        f_l = fdf.at(fdf.input(l_reg[f_g]), 1)
-        results = []
-        for i in range(P):
-            x = fdf.op("div", f_o[i], Timed(f_l, 1))
-            narrow = fdf.select(fdf.static(self.out_format == KvFormat.BF16), fdf.op("fp32_to_bf16", x),
-                                fdf.op("fp32_to_fp16", x))
-            results.append((x, narrow))
-        f_time = fdf.latency
-        out32 = self.out_format == KvFormat.FP32
-        packed = Mux(out32, Cat(*[fdf.at(x, f_time) for x, _ in results]),
-                     Cat(*[fdf.at(n, f_time)[:16] for _, n in results]))
-        out_depth = 1 << (f_time + 8).bit_length()
-        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=2 * W, depth=out_depth)
-        f_valid = fdf.at(fdf.input(f_issue), f_time)
-        m.d.comb += [out_fifo.w_data.eq(packed), out_fifo.w_en.eq(f_valid)]
-        in_flight = Signal(range(out_depth + 1))
-        popped = out_fifo.r_en & out_fifo.r_rdy
-        m.d.sync += in_flight.eq(in_flight + f_issue - popped)
-        out_high = Signal()
-        m.d.comb += [self.out.valid.eq(out_fifo.r_rdy),
-                     self.out.payload.eq(Mux(out_high, out_fifo.r_data[W:], out_fifo.r_data[:W])),
-                     out_fifo.r_en.eq(self.out.ready & (~out32 | out_high))]
-        with m.If(self.out.valid & self.out.ready & out32):
-            m.d.sync += out_high.eq(~out_high)
-
-        # ---- the value side's sequence ------------------------------------------------------
-        wait = Signal(range(max(drain, combine_drain, corr_latency) + 2))
+        sums = [RunningSums(lanes=C + 1, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length()) for _ in range(H)]
+        for h, unit in enumerate(sums):
+            m.submodules[f"running_sums{h}"] = unit
+            m.d.comb += unit.bf16.eq(bf16)
+        ends = fifo.SyncFIFOBuffered(width=3 + 8, depth=4)          # blocks for the epilogue
+        m.submodules.block_ends = ends
+        v_row_end = (v_w == rows_words - 1) & (v_c == S - 1)
+        v_block_end = v_row_end & (v_j == passes - 1) & (v_t == bank_rows[v_b] - 1)
+        drain = Signal(range(REVISIT + 8))
         m.d.comb += v_jobs.r_en.eq(0)
         with m.FSM(name="value_side") as value_fsm:
             with m.State("IDLE"):
                 with m.If(v_jobs.r_rdy):
                     m.d.comb += v_jobs.r_en.eq(1)
-                    m.d.sync += [v_t.eq(0), v_j.eq(0), v_w.eq(0)]
+                    m.d.sync += [v_t.eq(0), v_j.eq(0), v_w.eq(0), v_c.eq(0)]
                     with m.If(v_jobs.r_data != 0):
                         m.next = "WAIT_BANK"
             with m.State("WAIT_BANK"):
                 with m.If(bank_state[v_b] == READY):
-                    m.d.sync += [bank_state[v_b].eq(DRAINING), v_first.eq(bank_first[v_b]),
-                                 v_last.eq(bank_last[v_b])]
+                    m.d.sync += bank_state[v_b].eq(STREAMING)
                     m.next = "STREAM"
             with m.State("STREAM"):
                 m.d.comb += v_issue.eq(v_rows.ready)
                 with m.If(v_issue):
-                    m.d.sync += v_w.eq(v_w + 1)
-                    with m.If(v_w == rows_words - 1):
+                    m.d.sync += v_c.eq(v_c + 1)
+                    with m.If(v_c == S - 1):
+                        m.d.sync += [v_c.eq(0), v_w.eq(v_w + 1)]
+                    with m.If(v_row_end):
                         m.d.sync += [v_w.eq(0), v_j.eq(v_j + 1)]
                         with m.If(v_j == passes - 1):
                             m.d.sync += [v_j.eq(0), v_t.eq(v_t + 1)]
                             m.d.comb += v_rows.release.eq(1)
                     with m.If(v_block_end):
-                        m.d.sync += [v_t.eq(0), wait.eq(max(drain, corr_latency + 1))]
+                        m.d.sync += [v_t.eq(0), drain.eq(REVISIT + 4)]
                         m.next = "DRAIN"
             with m.State("DRAIN"):
-                m.d.sync += wait.eq(wait - 1)
-                with m.If(wait == 0):
-                    # the block's corr values are in the bank by now: keep them, free the bank
-                    for g in range(MAX_GROUP):
-                        m.d.sync += v_corr[g].eq(Array(corr[u][b] for u in range(U) for b in range(2))
-                                                 [(g % U) * 2 + v_b][g // U])
-                    m.d.sync += [bank_state[v_b].eq(FREE), v_b.eq(~v_b), c_g.eq(0), c_w.eq(0), c_r.eq(0)]
-                    m.next = "COMBINE"
-            with m.State("COMBINE"):
-                m.d.comb += combining.eq(1)
-                m.d.sync += c_r.eq(c_r + 1)
-                with m.If(c_r == INTERLEAVE - 1):
-                    m.d.sync += c_w.eq(c_w + 1)
-                    with m.If(c_w == rows_words - 1):
-                        m.d.sync += [c_w.eq(0), c_g.eq(c_g + 1)]
-                        with m.If(c_g == G - 1):
-                            m.d.sync += wait.eq(combine_drain)
-                            m.next = "COMBINE_DRAIN"
-            with m.State("COMBINE_DRAIN"):
-                m.d.sync += wait.eq(wait - 1)
-                with m.If(wait == 0):
-                    m.d.sync += [f_g.eq(0), f_w.eq(0)]
-                    with m.If(v_last):
-                        m.next = "FINAL"
+                # the block's last updates land before the epilogue reads the sums
+                m.d.sync += drain.eq(drain - 1)
+                with m.If((drain == 0) & ends.w_rdy):
+                    m.d.comb += [ends.w_en.eq(1),
+                                 ends.w_data.eq(Cat(v_b, bank_first[v_b], bank_last[v_b], bank_rows[v_b]))]
+                    m.d.sync += [bank_state[v_b].eq(MERGING), v_b.eq(~v_b)]
+                    with m.If(bank_last[v_b]):
+                        m.next = "IDLE"
                     with m.Else():
                         m.next = "WAIT_BANK"
+        # the beat a cycle later: the V word and each unit's weight read from memory
+        v_word = v_rows.read(m, v_w)
+        Beat = data.StructLayout({"c": range(S), "slot": range(PM * GROUPS * PARTIALS), "b": 1, "fresh": 1,
+                                  "first_group": 1, "j": range(PM)})
+        vb = Signal(Beat)
+        vb_valid = Signal()
+        m.d.sync += [vb_valid.eq(v_issue), vb.c.eq(v_c), vb.b.eq(v_b), vb.fresh.eq(v_t < PARTIALS),
+                     vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j),
+                     vb.slot.eq(((v_j * GROUPS + v_w * S + v_c) << _log2(PARTIALS)) + v_t[:_log2(PARTIALS)])]
+        one = Mux(bf16, ONE[KvFormat.BF16], ONE[KvFormat.FP16])
+        for h, unit in enumerate(sums):
+            _, (rp,) = pk_mem[h]
+            m.d.comb += rp.addr.eq((v_b * PM + v_j) * BLOCK + v_t)
+            slice_ = v_word.word_select(vb.c, 16 * C) if S > 1 else v_word
+            m.d.comb += [unit.i.valid.eq(vb_valid & (((vb.j << h_bits) + h) < G)),
+                         unit.i.payload.p.eq(rp.data),
+                         unit.i.payload.v.eq(Cat(slice_, Mux(vb.first_group, one, 0)[:16])),
+                         unit.i.payload.slot.eq(vb.slot), unit.i.payload.bank.eq(vb.b),
+                         unit.i.payload.fresh.eq(vb.fresh)]
+
+        # ---- epilogue: merge a block's partials, fold them into o and l -----------------------
+        job = Signal(data.StructLayout({"b": 1, "first": 1, "last": 1, "rows": 8}))
+        m.d.comb += job.as_value().eq(ends.r_data)
+        e_g, e_grp, e_r, e_lane = Signal(range(MAX_GROUP)), Signal(range(GROUPS)), Signal(range(PARTIALS + 1)), \
+            Signal(range(C + 2))
+        lanes_here = Signal(range(C + 2))
+        m.d.comb += lanes_here.eq(Mux(e_grp == 0, C + 1, C))         # the denominator lane with group 0
+        partials_here = Signal(range(PARTIALS + 1))
+        m.d.comb += partials_here.eq(Mux(job.rows < PARTIALS, job.rows, PARTIALS))
+        e_unit = unit_of(e_g)
+        flush = Signal()
+        for h, unit in enumerate(sums):
+            m.d.comb += [unit.flush.valid.eq(flush & (e_unit == h)),
+                         unit.flush.payload.slot.eq((((e_g >> h_bits) * GROUPS + e_grp) << _log2(PARTIALS)) + e_r),
+                         unit.flush.payload.bank.eq(job.b)]
+        flushed_valid = Cat(*[unit.state.valid for unit in sums]).any()       # one unit flushes at a time
+        flushed = data.View(sums[0].state.payload.shape(),
+                            Array(unit.state.payload.as_value() for unit in sums)[e_unit])
+        acc = [Signal(MergedState, name=f"acc{i}") for i in range(C + 1)]
+        part = [Signal(MergedState, name=f"part{i}") for i in range(C + 1)]
+        take_first, take_part = Signal(), Signal()
+        with m.If(flushed_valid):
+            for i in range(C + 1):
+                src = flushed[i]
+                value = Signal(MergedState, name=f"flushed{i}")
+                m.d.comb += [value.sum.eq(src.sum), value.exp.eq(src.exp), value.pos_inf.eq(src.pos_inf),
+                             value.neg_inf.eq(src.neg_inf), value.nan.eq(src.nan)]
+                with m.If(take_first):
+                    m.d.sync += acc[i].eq(value)
+                with m.If(take_part):
+                    m.d.sync += part[i].eq(value)
+        # the serial merge: lane by lane, acc = merge(acc, part)
+        merge_issue = Signal()
+        mpipe = Pipeline(m, merge_issue, "merge")
+        acc_a, part_a = Array(acc), Array(part)
+        merged, (merged_lane,) = merge_states(m, mpipe, acc_a[e_lane], part_a[e_lane], carry=(e_lane,))
+        with m.If(mpipe.valid):
+            for i in range(C + 1):
+                with m.If(merged_lane == i):
+                    m.d.sync += acc[i].eq(merged)
+        # rounding and folding: lane by lane, value = round(acc); o/l = fma(o/l, corr, value)
+        fold_issue = Signal()
+        rpipe = Pipeline(m, fold_issue, "fold_round")
+        chosen = acc_a[e_lane]
+        out_of = Cat(e_g, e_grp, e_lane)
+        value, (fold_tag,) = sum_to_fp32(m, rpipe, chosen.sum, chosen.exp, chosen.nan, chosen.pos_inf,
+                                         chosen.neg_inf, carry=(out_of,))
+        f_g = fold_tag[:len(e_g)]
+        f_grp = fold_tag[len(e_g):len(e_g) + len(e_grp)]
+        f_lane = fold_tag[len(e_g) + len(e_grp):]
+        o_wp, (o_rp,) = memory("o_mem", 32, MAX_GROUP * MAX_DIM)
+        l_reg = Array(Signal(32, name=f"l{g}") for g in range(MAX_GROUP))
+        final_g, final_i = Signal(range(MAX_GROUP)), Signal(range(MAX_DIM))
+        finishing = Signal()
+        is_l = f_lane == C
+        element = Cat(f_lane[:_log2(C)], f_grp)                   # grp * C + lane
+        m.d.comb += o_rp.addr.eq(Mux(finishing, final_g * MAX_DIM + final_i, f_g * MAX_DIM + element))
+        fdf = Dataflow(m, "fold", platform)
+        fold_valid = rpipe.valid
+        first = fdf.static(job.first)
+        old = Timed(Mux(fdf.at(fdf.input(is_l), 1), fdf.at(fdf.input(l_reg[f_g]), 1), o_rp.data), 1)
+        c_val = fdf.at(fdf.input(corr[at_bank(job.b, f_g)]), 1)
+        folded = fdf.op("fma", fdf.select(first, fdf.static(Const(0, 32)), old), Timed(c_val, 1),
+                        Timed(fdf.at(fdf.input(value), 1), 1))
+        fold_time = folded.time
+        fo = {name: fdf.at(fdf.input(v), fold_time) for name, v in
+              (("valid", fold_valid), ("l", is_l), ("g", f_g), ("element", element))}
+        m.d.comb += [o_wp.addr.eq(fo["g"] * MAX_DIM + fo["element"]), o_wp.data.eq(folded.value),
+                     o_wp.en.eq(fo["valid"] & ~fo["l"])]
+        with m.If(fo["valid"] & fo["l"]):
+            m.d.sync += l_reg[fo["g"]].eq(folded.value)
+        fold_drain = rpipe.depth + fold_time + 2
+
+        # the final division: out = o / l, narrowed, packed into words
+        final_issue = Signal()
+        ddf = Dataflow(m, "final", platform)
+        quotient = ddf.op("div", Timed(o_rp.data, 1), Timed(ddf.at(ddf.input(l_reg[final_g]), 1), 1))
+        narrow = ddf.select(ddf.static(self.out_format == KvFormat.BF16), ddf.op("fp32_to_bf16", quotient),
+                            ddf.op("fp32_to_fp16", quotient))
+        d_time = ddf.latency
+        d_valid = ddf.at(ddf.input(final_issue), d_time)
+        out32 = self.out_format == KvFormat.FP32
+        result = Mux(out32, ddf.at(quotient, d_time), ddf.at(narrow, d_time)[:16])
+        out_per_word = Mux(out32, P // 2, P)
+        pack = Signal(W)
+        pack_n = Signal(range(P + 1))
+        out_depth = 16
+        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=W, depth=out_depth)
+        packed_word = Mux(out32, Cat(pack[32:], result), Cat(pack[16:], result[:16]))
+        m.d.comb += [out_fifo.w_data.eq(packed_word), self.out.valid.eq(out_fifo.r_rdy),
+                     self.out.payload.eq(out_fifo.r_data), out_fifo.r_en.eq(self.out.ready)]
+        with m.If(d_valid):
+            m.d.sync += [pack.eq(packed_word), pack_n.eq(pack_n + 1)]
+            with m.If(pack_n == out_per_word - 1):
+                m.d.sync += pack_n.eq(0)
+                m.d.comb += out_fifo.w_en.eq(1)
+        # elements in flight: never more than the queue's room holds
+        in_flight = Signal(range(64 + P))
+        m.d.sync += in_flight.eq(in_flight + final_issue - d_valid)
+        words_ahead = Mux(out32, (in_flight + P // 2) >> _log2(P // 2), (in_flight + P) >> _log2(P))
+        room = out_fifo.level + words_ahead + 1 < out_depth
+
+        # ---- the epilogue's sequence -----------------------------------------------------------
+        wait = Signal(range(64))
+        m.d.comb += ends.r_en.eq(0)
+        with m.FSM(name="epilogue") as epilogue:
+            with m.State("IDLE"):
+                with m.If(ends.r_rdy):
+                    m.d.sync += [e_g.eq(0), e_grp.eq(0), e_r.eq(0)]
+                    m.next = "FLUSH_FIRST"
+            with m.State("FLUSH_FIRST"):
+                m.d.comb += [flush.eq(1)]
+                m.d.sync += [wait.eq(2), e_r.eq(1)]
+                m.next = "TAKE_FIRST"
+            with m.State("TAKE_FIRST"):
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 1):
+                    m.d.comb += take_first.eq(1)
+                with m.If(wait == 1):
+                    with m.If(e_r == partials_here):
+                        m.d.sync += e_lane.eq(0)
+                        m.next = "FOLD"
+                    with m.Else():
+                        m.next = "FLUSH_PART"
+            with m.State("FLUSH_PART"):
+                m.d.comb += flush.eq(1)
+                m.d.sync += wait.eq(2)
+                m.next = "TAKE_PART"
+            with m.State("TAKE_PART"):
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 1):
+                    m.d.comb += take_part.eq(1)
+                    m.d.sync += e_lane.eq(0)
+                    m.next = "MERGE"
+            with m.State("MERGE"):
+                m.d.comb += merge_issue.eq(1)
+                m.d.sync += e_lane.eq(e_lane + 1)
+                with m.If(e_lane == lanes_here - 1):
+                    m.d.sync += [e_r.eq(e_r + 1), wait.eq(MERGE_LATENCY + 1)]
+                    m.next = "MERGE_DRAIN"
+            with m.State("MERGE_DRAIN"):
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    with m.If(e_r == partials_here):
+                        m.d.sync += e_lane.eq(0)
+                        m.next = "FOLD"
+                    with m.Else():
+                        m.next = "FLUSH_PART"
+            with m.State("FOLD"):
+                m.d.comb += fold_issue.eq(1)
+                m.d.sync += e_lane.eq(e_lane + 1)
+                with m.If(e_lane == lanes_here - 1):
+                    m.d.sync += [e_r.eq(0), e_grp.eq(e_grp + 1)]
+                    m.next = "FLUSH_FIRST"
+                    with m.If(e_grp == row_groups - 1):
+                        m.d.sync += [e_grp.eq(0), e_g.eq(e_g + 1)]
+                        with m.If(e_g == G - 1):
+                            m.d.sync += wait.eq(fold_drain)
+                            m.next = "FOLD_DRAIN"
+            with m.State("FOLD_DRAIN"):
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    m.d.comb += ends.r_en.eq(1)
+                    m.d.sync += [bank_state[job.b].eq(FREE), final_g.eq(0), final_i.eq(0)]
+                    with m.If(job.last):
+                        m.next = "FINAL"
+                    with m.Else():
+                        m.next = "IDLE"
             with m.State("FINAL"):
-                m.d.comb += [finishing.eq(1), f_issue.eq(in_flight < out_depth - 1)]
-                with m.If(f_issue):
-                    m.d.sync += f_w.eq(f_w + 1)
-                    with m.If(f_w == rows_words - 1):
-                        m.d.sync += [f_w.eq(0), f_g.eq(f_g + 1)]
-                        with m.If(f_g == G - 1):
+                m.d.comb += [finishing.eq(1), final_issue.eq(room)]
+                with m.If(room):
+                    m.d.sync += final_i.eq(final_i + 1)
+                    with m.If(final_i == dim - 1):
+                        m.d.sync += [final_i.eq(0), final_g.eq(final_g + 1)]
+                        with m.If(final_g == G - 1):
                             m.next = "IDLE"
         idle = Signal()
         m.d.comb += idle.eq(~k_active & ~k_jobs.r_rdy & ~v_jobs.r_rdy & value_fsm.ongoing("IDLE") &
-                            (in_flight == 0) & (q_full == 0))
+                            epilogue.ongoing("IDLE") & ~ends.r_rdy & (in_flight == 0) & (q_full == 0) &
+                            ~out_fifo.r_rdy & ~sw_active & ~q_held)
         m.d.comb += self.idle.eq(idle)
         return m

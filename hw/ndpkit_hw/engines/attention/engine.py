@@ -60,10 +60,10 @@ class _Issuer:
 
 class AttentionEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
-                 max_outstanding: int = 8, units: int = 8):
+                 max_outstanding: int = 8, lanes: int = 32):
         super().__init__(ATTENTION, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
                          max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8)
-        self.datapath = AttentionDatapath(data_width=data_width, units=units)
+        self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes)
 
     def elaborate(self, platform):
         m = Module()

@@ -21,10 +21,11 @@ else is binary32 with round-to-nearest-even (:mod:`ndpkit.arith.fp`):
      engine's exp unit (``ndpkit.arith.exp.exp``);
    - ``p[t] = exp(sub(s[t], m_new))``, rounded to the KV format: ``pk[t]``;
    - running sums (``blockfloat.accumulate``) of the exact products ``pk[t] * V[t][i]``
-     and of ``pk[t]`` itself, split :data:`~ndpkit.arith.blockfloat.PARTIALS` (4) ways:
-     token ``j`` of the block (``j`` = 0, 1, ...) goes to partial ``j % 4``, in token
-     order; the partials merged ``merge(merge(s0, s1), merge(s2, s3))`` and rounded once:
-     ``ob[i]``, ``lb``;
+     and ``pk[t] * 1`` (the datapath's one extra lane), split
+     :data:`~ndpkit.arith.blockfloat.PARTIALS` (4) ways: token ``j`` of the block
+     (``j`` = 0, 1, ...) goes to partial ``j % 4``, in token order; the partials merged
+     in order, ``merge(merge(merge(s0, s1), s2), s3)``, and rounded once: ``ob[i]``,
+     ``lb``;
    - ``l = fma(l, corr, lb)``, ``o[i] = fma(o[i], corr, ob[i])`` (``l`` and ``o``
      start at +0).
 4. **Output.** ``out[i] = div(o[i], l)``, then narrowed to the output format (fp32,
@@ -79,10 +80,12 @@ def narrow(u, fmt: KvFormat) -> np.ndarray:
 
 
 def _sums_fp32(partials):
-    """The block's partial running sums, merged pairwise and rounded once."""
-    while len(partials) > 1:
-        partials = [blockfloat.merge(partials[i], partials[i + 1]) for i in range(0, len(partials), 2)]
-    return blockfloat.sum_fp32(partials[0])
+    """The block's partial running sums, merged in order (((s0, s1), s2), s3) and
+    rounded once."""
+    total = partials[0]
+    for part in partials[1:]:
+        total = blockfloat.merge(total, part)
+    return blockfloat.sum_fp32(total)
 
 
 def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int = BLOCK) -> np.ndarray:
@@ -104,6 +107,7 @@ def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int =
                                    blockfloat.decompose(k, kv_format))                    # (G, L, d)
     scores = fp.mul(blockfloat.sum_fp32(blockfloat.aligned_dot(products)), fp.bits(np.float32(scale)))
     values = blockfloat.decompose(v, kv_format)
+    one = blockfloat.decompose(np.uint16(0x3C00 if kv_format == KvFormat.FP16 else 0x3F80), kv_format)
     m = np.full(groups, NEG_INF, dtype=np.uint32)
     l = np.zeros(groups, dtype=np.uint32)
     o = np.zeros((groups, d), dtype=np.uint32)
@@ -122,7 +126,7 @@ def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int =
             weight = tuple(x[:, j] for x in pk)
             o_parts[r] = blockfloat.accumulate(o_parts[r], blockfloat.multiply(
                 tuple(x[:, None] for x in weight), tuple(x[start + j][None, :] for x in values)))
-            l_parts[r] = blockfloat.accumulate(l_parts[r], weight)
+            l_parts[r] = blockfloat.accumulate(l_parts[r], blockfloat.multiply(weight, one))
         l = fp.fma(l, corr, _sums_fp32(l_parts))
         o = fp.fma(o, corr[:, None], _sums_fp32(o_parts))
         m = m_new
