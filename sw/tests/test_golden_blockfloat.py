@@ -184,3 +184,29 @@ def test_merge_against_rationals(fmt):
         want = _floor_on_grid(Fraction(Sa) * Fraction(2) ** (Ea - bf.GUARD), unit) + \
             _floor_on_grid(Fraction(Sb) * Fraction(2) ** (Eb - bf.GUARD), unit)
         assert S[i] == want
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, (1 << 32) - 1))
+def test_tf32_rounding_and_decomposition_are_exact(u):
+    """to_tf32 rounds like the rational encoder with 8 exponent and 10 fraction bits;
+    decompose(TF32) gives back exactly the value."""
+    x = decode_bits(u, 8, 23)
+    got = int(bf.to_tf32(np.uint32(u)))
+    if x == "nan":
+        assert got == 0x7FC00000
+        return
+    if isinstance(x, tuple) and x[0] == "inf":
+        assert got == u
+        return
+    value = 0 if isinstance(x, tuple) else x
+    sign = (u >> 31) if isinstance(x, tuple) else 0
+    assert got == encode(value, 8, 10, zero_sign=sign) << 13
+    t, e, special = bf.decompose(np.uint32(got), bf.TF32)
+    rounded = decode_bits(got >> 13, 8, 10)
+    if isinstance(rounded, tuple):
+        assert (rounded[0] == "inf") == (special != bf.FINITE)
+        if rounded[0] == "zero":
+            assert t == 0
+    else:
+        assert special == bf.FINITE and _value(t, e) == rounded

@@ -41,6 +41,14 @@ def _operands(nprng, fmt, shape):
     return ((s << 15) | (x << frac_bits) | f).astype(np.uint16)
 
 
+def _tf32(nprng, shape):
+    """TF32 weights as binary32 patterns: bf16-like patterns of every range (subnormals,
+    zeros, rare infinities and NaNs) with three more fraction bits."""
+    b = _operands(nprng, KvFormat.BF16, shape).astype(np.uint32)
+    special = (b & 0x7F80) == 0x7F80
+    return (b << 16) | np.where(special, 0, nprng.integers(0, 8, shape) << 13).astype(np.uint32)
+
+
 @pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
 @pytest.mark.parametrize("lanes", [4, 16])
 def test_row_dot_matches_aligned_dot(rng, fmt, lanes):
@@ -82,7 +90,7 @@ def test_row_dot_matches_aligned_dot(rng, fmt, lanes):
 
 @pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
 def test_running_sums_match_accumulate(rng, fmt):
-    """Two banks of slots, tokens in blocks: each slot's sum starts fresh at its block's
+    """TF32 weights times fp16/bf16 values.  Two banks of slots, tokens in blocks: each slot's sum starts fresh at its block's
     first token, a slot is revisited every ``slots_used`` beats, and after each block
     the other bank keeps running while this one is flushed and compared."""
     from ndpkit_hw.arith.blockfloat import REVISIT, RunningSums
@@ -90,7 +98,7 @@ def test_running_sums_match_accumulate(rng, fmt):
     lanes, slots_used, blocks, tokens = 4, REVISIT, 4, 5
     dut = RunningSums(lanes=lanes, slots=16)
     # per block: tokens x slots beats of (p, v)
-    data_ = [(_operands(nprng, fmt, (tokens, slots_used)), _operands(nprng, fmt, (tokens, slots_used, lanes)))
+    data_ = [(_tf32(nprng, (tokens, slots_used)), _operands(nprng, fmt, (tokens, slots_used, lanes)))
              for _ in range(blocks)]
     want = []
     for p, v in data_:
@@ -98,7 +106,7 @@ def test_running_sums_match_accumulate(rng, fmt):
         for s in range(slots_used):
             st = bf.empty(lanes)
             for t in range(tokens):
-                st = bf.accumulate(st, bf.multiply(bf.decompose(np.full(lanes, p[t, s], np.uint16), fmt),
+                st = bf.accumulate(st, bf.multiply(bf.decompose(np.full(lanes, p[t, s], np.uint32), bf.TF32),
                                                    bf.decompose(v[t, s], fmt)))
             states.append(st)
         want.append(states)
@@ -116,7 +124,7 @@ def test_running_sums_match_accumulate(rng, fmt):
                 ctx.set(dut.i.valid, on)
                 if on:
                     t, s = beats[i]
-                    ctx.set(dut.i.payload, {"p": int(p[t, s]), "v": [int(x) for x in v[t, s]], "slot": s,
+                    ctx.set(dut.i.payload, {"p": int(p[t, s]) >> 13, "v": [int(x) for x in v[t, s]], "slot": s,
                                             "bank": blk % 2, "fresh": int(t == 0)})
                 fl = bool(flushes) and rng.random() < 0.5
                 ctx.set(dut.flush.valid, fl)

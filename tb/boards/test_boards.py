@@ -55,13 +55,13 @@ def test_every_board_loads():
     ("alveo_u280", {"memory_ports": 33, "engines": ",".join(["dma_copy"])}, "memory_ports=33 but the board has 32 HBM"),
     ("alveo_u280", {"memory_ports": 3, "engines": "dma_copy"}, "only 2 memory masters"),
     ("smartssd", {"memory_ports": 2}, "memory_ports=2 but the board has 1 memory controller port"),
-    ("smartssd", {"attention_units": 64}, "attention_units must be a power of two from 1 to 16, not 64"),
-    ("alveo_u280", {"attention_units": 3}, "attention_units must be a power of two from 1 to 16, not 3"),
+    ("smartssd", {"attention_lanes": 64}, "attention_lanes must be a power of two from 1 to 16, not 64"),
+    ("alveo_u280", {"attention_lanes": 3}, "attention_lanes must be a power of two from 1 to 16, not 3"),
     # the figures come from the measured resource table: the message's form is what is fixed
-    ("smartssd", {"attention_units": 8}, re.compile(r"the build needs [\d,]+ LUT of the xcku15p-ffva1156-2LV-e's "
+    ("smartssd", {"attention_lanes": 8}, re.compile(r"the build needs [\d,]+ LUT of the xcku15p-ffva1156-2LV-e's "
                                                     r"522,720 \(\d+%\), over the 70% budget \(365,904\); the largest "
                                                     r"part is attention with [\d,]+ \(engines dma_copy, adam")),
-    ("alveo_u55c", {"attention_units": 8}, re.compile(r"LUT of the xcu55c-fsvh2892-2L-e's 1,303,680 \(\d+%\), over the "
+    ("alveo_u55c", {"attention_lanes": 8}, re.compile(r"LUT of the xcu55c-fsvh2892-2L-e's 1,303,680 \(\d+%\), over the "
                                                       r"70% budget")),
     ("alveo_u280", {"engines": "dma_copy,pagerank"}, "unknown engine 'pagerank'"),
     ("smartssd", {"engines": "dma_copy,graph", "data_width": 256}, "engine 'graph' needs data_width 512, not 256"),

@@ -24,7 +24,7 @@ from ndpkit.arith.blockfloat import GUARD
 from ndpkit_hw.arith.fp_common import F32, Pipeline, multiplier_shape, normalize_into_range, round_bits, round_pack, \
     select_result, staged_product
 
-__all__ = ["Decomposed", "decompose", "product_of", "sum_to_fp32", "RowDot", "RunningSums", "SumState", "TERM_BITS",
+__all__ = ["Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "RowDot", "RunningSums", "SumState", "TERM_BITS",
            "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
            "MERGE_LATENCY", "merge_states"]
 
@@ -75,6 +75,23 @@ def decompose(m: Module, h, bf16, name: str) -> Decomposed:
         d.zero.eq(~normal & (f == 0)),
         d.inf.eq(top & (f == 0)),
         d.nan.eq(top & (f != 0)),
+    ]
+    return d
+
+
+def decompose_tf32(m: Module, u, name: str) -> Decomposed:
+    """A TF32 value as its 19 bits (sign, 8 exponent, 10 fraction: a binary32 pattern's
+    top 19) -> :class:`Decomposed`."""
+    d = Decomposed(name)
+    x, f = u[10:18], u[:10]
+    normal = x != 0
+    m.d.comb += [
+        d.sig.eq(Cat(f, normal)),
+        d.exp.eq(Mux(normal, x, 1) - 137),
+        d.sign.eq(u[18]),
+        d.zero.eq(~normal & (f == 0)),
+        d.inf.eq((x == 0xFF) & (f == 0)),
+        d.nan.eq((x == 0xFF) & (f != 0)),
     ]
     return d
 
@@ -279,7 +296,7 @@ class RowDot(wiring.Component):
 class RunningSums(wiring.Component):
     """Running sums like :func:`ndpkit.arith.blockfloat.accumulate`, ``lanes`` a beat.
 
-    ``i`` (valid only): a weight ``p`` (16-bit pattern), ``lanes`` values ``v``, and
+    ``i`` (valid only): a weight ``p`` (TF32, 19 bits), ``lanes`` values ``v``, and
     the ``slot`` and ``bank`` whose states take ``p * v[lane]``; ``fresh``: the slot
     starts empty (its old state is ignored).  The caller updates a slot at most once
     every :data:`REVISIT` beats (a read-modify-write through the multiplier and the
@@ -292,7 +309,7 @@ class RunningSums(wiring.Component):
         if slots < 2 or slots & (slots - 1):
             raise ValueError(f"slots must be a power of two, not {slots}")
         self.lanes, self.slots = lanes, slots
-        beat = data.StructLayout({"p": 16, "v": data.ArrayLayout(16, lanes), "slot": range(slots), "bank": 1,
+        beat = data.StructLayout({"p": 19, "v": data.ArrayLayout(16, lanes), "slot": range(slots), "bank": 1,
                                   "fresh": 1})
         where = data.StructLayout({"slot": range(slots), "bank": 1})
         super().__init__({
@@ -321,7 +338,7 @@ class RunningSums(wiring.Component):
         results = []
         for lane in range(C):
             pipe = Pipeline(m, self.i.valid, f"sums_lane{lane}", multiplier_shape(platform))
-            a = decompose(m, beat.p, self.bf16, f"sums_p{lane}")
+            a = decompose_tf32(m, beat.p, f"sums_p{lane}")
             b = decompose(m, beat.v[lane], self.bf16, f"sums_v{lane}")
             exp, sign, live, pos_inf, neg_inf, nan = product_of(m, a, b, f"sums_{lane}")
             sa, sb, exp, sign, live, flags = pipe.stage(a.sig, b.sig, exp, sign, live, Cat(pos_inf, neg_inf, nan))

@@ -31,7 +31,7 @@ import numpy as np
 
 from ndpkit_spec.engines.attention import KvFormat
 
-__all__ = ["GUARD", "EMPTY", "PARTIALS", "decompose", "multiply", "aligned_dot", "empty", "accumulate", "merge", "to_fp32",
+__all__ = ["GUARD", "EMPTY", "PARTIALS", "TF32", "to_tf32", "decompose", "multiply", "aligned_dot", "empty", "accumulate", "merge", "to_fp32",
            "sum_fp32"]
 
 #: bits of the window below the largest term's least significant bit
@@ -43,19 +43,42 @@ EMPTY = -1 << 12
 PARTIALS = 4
 
 # per format: (exponent bits, fraction bits, exponent of a subnormal's unit)
-_FORMATS = {KvFormat.FP16: (5, 10, -24), KvFormat.BF16: (8, 7, -133)}
+#: TensorFloat-32: binary32's exponent, 10 fraction bits (an 11-bit significand), held as
+#: a binary32 pattern with the low 13 bits clear.  Its product with an fp16 or bf16 value
+#: is exact in the window, at binary32's range: the attention weights' format.
+TF32 = "tf32"
+_FORMATS = {KvFormat.FP16: (5, 10, -24), KvFormat.BF16: (8, 7, -133), TF32: (8, 10, -136)}
+
+
+def to_tf32(u):
+    """Binary32 bit patterns rounded to TF32 (RNE at bit 13; overflow to infinity; NaN
+    -> the canonical quiet NaN), as binary32 patterns."""
+    u = np.asarray(u, dtype=np.uint32).astype(np.uint64)
+    rounded = ((u + 0xFFF + ((u >> 13) & 1)) >> 13) << 13
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, 0x7FC00000, rounded).astype(np.uint32)
 
 # special state, kept beside each sum
 FINITE, POS_INF, NEG_INF, NAN = 0, 1, 2, 3
 
 
-def decompose(h, fmt: KvFormat):
-    """uint16 fp16/bf16 patterns -> (t, e, special): value = t * 2**e exactly (t a
-    signed int64 significand, e int64); special is FINITE, POS_INF, NEG_INF or NAN
-    (t = 0 then)."""
-    exp_bits, frac_bits, sub_e = _FORMATS[KvFormat(fmt)]
-    h = np.asarray(h, dtype=np.uint16).astype(np.int64)
-    sign = h >> 15
+def decompose(h, fmt):
+    """uint16 fp16/bf16 patterns (or :data:`TF32` values as uint32 binary32 patterns)
+    -> (t, e, special): value = t * 2**e exactly (t a signed int64 significand, e
+    int64); special is FINITE, POS_INF, NEG_INF or NAN (t = 0 then)."""
+    if fmt == TF32:
+        exp_bits, frac_bits, sub_e = _FORMATS[TF32]
+        h = (np.asarray(h, dtype=np.uint32) >> 13).astype(np.int64)
+        sign_bit = 18
+    else:
+        exp_bits, frac_bits, sub_e = _FORMATS[KvFormat(fmt)]
+        h = np.asarray(h, dtype=np.uint16).astype(np.int64)
+        sign_bit = 15
+    return _decompose(h, exp_bits, frac_bits, sub_e, sign_bit)
+
+
+def _decompose(h, exp_bits, frac_bits, sub_e, sign_bit):
+    sign = (h >> sign_bit) & 1
     x = (h >> frac_bits) & ((1 << exp_bits) - 1)
     f = h & ((1 << frac_bits) - 1)
     top = (1 << exp_bits) - 1

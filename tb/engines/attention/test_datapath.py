@@ -20,7 +20,10 @@ def _words(bits: np.ndarray, width: int) -> list[int]:
     return [int.from_bytes(raw[i:i + step], "little") for i in range(0, len(raw), step)]
 
 
-@pytest.mark.parametrize("lanes,group,d,tokens", [(16, 1, 64, [3, 130]), (32, 3, 64, [5]), (8, 2, 128, [1, 4])])
+@pytest.mark.parametrize("lanes,group,d,tokens", [
+    (32, 3, 64, [5]),                                          # two units, passes over them, bf16
+    pytest.param(16, 1, 64, [3, 130], marks=pytest.mark.long),  # two blocks
+    pytest.param(8, 2, 128, [1, 4], marks=pytest.mark.long)])   # one token, fp16 out
 def test_datapath_matches_golden(rng, lanes, group, d, tokens):
     width = 128
     nprng = np.random.default_rng(rng.randrange(1 << 30))

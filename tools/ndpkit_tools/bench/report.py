@@ -124,17 +124,17 @@ def engine_rows(inputs: dict) -> list[dict]:
     att = inputs["attention"]
     if att:
         p = att.get("params", {})
-        width, units = p.get("data_width", 512), p.get("units", 8)
+        width, lanes = p.get("data_width", 512), p.get("lanes", 32)
         main = [r for r in att["engine"] if r["latency"] == p.get("latency", 200)]
         sweep = [r for r in main if r["group"] == 1 and (r["requests"], r["kv_heads"]) == (2, 2)]
         r = max(sweep, key=lambda r: r["context"]) if sweep else None
         decode = [s for s in att.get("llama_decode", []) if s.get("cpu_tokens_per_second")]
         best = max(decode, key=lambda s: s["context"]) if decode else None
         if r:
-            rows.append({"engine": f"attention ({units} units, G = 1)", "port_bits": width, "latency": r["latency"],
+            rows.append({"engine": f"attention ({lanes} MAC lanes, G = 1)", "port_bits": width, "latency": r["latency"],
                          "problem": f"context {r['context']}, 2 x 2 heads", "efficiency": r["efficiency"],
                          "work": "KV bytes", "work_per_cycle": r["kv_bytes_per_cycle"],
-                         "fmax_mhz": _fmax(impl, "attention", {"data_width": width, "units": units}),
+                         "fmax_mhz": _fmax(impl, "attention", {"data_width": width, "lanes": lanes}),
                          "sim_cycles_per_second": r.get("sim_cycles_per_second"),
                          "cpu": f"PyTorch SDPA, batch {best['batch']}, context {best['context']}" if best else None,
                          "cpu_ratio": best["card_tokens_per_second"] / best["cpu_tokens_per_second"] if best else None,

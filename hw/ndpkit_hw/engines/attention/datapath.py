@@ -16,7 +16,7 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
   block of 128 tokens go to a score bank with the running maximum; at the block's end
   the bank keeps ``m_new`` and the maximum before it.
 - **softmax sweep** (one exp unit): per bank, ``corr = exp(m_old - m_new)`` and
-  ``pk = exp(s - m_new)`` rounded to the KV format, into the bank's weight memory.
+  ``pk = exp(s - m_new)`` rounded to TF32, into the bank's weight memory.
 - **value side**: per unit a :class:`~ndpkit_hw.arith.blockfloat.RunningSums` of C + 1
   lanes (the last one sums ``pk * 1``: the denominator), four partial sums a block
   (token j -> partial j mod 4), in the RunningSums bank of the block's parity.
@@ -329,15 +329,19 @@ class AttentionDatapath(wiring.Component):
         arg = Timed(Mux(xdf.at(xdf.input(is_corr), 1), xdf.at(xdf.input(m_old[at_bank(sw_b, sw_g)]), 1), read_score), 1)
         mn = xdf.at(xdf.input(m_new[at_bank(sw_b, sw_g)]), 1)
         e = xdf.op("exp", xdf.sub(arg, Timed(mn, 1)))
-        pk = xdf.select(xdf.static(bf16), xdf.op("fp32_to_bf16", e), xdf.op("fp32_to_fp16", e))
-        x_time = xdf.latency
+        # pk: p rounded to TF32 (RNE at bit 13; p is +0..1 or NaN), its top 19 bits
+        pk_value = Signal(19)
+        p_nan = (e.value[23:31] == 0xFF) & (e.value[:23] != 0)
+        m.d.sync += pk_value.eq(Mux(p_nan, 0x7FC00000 >> 13, (e.value + 0xFFF + e.value[13])[13:32]))
+        pk = Timed(pk_value, e.time + 1)
+        x_time = pk.time
         x_at = {name: xdf.at(xdf.input(v), x_time) for name, v in
                 (("valid", sw_issue), ("corr", is_corr), ("g", sw_g), ("t", sw_t - 1), ("b", sw_b),
                  ("end", sw_issue & (sw_t == bank_rows[sw_b]) & (sw_g == G - 1)))}
-        pk_mem = [memory(f"pk_mem{h}", 16, 2 * PM * BLOCK) for h in range(H)]
+        pk_mem = [memory(f"pk_mem{h}", 19, 2 * PM * BLOCK) for h in range(H)]
         for h, (wp, _) in enumerate(pk_mem):
             m.d.comb += [wp.addr.eq((x_at["b"] * PM + (x_at["g"] >> h_bits)) * BLOCK + x_at["t"]),
-                         wp.data.eq(xdf.at(pk, x_time)[:16]),
+                         wp.data.eq(pk.value),
                          wp.en.eq(x_at["valid"] & ~x_at["corr"] & (unit_of(x_at["g"]) == h))]
         corr_we, corr_value = Signal(name="corr_we"), Signal(32, name="corr_value")
         corr_at = Signal(5, name="corr_at")

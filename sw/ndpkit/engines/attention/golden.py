@@ -19,7 +19,8 @@ else is binary32 with round-to-nearest-even (:mod:`ndpkit.arith.fp`):
      ``m`` starts at -inf; a NaN score makes it NaN, and NaN then propagates);
    - ``corr = exp(sub(m, m_new))`` (0 for the first block: exp(-inf) = 0), with the
      engine's exp unit (``ndpkit.arith.exp.exp``);
-   - ``p[t] = exp(sub(s[t], m_new))``, rounded to the KV format: ``pk[t]``;
+   - ``p[t] = exp(sub(s[t], m_new))``, rounded to TF32 (binary32's exponent, an 11-bit
+     significand: its product with an fp16 or bf16 value is exact): ``pk[t]``;
    - running sums (``blockfloat.accumulate``) of the exact products ``pk[t] * V[t][i]``
      and ``pk[t] * 1`` (the datapath's one extra lane), split
      :data:`~ndpkit.arith.blockfloat.PARTIALS` (4) ways: token ``j`` of the block
@@ -33,7 +34,7 @@ else is binary32 with round-to-nearest-even (:mod:`ndpkit.arith.fp`):
 
 This is flash-decoding's online softmax (a running max and sum, the partial output
 rescaled when the max grows), ordered for a pipelined datapath; the weights are the
-KV format's ``pk`` in both the numerator and the denominator, so they stay normalised.
+same ``pk`` in the numerator and the denominator, so they stay normalised.
 :func:`reference` (float64) and PyTorch's SDPA are the outside checks
 (docs/engines/attention.md gives the measured errors).
 """
@@ -118,7 +119,7 @@ def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int =
         for j in range(s.shape[1]):
             m_new = fp.maximum(m_new, s[:, j])
         corr = fp_exp(fp.sub(m, m_new))
-        pk = blockfloat.decompose(narrow(fp_exp(fp.sub(s, m_new[:, None])), kv_format), kv_format)   # (G, T)
+        pk = blockfloat.decompose(blockfloat.to_tf32(fp_exp(fp.sub(s, m_new[:, None]))), blockfloat.TF32)  # (G, T)
         o_parts = [blockfloat.empty((groups, d)) for _ in range(ways)]
         l_parts = [blockfloat.empty(groups) for _ in range(ways)]
         for j in range(s.shape[1]):
