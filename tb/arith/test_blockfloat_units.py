@@ -4,24 +4,11 @@ ndpkit.arith.blockfloat, with random gaps on the input stream (the ``rng`` fixtu
 prints its seed; ``SEED=`` reproduces)."""
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
+from tb.amaranth_sim import run_to_end
 
 from ndpkit.arith import blockfloat as bf
 from ndpkit_spec.engines.attention import KvFormat
 from ndpkit_hw.arith.blockfloat import RowDot
-
-
-def _run(dut, bench, deadline=100_000):
-    finished = []
-
-    async def whole(ctx):
-        await bench(ctx)
-        finished.append(True)
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(whole)
-    sim.run_until(deadline * 1e-8)
-    assert finished, f"the bench did not finish in {deadline} cycles"
 
 
 def _operands(nprng, fmt, shape):
@@ -82,7 +69,7 @@ def test_row_dot_matches_aligned_dot(rng, fmt, lanes):
                 got.append((ctx.get(dut.o.payload.tag), ctx.get(dut.o.payload.value)))
             await ctx.tick()
             i += taken
-    _run(dut, bench)
+    run_to_end(dut, bench)
     assert [t for t, _ in got] == list(range(len(rows))), [t for t, _ in got]
     bad = [(r, hex(v), hex(w)) for r, ((_, v), w) in enumerate(zip(got, want)) if v != w]
     assert not bad, bad[:5]
@@ -145,7 +132,7 @@ def test_running_sums_match_accumulate(rng, fmt):
                 await ctx.tick()
             if p is not None:
                 flushes += [(blk, s) for s in range(slots_used)]
-    _run(dut, bench)
+    run_to_end(dut, bench)
     assert len(got["order"]) == blocks * slots_used
     for (blk, s), lanes_state in zip(got["flushed"], got["order"]):
         S, E, special = want[blk][s]

@@ -55,14 +55,15 @@ def test_every_board_loads():
     ("alveo_u280", {"memory_ports": 33, "engines": ",".join(["dma_copy"])}, "memory_ports=33 but the board has 32 HBM"),
     ("alveo_u280", {"memory_ports": 3, "engines": "dma_copy"}, "only 2 memory masters"),
     ("smartssd", {"memory_ports": 2}, "memory_ports=2 but the board has 1 memory controller port"),
-    ("smartssd", {"attention_lanes": 64}, "attention_lanes must be a power of two from 1 to 16, not 64"),
-    ("alveo_u280", {"attention_lanes": 3}, "attention_lanes must be a power of two from 1 to 16, not 3"),
+    ("smartssd", {"attention_lanes": 3}, "attention_lanes: lanes must be a power of two of at least 4, not 3"),
+    ("alveo_u280", {"attention_lanes": 4096}, "attention_lanes: 4096 lanes at 512 bits serve 64 query heads at once; "
+                                              "a group has at most 16: at most 1024 lanes"),
     # the figures come from the measured resource table: the message's form is what is fixed
-    ("smartssd", {"attention_lanes": 8}, re.compile(r"the build needs [\d,]+ LUT of the xcku15p-ffva1156-2LV-e's "
-                                                    r"522,720 \(\d+%\), over the 70% budget \(365,904\); the largest "
-                                                    r"part is attention with [\d,]+ \(engines dma_copy, adam")),
-    ("alveo_u55c", {"attention_lanes": 8}, re.compile(r"LUT of the xcu55c-fsvh2892-2L-e's 1,303,680 \(\d+%\), over the "
-                                                      r"70% budget")),
+    ("smartssd", {"attention_lanes": 1024, "data_width": 512},
+     re.compile(r"the build needs [\d,]+ LUT of the xcku15p-ffva1156-2LV-e's 522,720 \(\d+%\), over the 70% budget "
+                r"\(365,904\); the largest part is attention with [\d,]+ \(engines dma_copy, adam")),
+    ("alveo_u55c", {"attention_lanes": 1024}, re.compile(r"LUT of the xcu55c-fsvh2892-2L-e's 1,303,680 \(\d+%\), over "
+                                                         r"the 70% budget")),
     ("alveo_u280", {"engines": "dma_copy,pagerank"}, "unknown engine 'pagerank'"),
     ("smartssd", {"engines": "dma_copy,graph", "data_width": 256}, "engine 'graph' needs data_width 512, not 256"),
     ("alveo_u280", {"data_width": 96}, "data_width 96 is not one of 128, 256, 512"),
@@ -97,10 +98,10 @@ def test_the_resource_model_follows_the_impl_report():
             got = engine_resources(engine, entry["params"], table)
             assert got["lut"] == report[(engine, config)]["xcup"]["LUT"]
             assert all(got[r] == entry[r] for r in RESOURCES)
-    lo, hi = engine_resources("attention", {"data_width": 128, "units": 2}), \
-        engine_resources("attention", {"data_width": 512, "units": 8})
-    mid = engine_resources("attention", {"data_width": 512, "units": 2})       # size 1024 of 256..4096
-    assert mid["lut"] == pytest.approx(lo["lut"] + (1024 - 256) / (4096 - 256) * (hi["lut"] - lo["lut"]))
+    lo, hi = engine_resources("attention", {"data_width": 128, "lanes": 16}), \
+        engine_resources("attention", {"data_width": 512, "lanes": 32})
+    mid = engine_resources("attention", {"data_width": 512, "lanes": 16})     # size 8192 of 2048..16384
+    assert mid["lut"] == pytest.approx(lo["lut"] + (8192 - 2048) / (16384 - 2048) * (hi["lut"] - lo["lut"]))
 
 
 def test_make_bitstream_prints_the_configuration_and_its_resources(tmp_path):

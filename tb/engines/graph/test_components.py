@@ -7,7 +7,7 @@ The whole engine's bench is ``test_graph_engine.py``."""
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
+from tb.amaranth_sim import run_to_end
 
 from ndpkit.arith import fp
 from ndpkit_hw.engines.graph.cache import SourceCache
@@ -15,20 +15,6 @@ from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.responses import ResponseTable
-
-
-def _run(dut, bench, deadline=200_000):
-    """Run ``bench`` to its end (failing if it has not ended after ``deadline`` cycles)."""
-    finished = []
-
-    async def whole(ctx):
-        await bench(ctx)
-        finished.append(True)
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(whole)
-    sim.run_until(deadline * 1e-8)
-    assert finished, f"the bench did not finish in {deadline} cycles"
 
 
 def _drive(ctx, port, items, rng, i):
@@ -78,7 +64,7 @@ def test_edge_generator_turns_rows_into_edges(rng):
                 i[name] += fired[name]
             await ctx.tick()
         assert ctx.get(dut.idle)
-    _run(dut, bench)
+    run_to_end(dut, bench)
     assert got == expected
 
 
@@ -119,7 +105,7 @@ def test_source_cache_matches_a_direct_mapped_model(rng):
             await ctx.tick()
             ctx.set(dut.fill, 0)
             ctx.set(dut.clear, 0)
-    _run(dut, bench)
+    run_to_end(dut, bench)
 
 
 @pytest.mark.parametrize("baseline", [0, 1], ids=["piccolo", "baseline"])
@@ -198,7 +184,7 @@ def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
                     not ctx.get(dut_c.busy):
                 break
         assert i == len(edges) and all(t["done"] for t in tickets)
-    _run(top, bench, deadline=80000)
+    run_to_end(top, bench, deadline=80000)
     for t in tickets:
         # the request of the ticket's group: the first sent under its id after the ticket was written
         address, count, offsets, op = requests[t["id"]][t["n"]]
@@ -251,4 +237,4 @@ def test_vertex_pass_is_the_golden_arithmetic(rng):
             ctx.set(dut.run, 0)
             assert [w for w, _ in got] == [int(x) for x in want_written]
             assert [s for _, s in got] == [int(x) for x in want_summed]
-    _run(dut, bench)
+    run_to_end(dut, bench)

@@ -531,34 +531,34 @@ class AttentionDatapath(wiring.Component):
         wait = Signal(range(64))
         m.d.comb += ends.r_en.eq(0)
         with m.FSM(name="epilogue") as epilogue:
+            def after_partial(taken):
+                """The next partial's flush, or (all taken) the fold."""
+                with m.If(taken == partials_here):
+                    m.d.sync += e_lane.eq(0)
+                    m.next = "FOLD"
+                with m.Else():
+                    m.next = "FLUSH"
+
             with m.State("IDLE"):
                 with m.If(ends.r_rdy):
                     m.d.sync += [e_g.eq(0), e_grp.eq(0), e_r.eq(0)]
-                    m.next = "FLUSH_FIRST"
-            with m.State("FLUSH_FIRST"):
-                m.d.comb += [flush.eq(1)]
-                m.d.sync += [wait.eq(2), e_r.eq(1)]
-                m.next = "TAKE_FIRST"
-            with m.State("TAKE_FIRST"):
-                m.d.sync += wait.eq(wait - 1)
-                with m.If(wait == 1):
-                    m.d.comb += take_first.eq(1)
-                with m.If(wait == 1):
-                    with m.If(e_r == partials_here):
-                        m.d.sync += e_lane.eq(0)
-                        m.next = "FOLD"
-                    with m.Else():
-                        m.next = "FLUSH_PART"
-            with m.State("FLUSH_PART"):
+                    m.next = "FLUSH"
+            with m.State("FLUSH"):
                 m.d.comb += flush.eq(1)
                 m.d.sync += wait.eq(2)
-                m.next = "TAKE_PART"
-            with m.State("TAKE_PART"):
+                m.next = "TAKE"
+            with m.State("TAKE"):
+                # the flushed states arrive two cycles after the flush
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 1):
-                    m.d.comb += take_part.eq(1)
-                    m.d.sync += e_lane.eq(0)
-                    m.next = "MERGE"
+                    with m.If(e_r == 0):
+                        m.d.comb += take_first.eq(1)
+                        m.d.sync += e_r.eq(1)
+                        after_partial(1)
+                    with m.Else():
+                        m.d.comb += take_part.eq(1)
+                        m.d.sync += e_lane.eq(0)
+                        m.next = "MERGE"
             with m.State("MERGE"):
                 m.d.comb += merge_issue.eq(1)
                 m.d.sync += e_lane.eq(e_lane + 1)
@@ -568,17 +568,13 @@ class AttentionDatapath(wiring.Component):
             with m.State("MERGE_DRAIN"):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    with m.If(e_r == partials_here):
-                        m.d.sync += e_lane.eq(0)
-                        m.next = "FOLD"
-                    with m.Else():
-                        m.next = "FLUSH_PART"
+                    after_partial(e_r)
             with m.State("FOLD"):
                 m.d.comb += fold_issue.eq(1)
                 m.d.sync += e_lane.eq(e_lane + 1)
                 with m.If(e_lane == lanes_here - 1):
                     m.d.sync += [e_r.eq(0), e_grp.eq(e_grp + 1)]
-                    m.next = "FLUSH_FIRST"
+                    m.next = "FLUSH"
                     with m.If(e_grp == row_groups - 1):
                         m.d.sync += [e_grp.eq(0), e_g.eq(e_g + 1)]
                         with m.If(e_g == G - 1):
