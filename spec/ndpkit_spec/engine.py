@@ -87,7 +87,7 @@ class EngineSpec:
 
         >>> from ndpkit_spec.registry import REGISTRY
         >>> REGISTRY["attention"].describe("max"), REGISTRY["adam"].describe()
-        ('8 units × 32 lanes', '128-bit, 1 lane')
+        ('32 MAC lanes', '128-bit, 1 lane')
         """
         params = dict(self.configs[config])
         if callable(self.config_label):

@@ -37,7 +37,7 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
                  "efficiency": 4 * n * 512 / cyc / 16, "sim_cycles_per_second": 3e3}
                 for n, cyc in ((128, 20000), (512, 70000))]
     (perf / "attention.json").write_text(json.dumps({
-        "engine": att_rows, "params": {"data_width": 128, "units": 2, "latency": 200}, "clock_mhz": 250,
+        "engine": att_rows, "params": {"data_width": 128, "lanes": 16, "latency": 200}, "clock_mhz": 250,
         "steady_state": [{"group": 1, "steady_state_efficiency": 0.96, "fixed_cycles_per_command": 2000,
                           "from_contexts": [128, 512]}],
         "llama_decode": [{"context": 512, "batch": 16, "card_tokens_per_second": 30.0,
@@ -90,7 +90,7 @@ def test_engine_rows_come_from_the_inputs(generated):
     # per second at the implemented Fmax, and against the best CPU implementation
     assert adam["per_second_at_fmax"] == pytest.approx(1024 / 1280 * 50e6)
     assert adam["cpu_ratio"] == pytest.approx(1024 / 1280 * 250e6 / 1e8)
-    att = rows["attention (2 units, G = 1)"]
+    att = rows["attention (16 MAC lanes, G = 1)"]
     assert att["efficiency"] == pytest.approx(4 * 512 * 512 / 70000 / 16) and att["cpu_ratio"] == pytest.approx(1.5)
     assert rows["sg unit (row gathers)"]["efficiency"] == pytest.approx(0.125)
     assert rows["graph (Piccolo mode, CC iteration)"]["work_per_cycle"] == pytest.approx(0.5)

@@ -20,7 +20,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.arith.blockfloat import GUARD
+from ndpkit_spec.blockfloat import GUARD
 from ndpkit_hw.arith.fp_common import F32, Pipeline, multiplier_shape, normalize_into_range, round_bits, round_pack, \
     select_result, staged_product
 

@@ -29,18 +29,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ndpkit_spec.blockfloat import GUARD, PARTIALS
 from ndpkit_spec.engines.attention import KvFormat
 
 __all__ = ["GUARD", "EMPTY", "PARTIALS", "TF32", "to_tf32", "decompose", "multiply", "aligned_dot", "empty", "accumulate", "merge", "to_fp32",
            "sum_fp32"]
 
-#: bits of the window below the largest term's least significant bit
-GUARD = 16
 #: the exponent of an accumulator with no nonzero term (below every product's)
 EMPTY = -1 << 12
-#: running sums a long sum is split into (term j -> partial j mod PARTIALS), so the
-#: hardware revisits a partial's state no sooner than it can update it
-PARTIALS = 4
 
 # per format: (exponent bits, fraction bits, exponent of a subnormal's unit)
 #: TensorFloat-32: binary32's exponent, 10 fraction bits (an 11-bit significand), held as

@@ -35,7 +35,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ndpkit.arith.blockfloat import PARTIALS
+from ndpkit_spec.blockfloat import PARTIALS
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
 from ndpkit_hw.arith.blockfloat import (MERGE_LATENCY, REVISIT, ROOM_AHEAD, MergedState, RowDot, RunningSums,
                                         merge_states, sum_to_fp32)
