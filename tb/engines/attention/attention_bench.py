@@ -13,7 +13,8 @@ efficiency (extra KV bytes per extra cycle) and the fixed cycles a command costs
 beyond its KV bytes (the memory latency chain: table, q, first K; last V, combine,
 division, output and status writes).  The engine alone with the memory model (no
 shell).  Writes build/perf/attention.json.  Contexts 128, 512, 2048 for every G, and 8192 for G = 1
-(the full run only).  QUICK=1: G = 1 and 4; ATTN_GROUPS=1,8 runs only those group sizes.
+(the full run only; ATTN_LONG=0 leaves it out).  QUICK=1: G = 1 and 4; ATTN_GROUPS=1,8 runs only
+those group sizes.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def cases(quick: bool, groups=(1, 4, 8)):
     only (the Llama-like decode model's case; at 1-2 k simulated cycles per second each
     8192-token command of the 8-unit engine takes several minutes)."""
     contexts = (128, 512, 2048)
-    long = [] if quick else [(1, 8192, 2, 2)] if 1 in groups else []
+    long = [] if quick or os.environ.get("ATTN_LONG", "1") == "0" else [(1, 8192, 2, 2)] if 1 in groups else []
     return [(g, n, 2, 2) for g in groups for n in contexts] + long + [(g, 512, 4, 4) for g in groups]
 
 

@@ -207,7 +207,8 @@ class AttentionDatapath(wiring.Component):
 
         # ---- score banks ------------------------------------------------------------------
         # per bank: free, the score side fills it, scored, the sweep computes its weights,
-        # weights ready, the value side reads it, merging (the epilogue frees it)
+        # weights ready, the value side reads it, merging (freed as the epilogue takes the
+        # block, its corr values copied)
         FREE, FILLING, SCORED, SWEEPING, READY, STREAMING, MERGING = range(7)
         bank_state = Array(Signal(3, name=f"bank{b}_state") for b in range(2))
         bank_rows = Array(Signal(range(BLOCK + 1), name=f"bank{b}_rows") for b in range(2))
@@ -365,6 +366,9 @@ class AttentionDatapath(wiring.Component):
             m.d.comb += unit.bf16.eq(bf16)
         ends = fifo.SyncFIFOBuffered(width=3 + 8, depth=4)          # blocks for the epilogue
         m.submodules.block_ends = ends
+        sums_busy = Signal(2)          # a RunningSums bank the epilogue has still to merge
+        sums_set, sums_clear = Signal(2), Signal(2)
+        m.d.sync += sums_busy.eq((sums_busy & ~sums_clear) | sums_set)
         v_row_end = (v_w == rows_words - 1) & (v_c == S - 1)
         v_block_end = v_row_end & (v_j == passes - 1) & (v_t == bank_rows[v_b] - 1)
         drain = Signal(range(REVISIT + 8))
@@ -377,7 +381,8 @@ class AttentionDatapath(wiring.Component):
                     with m.If(v_jobs.r_data != 0):
                         m.next = "WAIT_BANK"
             with m.State("WAIT_BANK"):
-                with m.If(bank_state[v_b] == READY):
+                # (and the epilogue has merged the block two back, which used the same sums bank)
+                with m.If((bank_state[v_b] == READY) & ~sums_busy.bit_select(v_b, 1)):
                     m.d.sync += bank_state[v_b].eq(STREAMING)
                     m.next = "STREAM"
             with m.State("STREAM"):
@@ -400,6 +405,7 @@ class AttentionDatapath(wiring.Component):
                 with m.If((drain == 0) & ends.w_rdy):
                     m.d.comb += [ends.w_en.eq(1),
                                  ends.w_data.eq(Cat(v_b, bank_first[v_b], bank_last[v_b], bank_rows[v_b]))]
+                    m.d.comb += sums_set.eq(1 << v_b)
                     m.d.sync += [bank_state[v_b].eq(MERGING), v_b.eq(~v_b)]
                     with m.If(bank_last[v_b]):
                         m.next = "IDLE"
@@ -486,7 +492,9 @@ class AttentionDatapath(wiring.Component):
         fold_valid = rpipe.valid
         first = fdf.static(job.first)
         old = Timed(Mux(fdf.at(fdf.input(is_l), 1), fdf.at(fdf.input(l_reg[f_g]), 1), o_rp.data), 1)
-        c_val = fdf.at(fdf.input(corr[at_bank(job.b, f_g)]), 1)
+        # the job's corr values, kept: its score bank is freed as the epilogue starts
+        e_corr = Array(Signal(32, name=f"e_corr{g}") for g in range(MAX_GROUP))
+        c_val = fdf.at(fdf.input(e_corr[f_g]), 1)
         folded = fdf.op("fma", fdf.select(first, fdf.static(Const(0, 32)), old), Timed(c_val, 1),
                         Timed(fdf.at(fdf.input(value), 1), 1))
         fold_time = folded.time
@@ -541,7 +549,8 @@ class AttentionDatapath(wiring.Component):
 
             with m.State("IDLE"):
                 with m.If(ends.r_rdy):
-                    m.d.sync += [e_g.eq(0), e_grp.eq(0), e_r.eq(0)]
+                    m.d.sync += [e_g.eq(0), e_grp.eq(0), e_r.eq(0), bank_state[job.b].eq(FREE)]
+                    m.d.sync += [e_corr[g].eq(corr[at_bank(job.b, Const(g, 4))]) for g in range(MAX_GROUP)]
                     m.next = "FLUSH"
             with m.State("FLUSH"):
                 m.d.comb += flush.eq(1)
@@ -583,8 +592,8 @@ class AttentionDatapath(wiring.Component):
             with m.State("FOLD_DRAIN"):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    m.d.comb += ends.r_en.eq(1)
-                    m.d.sync += [bank_state[job.b].eq(FREE), final_g.eq(0), final_i.eq(0)]
+                    m.d.comb += [ends.r_en.eq(1), sums_clear.eq(1 << job.b)]
+                    m.d.sync += [final_g.eq(0), final_i.eq(0)]
                     with m.If(job.last):
                         m.next = "FINAL"
                     with m.Else():
