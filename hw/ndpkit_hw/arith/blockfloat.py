@@ -180,7 +180,7 @@ class RowDot(wiring.Component):
         depth = 2 * self.max_row_beats + 8
         beats = fifo.SyncFIFOBuffered(width=len(self.i.payload.as_value()), depth=depth)
         m.d.comb += self.room.eq(beats.level < depth - ROOM_AHEAD)
-        rows = fifo.SyncFIFOBuffered(width=EXP_SHAPE.width + 3, depth=2 * self.max_row_beats + 8)
+        rows = fifo.SyncFIFOBuffered(width=EXP_SHAPE.width + 3, depth=depth)
         m.submodules.beats, m.submodules.rows = beats, rows
         take = Signal()
         m.d.comb += [self.i.ready.eq(beats.w_rdy), take.eq(self.i.valid & self.i.ready),
@@ -336,9 +336,9 @@ class RunningSums(wiring.Component):
         where, fresh = tags.stage(update_rp.addr, beat.fresh)
         old_all = update_rp.data
         results = []
+        a = decompose_tf32(m, beat.p, "sums_p")              # the beat's weight, one for every lane
         for lane in range(C):
             pipe = Pipeline(m, self.i.valid, f"sums_lane{lane}", multiplier_shape(platform))
-            a = decompose_tf32(m, beat.p, f"sums_p{lane}")
             b = decompose(m, beat.v[lane], self.bf16, f"sums_v{lane}")
             exp, sign, live, pos_inf, neg_inf, nan = product_of(m, a, b, f"sums_{lane}")
             sa, sb, exp, sign, live, flags = pipe.stage(a.sig, b.sig, exp, sign, live, Cat(pos_inf, neg_inf, nan))
@@ -351,31 +351,12 @@ class RunningSums(wiring.Component):
                          base_flags.eq(Mux(fresh, 0, Cat(old.pos_inf, old.neg_inf, old.nan)))]
             product, (exp, sign, live, flags, base_sum, base_exp, base_flags) = staged_product(
                 m, pipe, sa, sb, carry=(exp, sign, live, flags, base_sum, base_exp, base_flags))
-            # stage 2: the signed term; which of term and sum is shifted, and how far
+            # stages 2-4: the signed term added to the old state
             term = Signal(signed(SUM_BITS), name=f"sums_term{lane}")
-            grow = Signal(name=f"sums_grow{lane}")
-            up, down = (Signal(signed(EXP_SHAPE.width + 1), name=f"sums_{w}{lane}") for w in ("up", "down"))
-            m.d.comb += [term.eq(Mux(live, Mux(sign, -product, product), 0) << GUARD),
-                         grow.eq(live & (exp > base_exp)), up.eq(exp - base_exp), down.eq(base_exp - exp)]
-            shift_bits = SUM_BITS.bit_length()
-            amount = Signal(shift_bits, name=f"sums_amount{lane}")
-            distance = Mux(grow, up, down)
-            m.d.comb += amount.eq(Mux(distance > SUM_BITS - 1, SUM_BITS - 1, distance))
-            moved = Signal(signed(SUM_BITS), name=f"sums_moved{lane}")
-            kept = Signal(signed(SUM_BITS), name=f"sums_kept{lane}")
-            m.d.comb += [moved.eq(Mux(grow, base_sum, term)), kept.eq(Mux(grow, term, base_sum))]
-            new_exp = Mux(grow, exp, base_exp)
-            moved, kept, amount, new_exp, flags = pipe.stage(moved, kept, amount, new_exp, flags | base_flags)
-            # stages 3 and 4: the arithmetic right shift (floor), three levels each
-            half = Signal(signed(SUM_BITS), name=f"sums_half{lane}")
-            m.d.comb += half.eq(moved >> Cat(Const(0, 3), amount[3:]))
-            half, kept, amount, new_exp, flags = pipe.stage(half, kept, amount, new_exp, flags)
-            aligned = Signal(signed(SUM_BITS), name=f"sums_aligned{lane}")
-            m.d.comb += aligned.eq(half >> amount[:3])
-            aligned, kept, new_exp, flags = pipe.stage(aligned, kept, new_exp, flags)
-            new = Signal(SumState, name=f"sums_new{lane}")
-            m.d.comb += [new.sum.eq(aligned + kept), new.exp.eq(new_exp),
-                         Cat(new.pos_inf, new.neg_inf, new.nan).eq(flags)]
+            m.d.comb += term.eq(Mux(live, Mux(sign, -product, product), 0) << GUARD)
+            term_exp = Signal(EXP_SHAPE, name=f"sums_term_exp{lane}")
+            m.d.comb += term_exp.eq(Mux(live, exp, NO_TERM))     # a zero term never moves the sum
+            new, _ = _align_add(m, pipe, SumState, (base_sum, base_exp, base_flags), (term, term_exp, flags))
             results.append(new)
             valid = pipe.valid
         for _ in range(tags.depth, 5):
@@ -401,30 +382,40 @@ def merge_states(m: Module, pipe: Pipeline, a, b, carry=()):
     views, or ``SumState``): both aligned to the larger exponent (the other's floor)
     and added.  :data:`MERGE_LATENCY` stages of ``pipe``; returns (the merged state's
     fields as a ``MergedState`` value, carried values)."""
+    return _align_add(m, pipe, MergedState, (a.sum, a.exp, Cat(a.pos_inf, a.neg_inf, a.nan)),
+                      (b.sum, b.exp, Cat(b.pos_inf, b.neg_inf, b.nan)), carry)
+
+
+def _align_add(m: Module, pipe: Pipeline, layout, a, b, carry=()):
+    """``a + b`` of two (sum, exponent, (pos_inf, neg_inf, nan)) states: the one with the
+    smaller exponent shifted down to the other's (floor), then added — the step of
+    ``accumulate`` and ``merge``.  :data:`MERGE_LATENCY` stages; returns (a ``layout``
+    signal, carried values)."""
     name = pipe.name
+    (a_sum, a_exp, a_flags), (b_sum, b_exp, b_flags) = a, b
+    width = layout.members["sum"].width
     grow = Signal(name=f"{name}_grow")
     distance = Signal(signed(EXP_SHAPE.width + 1), name=f"{name}_distance")
-    m.d.comb += [grow.eq(b.exp > a.exp), distance.eq(Mux(grow, b.exp - a.exp, a.exp - b.exp))]
-    shift_bits = MERGED_BITS.bit_length()
-    amount = Signal(shift_bits, name=f"{name}_amount")
-    m.d.comb += amount.eq(Mux(distance > MERGED_BITS - 1, MERGED_BITS - 1, distance))
-    moved = Signal(signed(MERGED_BITS), name=f"{name}_moved")
-    kept = Signal(signed(MERGED_BITS), name=f"{name}_kept")
-    m.d.comb += [moved.eq(Mux(grow, a.sum, b.sum)), kept.eq(Mux(grow, b.sum, a.sum))]
-    flags = Cat(a.pos_inf | b.pos_inf, a.neg_inf | b.neg_inf, a.nan | b.nan)
-    staged = pipe.stage(moved, kept, amount, Mux(grow, b.exp, a.exp), flags, *carry)
+    m.d.comb += [grow.eq(b_exp > a_exp), distance.eq(Mux(grow, b_exp - a_exp, a_exp - b_exp))]
+    amount = Signal(width.bit_length(), name=f"{name}_amount")
+    m.d.comb += amount.eq(Mux(distance > width - 1, width - 1, distance))
+    moved = Signal(signed(width), name=f"{name}_moved")
+    kept = Signal(signed(width), name=f"{name}_kept")
+    m.d.comb += [moved.eq(Mux(grow, a_sum, b_sum)), kept.eq(Mux(grow, b_sum, a_sum))]
+    staged = pipe.stage(moved, kept, amount, Mux(grow, b_exp, a_exp), a_flags | b_flags, *carry)
     moved, kept, amount, exp, flags = staged[:5]
     carry = staged[5:]
-    half = Signal(signed(MERGED_BITS), name=f"{name}_half")
+    # the arithmetic right shift (floor) in two stages of three levels each
+    half = Signal(signed(width), name=f"{name}_half")
     m.d.comb += half.eq(moved >> Cat(Const(0, 3), amount[3:]))
     staged = pipe.stage(half, kept, amount, exp, flags, *carry)
     half, kept, amount, exp, flags = staged[:5]
     carry = staged[5:]
-    aligned = Signal(signed(MERGED_BITS), name=f"{name}_aligned")
+    aligned = Signal(signed(width), name=f"{name}_aligned")
     m.d.comb += aligned.eq(half >> amount[:3])
     staged = pipe.stage(aligned, kept, exp, flags, *carry)
     aligned, kept, exp, flags = staged[:4]
     carry = staged[4:]
-    out = Signal(MergedState, name=f"{name}_merged")
+    out = Signal(layout, name=f"{name}_result")
     m.d.comb += [out.sum.eq(aligned + kept), out.exp.eq(exp), Cat(out.pos_inf, out.neg_inf, out.nan).eq(flags)]
     return out, list(carry)

@@ -12,15 +12,11 @@ import numpy as np
 
 from ndpkit.arith import fp
 from ndpkit.engines.attention.golden import KvFormat, decode, reference, widen
-from tb.engines.attention.test_golden import TOL, _case
+from tb.engines.attention.test_golden import _case, _within
 
 LENGTHS = (1, 129, 1000, 8192)
 KINDS = ("normal", "peaked", "flat", "large")
 
-
-def _error(got, want, v, fmt):
-    atol, rtol = TOL[fmt]
-    return float((np.abs(got - want) / (atol * max(1.0, np.abs(v).max()) + rtol * np.abs(want))).max())
 
 
 def rows():
@@ -44,7 +40,7 @@ def rows():
                     tq[None, :, None, :], tk[None], tv[None], enable_gqa=True)[0, :, 0].double().numpy()
                 out.append({"format": fmt.name.lower(), "inputs": kind, "context": length,
                             "max_abs_error": float(np.abs(ours - want).max()),
-                            "ndpkit": _error(ours, want, v64, fmt), "torch": _error(theirs, want, v64, fmt)})
+                            "ndpkit": float(_within(ours, want, v64, fmt)), "torch": float(_within(theirs, want, v64, fmt))})
     return out
 
 

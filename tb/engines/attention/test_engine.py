@@ -17,6 +17,7 @@ from ndpkit.arith import fp
 from ndpkit_spec.engines.attention import BLOCK as ATTENTION
 from ndpkit_tools.sim.bench import bench_params, engine_bench
 
+# w128l32: two units (H = 2, passes over them); w128l16 (one unit, the sim card's) under make sim
 CONFIGS = {"w128l32": {"data_width": 128, "lanes": 32, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3},
            "w128l16": {"data_width": 128, "lanes": 16, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3}}
 MEM = 1 << 21
@@ -159,7 +160,7 @@ async def attention_engine(dut):
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", [c if c == "w128l32" else pytest.param(c, marks=pytest.mark.long) for c in CONFIGS])
 def test_attention_engine(config):
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.engines.attention.engine import AttentionEngine

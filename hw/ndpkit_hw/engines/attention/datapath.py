@@ -150,6 +150,14 @@ class AttentionDatapath(wiring.Component):
         def unit_of(g):
             return g[:h_bits] if H > 1 else Const(0, 1)
 
+        def serves(j, h):
+            """Unit h's pass j has a query head of the group."""
+            return ((j << h_bits) + h) < G
+
+        def slot_of(j, group, r):
+            """The RunningSums slot of pass j, column group ``group``, partial r."""
+            return ((j * GROUPS + group) << _log2(PARTIALS)) + r
+
         # ---- head jobs: one queue per side ---------------------------------------------
         k_jobs = fifo.SyncFIFOBuffered(width=32, depth=4)
         v_jobs = fifo.SyncFIFOBuffered(width=32, depth=4)
@@ -158,10 +166,11 @@ class AttentionDatapath(wiring.Component):
                      k_jobs.w_en.eq(self.head.valid & self.head.ready), k_jobs.w_data.eq(self.head.payload),
                      v_jobs.w_en.eq(self.head.valid & self.head.ready), v_jobs.w_data.eq(self.head.payload)]
 
-        def memory(name, shape, depth, granularity=None, reads=1):
+        def memory(name, shape, depth, granularity=None):
+            """A memory's write port and read port."""
             mem = Memory(shape=shape, depth=depth, init=[])
             m.submodules[name] = mem
-            return mem.write_port(granularity=granularity), [mem.read_port() for _ in range(reads)]
+            return mem.write_port(granularity=granularity), mem.read_port()
 
         # ---- q loader: one element a cycle, rounded to the KV format, into the head's bank --
         q_full = Signal(2)                 # bank holds a loaded head the score side has not finished
@@ -271,7 +280,7 @@ class AttentionDatapath(wiring.Component):
         beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(ScoreTag), Signal(range(S)), Signal()
         m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end)]
         for h, dot in enumerate(dots):
-            _, (rp,) = q_mem[h]
+            _, rp = q_mem[h]
             m.d.comb += rp.addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)
             slice_ = k_word.word_select(beat_c, 16 * C) if S > 1 else k_word
             m.d.comb += [dot.i.valid.eq(beat_valid), dot.i.payload.q.eq(rp.data), dot.i.payload.k.eq(slice_),
@@ -284,11 +293,10 @@ class AttentionDatapath(wiring.Component):
             s = sdf.op("mul", sdf.input(dot.o.payload.value), sdf.static(self.scale))
             s_tag = data.View(ScoreTag, sdf.at(sdf.input(dot.o.payload.tag), s.time))
             s_valid = sdf.at(sdf.input(dot.o.valid), s.time)
-            wp, (rp,) = memory(f"score_mem{h}", 32, 2 * PM * BLOCK)
+            wp, rp = memory(f"score_mem{h}", 32, 2 * PM * BLOCK)
             score_rp.append(rp)
-            g_valid = ((s_tag.j << h_bits) + h) < G
             m.d.comb += [wp.addr.eq((s_tag.b * PM + s_tag.j) * BLOCK + s_tag.t), wp.data.eq(s.value),
-                         wp.en.eq(s_valid & g_valid)]
+                         wp.en.eq(s_valid & serves(s_tag.j, h))]
             m_run = Array(Signal(32, name=f"mrun_u{h}_{j}") for j in range(PM))
             m_prev = Array(Signal(32, name=f"mprev_u{h}_{j}") for j in range(PM))
             current = Mux(s_tag.row0, NEG_INF, m_run[s_tag.j])
@@ -310,7 +318,8 @@ class AttentionDatapath(wiring.Component):
         # ---- softmax sweep: corr and the weights pk of a scored bank ---------------------
         sw_active, sw_b = Signal(), Signal()
         sw_g, sw_t = Signal(range(MAX_GROUP)), Signal(range(BLOCK + 1))     # sw_t == 0: corr
-        sw_issue = Signal()
+        sw_issue, sw_end = Signal(), Signal()
+        m.d.comb += sw_end.eq(sw_issue & (sw_t == bank_rows[sw_b]) & (sw_g == G - 1))
         with m.If(~sw_active):
             with m.If(bank_state[sw_b] == SCORED):
                 m.d.sync += [sw_active.eq(1), sw_g.eq(0), sw_t.eq(0), bank_state[sw_b].eq(SWEEPING)]
@@ -338,7 +347,7 @@ class AttentionDatapath(wiring.Component):
         x_time = pk.time
         x_at = {name: xdf.at(xdf.input(v), x_time) for name, v in
                 (("valid", sw_issue), ("corr", is_corr), ("g", sw_g), ("t", sw_t - 1), ("b", sw_b),
-                 ("end", sw_issue & (sw_t == bank_rows[sw_b]) & (sw_g == G - 1)))}
+                 ("end", sw_end))}
         pk_mem = [memory(f"pk_mem{h}", 19, 2 * PM * BLOCK) for h in range(H)]
         for h, (wp, _) in enumerate(pk_mem):
             m.d.comb += [wp.addr.eq((x_at["b"] * PM + (x_at["g"] >> h_bits)) * BLOCK + x_at["t"]),
@@ -352,7 +361,7 @@ class AttentionDatapath(wiring.Component):
             m.d.sync += corr[corr_at].eq(corr_value)
         with m.If(x_at["end"]):
             m.d.sync += bank_state[x_at["b"]].eq(READY)
-        with m.If(sw_issue & (sw_t == bank_rows[sw_b]) & (sw_g == G - 1)):
+        with m.If(sw_end):
             m.d.sync += sw_b.eq(~sw_b)
 
         # ---- value side ---------------------------------------------------------------------
@@ -419,13 +428,13 @@ class AttentionDatapath(wiring.Component):
         vb_valid = Signal()
         m.d.sync += [vb_valid.eq(v_issue), vb.c.eq(v_c), vb.b.eq(v_b), vb.fresh.eq(v_t < PARTIALS),
                      vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j),
-                     vb.slot.eq(((v_j * GROUPS + v_w * S + v_c) << _log2(PARTIALS)) + v_t[:_log2(PARTIALS)])]
+                     vb.slot.eq(slot_of(v_j, v_w * S + v_c, v_t[:_log2(PARTIALS)]))]
         one = Mux(bf16, ONE[KvFormat.BF16], ONE[KvFormat.FP16])
         for h, unit in enumerate(sums):
-            _, (rp,) = pk_mem[h]
+            _, rp = pk_mem[h]
             m.d.comb += rp.addr.eq((v_b * PM + v_j) * BLOCK + v_t)
             slice_ = v_word.word_select(vb.c, 16 * C) if S > 1 else v_word
-            m.d.comb += [unit.i.valid.eq(vb_valid & (((vb.j << h_bits) + h) < G)),
+            m.d.comb += [unit.i.valid.eq(vb_valid & serves(vb.j, h)),
                          unit.i.payload.p.eq(rp.data),
                          unit.i.payload.v.eq(Cat(slice_, Mux(vb.first_group, one, 0)[:16])),
                          unit.i.payload.slot.eq(vb.slot), unit.i.payload.bank.eq(vb.b),
@@ -444,7 +453,7 @@ class AttentionDatapath(wiring.Component):
         flush = Signal()
         for h, unit in enumerate(sums):
             m.d.comb += [unit.flush.valid.eq(flush & (e_unit == h)),
-                         unit.flush.payload.slot.eq((((e_g >> h_bits) * GROUPS + e_grp) << _log2(PARTIALS)) + e_r),
+                         unit.flush.payload.slot.eq(slot_of(e_g >> h_bits, e_grp, e_r)),
                          unit.flush.payload.bank.eq(job.b)]
         flushed_valid = Cat(*[unit.state.valid for unit in sums]).any()       # one unit flushes at a time
         flushed = data.View(sums[0].state.payload.shape(),
@@ -481,7 +490,7 @@ class AttentionDatapath(wiring.Component):
         f_g = fold_tag[:len(e_g)]
         f_grp = fold_tag[len(e_g):len(e_g) + len(e_grp)]
         f_lane = fold_tag[len(e_g) + len(e_grp):]
-        o_wp, (o_rp,) = memory("o_mem", 32, MAX_GROUP * MAX_DIM)
+        o_wp, o_rp = memory("o_mem", 32, MAX_GROUP * MAX_DIM)
         l_reg = Array(Signal(32, name=f"l{g}") for g in range(MAX_GROUP))
         final_g, final_i = Signal(range(MAX_GROUP)), Signal(range(MAX_DIM))
         finishing = Signal()
