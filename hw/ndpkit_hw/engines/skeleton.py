@@ -85,22 +85,57 @@ class CommandChecks:
 
     CYCLES = 1 + SettledTransferCheck.CYCLES + 1     # without :meth:`derive` stages
 
-    def __init__(self, m: Module, engine, *, word_bytes: int | None = None):
+    def __init__(self, m: Module, engine, *, word_bytes: int | None = None, name: str = ""):
         self.m, self.engine = m, engine
         self.word_bytes = word_bytes or engine.word_bytes
+        self.prefix = f"{name}_" if name else ""        # signal names (an engine may check per request too)
         self.cycles = self.CYCLES
         self._rules: list[tuple[Value, Value]] = []
         self._ends: dict = {}
         self._code: Signal | None = None
-        self._age = Signal(range(self.CYCLES + 2), name="check_age")
-        self.settled = Signal(name="checks_settled")
+        self._depth: dict[int, int] = {}               # id of a derived signal -> its register stages
+        self._age = Signal(range(self.CYCLES + 16), name=f"{self.prefix}check_age")
+        self.settled = Signal(name=f"{self.prefix}checks_settled")
 
-    def derive(self, value, name: str) -> Signal:
+    def after(self, *derived: Signal) -> int:
+        """The register stages of the deepest of ``derived`` (signals :meth:`derive` or
+        :meth:`derive_product` returned): the ``after`` of a value computed from them."""
+        return max(self._depth[id(d)] for d in derived)
+
+    def _stages(self, depth: int, reg: Signal) -> Signal:
+        # a value ``depth`` register stages after the command: the checks wait for it
+        if self._code is not None:
+            raise RuntimeError("checks: a value derived after code() (the verdict would not wait for it)")
+        self._depth[id(reg)] = depth
+        self.cycles = max(self.cycles, self.CYCLES + depth)
+        if self.cycles >= self.CYCLES + 16:
+            raise ValueError(f"checks: {depth} derive stages is too deep")
+        return reg
+
+    def derive(self, value, name: str, *, after: int = 0) -> Signal:
         """``value`` (a size computed from the command) registered, for the checks and the
         engine: the checks take one cycle more, so an adder that sizes a range and the
-        adder that ends it are never in one cycle."""
-        self.cycles = self.CYCLES + 1
-        return self._registered(value, name)
+        adder that ends it are never in one cycle.  ``after``: how many derive stages
+        ``value``'s own inputs are from the command (a value derived from derived values:
+        :meth:`after`)."""
+        return self._stages(after + 1, self._registered(value, name))
+
+    def derive_product(self, a, b, name: str, *, after: int = 0) -> Signal:
+        """``a * b`` for a narrow unsigned ``b`` (a head count, a group size), as a registered
+        tree of shifted partial sums: one adder per stage, ``ceil(log2(len(b)))`` stages
+        (at least one), never a multiplier or an adder tree in one cycle.  ``after`` as
+        for :meth:`derive`."""
+        a, b = Value.cast(a), Value.cast(b)
+        width = len(a) + len(b)
+        terms = [Mux(b[i], a << i, 0) for i in range(len(b))]
+        stage = 0
+        while stage == 0 or len(terms) > 1:
+            pairs = [terms[i:i + 2] for i in range(0, len(terms), 2)]
+            stage += 1
+            terms = [self._registered(sum(p[1:], p[0]).as_unsigned()[:width] if len(p) > 1
+                                      else Value.cast(p[0])[:width], f"{name}_s{stage}_{i}")
+                     for i, p in enumerate(pairs)]
+        return self._stages(after + stage, terms[0])
 
     def restart(self):
         """The statement for the cycle a new command is latched: :attr:`settled` rises
@@ -108,7 +143,7 @@ class CommandChecks:
         return self._age.eq(0)
 
     def _registered(self, value, name: str) -> Signal:
-        reg = Signal.like(Value.cast(value), name=name)
+        reg = Signal.like(Value.cast(value), name=f"{self.prefix}{name}")
         self.m.d.sync += reg.eq(value)
         return reg
 
@@ -157,7 +192,7 @@ class CommandChecks:
             self.m.d.comb += self.settled.eq(self._age == self.cycles - 1)
             with self.m.If(~self.settled):
                 self.m.d.sync += self._age.eq(self._age + 1)
-            first = Signal(4, name="first_failing")
+            first = Signal(4, name=f"{self.prefix}first_failing")
             for i, (bad, code) in enumerate(self._rules):
                 with (self.m.If if i == 0 else self.m.Elif)(bad):
                     self.m.d.comb += first.eq(code)

@@ -59,6 +59,8 @@ ENGINE = EngineSpec(
     golden="ndpkit.engines.attention.golden",
     client="ndpkit.engines.attention.client:AttentionClient",
     device_params={"attention_lanes": "lanes"},
-    configs={"default": {"data_width": 128, "lanes": 16}, "max": {"data_width": 512, "lanes": 32}},
+    # "ecp5": the build that fits the LFE5UM5G-85F for its routed Fmax (the default needs more block RAM)
+    configs={"default": {"data_width": 128, "lanes": 16}, "max": {"data_width": 512, "lanes": 32},
+             "ecp5": {"data_width": 64, "lanes": 8}},
     config_label="{lanes} MAC lanes",
 )

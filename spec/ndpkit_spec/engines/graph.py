@@ -67,5 +67,11 @@ ENGINE = EngineSpec(
     golden="ndpkit.engines.graph.golden",
     client="ndpkit.engines.graph.client:GraphClient",
     min_data_width=512,
-    configs={"default": {"data_width": 512}},
+    # "ecp5": fewer DRAM banks modelled, cache lines and response ids, the build that fits the
+    # LFE5UM5G-85F for its routed Fmax (the default does not); same datapath
+    configs={"default": {"data_width": 512},
+             "ecp5": {"data_width": 512, "banks": 4, "cache_lines": 16, "response_ids": 16}},
+    config_label=lambda p: f"{p['data_width']}-bit" + "".join(
+        f", {p[k]} {what}" for k, what in (("banks", "banks"), ("cache_lines", "cache lines"),
+                                           ("response_ids", "response ids")) if k in p),
 )

@@ -2,11 +2,11 @@
 
 **Engines**: the UltraScale+ figures of ``make impl-report`` (``docs/impl_report.json``,
 copied here as ``engine_resources.json`` by the report: yosys ``synth_xilinx``
-estimates, LUT6/FF/DSP48E2/BRAM36/URAM), two configurations per engine (``default`` and
-``max``; the report says which ``max`` rows are extrapolated rather than synthesised).
+estimates, LUT6/FF/DSP48E2/BRAM36/URAM) of every configuration a device can build
+(``default``, ``max``, and the smaller ECP5 build where the device sets its parameters).
 An engine's size is the product of its configuration's parameters (data width, times
-attention units), and resources are taken linearly in that size through the two points
-(one point: constant), never below zero.
+attention lanes), and resources are piecewise linear in that size through the measured
+points (one point: constant), never below zero.
 
 **Shell**: a stated estimate, not a measurement (there is no Vivado here): the XDMA
 subsystem, the memory IP's soft logic, one AXI clock/width adapter per memory port, and
@@ -49,10 +49,16 @@ SHELL = {
 
 
 def write_engine_table(rows: list[dict], path: Path = TABLE) -> None:
-    """Keep the UltraScale+ figures of the report's rows (``make impl-report`` calls it)."""
+    """Keep the UltraScale+ figures of the report's rows (``make impl-report`` calls it):
+    the configurations a device build can choose (parameters the device sets: the bus
+    width and the engine's ``device_params``), not the smaller ECP5 fitting builds of
+    engine-internal parameters."""
+    from ndpkit_spec.registry import REGISTRY
     table = {}
     for row in rows:
-        if row.get("xcup"):
+        spec = REGISTRY.get(row["engine"])
+        settable = {"data_width", *spec.device_params.values()} if spec else set()
+        if row.get("xcup") and set(row["params"]) <= settable:
             entry = {"params": row["params"], "estimate": bool(row.get("estimate")),
                      **{k: row["xcup"][v] for k, v in _REPORT_KEYS.items()}}
             table.setdefault(row["engine"], {})[row["config"]] = entry
@@ -64,18 +70,26 @@ def _size(params: dict) -> float:
 
 
 def engine_resources(engine: str, params: dict, table: dict | None = None) -> dict:
-    """Resources of ``engine`` built with ``params`` (as in its registry ``configs``)."""
+    """Resources of ``engine`` built with ``params`` (as in its registry ``configs``):
+    piecewise linear in the configuration's size through the measured points (beyond
+    the ends, the end segment's line; one point: constant), never below zero."""
     table = json.loads(TABLE.read_text()) if table is None else table
     if engine not in table:
         from ndpkit_tools.boards import BoardError
         raise BoardError(f"engine {engine!r} has no implementation figures for the fit check: run "
                          f"make impl-report ENGINES={engine} first")
-    points = sorted(table[engine].values(), key=lambda p: _size(p["params"]))
-    size = _size({k: v for k, v in params.items() if k in points[0]["params"]})
-    if len(points) == 1 or _size(points[-1]["params"]) == _size(points[0]["params"]):
-        return {r: points[0][r] for r in RESOURCES}
-    lo, hi = points[0], points[-1]
-    t = (size - _size(lo["params"])) / (_size(hi["params"]) - _size(lo["params"]))
+    by_size = {}
+    for p in table[engine].values():
+        by_size.setdefault(_size(p["params"]), p)
+    points = sorted(by_size.items())
+    size = _size({k: v for k, v in params.items() if k in points[0][1]["params"]})
+    if len(points) == 1:
+        return {r: points[0][1][r] for r in RESOURCES}
+    i = 0
+    while i < len(points) - 2 and size > points[i + 1][0]:
+        i += 1
+    (s0, lo), (s1, hi) = points[i], points[i + 1]
+    t = (size - s0) / (s1 - s0)
     return {r: max(0.0, lo[r] + t * (hi[r] - lo[r])) for r in RESOURCES}
 
 

@@ -29,7 +29,7 @@ from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.attention import DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS, MAX_KV_HEADS, \
     STATUS_DONE, KvFormat
 from ndpkit_spec.engines.attention import BLOCK as ATTENTION
-from ndpkit_hw.bus.dma import Transfer, transfer_error, transfers_overlap
+from ndpkit_hw.bus.dma import Transfer
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.attention.datapath import MAX_GROUP, AttentionDatapath
 
@@ -81,9 +81,6 @@ class AttentionEngine(CommandEngine):
         out_size_shift = Mux(cmd.format_out == KvFormat.FP32, 2, 1)
         d_shift = Mux(d128, 7, 6)
         row_shift = d_shift + 1                                     # bytes per cache row: d * 2
-        q_head = Signal(32)                                         # bytes of one head's q rows (G x d)
-        out_head = Signal(32)
-        m.d.comb += [q_head.eq((G << d_shift) << q_size_shift), out_head.eq((G << d_shift) << out_size_shift)]
         table_bytes = Signal(40)
         m.d.comb += table_bytes.eq(cmd.requests * DESCRIPTOR_BYTES)
         table = Transfer(cmd.table, table_bytes[:32])
@@ -96,53 +93,48 @@ class AttentionEngine(CommandEngine):
         checks.require((hkv == 0) | (hkv > MAX_KV_HEADS))
         checks.require(cmd.requests == 0, ErrorCode.ZERO_LENGTH)
         checks.ranges({"table": table}, wide={"table": table_bytes})
+        # the command's sizes, registered while its checks settle (no multiplier on a request's path)
+        q_head = checks.derive((G << d_shift) << q_size_shift, "q_head")          # bytes of one head's q rows
+        out_head = checks.derive((G << d_shift) << out_size_shift, "out_head")
+        heads_g = checks.derive_product(G, hkv[:7], "heads_x_group")   # all heads' q rows (hkv > 64: rejected)
+        q_bytes = checks.derive(heads_g << (d_shift + q_size_shift), "q_bytes", after=checks.after(heads_g))
+        out_bytes = checks.derive(heads_g << (d_shift + out_size_shift), "out_bytes", after=checks.after(heads_g))
+        new_bytes = checks.derive(hkv << row_shift, "new_row_bytes")               # one row a head
+        row_bytes = checks.derive(1 << row_shift, "row_bytes")
         m.d.comb += [dp.head_dim128.eq(d128), dp.group.eq(G), dp.q_format.eq(cmd.format_q),
                      dp.kv_format.eq(cmd.format_kv), dp.out_format.eq(cmd.format_out), dp.scale.eq(cmd.scale)]
 
-        # ---- the current request and its checks ------------------------------------------
+        # ---- the current request and its checks: registered stages from the descriptor, as
+        # the command's (golden ``request_check``'s order); the verdict waits for them
         desc = Signal(Descriptor)
         append = desc.flags[0]
-        needed = Signal(33)                        # rows after the append
-        m.d.comb += needed.eq(desc.length + append)
-        tokens = Signal(33)                        # rows attended: the last `window` (0: all)
-        m.d.comb += tokens.eq(Mux((desc.window != 0) & (desc.window < needed), desc.window, needed))
-        cache_rows = Signal(33)
-        m.d.comb += cache_rows.eq(tokens - append)
-        slot_bytes = Signal(48)                    # one region of the slot: kv_heads x capacity rows
-        m.d.comb += slot_bytes.eq((hkv * desc.capacity) << row_shift)
-        row_bytes = Signal(10)
-        m.d.comb += row_bytes.eq(1 << row_shift)
-        ranges = {
-            "out": (Transfer(desc.out, hkv * out_head), Const(1), Const(0)),
-            "q": (Transfer(desc.q, hkv * q_head), Const(1), Const(0)),
-            "k": (Transfer(desc.k, slot_bytes[:32]), Const(1), slot_bytes[32:] != 0),
-            "v": (Transfer(desc.v, slot_bytes[:32]), Const(1), slot_bytes[32:] != 0),
-            "k_new": (Transfer(desc.k_new, hkv << row_shift), append, Const(0)),
-            "v_new": (Transfer(desc.v_new, hkv << row_shift), append, Const(0)),
-        }
-        range_errors = {name: transfer_error(m, wb, self.addr_width, t, self.window_base, self.window_size)
-                        for name, (t, _, _) in ranges.items()}
-        request_check = Signal(4)
-        with m.If((desc.flags & ~FLAG_APPEND & 0xFFFF_FFFF) != 0):
-            m.d.comb += request_check.eq(ErrorCode.BAD_FIELD)
-        with m.Elif(needed == 0):
-            m.d.comb += request_check.eq(ErrorCode.ZERO_LENGTH)
-        with m.Elif((desc.capacity == 0) | (needed > desc.capacity)):
-            m.d.comb += request_check.eq(ErrorCode.OUT_OF_WINDOW)
-        for name, (t, active, too_long) in ranges.items():
-            error = range_errors[name]
-            with m.Elif(active & too_long):
-                m.d.comb += request_check.eq(ErrorCode.OUT_OF_WINDOW)
-            with m.Elif(active & (error != 0)):
-                m.d.comb += request_check.eq(error)
-        names = list(ranges)
-        overlaps = []
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                overlaps.append(ranges[a][1] & ranges[b][1] & transfers_overlap(ranges[a][0], ranges[b][0]))
-        overlaps.append(transfers_overlap(ranges["out"][0], Transfer(cmd.table, cmd.requests * DESCRIPTOR_BYTES)))
-        with m.Elif(Cat(*overlaps).any()):
-            m.d.comb += request_check.eq(ErrorCode.OVERLAP)
+        request = CommandChecks(m, self, name="request")
+        needed = request.derive(desc.length + append, "needed")                   # rows after the append
+        tokens = request.derive(Mux((desc.window != 0) & (desc.window < needed), desc.window, needed),   # rows attended
+                                "tokens", after=request.after(needed))                             # (window 0: all)
+        cache_rows = request.derive(tokens - append, "cache_rows", after=request.after(tokens))
+        first_row = request.derive(needed - tokens, "first_row", after=request.after(tokens))
+        region_step = request.derive(desc.capacity << row_shift, "region_step")   # one head's region of the slot
+        slot_rows = request.derive_product(desc.capacity, hkv[:7], "slot_rows")   # kv_heads x capacity rows
+        slot_bytes = request.derive(slot_rows << row_shift, "slot_bytes", after=request.after(slot_rows))
+        request.require((desc.flags & ~FLAG_APPEND & 0xFFFF_FFFF) != 0)
+        request.require(needed == 0, ErrorCode.ZERO_LENGTH)
+        request.require((desc.capacity == 0) | (needed > desc.capacity), ErrorCode.OUT_OF_WINDOW)
+        request.ranges({"out": Transfer(desc.out, out_bytes), "q": Transfer(desc.q, q_bytes),
+                        "k": Transfer(desc.k, slot_bytes[:32]), "v": Transfer(desc.v, slot_bytes[:32]),
+                        "k_new": Transfer(desc.k_new, new_bytes), "v_new": Transfer(desc.v_new, new_bytes),
+                        "table": table},
+                       active={"k_new": append, "v_new": append}, wide={"k": slot_bytes, "v": slot_bytes})
+        request.disjoint(["out", "q", "k", "v", "k_new", "v_new"])
+        request.disjoint(["out", "table"])
+        # what the request moves (the command's counters), and where its K/V parts start
+        kv_rows = request.derive_product(tokens, hkv[:7], "kv_rows", after=request.after(tokens))
+        request_read = request.derive(q_bytes + (kv_rows << (row_shift + 1)), "request_read",
+                                      after=request.after(kv_rows))
+        request_written = request.derive(4 + out_bytes + Mux(append, new_bytes << 1, 0), "request_written")
+        cache_offset = request.derive(first_row << row_shift, "cache_offset", after=request.after(first_row))
+        append_offset = request.derive(desc.length << row_shift, "append_offset")
+        request_check = request.code()                 # (after the last derived value: it waits for them all)
 
         # ---- issuing a good request, head by head ------------------------------------------
         start = Signal()                           # the cycle a checked request starts issuing
@@ -156,12 +148,6 @@ class AttentionEngine(CommandEngine):
         ka_iss = _Issuer(m, "k_append_issue", wr["k_append"].cmd, start, append)
         va_iss = _Issuer(m, "v_append_issue", wr["v_append"].cmd, start, append)
         issuers = [q_iss, out_iss, head_iss, k_iss, v_iss, ka_iss, va_iss]
-
-        # per-head address steps
-        first_row = Signal(33)
-        m.d.comb += first_row.eq(needed - tokens)
-        region_step = Signal(40)
-        m.d.comb += region_step.eq(desc.capacity << row_shift)
 
         def simple(iss, base, step, length):
             """One transfer a head: ``length`` bytes from ``base``, ``step`` apart."""
@@ -177,8 +163,8 @@ class AttentionEngine(CommandEngine):
 
         simple(q_iss, desc.q, q_head, q_head)
         simple(out_iss, desc.out, out_head, out_head)
-        simple(ka_iss, desc.k + ((desc.length << row_shift)), region_step, row_bytes)
-        simple(va_iss, desc.v + ((desc.length << row_shift)), region_step, row_bytes)
+        simple(ka_iss, desc.k + append_offset, region_step, row_bytes)
+        simple(va_iss, desc.v + append_offset, region_step, row_bytes)
         m.d.comb += [dp.head.payload.eq(tokens), dp.head.valid.eq(head_iss.active)]
         with m.If(head_iss.fire):
             m.d.sync += head_iss.head.eq(head_iss.head + 1)
@@ -196,7 +182,7 @@ class AttentionEngine(CommandEngine):
             m.submodules[f"{name}_fork_flags"] = flags
             has_cache = cache_rows != 0
             with m.If(start):
-                m.d.sync += [cache_addr.eq(cache_base + (first_row << row_shift)), new_addr.eq(new_base),
+                m.d.sync += [cache_addr.eq(cache_base + cache_offset), new_addr.eq(new_base),
                              part.eq(~has_cache)]
             on_new = part
             m.d.comb += [iss.cmd.valid.eq(iss.active & flags.w_rdy),
@@ -296,8 +282,11 @@ class AttentionEngine(CommandEngine):
                                                     if desc_words > 1 else table_data.payload.data),
                                  desc_word.eq(desc_word + 1)]
                     with m.If(desc_word == desc_words - 1):
-                        m.d.sync += desc_word.eq(0)
-                        m.next = "REQUEST"
+                        m.d.sync += [desc_word.eq(0), request.restart()]
+                        m.next = "REQUEST_SETTLE"
+            with m.State("REQUEST_SETTLE"):            # the request's checks run from registers
+                with m.If(request.settled):
+                    m.next = "REQUEST"
             with m.State("REQUEST"):
                 m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
                              retire_in.code.eq(request_check), retire_in.outputs.eq(0)]
@@ -308,9 +297,8 @@ class AttentionEngine(CommandEngine):
                         m.next = "NEXT"
                 with m.Else():
                     m.d.comb += start.eq(1)
-                    m.d.sync += [bytes_read.eq(bytes_read + hkv * q_head + ((hkv * tokens) << (row_shift + 1))),
-                                 bytes_written.eq(bytes_written + 4 + hkv * out_head +
-                                                  Mux(append, hkv << (row_shift + 1), 0))]
+                    m.d.sync += [bytes_read.eq(bytes_read + request_read),
+                                 bytes_written.eq(bytes_written + request_written)]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
                 m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
