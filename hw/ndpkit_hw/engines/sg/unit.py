@@ -27,6 +27,8 @@ The memory side is one 512-bit AXI4 port (a 64 B column per beat), ID 0, in orde
 """
 from __future__ import annotations
 
+import operator
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -92,12 +94,21 @@ def request_error(m: Module, head, window_base, window_size, row_bytes: int):
     return error
 
 
-def _popcount(bits):
-    """The number of set bits of ``bits``, as a balanced tree of adders."""
-    values = [bits[i] for i in range(len(bits))]
+def _balanced(values, combine):
+    """``values`` combined pairwise as a balanced tree (log depth, not a chain)."""
     while len(values) > 1:
-        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+        values = [combine(values[i], values[i + 1]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
     return values[0]
+
+
+def _popcount(bits):
+    """The number of set bits of ``bits``."""
+    return _balanced([bits[i] for i in range(len(bits))], operator.add)
+
+
+def _or_all(values):
+    return _balanced(values, operator.or_)
 
 
 def _code(resp):
@@ -177,6 +188,8 @@ class SgUnit(wiring.Component):
         a_column = [Signal(col_bits, name=f"a_column{j}") for j in range(MAX_OFFSETS)]
         a_lane = [Signal(6, name=f"a_lane{j}") for j in range(MAX_OFFSETS)]
         a_starts = Signal(MAX_OFFSETS, name="a_starts")
+        # a_same[j][k - j - 1]: elements j < k have one offset (a scatter's later one wins)
+        a_same = [Signal(MAX_OFFSETS - 1 - j, name=f"a_same{j}") for j in range(MAX_OFFSETS)]
         raw_error = request_error(m, raw, self.window_base, self.window_size, self.row_bytes)
         with m.If(a_load):
             bytes_at = [Mux(raw.size == 8, raw.offsets[j] << 3, raw.offsets[j] << 2) for j in range(MAX_OFFSETS)]
@@ -184,6 +197,9 @@ class SgUnit(wiring.Component):
             for j in range(MAX_OFFSETS):
                 m.d.sync += [a_column[j].eq(bytes_at[j][6:]), a_lane[j].eq(bytes_at[j][:6]),
                              a_starts[j].eq(1 if j == 0 else bytes_at[j][6:] != bytes_at[j - 1][6:])]
+                if j < MAX_OFFSETS - 1:
+                    m.d.sync += a_same[j].eq(Cat(*[raw.offsets[j] == raw.offsets[k]
+                                                   for k in range(j + 1, MAX_OFFSETS)]))
         with m.Elif(b_load):
             m.d.sync += a_valid.eq(0)
 
@@ -193,13 +209,26 @@ class SgUnit(wiring.Component):
         run = [Signal(4, name=f"run{j}") for j in range(MAX_OFFSETS)]
         starts = Signal(MAX_OFFSETS, name="starts")
         runs = Signal(5)
+        # the write beat, decided here so that issuing a run is an AND-OR, not a priority
+        # chain: ``live`` elements write (a row element unless a later one of its run has its
+        # offset; every word of a line write), each into the 32-bit slots ``slots[j]`` marks
+        live = Signal(MAX_OFFSETS, name="live")
+        slots = [Signal(MAX_OFFSETS, name=f"slots{j}") for j in range(MAX_OFFSETS)]
         with m.If(b_load):
             in_count = Cat(*[j < a_head.count for j in range(MAX_OFFSETS)])
+            a_row, a_size8 = a_head.op[1], a_head.size == 8
             m.d.sync += [b_valid.eq(1), head.eq(a_head), error.eq(a_error), starts.eq(a_starts),
-                         runs.eq(Mux(a_head.op[1], _popcount(a_starts & in_count | 1), 1))]
+                         runs.eq(Mux(a_row, _popcount(a_starts & in_count | 1), 1))]
             for j in range(MAX_OFFSETS):
+                # a later element k of the same run (no run starts in (j, k]) with the same offset
+                overridden = Cat(*[a_same[j][k - j - 1] & in_count[k] & (a_starts[j + 1:k + 1] == 0)
+                                   for k in range(j + 1, MAX_OFFSETS)]).any() if j < MAX_OFFSETS - 1 else 0
                 m.d.sync += [column[j].eq(a_column[j]), lane[j].eq(a_lane[j]),
-                             run[j].eq(_popcount(a_starts[1:j + 1]) if j else 0)]
+                             run[j].eq(Mux(a_row, _popcount(a_starts[1:j + 1]), 0) if j else 0),
+                             live[j].eq(Mux(a_row, in_count[j] & ~overridden, 1)),
+                             slots[j].eq(Mux(a_row, Mux(a_size8, Const(3, MAX_OFFSETS) << Cat(Const(0, 1), a_lane[j][3:]),
+                                                         Const(1, MAX_OFFSETS) << a_lane[j][2:]),
+                                             1 << j))]
         with m.Elif(taken):
             m.d.sync += b_valid.eq(0)
         is_row = head.op[1]
@@ -255,18 +284,16 @@ class SgUnit(wiring.Component):
         m.d.comb += target.eq(Mux(is_row, Cat(Const(0, 6), current_column, head.address[row_shift:]), head.address))
         strobe = Signal(LINE)
         wdata = Signal(8 * LINE)
-        for j in range(MAX_OFFSETS):          # later elements of a run override earlier ones
-            sel = (j < head.count) & (run[j] == issue_run[:4])
-            with m.If(is_row & sel):
-                with m.If(size8):
-                    if j < LINE // 8:
-                        m.d.comb += wdata.word_select(lane[j][3:], 64).eq(head.data.word_select(j, 64))
-                        m.d.comb += strobe.word_select(lane[j][3:], 8).eq(0xFF)
-                with m.Else():
-                    m.d.comb += wdata.word_select(lane[j][2:], 32).eq(head.data.word_select(j, 32))
-                    m.d.comb += strobe.word_select(lane[j][2:], 4).eq(0xF)
-        with m.If(~is_row):
-            m.d.comb += [wdata.eq(head.data), strobe.eq(Const((1 << LINE) - 1, LINE))]
+        # slot k takes the live element of this run that marks it (at most one does): its
+        # 32-bit word, or for 8-byte elements its half k mod 2
+        words = [head.data.word_select(i, 32) for i in range(MAX_OFFSETS)]
+        wide_row = is_row & size8
+        for k in range(MAX_OFFSETS):
+            hits = [live[j] & (run[j] == issue_run[:4]) & slots[j][k] for j in range(MAX_OFFSETS)]
+            sources = [Mux(wide_row, words[2 * j + k % 2], words[j]) if j < LINE // 8 else words[j]
+                       for j in range(MAX_OFFSETS)]
+            m.d.comb += [wdata.word_select(k, 32).eq(_or_all([Mux(h, w, 0) for h, w in zip(hits, sources)])),
+                         strobe.word_select(k, 4).eq(Mux(Cat(*hits).any(), 0xF, 0))]
         m.d.comb += [
             bus.arid.eq(0), bus.araddr.eq(target), bus.arlen.eq(0), bus.arsize.eq(6), bus.arburst.eq(1),
             bus.awid.eq(0), bus.awaddr.eq(target), bus.awlen.eq(0), bus.awsize.eq(6), bus.awburst.eq(1),

@@ -1,0 +1,152 @@
+"""The fit-and-timing targets every implementation row is held to, and, for each target a
+row misses, the reason and the next step (both reports print them; a missed target with
+no note here fails ``tb/impl/test_targets.py``).
+
+Targets (the fit-and-timing issue):
+
+- logic depth: at most :data:`~ndpkit_tools.impl.depth.DEPTH_TARGET` levels between
+  registers on the UltraScale+ netlist, every engine and unit;
+- ECP5 routed Fmax: every engine at least 100 MHz at a configuration that fits the
+  LFE5UM5G-85F (dma_copy and the burst engine decomp at least 125 MHz), and routing
+  completes for every row; the FP units at least 150 MHz (div, sqrt, exp 125 MHz);
+- area (UltraScale+ ``synth_xilinx`` estimate): the FP units' LUT and DSP48E2 budgets,
+  attention at 32 lanes at most 32k LUT and 80 DSP, the port-rate Adam at most 35k LUT.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ndpkit_tools.impl.depth import DEPTH_TARGET
+
+__all__ = ["Check", "engine_checks", "unit_checks", "note", "UNIT_MHZ", "UNIT_AREA", "ENGINE_AREA"]
+
+#: ECP5 routed Fmax targets (MHz): every engine 100, the copy and burst engines 125
+ENGINE_MHZ = {"dma_copy": 125, "decomp": 125}
+ENGINE_MHZ_DEFAULT = 100
+#: FP units' ECP5 targets (MHz), 150 for the others
+UNIT_MHZ = {"div": 125, "sqrt": 125, "exp": 125}
+UNIT_MHZ_DEFAULT = 150
+#: UltraScale+ area budgets: FP units (LUT, DSP48E2) and engine configurations
+UNIT_AREA = {"mul": (200, 2), "add": (450, 0), "fma": (1000, 2), "div": (1200, 0), "sqrt": (1200, 0),
+             "exp": (800, 8)}
+ENGINE_AREA = {("attention", "max"): {"LUT": 32_000, "DSP": 80}, ("adam", "max"): {"LUT": 35_000}}
+
+_SUBNORMALS = ("binary32 with subnormal inputs and outputs, bit-exact to NumPy, needs a leading-zero count, "
+               "a normalising shifter and a sticky mask at full significand width (AMD's Floating-Point "
+               "Operator treats subnormal operands as zero, PG109)")
+
+#: why a target is missed and what comes next: {(subject, config or "", kind): text};
+#: kind is "levels", "area", "ecp5" (routed Fmax below target, or none at a fitting
+#: configuration) or "routing" (a fitting row whose routing did not finish)
+NOTES = {
+    # ---- FP units ------------------------------------------------------------------------
+    ("add", "", "area"): f"{_SUBNORMALS}: here an alignment shifter and a normalising shifter of 28 bits, "
+                         "a 31-bit magnitude compare and the rounding. Next: a leading-zero anticipator "
+                         "beside the adder, and the normalising shift limited to the close path.",
+    ("mul", "", "area"): f"{_SUBNORMALS}: one bidirectional shifter over the 48-bit product (a subnormal "
+                         "operand's left shift, a subnormal result's right shift), its 48-bit leading-zero "
+                         "count and sticky mask are most of the LUTs; the 24x24 product is 2 DSP48E2. Next: "
+                         "pre-normalise a subnormal operand's 24-bit significand instead (a product of two "
+                         "normal significands needs at most one place), the result shift limited to 26.",
+    ("fma", "", "area"): f"{_SUBNORMALS}: each subnormal operand normalised first (a 24-bit shifter and "
+                         "leading-zero count per operand), the smaller of product and addend aligned over 51 "
+                         "bits, the sum normalised with its own count, then one rounding. Next: align the "
+                         "addend against the unnormalised product (one operand shifter instead of three).",
+    ("div", "", "area"): "radix-2 non-restoring division: 27 stages, each a 27-bit add/subtract with its "
+                         "pipeline registers, plus both significands normalised (two 24-bit shifters). "
+                         "Next: radix-4 stages (half the adders and registers, a small digit-selection table).",
+    ("exp", "", "area"): "the 24 x 40-bit reduction product with log2(e) and the degree-2 polynomial's "
+                         "products, cut into 27x18 pieces by the DSP mapping (16 DSP48E2), and the "
+                         "normalising shifter. Next: a 27-bit log2(e) and 18-bit polynomial products (the "
+                         "golden model changes with them), 8 DSP.",
+    ("exp", "", "levels"): "9 levels: the reduced argument's fixed-point shift feeding the table index in one "
+                           "stage. Next: register the shift amount a stage earlier.",
+    # the ECP5 causes: nextpnr's critical path of each unit's routed netlist (build/impl/<unit>/nextpnr.log)
+    ("mul", "", "ecp5"): "127 MHz: the normalising stage (3 -> 4): the leading-zero count's limits select the "
+                         "shift amount and the shifter's multiplexer tree follows in one stage. Next: the "
+                         "amount registered before the shifter (it already is on UltraScale+, 8 levels).",
+    ("fma", "", "ecp5"): "124 MHz: the normalising shift (stage 8 -> 9, a multiplexer tree) and the adder "
+                         "behind it. Next: the adder a stage later (latency 15).",
+    ("dot", "", "ecp5"): "127 MHz: a lane product's normalising stage, as mul. Next: as mul.",
+    ("fp32_to_fp16", "", "ecp5"): "149.6 MHz (0.3 % below): the first stage, the subnormal result's shift "
+                                  "(a multiplexer tree) from the input. Next: the shift amount registered first.",
+    ("fp32_to_bf16", "", "ecp5"): "142.6 MHz: as fp32_to_fp16. Next: as fp32_to_fp16.",
+    ("int32_to_fp32", "", "ecp5"): "125.5 MHz: the normalising shift (stage 1 -> 2) after the leading-zero "
+                                   "count. Next: register the count before the shift.",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    target: str
+    measured: str
+    met: bool
+    kind: str
+
+    def status(self) -> str:
+        return "met" if self.met else "**missed**"
+
+
+def note(subject: str, config: str, kind: str) -> str:
+    """The reason and next step of a missed target ("" when none is recorded)."""
+    return NOTES.get((subject, config, kind), "")
+
+
+def _levels(levels) -> Check:
+    if levels is None:
+        return Check(f"≤ {DEPTH_TARGET} levels", "not measured", False, "levels")
+    return Check(f"≤ {DEPTH_TARGET} levels", f"{levels:g}", levels <= DEPTH_TARGET, "levels")
+
+
+def unit_checks(row: dict) -> list[Check]:
+    """An FP unit's row of ``make impl`` against its targets."""
+    unit, x = row["unit"], row["xcup"]
+    out = [_levels(row.get("levels"))]
+    mhz = UNIT_MHZ.get(unit, UNIT_MHZ_DEFAULT)
+    fmax = row.get("ecp5_fmax_mhz")
+    out.append(Check(f"ECP5 ≥ {mhz} MHz", "not routed" if fmax is None else f"{fmax} MHz",
+                     fmax is not None and fmax >= mhz, "ecp5"))
+    if unit in UNIT_AREA:
+        lut, dsp = UNIT_AREA[unit]
+        out.append(Check(f"≤ {lut} LUT, ≤ {dsp} DSP", f"{x['LUT']:,} LUT, {x['DSP']} DSP",
+                         x["LUT"] <= lut and x["DSP"] <= dsp, "area"))
+    return out
+
+
+def engine_checks(row: dict, rows: list[dict]) -> list[Check]:
+    """An engine configuration's row of ``make impl-report`` against its targets; ``rows``:
+    every row (the ECP5 target is the engine's, met at any configuration that fits)."""
+    engine, config, x = row["engine"], row["config"], row["xcup"]
+    depth = row.get("xcup_depth") or {}
+    out = [_levels(depth.get("levels"))]
+    for resource, limit in ENGINE_AREA.get((engine, config), {}).items():
+        out.append(Check(f"≤ {limit:,} {resource}", f"{x[resource]:,} {resource}", x[resource] <= limit, "area"))
+    mhz = ENGINE_MHZ.get(engine, ENGINE_MHZ_DEFAULT)
+    fmax = row.get("ecp5_fmax_mhz")
+    ecp5_note = row.get("ecp5_note") or ""
+    if fmax is not None:
+        out.append(Check(f"ECP5 routed ≥ {mhz} MHz", f"{fmax} MHz", fmax >= mhz, "ecp5"))
+    elif ecp5_note.startswith("placed"):
+        out.append(Check("ECP5 routing completes", ecp5_note, False, "routing"))
+    else:
+        # does not fit: the engine's target stands on a configuration that does
+        routed = [r for r in rows if r["engine"] == engine and r.get("ecp5_fmax_mhz") is not None]
+        best = max(routed, key=lambda r: r["ecp5_fmax_mhz"], default=None)
+        measured = (f"{ecp5_note or 'not routed'}; the {best['config']} configuration: {best['ecp5_fmax_mhz']} MHz"
+                    if best else f"{ecp5_note or 'not routed'}; no configuration of {engine} routed")
+        out.append(Check(f"ECP5 routed ≥ {mhz} MHz at a fitting configuration", measured,
+                         best is not None and best["ecp5_fmax_mhz"] >= mhz, "ecp5"))
+    return out
+
+
+def markdown_section(checks: list[tuple[str, str, Check]], title: str = "Targets") -> list[str]:
+    """The report's targets table: every target of every row, and for a missed one why
+    and what comes next."""
+    out = [f"## {title}", "", "| subject | config | target | measured | status | why, and the next step |",
+           "|---|---|---|---|---|---|"]
+    for subject, config, c in checks:
+        why = "" if c.met else (note(subject, config, c.kind) or "(no note recorded)")
+        out.append(f"| {subject} | {config or '—'} | {c.target} | {c.measured} | {c.status()} | {why} |")
+    missed = sum(not c.met for _, _, c in checks)
+    out += ["", f"{len(checks) - missed} of {len(checks)} targets met."]
+    return out
