@@ -1,6 +1,7 @@
 """Format conversions: fp16/bf16 -> fp32 (exact), fp32 -> fp16/bf16 (RNE, overflow to
 infinity, subnormal results), int32 -> fp32 (RNE), fp32 -> int32 (RNE, saturating,
-NaN -> 0).  Latency 4 (int32 -> fp32: 5), II=1 per lane.  NaN results are the canonical quiet NaN."""
+NaN -> 0).  Latency 5 (int32 -> fp32: 6; fp32 -> int32: 4), II=1 per lane: the normalising
+leading-zero count is registered before its shift.  NaN results are the canonical quiet NaN."""
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
 from ndpkit_hw.arith.fp_common import BF16, F16, F32, FloatFormat, FpUnit, normalize, round_bits, round_pack, unpack, select_result
@@ -12,7 +13,7 @@ class FloatConvert(FpUnit):
     """One float format to another through the shared normalise/round path."""
     source: FloatFormat = F32
     target: FloatFormat = F32
-    latency = 4
+    latency = 5
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -27,8 +28,10 @@ class FloatConvert(FpUnit):
         # widening (fp16/bf16 to fp32) is exact and never leaves the normal range from
         # below: a subnormal stays subnormal-formatted, no rounding shift
         widening = dst.frac_bits >= src.frac_bits and dst.exp_bits >= src.exp_bits
-        norm, norm_exp, _ = normalize(m, a.sig, exp, "convert", min_exp=1 if widening else None)
-        norm, norm_exp, sign, zero, inf, nan = pipe.stage(norm, norm_exp, a.sign, a.is_zero, a.is_inf, a.is_nan)
+        norm, norm_exp, _, (sign, zero, inf, nan) = normalize(
+            m, a.sig, exp, "convert", pipe=pipe, carry=(a.sign, a.is_zero, a.is_inf, a.is_nan),
+            min_exp=1 if widening else None)
+        norm, norm_exp, sign, zero, inf, nan = pipe.stage(norm, norm_exp, sign, zero, inf, nan)
         packed, (sign, zero, inf, nan) = round_pack(
             m, dst, sign, norm, norm_exp, 0, "convert", pipe=pipe, carry=(sign, zero, inf, nan), underflow=not widening)
         result = select_result(m, dst.width, packed, [
@@ -57,7 +60,7 @@ class Fp32ToBf16(FloatConvert):
 
 class Int32ToFp32(FpUnit):
     operands = {"a": 32}
-    latency = 5
+    latency = 6
 
     def lane(self, m, pipe, inputs, controls):
         value = inputs["a"]
@@ -67,7 +70,8 @@ class Int32ToFp32(FpUnit):
         magnitude, sign = pipe.stage(magnitude, sign)
         exp = Signal(signed(10))
         m.d.comb += exp.eq(F32.bias + 31)                 # bit 31 weighs 2**31
-        norm, norm_exp, _ = normalize(m, magnitude, exp, "i2f", keep=round_bits(F32))
+        norm, norm_exp, _, (sign,) = normalize(m, magnitude, exp, "i2f", pipe=pipe, carry=(sign,),
+                                               keep=round_bits(F32))
         norm, norm_exp, sign = pipe.stage(norm, norm_exp, sign)
         packed, _ = round_pack(m, F32, sign, norm, norm_exp, 0, "i2f", pipe=pipe, underflow=False)   # >= 2**0
         return pipe.stage(packed)
