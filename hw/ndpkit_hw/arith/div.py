@@ -8,7 +8,7 @@ gives the sticky bit, so the shared round/pack path rounds exactly once.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 
-from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, normalize, round_bits, round_pack, unpack, select_result
+from ndpkit_hw.arith.fp_common import F32, FpUnit, leading_zeros, round_bits, round_pack, unpack, select_result
 
 __all__ = ["FpDiv"]
 
@@ -59,7 +59,17 @@ class FpDiv(FpUnit):
         m.d.comb += restored.eq(Mux(remainder[-1], remainder + divisor, remainder))
         sticky = restored != 0
 
-        norm, norm_exp, _ = normalize(m, quotient, exp, "div", keep=round_bits(F32))
+        # normalising: the quotient's top bit is bit 26 or 25 (significands in [1, 2)), so a
+        # shift of one place or none, not a leading-zero count and a shifter
+        keep = round_bits(F32)
+        below = QUOTIENT_BITS - keep
+        top = quotient[-1]
+        shifted = Signal(QUOTIENT_BITS, name="div_shifted")
+        m.d.comb += shifted.eq(Mux(top, quotient, quotient << 1))
+        norm = Signal(keep + 1, name="div_norm")
+        norm_exp = Signal(signed(len(exp) + 1), name="div_norm_exp")
+        m.d.comb += [norm.eq(Cat(shifted[:below] != 0 if below else Const(0, 1), shifted[below:])),
+                     norm_exp.eq(exp - ~top)]
         norm, norm_exp, sticky, sign, nan, inf, zero = pipe.stage(norm, norm_exp, sticky, sign, nan, inf, zero)
 
         packed, (sign, nan, inf, zero) = round_pack(

@@ -34,7 +34,8 @@ class FpExp(FpUnit):
         m.d.comb += y_abs.eq(product >> shift)
         y_abs, sign, nan, pos_inf, big = pipe.stage(y_abs, sign, nan, pos_inf, big)
         y = Signal(signed(50))
-        m.d.comb += y.eq(Mux(sign, -y_abs, y_abs))
+        # -y_abs as ~y_abs + 1, the complement inside the adder's LUTs (no select behind the carry chain)
+        m.d.comb += y.eq((Cat(y_abs, Const(0, 1)) ^ sign.replicate(50)) + sign)
         y, sign, nan, pos_inf, big = pipe.stage(y, sign, nan, pos_inf, big)
 
         k = Signal(signed(10))

@@ -58,13 +58,13 @@ PUBLISHED = {
 def run_one(job) -> dict:
     from ndpkit_tools.impl.flow import implement
     from ndpkit_hw.engines import build
-    engine, config, too_big, xcup_only = job
+    engine, config, too_big, xcup_only, route_minutes = job
     params = CONFIGS[engine][config]
     started = time.monotonic()
     # bursts of at most 4 KiB and AXI4's 256 beats (a narrow bus's limit comes first)
     burst = {"max_burst_bytes": min(4096, 32 * params.get("data_width", 512))}
     figures = implement(build(engine, **{**burst, **params}), out_dir() / f"{engine}_{config}", target_mhz=TARGET_MHZ,
-                        ecp5=too_big is None and not xcup_only)
+                        ecp5=too_big is None and not xcup_only, route_minutes=route_minutes)
     if xcup_only:
         return {"engine": engine, "config": config, "xcup_only": True, "seconds": round(time.monotonic() - started),
                 "xcup": figures["xcup"], "xcup_depth": figures["xcup_depth"]}
@@ -170,6 +170,8 @@ def main(argv=None) -> int:
     ap.add_argument("--xcup-only", action="store_true",
                     help="UltraScale+ synthesis and logic depth only; a row's ECP5 figures stay (marked as from an "
                          "earlier netlist)")
+    ap.add_argument("--route-minutes", type=float, default=45,
+                    help="nextpnr's routing budget; past it the row keeps the placed design's estimate")
     args = ap.parse_args(argv)
     jobs = []
     for want in args.jobs_wanted or list(CONFIGS):
@@ -202,8 +204,8 @@ def main(argv=None) -> int:
         write_engine_table(rows)            # the board builds' resource model reads these figures
         return rows
 
-    jobs = [] if args.report else [(engine, c, ecp5_too_big(engine, c, previous), args.xcup_only)
-                                   for engine, c in jobs]
+    jobs = [] if args.report else [(engine, c, ecp5_too_big(engine, c, previous), args.xcup_only,
+                                    args.route_minutes) for engine, c in jobs]
     failed = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_one, job): job for job in jobs}

@@ -62,17 +62,12 @@ NOTES = {
     ("exp", "", "levels"): "9 levels: the reduced argument's fixed-point shift feeding the table index in one "
                            "stage. Next: register the shift amount a stage earlier.",
     # the ECP5 causes: nextpnr's critical path of each unit's routed netlist (build/impl/<unit>/nextpnr.log)
-    ("mul", "", "ecp5"): "127 MHz: the normalising stage (3 -> 4): the leading-zero count's limits select the "
-                         "shift amount and the shifter's multiplexer tree follows in one stage. Next: the "
-                         "amount registered before the shifter (it already is on UltraScale+, 8 levels).",
+    ("mul", "", "ecp5"): "127 MHz: the normalising stage (3 -> 4): the 48-bit product shifted by a registered "
+                         "7-bit amount (a seven-deep multiplexer tree of ECP5 LUT4s) with the sticky mask. "
+                         "Next: the shift over two stages (the amount's high bits first).",
     ("fma", "", "ecp5"): "124 MHz: the normalising shift (stage 8 -> 9, a multiplexer tree) and the adder "
                          "behind it. Next: the adder a stage later (latency 15).",
     ("dot", "", "ecp5"): "127 MHz: a lane product's normalising stage, as mul. Next: as mul.",
-    ("fp32_to_fp16", "", "ecp5"): "149.6 MHz (0.3 % below): the first stage, the subnormal result's shift "
-                                  "(a multiplexer tree) from the input. Next: the shift amount registered first.",
-    ("fp32_to_bf16", "", "ecp5"): "142.6 MHz: as fp32_to_fp16. Next: as fp32_to_fp16.",
-    ("int32_to_fp32", "", "ecp5"): "125.5 MHz: the normalising shift (stage 1 -> 2) after the leading-zero "
-                                   "count. Next: register the count before the shift.",
 }
 
 

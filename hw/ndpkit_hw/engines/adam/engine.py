@@ -72,6 +72,9 @@ class AdamEngine(CommandEngine):
         checks = CommandChecks(m, self)
         rounded = lambda n, unit, shift: (n + (unit - 1)) >> shift    # ceil(n / unit), unit = 1 << shift
         last_vector = checks.derive((cmd.count - 1)[:32] >> lane_shift, "last_vector")    # (count 0 is rejected)
+        # the count before the last vector (wraps past every count when there is one vector):
+        # "the next vector is the last" is then a compare of the count, with no increment before it
+        before_last = checks.derive(last_vector - 1, "before_last", after=checks.after(last_vector))
         len32 = checks.derive(rounded(cmd.count, elements, element_shift) << word_shift, "len32")
         len16 = checks.derive(rounded(cmd.count, 2 * elements, element_shift + 1) << word_shift, "len16")
         # sparse mode: g holds k values (fp32, or 16-bit packed 2 * lanes a word), idx k indices
@@ -102,13 +105,13 @@ class AdamEngine(CommandEngine):
                      updater.grad_format.eq(cmd.format_grad)]
 
         # ---- control ------------------------------------------------------------------
-        stream_error, stopped = Signal(), Signal()
+        stream_error, stopped = Signal(name="stream_error"), Signal(name="stopped")
         # the update stops once the vectors the decompressor sent before the error are taken
         m.d.comb += [stream_error.eq(sparse & (dec.error != 0)), stopped.eq(stream_error & ~dec.o.valid)]
-        in_count, out_count = Signal(33), Signal(33)
-        in_done, out_done = Signal(), Signal()      # every vector taken / written (flags, not compares)
+        in_count, out_count = Signal(33, name="in_count"), Signal(33, name="out_count")
+        in_done, out_done = Signal(name="in_done"), Signal(name="out_done")   # every vector taken / written
         # in_count == last_vector and out_count == last_vector, kept as flags with the counts
-        last_in, last = Signal(), Signal()
+        last_in, last = Signal(name="last_in"), Signal(name="last_out")
         nonfinite = Signal(32)
         running = Signal()
         ports = {f"r{k}": self.readers[k] for k in READS}
@@ -126,10 +129,13 @@ class AdamEngine(CommandEngine):
                 with m.If(transfers.finished):
                     ctl.finish(Mux(status != 0, status, Mux(stream_error, dec.error, 0)))
         # the completion's byte counts, registered from the registered sizes (read at COMPLETE)
-        pmv_bytes, bytes_read, bytes_written = Signal(42), Signal(44), Signal(43)
-        m.d.sync += [pmv_bytes.eq((len32 << 1) + len32),
-                     bytes_read.eq(pmv_bytes + g_len + Mux(sparse, idx_len, 0)),
-                     bytes_written.eq(pmv_bytes + Mux(has_copy, len16, 0))]
+        # (one adder a stage: the sums of three operands take two)
+        pmv_bytes, g_bytes, copy_bytes = Signal(42, name="pmv_bytes"), Signal(43, name="g_bytes"), \
+            Signal(41, name="copy_bytes")
+        bytes_read, bytes_written = Signal(44, name="bytes_read"), Signal(43, name="bytes_written")
+        m.d.sync += [pmv_bytes.eq((len32 << 1) + len32), g_bytes.eq(g_len + Mux(sparse, idx_len, 0)),
+                     copy_bytes.eq(Mux(has_copy, len16, 0)),
+                     bytes_read.eq(pmv_bytes + g_bytes), bytes_written.eq(pmv_bytes + copy_bytes)]
         ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written,
                      # after a sparse-mode pair error: the elements updated before it
                      aux=Mux(stream_error, in_count << lane_shift, nonfinite))
@@ -169,7 +175,7 @@ class AdamEngine(CommandEngine):
                      dec.o.ready.eq(sparse & release),
                      rg.ready.eq(Mux(sparse, dec.val.ready, fire_in & Mux(grad16, g16_done, word_done)))]
         with m.If(fire_in):
-            m.d.sync += [in_count.eq(in_count + 1), last_in.eq(in_count + 1 == last_vector)]
+            m.d.sync += [in_count.eq(in_count + 1), last_in.eq(in_count == before_last)]
             with m.If(last_in):
                 m.d.sync += in_done.eq(1)
 
@@ -230,7 +236,7 @@ class AdamEngine(CommandEngine):
         popcount = sum((o.payload.nonfinite & lane_on)[i] for i in range(lanes))
         with m.If(fire_out):
             m.d.sync += [out_count.eq(out_count + 1), nonfinite.eq(nonfinite + popcount),
-                         last.eq(out_count + 1 == last_vector)]
+                         last.eq(out_count == before_last)]
             with m.If(last):
                 m.d.sync += out_done.eq(1)
             for j in range(per_word - 1):
