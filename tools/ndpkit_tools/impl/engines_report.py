@@ -83,7 +83,8 @@ def ecp5_too_big(engine: str, config: str, previous: dict) -> str | None:
         if other == config or row is None or row.get("ecp5") is not None:
             continue
         note = row.get("ecp5_note") or ""
-        if note.startswith("does not fit") and all(other_params[k] <= params[k] for k in params):
+        comparable = set(other_params) == set(params)       # (engine-internal parameters: no order)
+        if note.startswith("does not fit") and comparable and all(other_params[k] <= params[k] for k in params):
             return f"not synthesised: the {other} configuration already {note}"
     return None
 
