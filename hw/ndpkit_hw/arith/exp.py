@@ -1,7 +1,7 @@
 """Binary32 exp(x), bit-exact to :func:`ndpkit.arith.exp.exp` (the algorithm is
 documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32-bit
 table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
-rounding through the shared round/pack path.  Latency 16, II=1 per lane.
+rounding through the shared round/pack path.  Latency 17, II=1 per lane.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
@@ -14,7 +14,7 @@ __all__ = ["FpExp"]
 
 class FpExp(FpUnit):
     operands = {"a": 32}
-    latency = 16
+    latency = 17
 
     def lane(self, m, pipe, inputs, controls):
         x = inputs["a"]
@@ -27,7 +27,7 @@ class FpExp(FpUnit):
         shift = Signal(6)
         m.d.comb += shift.eq(Mux(e_eff > 149 - 63, 149 - e_eff, 63))
         product, (shift, sign, nan, pos_inf, big) = staged_product(
-            m, pipe, sig, Const(LOG2E_Q39, 40), carry=(shift, sign, nan, pos_inf, big))
+            m, pipe, sig, Const(LOG2E_Q39, 40), carry=(shift, sign, nan, pos_inf, big), sum_stages=2)
         product, shift, sign, nan, pos_inf, big = pipe.stage(product[:64], shift, sign, nan, pos_inf, big)
 
         y_abs = Signal(49)

@@ -349,13 +349,14 @@ def multiplier_shape(platform) -> tuple[int, int]:
     return MULT18_SHAPE if str(getattr(platform, "device", "")).startswith("LFE5") else DSP48E2_SHAPE
 
 
-def staged_product(m: Module, pipe, a, b, carry=()):
+def staged_product(m: Module, pipe, a, b, carry=(), sum_stages: int = 1):
     """``a * b`` over two pipeline stages, shaped to the hard multipliers
     (``pipe.multiplier``, :func:`multiplier_shape`): on a DSP48E2 ``a`` in slices of at
     most 26 bits and ``b`` of 17 (a 24x24 significand product is two DSPs, not four), on
     ECP5 17x17 slices; every partial product is one multiplier's output and registered
     (the DSP's MREG/PREG), then summed.  Returns ``(product, carried values)``;
-    ``carry`` travels alongside."""
+    ``carry`` travels alongside.  ``sum_stages=2``: the partial products summed in halves,
+    registered, then the two halves (one stage more; wide products of four partials)."""
     def slices(v, piece):
         return [(lo, v[lo:min(lo + piece, len(v))]) for lo in range(0, len(v), piece)]
     a_bits, b_bits = pipe.multiplier
@@ -369,13 +370,17 @@ def staged_product(m: Module, pipe, a, b, carry=()):
             partial.append((lo_a + lo_b, p))
     staged = pipe.stage(*[p for _, p in partial], *carry)
     staged = staged if isinstance(staged, list) else [staged]
-    registered, carried = staged[:len(partial)], staged[len(partial):]
+    registered, carried = staged[:len(partial)], list(staged[len(partial):])
+    terms = [value << shift for (shift, _), value in zip(partial, registered)]
+    if sum_stages == 2 and len(terms) > 2:
+        half = (len(terms) + 1) // 2
+        sums = [Signal(len(a) + len(b)) for _ in range(2)]
+        m.d.comb += [sums[0].eq(sum(terms[1:half], terms[0])), sums[1].eq(sum(terms[half + 1:], terms[half]))]
+        staged = pipe.stage(*sums, *carried)
+        terms, carried = list(staged[:2]), list(staged[2:])
     product = Signal(len(a) + len(b))
-    total = 0
-    for (shift, _), value in zip(partial, registered):
-        total = total + (value << shift)
-    m.d.comb += product.eq(total)
-    return product, list(carried)
+    m.d.comb += product.eq(sum(terms[1:], terms[0]))
+    return product, carried
 
 
 class Pipeline:
