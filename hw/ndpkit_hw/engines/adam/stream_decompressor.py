@@ -74,7 +74,7 @@ class StreamDecompressor(wiring.Component):
         with m.Elif(absorb):
             m.d.sync += staged_valid.eq(0)
 
-        vectors = Signal(33)
+        before_last = Signal(33)    # vectors - 1 = floor((n - 1) / lanes): "the next is the last" without an increment
         left = PairsLeft()          # pairs not yet absorbed
         current = self.emitted
         acc = Signal(data.ArrayLayout(32, lanes))
@@ -105,12 +105,12 @@ class StreamDecompressor(wiring.Component):
             m.d.sync += out_valid.eq(0)
         with m.If(take):
             m.d.sync += [current.eq(current + 1), acc.eq(0), out_valid.eq(1), out_word.eq(acc),
-                         all_emitted.eq(current + 1 == vectors)]
+                         all_emitted.eq(current == before_last)]
         with m.If(absorb):
             m.d.sync += [acc[staged.index[:lane_shift]].eq(staged.value), *left.step()]
         with m.If(self.start):
             m.d.sync += [current.eq(0), acc.eq(0), *left.load(self.k),
-                         vectors.eq((self.n + (lanes - 1)) >> lane_shift),
+                         before_last.eq((self.n - 1)[:32] >> lane_shift),
                          all_emitted.eq(self.n == 0), self.error.eq(0),
                          out_valid.eq(0), staged_valid.eq(0), have_prev.eq(0)]
         return m

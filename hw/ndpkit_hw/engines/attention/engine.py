@@ -101,6 +101,7 @@ class AttentionEngine(CommandEngine):
         out_bytes = checks.derive(heads_g << (d_shift + out_size_shift), "out_bytes", after=checks.after(heads_g))
         new_bytes = checks.derive(hkv << row_shift, "new_row_bytes")               # one row a head
         row_bytes = checks.derive(1 << row_shift, "row_bytes")
+        last_request = checks.derive(cmd.requests - 1, "last_request")            # (0 requests: rejected)
         m.d.comb += [dp.head_dim128.eq(d128), dp.group.eq(G), dp.q_format.eq(cmd.format_q),
                      dp.kv_format.eq(cmd.format_kv), dp.out_format.eq(cmd.format_out), dp.scale.eq(cmd.scale)]
 
@@ -309,7 +310,7 @@ class AttentionEngine(CommandEngine):
                         m.next = "NEXT"
             with m.State("NEXT"):
                 m.d.sync += [index.eq(index + 1), desc_addr.eq(desc_addr + DESCRIPTOR_BYTES)]
-                with m.If(index + 1 == cmd.requests):
+                with m.If(index == last_request):
                     m.next = "FINISH"
                 with m.Else():
                     m.next = "DESCRIPTOR"
