@@ -102,7 +102,9 @@ class AttentionEngine(CommandEngine):
         new_bytes = checks.derive(hkv << row_shift, "new_row_bytes")               # one row a head
         row_bytes = checks.derive(1 << row_shift, "row_bytes")
         last_request = checks.derive(cmd.requests - 1, "last_request")            # (0 requests: rejected)
-        m.d.comb += [dp.head_dim128.eq(d128), dp.group.eq(G), dp.q_format.eq(cmd.format_q),
+        # the shape and formats reach the datapath registered from the latched command (static
+        # while it runs, settled during the checks): no path from the command's decode into it
+        m.d.sync += [dp.head_dim128.eq(d128), dp.group.eq(G), dp.q_format.eq(cmd.format_q),
                      dp.kv_format.eq(cmd.format_kv), dp.out_format.eq(cmd.format_out), dp.scale.eq(cmd.scale)]
 
         # ---- the current request and its checks: registered stages from the descriptor, as
