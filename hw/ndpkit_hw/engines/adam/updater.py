@@ -45,9 +45,14 @@ def build_lane(m, name, p, mom, var, g, s, mode, copy_bf16, grad_format, platfor
     """One lane's graph; returns (Dataflow, {output: Timed}).  ``g`` is the raw
     gradient word: fp32, or fp16/bf16 in its low 16 bits (``grad_format``)."""
     df = Dataflow(m, name, platform)
-    P, M, V = (df.input(x) for x in (p, mom, var))
-    G = df.select(df.static(grad_format == Format.FP16), df.op("fp16_to_fp32", df.input(g[:16])),
-                  df.input(Mux(grad_format == Format.BF16, g[:16] << 16, g)))
+
+    def registered(x):
+        # each input registered once before any arithmetic: the engine's word selection
+        # ahead of the updater and a unit's first stage are never one cycle
+        return Timed(df.at(df.input(x), 1), 1)
+    P, M, V, graw = (registered(x) for x in (p, mom, var, g))
+    G = df.select(df.static(grad_format == Format.FP16), df.op("fp16_to_fp32", Timed(graw.value[:16], 1)),
+                  Timed(Mux(grad_format == Format.BF16, graw.value[:16] << 16, graw.value), 1))
     S = {k: df.static(v) for k, v in s.items()}
     l2 = df.static((mode == Mode.ADAM) & _nonzero(s["weight_decay"]))
     decayed = df.static((mode == Mode.ADAMW) & _nonzero(s["decay"]))
