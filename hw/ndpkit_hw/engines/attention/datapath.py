@@ -472,19 +472,24 @@ class AttentionDatapath(wiring.Component):
                 with m.If(take_part):
                     m.d.sync += part[i].eq(value)
         # the serial merge: lane by lane, acc = merge(acc, part)
+        # (the lane's states are selected into registers first: a 17-way select and the
+        # merge's or the rounding's first stage are never one cycle)
         merge_issue = Signal()
-        mpipe = Pipeline(m, merge_issue, "merge")
         acc_a, part_a = Array(acc), Array(part)
-        merged, (merged_lane,) = merge_states(m, mpipe, acc_a[e_lane], part_a[e_lane], carry=(e_lane,))
+        m_acc, m_part = Signal(MergedState, name="merge_acc"), Signal(MergedState, name="merge_part")
+        m_lane, m_valid = Signal.like(e_lane, name="merge_lane"), Signal(name="merge_valid")
+        m.d.sync += [m_acc.eq(acc_a[e_lane]), m_part.eq(part_a[e_lane]), m_lane.eq(e_lane), m_valid.eq(merge_issue)]
+        mpipe = Pipeline(m, m_valid, "merge")
+        merged, (merged_lane,) = merge_states(m, mpipe, m_acc, m_part, carry=(m_lane,))
         with m.If(mpipe.valid):
             for i in range(C + 1):
                 with m.If(merged_lane == i):
                     m.d.sync += acc[i].eq(merged)
         # rounding and folding: lane by lane, value = round(acc); o/l = fma(o/l, corr, value)
         fold_issue = Signal()
-        rpipe = Pipeline(m, fold_issue, "fold_round")
-        chosen = acc_a[e_lane]
-        out_of = Cat(e_g, e_grp, e_lane)
+        chosen, out_of, f_valid = Signal(MergedState, name="fold_acc"), Signal(len(Cat(e_g, e_grp, e_lane))), Signal()
+        m.d.sync += [chosen.eq(acc_a[e_lane]), out_of.eq(Cat(e_g, e_grp, e_lane)), f_valid.eq(fold_issue)]
+        rpipe = Pipeline(m, f_valid, "fold_round")
         value, (fold_tag,) = sum_to_fp32(m, rpipe, chosen.sum, chosen.exp, chosen.nan, chosen.pos_inf,
                                          chosen.neg_inf, carry=(out_of,))
         f_g = fold_tag[:len(e_g)]
@@ -513,7 +518,7 @@ class AttentionDatapath(wiring.Component):
                      o_wp.en.eq(fo["valid"] & ~fo["l"])]
         with m.If(fo["valid"] & fo["l"]):
             m.d.sync += l_reg[fo["g"]].eq(folded.value)
-        fold_drain = rpipe.depth + fold_time + 2
+        fold_drain = rpipe.depth + fold_time + 3
 
         # the final division: out = o / l, narrowed, packed into words
         final_issue = Signal()
@@ -581,7 +586,7 @@ class AttentionDatapath(wiring.Component):
                 m.d.comb += merge_issue.eq(1)
                 m.d.sync += e_lane.eq(e_lane + 1)
                 with m.If(e_lane == lanes_here - 1):
-                    m.d.sync += [e_r.eq(e_r + 1), wait.eq(MERGE_LATENCY + 1)]
+                    m.d.sync += [e_r.eq(e_r + 1), wait.eq(MERGE_LATENCY + 2)]
                     m.next = "MERGE_DRAIN"
             with m.State("MERGE_DRAIN"):
                 m.d.sync += wait.eq(wait - 1)
