@@ -59,8 +59,6 @@ NOTES = {
                          "products, cut into 27x18 pieces by the DSP mapping (16 DSP48E2), and the "
                          "normalising shifter. Next: a 27-bit log2(e) and 18-bit polynomial products (the "
                          "golden model changes with them), 8 DSP.",
-    ("exp", "", "levels"): "9 levels: the reduced argument's fixed-point shift feeding the table index in one "
-                           "stage. Next: register the shift amount a stage earlier.",
     # the ECP5 causes: nextpnr's critical path of each unit's routed netlist (build/impl/<unit>/nextpnr.log)
     ("mul", "", "ecp5"): "127 MHz: the normalising stage (3 -> 4): the 48-bit product shifted by a registered "
                          "7-bit amount (a seven-deep multiplexer tree of ECP5 LUT4s) with the sticky mask. "
@@ -69,6 +67,52 @@ NOTES = {
                          "behind it. Next: the adder a stage later (latency 15).",
     ("dot", "", "ecp5"): "127 MHz: a lane product's normalising stage, as mul. Next: as mul.",
     # ---- engines -------------------------------------------------------------------------
+    ("adam", "default", "levels"): "10 levels: the stream decompressor's last-vector flag (an increment of the "
+                                   "vector count before its compare). Next: the compare with vectors - 1, as the "
+                                   "engine's own last-vector flags.",
+    ("adam", "max", "levels"): "10 levels: the command's gradient format selecting the gradient word into the "
+                               "updater's fp16 -> fp32 widening in one cycle. Next: the updater's inputs "
+                               "registered before any arithmetic.",
+    ("adam", "max", "area"): "4 lanes (the port's element rate at 512 bits) of 4 mul, 5 fma, sqrt, div and the "
+                             "conversions, bit-exact binary32 with subnormals: ≈ 12k LUT of FP units a lane "
+                             "(docs/arith_impl.md), the rest the operands' delay lines, the readers, writers and "
+                             "word packing. Next: the FP units at their own targets (≈ 8.5k a lane) and the "
+                             "delay lines in block RAM; the 35k goal needs both.",
+    ("adam", "default", "ecp5"): "79.9 MHz routed (52.0 before this session): the gradient from the read buffer's "
+                                 "block RAM output (unregistered: 4.7 ns to the first LUT) through the stream "
+                                 "decompressor's selection into the fp16 -> fp32 widening. Next: the read buffers' "
+                                 "output registered (the updater's inputs now are).",
+    ("adam", "max", "ecp5"): "does not fit (97.6k LUT sites); the default configuration's 79.9 MHz stands for "
+                             "the engine. Next: as the default's.",
+    ("attention", "default", "levels"): "11 levels: the final narrowing (fp32 -> bf16) conversion's first stage, "
+                                        "its leading-zero count and shift in one cycle. Next: the conversions "
+                                        "register the count first (done since: 5 levels alone).",
+    ("attention", "max", "levels"): "11 levels: the epilogue's rounding of a merged sum (sum_to_fp32), its first "
+                                    "stage: the leading-zero count of the ~50-bit magnitude and the shift "
+                                    "amount's limits in one cycle (26 before this session: the sequencer's "
+                                    "request arithmetic). Next: the count over two stages.",
+    ("attention", "ecp5", "levels"): "11 levels: as the default configuration's.",
+    ("attention", "max", "area"): "36.5k LUT at 32 lanes (by block, docs/engines/attention.md: datapath 13.6k, "
+                                  "RunningSums 8.1k, RowDot 7.0k, sequencer 4.1k, burst ports 3.5k). Next: the "
+                                  "per-bank m / corr registers into distributed RAM and the epilogue's 17-lane "
+                                  "registers into a rotating register file.",
+    ("attention", "default", "ecp5"): "does not fit: 224 DP16KD > 208 (the buffers are sized by the largest "
+                                      "query group and head dimension, not by the lanes); the ecp5 configuration "
+                                      "(64-bit, 8 lanes, 202 DP16KD) is the one placed.",
+    ("attention", "max", "ecp5"): "as the default configuration's.",
+    ("attention", "ecp5", "routing"): "placed (76.8 MHz post-placement estimate); routing not converged in 45 "
+                                      "min: 202 of the 208 block RAMs used, the router's overuse fell from 24k to "
+                                      "6k wires in 11 iterations. Next: block RAM below 80 % (score and weight "
+                                      "banks sized by the group in use) and a longer routing budget.",
+    ("graph", "ecp5", "levels"): "24 levels: the validation pass — a row pointer compared (32 bits) with the "
+                                 "previous one, the verdict selecting the stream's ready, into the row-pointer "
+                                 "reader's buffer level in one cycle. Next: the verdict registered (the stream "
+                                 "one word behind).",
+    ("graph", "ecp5", "ecp5"): "fits (45k LUT4 after this session's scatter change, 58k LUT sites); routing "
+                               "not finished in this session (router2 overuse falling, 60-min budget). Next: "
+                               "the routed figure.",
+    ("decomp", "default", "ecp5"): "121.0 MHz routed (3 % below 125; an earlier netlist, its critical path "
+                                   "not kept). Next: re-route and split the path it names.",
     ("decomp", "max", "levels"): "9 levels: the scatter writes' W valid, driven from the engine's state, "
                                  "through the interconnect's W route to its route FIFO's level in one cycle. "
                                  "Next: the scatter's W channel from a register stage (a skid buffer).",
