@@ -70,9 +70,9 @@ NOTES = {
     ("adam", "default", "levels"): "10 levels: the stream decompressor's last-vector flag (an increment of the "
                                    "vector count before its compare). Next: the compare with vectors - 1, as the "
                                    "engine's own last-vector flags.",
-    ("adam", "max", "levels"): "10 levels: the command's gradient format selecting the gradient word into the "
-                               "updater's fp16 -> fp32 widening in one cycle. Next: the updater's inputs "
-                               "registered before any arithmetic.",
+    ("adam", "max", "levels"): "10 levels (11 before this session's input registers): an fma's normalising "
+                               "stage in a lane (s10 -> s11: the leading-zero count's limits selecting the "
+                               "shift amount), 8 levels in the unit alone. Next: the count over two stages.",
     ("adam", "max", "area"): "4 lanes (the port's element rate at 512 bits) of 4 mul, 5 fma, sqrt, div and the "
                              "conversions, bit-exact binary32 with subnormals: ≈ 12k LUT of FP units a lane "
                              "(docs/arith_impl.md), the rest the operands' delay lines, the readers, writers and "
@@ -84,14 +84,17 @@ NOTES = {
                                  "output registered (the updater's inputs now are).",
     ("adam", "max", "ecp5"): "does not fit (97.6k LUT sites); the default configuration's 79.9 MHz stands for "
                              "the engine. Next: as the default's.",
-    ("attention", "default", "levels"): "11 levels: the final narrowing (fp32 -> bf16) conversion's first stage, "
-                                        "its leading-zero count and shift in one cycle. Next: the conversions "
-                                        "register the count first (done since: 5 levels alone).",
+    ("attention", "default", "levels"): "11 levels (25 before this session): the KV format (registered) "
+                                        "decoded in each RowDot lane's second pass, selecting the operands' "
+                                        "exponent fields into the alignment's adder and compare in one cycle. "
+                                        "Next: the format decoded into a register, the compare a stage later.",
     ("attention", "max", "levels"): "11 levels: the epilogue's rounding of a merged sum (sum_to_fp32), its first "
                                     "stage: the leading-zero count of the ~50-bit magnitude and the shift "
                                     "amount's limits in one cycle (26 before this session: the sequencer's "
                                     "request arithmetic). Next: the count over two stages.",
-    ("attention", "ecp5", "levels"): "11 levels: as the default configuration's.",
+    ("attention", "ecp5", "levels"): "11 levels on a netlist before this session's conversion change: the "
+                                     "final narrowing conversion's first stage (5 levels alone now). Next: "
+                                     "re-measure (the default configuration's path applies).",
     ("attention", "max", "area"): "36.5k LUT at 32 lanes (by block, docs/engines/attention.md: datapath 13.6k, "
                                   "RunningSums 8.1k, RowDot 7.0k, sequencer 4.1k, burst ports 3.5k). Next: the "
                                   "per-bank m / corr registers into distributed RAM and the epilogue's 17-lane "
