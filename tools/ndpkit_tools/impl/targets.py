@@ -67,9 +67,11 @@ NOTES = {
                          "behind it. Next: the adder a stage later (latency 15).",
     ("dot", "", "ecp5"): "127 MHz: a lane product's normalising stage, as mul. Next: as mul.",
     # ---- engines -------------------------------------------------------------------------
-    ("adam", "default", "levels"): "10 levels: the stream decompressor's last-vector flag (an increment of the "
-                                   "vector count before its compare). Next: the compare with vectors - 1, as the "
-                                   "engine's own last-vector flags.",
+    ("adam", "default", "levels"): "10 levels: the fma that serves both Adam's L2 term and AdamW's decay: its "
+                                   "static scalar operand (weight_decay or decay, by the mode) selected inside the "
+                                   "fma's special-value logic of its last stage (the stream decompressor's "
+                                   "last-vector test, 10 before, is 8 now). Next: the selected scalar as one "
+                                   "register of its own.",
     ("adam", "max", "levels"): "10 levels (11 before this session's input registers): an fma's normalising "
                                "stage in a lane (s10 -> s11: the leading-zero count's limits selecting the "
                                "shift amount), 8 levels in the unit alone. Next: the count over two stages.",
