@@ -66,6 +66,13 @@ def test_every_board_loads():
     ("smartssd", {"engines": "dma_copy,graph", "data_width": 256}, "engine 'graph' needs data_width 512, not 256"),
     ("alveo_u280", {"data_width": 96}, "data_width 96 is not one of 128, 256, 512"),
     ("ecp5_5g", {"data_width": 512}, "data_width 512 is not one of 32, 64, 128"),
+    # the engines' clock: refused above what the impl report's logic depth supports, naming the engine
+    ("alveo_u55c", {"clock_mhz": 250},
+     re.compile(r"clock_mhz=250 is above what the evidence supports: attention supports (\d+) MHz: [\d.]+ logic "
+                r"levels between registers \(its max configuration; .*\); give clock_mhz <= \1")),
+    ("alveo_u280", {"engines": "dma_copy,sg,graph", "memory_ports": 2, "clock_mhz": 200},
+     re.compile(r"graph supports \d+ MHz: [\d.]+ logic levels between registers \(no measurement at this "
+                r"configuration; its deepest measured, ecp5")),
 ])
 def test_bad_board_parameters_are_refused_with_a_clear_message(name, overrides, message):
     with pytest.raises(BoardError, match=message if isinstance(message, re.Pattern) else re.escape(message)):
@@ -142,6 +149,23 @@ def test_generated_project_passes_the_tcl_stub_check(name, tmp_path):
         tcl = (out / "project.tcl").read_text()
         assert all(f"hbm/SAXI_{pc:02d}{suffix}]" in tcl for pc in plan["hbm_pseudo_channels"])
     assert json.loads((out / "plan.json").read_text())["part"] == board.part
+    # the engines in their own clock domain, made from the XDMA's clock at the options' frequency
+    assert summary["clocks"] == {"device": options["clock_mhz"], "source": ["xdma/axi_aclk"]}
+    assert plan["clock_mhz"] == {"engines": options["clock_mhz"], "xdma": board.pcie["axi_clock_mhz"]}
+
+
+def test_default_clock_is_within_the_evidence_and_the_evidence_bounds_it():
+    """Every Xilinx board's default engine clock is at most what its engines' logic
+    depth supports, and one MHz above that bound is refused."""
+    from ndpkit_tools.boards.resources import clock_limit
+    for name in XILINX:
+        board = load_board(name)
+        options = device_options(board)
+        limit = clock_limit(options)
+        assert options["clock_mhz"] <= limit.mhz
+        device_options(board, clock_mhz=limit.mhz)
+        with pytest.raises(BoardError, match=f"clock_mhz={limit.mhz + 1} is above"):
+            device_options(board, clock_mhz=limit.mhz + 1)
 
 
 def board_is_hbm(name):
@@ -159,11 +183,19 @@ def small_u280(tmp_path_factory):
 @pytest.mark.parametrize("mutation, message", [
     (("xdma/usr_irq_ack]", "xdma/usr_irq_acknowledge]"), "has no 'usr_irq_acknowledge'"),
     (("[get_bd_intf_pins ndpkit/s_axil]", "[get_bd_intf_pins ndpkit/s_axil_x]"), "has no 's_axil_x'"),
-    (("connect_bd_net [get_bd_pins ndpkit/usr_irq_req] [get_bd_pins xdma/usr_irq_req]\n", ""),
+    (("connect_bd_net [get_bd_pins ndpkit/usr_irq_req] [get_bd_pins irq_sync/device_irq_req]\n", ""),
      "device port usr_irq_req is not connected"),
     (("create_bd_cell -type ip -vlnv xilinx.com:ip:util_ds_buf:2.2 pcie_refclk_buf\n", ""),
      "'pcie_refclk_buf' (does not exist|was never created)"),
     (("assign_bd_address\n", "assign_bd_addresses\n"), "did not run through"),
+    # the device back on the XDMA's clock: no crossing, the clock not as stated
+    (("connect_bd_net [get_bd_pins clock_wizard/clk_out1] [get_bd_pins device_reset/slowest_sync_clk] "
+      "[get_bd_pins ndpkit/clk]", "connect_bd_net [get_bd_pins xdma/axi_aclk] [get_bd_pins device_reset/"
+      "slowest_sync_clk] [get_bd_pins ndpkit/clk]"), "the device clock is driven by \\['xdma/axi_aclk'\\]"),
+    (("CONFIG.CLKOUT1_REQUESTED_OUT_FREQ {200}", "CONFIG.CLKOUT1_REQUESTED_OUT_FREQ {250}"),
+     "the device clock pin declares 200000000 Hz but clock_wizard makes 250 MHz"),
+    (("[get_bd_pins clock_wizard/clk_out1] [get_bd_pins mem_sc0/aclk]", "[get_bd_pins xdma/axi_aclk] "
+      "[get_bd_pins mem_sc0/aclk]"), "mem_sc0 \\(device interface m_axi_mem\\) does not cross"),
 ])
 def test_tcl_check_catches_a_broken_project(small_u280, tmp_path, mutation, message):
     out = Path(shutil.copytree(small_u280, tmp_path / "project"))

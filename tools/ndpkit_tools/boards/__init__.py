@@ -134,6 +134,12 @@ def device_options(board: Board, **overrides) -> dict:
         fit(board, options)
     if not 1 <= options["clock_mhz"] <= 1000:
         raise BoardError(f"{board.name}: clock_mhz must be 1..1000")
+    if board.vendor == "xilinx":        # the engines' clock: refused above what their logic depth supports
+        from ndpkit_tools.boards.resources import clock_limit
+        limit = clock_limit(options)
+        if options["clock_mhz"] > limit.mhz:
+            raise BoardError(f"{board.name}: clock_mhz={options['clock_mhz']} is above what the evidence supports: "
+                             f"{limit.text}; give clock_mhz <= {limit.mhz}")
     options["mem_size"] = board.memory_bytes
     options["addr_width"] = max(32, (board.memory_bytes - 1).bit_length())
     return options

@@ -19,17 +19,20 @@ the share a Vivado build of this kind routes reliably at speed).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 __all__ = ["RESOURCES", "BUDGET", "SHELL", "engine_resources", "shell_resources", "totals", "fit",
-           "write_engine_table", "TABLE"]
+           "write_engine_table", "TABLE", "DEPTH_TABLE", "ClockLimit", "engine_clock", "clock_limit"]
 
 RESOURCES = ("lut", "ff", "dsp", "bram36", "uram")
 BUDGET = 0.70
 #: package data: the engine rows of the implementation report
 TABLE = Path(__file__).resolve().parent / "engine_resources.json"
+#: package data: every report row's logic depth (the clock evidence), engine-internal configurations too
+DEPTH_TABLE = Path(__file__).resolve().parent / "engine_depth.json"
 _REPORT_KEYS = {"lut": "LUT", "ff": "FF", "dsp": "DSP", "bram36": "BRAM", "uram": "URAM"}
 
 #: stated estimates (not measured), per block: resources and the reason
@@ -48,12 +51,18 @@ SHELL = {
 }
 
 
-def write_engine_table(rows: list[dict], path: Path = TABLE) -> None:
+def write_engine_table(rows: list[dict], path: Path = TABLE, depth_path: Path = DEPTH_TABLE) -> None:
     """Keep the UltraScale+ figures of the report's rows (``make impl-report`` calls it):
     the configurations a device build can choose (parameters the device sets: the bus
     width and the engine's ``device_params``), not the smaller ECP5 fitting builds of
-    engine-internal parameters."""
+    engine-internal parameters; and every row's logic depth (``depth_path``)."""
     from ndpkit_spec.registry import REGISTRY
+    depth = {}
+    for row in rows:
+        levels = (row.get("xcup_depth") or {}).get("levels")
+        if levels is not None:
+            depth.setdefault(row["engine"], {})[row["config"]] = {"params": row["params"], "levels": levels}
+    depth_path.write_text(json.dumps(depth, indent=1, sort_keys=True) + "\n")
     table = {}
     for row in rows:
         spec = REGISTRY.get(row["engine"])
@@ -102,13 +111,9 @@ def shell_resources(board, options: dict) -> dict:
 
 def totals(board, options: dict, table: dict | None = None) -> dict:
     """Per block (each engine, ``shell``) and ``total``: resources of the build."""
-    from ndpkit_spec.registry import REGISTRY
     out = {}
     for engine in options["engines"]:
-        spec = REGISTRY[engine]
-        params = {"data_width": options["data_width"],
-                  **{engine_kw: options[device_kw] for device_kw, engine_kw in spec.device_params.items()}}
-        out[engine] = engine_resources(engine, params, table)
+        out[engine] = engine_resources(engine, engine_params(engine, options), table)
     out["shell"] = shell_resources(board, options)
     out["total"] = {r: sum(block[r] for block in out.values()) for r in RESOURCES}
     return out
@@ -129,3 +134,50 @@ def fit(board, options: dict, budget: float = BUDGET, table: dict | None = None)
                              f"(engines {', '.join(options['engines'])}, data_width {options['data_width']}, "
                              f"attention_lanes {options['attention_lanes']})")
     return result
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockLimit:
+    """The clock an engine's logic depth supports in a build, and where the depth comes from."""
+    engine: str
+    mhz: int                    # whole MHz, rounded down
+    levels: float
+    config: str                 # the impl report configuration the depth was measured on
+    exact: bool                 # measured at the build's own configuration (else: the deepest measured)
+
+    @property
+    def text(self) -> str:
+        where = (f"its {self.config} configuration" if self.exact else
+                 f"no measurement at this configuration; its deepest measured, {self.config}")
+        return (f"{self.engine} supports {self.mhz} MHz: {self.levels:g} logic levels between registers "
+                f"({where}; docs/impl_report.md, depth model of ndpkit_tools.impl.clock)")
+
+
+def engine_clock(engine: str, params: dict, table: dict | None = None) -> ClockLimit:
+    """The clock ``engine`` built with ``params`` supports by the impl report's logic
+    depth: its own configuration's when measured, else the deepest of the engine's
+    measured configurations (a larger build is at least as deep)."""
+    from ndpkit_tools.boards import BoardError
+    from ndpkit_tools.impl.clock import depth_clock_mhz
+    table = json.loads(DEPTH_TABLE.read_text()) if table is None else table
+    rows = table.get(engine)
+    if not rows:
+        raise BoardError(f"engine {engine!r} has no logic-depth figure, so no clock is supported by evidence: run "
+                         f"make impl-report ENGINES={engine} first")
+    exact = [(name, r) for name, r in rows.items() if r["params"] == params]
+    name, row = exact[0] if exact else max(rows.items(), key=lambda kv: kv[1]["levels"])
+    return ClockLimit(engine, math.floor(depth_clock_mhz(row["levels"])), row["levels"], name, bool(exact))
+
+
+def clock_limit(options: dict, table: dict | None = None) -> ClockLimit:
+    """The slowest of the build's engines by :func:`engine_clock`: the device's clock bound."""
+    return min((engine_clock(engine, engine_params(engine, options), table) for engine in options["engines"]),
+               key=lambda limit: limit.mhz)
+
+
+def engine_params(engine: str, options: dict) -> dict:
+    """``engine``'s configuration parameters in a device built with ``options``."""
+    from ndpkit_spec.registry import REGISTRY
+    spec = REGISTRY[engine]
+    return {"data_width": options["data_width"],
+            **{engine_kw: options[device_kw] for device_kw, engine_kw in spec.device_params.items()}}

@@ -7,8 +7,9 @@ pin that the cell does not have: the device's pins come from the generated Veril
 the IP cores' from :data:`IP_PINS` (their product guides).  :func:`check_project`
 then asserts that the script ran through, that every cell it connects was created
 and every IP it created is connected, that every interface and port of the device
-is connected, and that the XDC references only top-level ports of the block design
-and clocks it creates.
+is connected, that the device runs on its own clock as stated (a clocking wizard's
+output at the declared frequency, every AXI path crossing in a SmartConnect), and that
+the XDC references only top-level ports of the block design and clocks it creates.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _hbm_pins():
 
 
 # (plain pins, interface pins) per IP, from the product guides: XDMA PG195, HBM PG276,
-# DDR4 MIG PG150, SmartConnect PG247, Processor System Reset PG164, and the IP
+# DDR4 MIG PG150, SmartConnect PG247, Processor System Reset PG164, Clocking Wizard PG065, and the IP
 # Integrator utility cores (Utility Buffer, Constant, Utility Vector Logic).
 IP_PINS = {
     "xilinx.com:ip:xdma": ({"sys_clk", "sys_clk_gt", "sys_rst_n", "axi_aclk", "axi_aresetn", "user_lnk_up",
@@ -52,7 +53,13 @@ IP_PINS = {
     "xilinx.com:ip:util_ds_buf": ({"IBUF_OUT", "IBUF_DS_ODIV2", "BUFG_I", "BUFG_O"}, {"CLK_IN_D"}),
     "xilinx.com:ip:xlconstant": ({"dout"}, set()),
     "xilinx.com:ip:util_vector_logic": ({"Op1", "Op2", "Res"}, set()),
+    "xilinx.com:ip:clk_wiz": ({"clk_in1", "clk_out1", "clk_out2", "reset", "resetn", "locked"}, set()),
 }
+
+# the pins that drive a clock, per IP (PG195, PG150, PG065 Clocking Wizard, Utility Buffer)
+CLOCK_OUTPUTS = {"xilinx.com:ip:xdma": {"axi_aclk"}, "xilinx.com:ip:ddr4": {"c0_ddr4_ui_clk"},
+                 "xilinx.com:ip:clk_wiz": {"clk_out1", "clk_out2"},
+                 "xilinx.com:ip:util_ds_buf": {"IBUF_OUT", "IBUF_DS_ODIV2", "BUFG_O"}}
 
 # the signals an interface port of a given type becomes in the wrapper
 INTF_PORT_SIGNALS = {
@@ -111,6 +118,34 @@ class Recorder:
 
     def connected(self) -> set[str]:
         return {e for _, ends in self.nets for e in ends}
+
+    def net_of(self, pin: str) -> set[str]:
+        """Every pin on the same (plain) net as ``pin``: IP Integrator merges the
+        ``connect_bd_net`` calls that share a pin."""
+        net, grown = {pin}, True
+        while grown:
+            grown = False
+            for kind, ends in self.nets:
+                if kind == "net" and net & set(ends) and not set(ends) <= net:
+                    net |= set(ends)
+                    grown = True
+        return net
+
+    def clock_sources(self, net: set[str]) -> list[str]:
+        sources = []
+        for end in sorted(net):
+            cell, pin = end.split("/", 1)
+            kind = self.cells.get(cell, "")
+            if pin in CLOCK_OUTPUTS.get(":".join(kind.split(":")[:3]), ()):
+                sources.append(end)
+        return sources
+
+    def property_of(self, obj: str, name: str):
+        found = None
+        for props, objs in self.properties:
+            if obj in objs.split() and f"CONFIG.{name}" in props:
+                found = props[f"CONFIG.{name}"]
+        return found
 
 
 def _options(args, flags=()):
@@ -355,10 +390,47 @@ def check_xdc(xdc: Path, top_ports: set[str]) -> dict:
     return used
 
 
-def check_project(folder: Path, module: str = "ndpkit_device") -> dict:
-    """All the checks on a generated project folder; returns a summary."""
+def check_clocks(rec: Recorder, device_cell: str, interfaces: set[str]) -> tuple[dict, list[str]]:
+    """The device runs on its own clock as stated: its ``clk`` is one clocking
+    wizard's output at the frequency the device's ``clk`` pin declares, and every AXI
+    interface of the device reaches a SmartConnect whose one clock is the device's and
+    whose other clock has a source (the crossing).  Returns ({name: MHz}, problems)."""
+    problems = []
+    device_net = rec.net_of(f"{device_cell}/clk")
+    sources = rec.clock_sources(device_net)
+    wizards = [s for s in sources if rec.cells[s.split("/")[0]].startswith("xilinx.com:ip:clk_wiz")]
+    if len(sources) != 1 or not wizards:
+        return {}, [f"the device clock is driven by {sources or 'nothing'}, not by one clocking wizard output"]
+    wizard = wizards[0].split("/")[0]
+    declared = rec.property_of(f"{device_cell}/clk", "FREQ_HZ")
+    requested = rec.property_of(wizard, "CLKOUT1_REQUESTED_OUT_FREQ")
+    if declared is None or requested is None or float(requested) * 1e6 != float(declared):
+        problems.append(f"the device clock pin declares {declared} Hz but {wizard} makes {requested} MHz")
+    if not rec.clock_sources(rec.net_of(f"{wizard}/clk_in1")):
+        problems.append(f"{wizard}/clk_in1 has no clock source")
+    for name in sorted(interfaces):
+        far = [e for kind, ends in rec.nets if kind == "intf" and f"{device_cell}/{name}" in ends
+               for e in ends if e != f"{device_cell}/{name}"]
+        cells = {e.split("/")[0] for e in far}
+        if len(cells) != 1 or not rec.cells[next(iter(cells))].startswith("xilinx.com:ip:smartconnect"):
+            problems.append(f"device interface {name} does not meet a SmartConnect (it reaches {sorted(cells)})")
+            continue
+        sc = next(iter(cells))
+        nets = [rec.net_of(f"{sc}/{pin}") for pin in ("aclk", "aclk1")]
+        if sum(device_net == net for net in nets) != 1 or not all(rec.clock_sources(net) for net in nets):
+            problems.append(f"{sc} (device interface {name}) does not cross between the device clock and a "
+                            f"clock with a source")
+    return {"device": float(requested or 0), "source": rec.clock_sources(rec.net_of(f"{wizard}/clk_in1"))}, problems
+
+
+def check_project(folder: Path, module: str = "ndpkit_device", helpers: tuple[str, ...] = ("ndpkit_irq_sync",)) -> dict:
+    """All the checks on a generated project folder; returns a summary.  ``helpers``:
+    the other module references the project adds (each in ``<name>.v``)."""
     plain, interfaces = verilog_ports((folder / f"{module}.v").read_text(), module)
-    rec = run_project_tcl(folder / "project.tcl", {module: (plain, interfaces)})
+    modules = {module: (plain, interfaces)}
+    for helper in helpers:
+        modules[helper] = verilog_ports((folder / f"{helper}.v").read_text(), helper)
+    rec = run_project_tcl(folder / "project.tcl", modules)
     problems = []
     connected = rec.connected()
     connected_cells = {e.split("/")[0] for e in connected if "/" in e}
@@ -376,6 +448,8 @@ def check_project(folder: Path, module: str = "ndpkit_device") -> dict:
         for name in sorted(plain):
             if f"{cell}/{name}" not in connected:
                 problems.append(f"device port {name} is not connected")
+        clocks, clock_problems = check_clocks(rec, cell, interfaces)
+        problems += clock_problems
     for port in rec.ports:
         if port not in connected:
             problems.append(f"top-level port {port} is not connected")
@@ -392,4 +466,4 @@ def check_project(folder: Path, module: str = "ndpkit_device") -> dict:
     if problems:
         raise TclCheckError("; ".join(problems))
     return {"part": rec.part, "cells": rec.cells, "top_ports": sorted(top_ports), "constrained_ports": used,
-            "nets": len(rec.nets), "device_interfaces": sorted(interfaces)}
+            "nets": len(rec.nets), "device_interfaces": sorted(interfaces), "clocks": clocks}
