@@ -15,6 +15,7 @@ from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.responses import ResponseTable
+from ndpkit_hw.engines.graph.words import WordUnpacker
 
 
 def _drive(ctx, port, items, rng, i):
@@ -66,6 +67,40 @@ def test_edge_generator_turns_rows_into_edges(rng):
         assert ctx.get(dut.idle)
     run_to_end(dut, bench)
     assert got == expected
+
+
+@pytest.mark.parametrize("counts", [(37, 3, 16), (1, 0, 32)])
+def test_word_unpacker_gives_count_elements_in_order_through_its_skid_register(rng, counts):
+    """Passes of ``count`` elements from 128-bit words (the last word's tail dropped),
+    random stalls on both sides; ``done`` only once every element has left, and
+    ``start`` begins the next pass from a fresh word."""
+    dut = WordUnpacker(128)
+    got_all = []
+
+    async def bench(ctx):
+        for count in counts:
+            elements = [rng.randrange(1 << 32) for _ in range(count)]
+            words = [sum(e << (32 * k) for k, e in enumerate(elements[i:i + 4])) for i in range(0, count, 4)]
+            ctx.set(dut.count, count)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            got, w = [], 0
+            for _ in range(20 * count + 20):
+                on = w < len(words) and rng.random() < 0.7
+                ctx.set(dut.words.valid, on)
+                ctx.set(dut.words.payload, {"data": words[w] if on else 0, "last": int(w == len(words) - 1)})
+                ready = rng.random() < 0.5
+                ctx.set(dut.elements.ready, ready)
+                assert ctx.get(dut.done) == (len(got) == count)
+                if ctx.get(dut.elements.valid) and ready:
+                    got.append(ctx.get(dut.elements.payload))
+                w += on and ctx.get(dut.words.ready)
+                await ctx.tick()
+            assert got == elements and w == len(words) and ctx.get(dut.done)
+            got_all.append(got)
+    run_to_end(dut, bench)
+    assert len(got_all) == len(counts)
 
 
 def test_source_cache_matches_a_direct_mapped_model(rng):

@@ -44,7 +44,7 @@ class EdgeGenerator(wiring.Component):
             with m.Elif(~row_open):
                 with m.If(rp.valid):
                     length = rp.payload - previous
-                    with m.If(length == 0):
+                    with m.If(rp.payload == previous):      # an empty row (an equality: no carry chain)
                         m.d.comb += [edge.valid.eq(1), edge.payload.empty.eq(1), edge.payload.last.eq(1)]
                         with m.If(edge.ready):
                             m.d.comb += rp.ready.eq(1)

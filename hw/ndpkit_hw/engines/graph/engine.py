@@ -184,18 +184,28 @@ class GraphEngine(CommandEngine):
         rp, col, val, old = (unpack[k].elements for k in ("rowptr", "col", "val", "old"))
 
         # ---- validation pass --------------------------------------------------------
+        # The verdicts are a stage behind the streams (the compares from registers, not
+        # from the elements into the streams' ready): a row pointer's checks land the
+        # cycle after it is taken, before NEXT reads them (VALIDATE ends a cycle later).
         graph_error, index_error = Signal(4), Signal(4)
         seen = Signal(32)
         previous = Signal(32)
+        checked = Signal(32)                # the row pointer taken last cycle, and its checks' inputs
+        check_rp, check_first, check_end, check_col = Signal(), Signal(), Signal(), Signal()
+        check_prev, checked_col = Signal(32), Signal(32)
+        m.d.sync += [check_rp.eq(0), check_col.eq(0)]
         with m.If(validating):              # (both streams are taken whole: see the readers below)
             with m.If(rp.valid):
-                m.d.sync += [seen.eq(seen + 1), previous.eq(rp.payload)]
-                bad = Mux(seen == 0, rp.payload != 0, rp.payload < previous) | \
-                    ((seen == cmd.n) & (rp.payload != cmd.edges))
-                with m.If(bad & (graph_error == 0)):
-                    m.d.sync += graph_error.eq(ErrorCode.BAD_GRAPH)
-            with m.If(col.valid & (col.payload >= cmd.n) & (index_error == 0)):
-                m.d.sync += index_error.eq(ErrorCode.BAD_INDEX)
+                m.d.sync += [seen.eq(seen + 1), previous.eq(rp.payload), checked.eq(rp.payload),
+                             check_prev.eq(previous), check_first.eq(seen == 0), check_end.eq(seen == cmd.n),
+                             check_rp.eq(1)]
+            with m.If(col.valid):
+                m.d.sync += [checked_col.eq(col.payload), check_col.eq(1)]
+        bad = Mux(check_first, checked != 0, checked < check_prev) | (check_end & (checked != cmd.edges))
+        with m.If(check_rp & bad & (graph_error == 0)):
+            m.d.sync += graph_error.eq(ErrorCode.BAD_GRAPH)
+        with m.If(check_col & (checked_col >= cmd.n) & (index_error == 0)):
+            m.d.sync += index_error.eq(ErrorCode.BAD_INDEX)
 
         # ---- edge generator: rows from the row pointers, edges from the columns ----
         m.submodules.edges = gen = EdgeGenerator()

@@ -11,7 +11,12 @@ __all__ = ["WordUnpacker", "WordPacker"]
 
 class WordUnpacker(wiring.Component):
     """A reader's bus words -> ``count`` 32-bit elements, in order (the last word's
-    unused elements dropped).  ``start`` restarts the count."""
+    unused elements dropped).  ``start`` restarts the count.
+
+    The elements leave from registers, with a second register that catches the element
+    fetched in the cycle the consumer stalls (a skid buffer): the consumer's ``ready``
+    (a compare of the element, in the graph engine) then reaches only these registers,
+    and the word selection and the reader's buffer see a registered ``ready``."""
 
     def __init__(self, data_width: int):
         self.lanes = data_width // 32
@@ -26,17 +31,27 @@ class WordUnpacker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lane = Signal(range(self.lanes))
-        emitted = Signal(32)
-        m.d.comb += self.done.eq(emitted == self.count)
-        m.d.comb += [self.elements.valid.eq(self.words.valid & (emitted != self.count)),
-                     self.elements.payload.eq(self.words.payload.data.word_select(lane, 32))]
-        with m.If(self.elements.valid & self.elements.ready):
-            m.d.sync += [emitted.eq(emitted + 1), lane.eq(lane + 1)]
-            with m.If((lane == self.lanes - 1) | (emitted + 1 == self.count)):
+        fetched = Signal(32)             # elements taken from the words
+        head, head_valid = Signal(32), Signal()       # the element offered
+        spare, spare_valid = Signal(32), Signal()     # the one fetched while the head stalled
+        element = self.words.payload.data.word_select(lane, 32)
+        fetch = self.words.valid & (fetched != self.count) & ~spare_valid
+        out_fire = self.elements.valid & self.elements.ready
+        m.d.comb += [self.elements.valid.eq(head_valid), self.elements.payload.eq(head),
+                     self.done.eq((fetched == self.count) & ~head_valid)]
+        with m.If(out_fire):
+            m.d.sync += [head.eq(spare), head_valid.eq(spare_valid), spare_valid.eq(0)]
+        with m.If(fetch):
+            m.d.sync += [fetched.eq(fetched + 1), lane.eq(lane + 1)]
+            with m.If((lane == self.lanes - 1) | (fetched + 1 == self.count)):
                 m.d.comb += self.words.ready.eq(1)
                 m.d.sync += lane.eq(0)
+            with m.If(head_valid & ~out_fire):
+                m.d.sync += [spare.eq(element), spare_valid.eq(1)]
+            with m.Else():               # (the spare is empty whenever a fetch happens)
+                m.d.sync += [head.eq(element), head_valid.eq(1)]
         with m.If(self.start):
-            m.d.sync += [emitted.eq(0), lane.eq(0)]
+            m.d.sync += [fetched.eq(0), lane.eq(0), head_valid.eq(0), spare_valid.eq(0)]
         return m
 
 
