@@ -119,7 +119,9 @@ def product_of(m: Module, a: Decomposed, b: Decomposed, name: str):
 def sum_to_fp32(m: Module, pipe: Pipeline, total, exp, nan, pos_inf, neg_inf, carry=()):
     """Binary32 of ``total * 2**(exp - GUARD)`` (``total`` signed, RNE, subnormals,
     overflow to infinity, 0 -> +0), NaN if ``nan`` or both infinities, else an
-    infinity flag wins.  Five stages of ``pipe``; returns (bits, carried values)."""
+    infinity flag wins.  Six stages of ``pipe`` (the ~50-bit magnitude's leading-zero
+    count and its limits a stage before the shift amount: together they were the
+    attention engine's longest path); returns (bits, carried values)."""
     width = len(total) - 1
     magnitude = Signal(width, name=f"{pipe.name}_magnitude")
     negative = Signal(name=f"{pipe.name}_negative")
@@ -133,7 +135,7 @@ def sum_to_fp32(m: Module, pipe: Pipeline, total, exp, nan, pos_inf, neg_inf, ca
     carry = staged[6:]
     norm, norm_exp, zero, (negative, is_nan, pos_inf, neg_inf, *carry) = normalize_into_range(
         m, magnitude, biased, f"{pipe.name}_norm", round_bits(F32), pipe=pipe,
-        carry=(negative, is_nan, pos_inf, neg_inf, *carry))
+        carry=(negative, is_nan, pos_inf, neg_inf, *carry), split=True)
     staged = pipe.stage(norm, norm_exp, zero, negative, is_nan, pos_inf, neg_inf, *carry)
     norm, norm_exp, zero, negative, is_nan, pos_inf, neg_inf = staged[:7]
     carry = staged[7:]

@@ -164,7 +164,7 @@ def normalize(m: Module, sig, exp, name: str, pipe=None, carry=(), keep: int | N
     return norm, e, is_zero
 
 
-def normalize_into_range(m: Module, sig, exp, name: str, keep: int, pipe=None, carry=()):
+def normalize_into_range(m: Module, sig, exp, name: str, keep: int, pipe=None, carry=(), split: bool = False):
     """Normalise ``sig`` (top bit weighing ``2**(exp - bias)``) into the range of a
     format's exponent: shift left until the top bit is set but never below exponent 1,
     and shift a value whose exponent is already below 1 right up to it.  One shifter does
@@ -176,6 +176,9 @@ def normalize_into_range(m: Module, sig, exp, name: str, keep: int, pipe=None, c
     top ``keep`` in place and every bit below them ORed into the LSB (as with
     :func:`normalize`'s ``keep``).  ``pipe`` is required: the shift amount (the
     leading-zero count within the exponent's limits) is registered before the shift.
+    With ``split`` the count and the limits are registered first and the amount chosen
+    from them a stage later (one more stage: for a wide ``sig``, whose count tree and
+    limit compare in one cycle are the longest path, as in the block-float sums).
     """
     width = len(sig)
     # keep zeros on top: the count comes out as lz + keep with no adder behind the tree
@@ -196,6 +199,10 @@ def normalize_into_range(m: Module, sig, exp, name: str, keep: int, pipe=None, c
         room_k.eq(Mux(exp > width, width + keep, exp_k)),
         right_k.eq(Mux(exp <= -keep, 0, exp_k)),
     ]
+    if split:
+        staged = pipe.stage(sig, exp, is_zero, up, lz_k, room_k, right_k, *carry)
+        sig, exp, is_zero, up, lz_k, room_k, right_k = staged[:7]
+        carry = list(staged[7:])
     # the shift amount is chosen before the register: behind it, the compare and select
     # ahead of the shifter were the multiplier's longest ECP5 path (mul 106 -> 136 MHz)
     u = Signal(shift_bits, name=f"{name}_u")
