@@ -11,12 +11,15 @@ __all__ = ["WordUnpacker", "WordPacker"]
 
 class WordUnpacker(wiring.Component):
     """A reader's bus words -> ``count`` 32-bit elements, in order (the last word's
-    unused elements dropped).  ``start`` restarts the count.
+    unused elements dropped).  ``start`` restarts; ``count`` is taken the cycle after
+    it (it must hold from then until the pass ends).
 
     The elements leave from registers, with a second register that catches the element
     fetched in the cycle the consumer stalls (a skid buffer): the consumer's ``ready``
-    (a compare of the element, in the graph engine) then reaches only these registers,
-    and the word selection and the reader's buffer see a registered ``ready``."""
+    (a compare of the element, in the graph engine) then reaches only these registers.
+    The elements left to fetch count down in a register with its "more" and "last"
+    flags beside it, so the word selection and the reader's ``ready`` come from
+    registers alone (not from the count's arithmetic on the command's fields)."""
 
     def __init__(self, data_width: int):
         self.lanes = data_width // 32
@@ -31,19 +34,25 @@ class WordUnpacker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lane = Signal(range(self.lanes))
-        fetched = Signal(32)             # elements taken from the words
+        loading = Signal()               # the cycle after start: the count is taken
+        remaining = Signal(32)           # elements left to fetch
+        more, last = Signal(), Signal()  # remaining != 0, remaining == 1
         head, head_valid = Signal(32), Signal()       # the element offered
         spare, spare_valid = Signal(32), Signal()     # the one fetched while the head stalled
         element = self.words.payload.data.word_select(lane, 32)
-        fetch = self.words.valid & (fetched != self.count) & ~spare_valid
+        fetch = self.words.valid & more & ~spare_valid
         out_fire = self.elements.valid & self.elements.ready
         m.d.comb += [self.elements.valid.eq(head_valid), self.elements.payload.eq(head),
-                     self.done.eq((fetched == self.count) & ~head_valid)]
+                     self.done.eq(~more & ~loading & ~head_valid)]
+        m.d.sync += loading.eq(0)
+        with m.If(loading):
+            m.d.sync += [remaining.eq(self.count), more.eq(self.count != 0), last.eq(self.count == 1)]
         with m.If(out_fire):
             m.d.sync += [head.eq(spare), head_valid.eq(spare_valid), spare_valid.eq(0)]
         with m.If(fetch):
-            m.d.sync += [fetched.eq(fetched + 1), lane.eq(lane + 1)]
-            with m.If((lane == self.lanes - 1) | (fetched + 1 == self.count)):
+            m.d.sync += [remaining.eq(remaining - 1), more.eq(~last), last.eq(remaining == 2),
+                         lane.eq(lane + 1)]
+            with m.If((lane == self.lanes - 1) | last):
                 m.d.comb += self.words.ready.eq(1)
                 m.d.sync += lane.eq(0)
             with m.If(head_valid & ~out_fire):
@@ -51,7 +60,7 @@ class WordUnpacker(wiring.Component):
             with m.Else():               # (the spare is empty whenever a fetch happens)
                 m.d.sync += [head.eq(element), head_valid.eq(1)]
         with m.If(self.start):
-            m.d.sync += [fetched.eq(0), lane.eq(0), head_valid.eq(0), spare_valid.eq(0)]
+            m.d.sync += [loading.eq(1), more.eq(0), lane.eq(0), head_valid.eq(0), spare_valid.eq(0)]
         return m
 
 
