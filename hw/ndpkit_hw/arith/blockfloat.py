@@ -234,18 +234,24 @@ class RowDot(wiring.Component):
         go = Signal()
         m.d.comb += [go.eq(beats.r_rdy & rows.r_rdy), beats.r_en.eq(go), rows.r_en.eq(go & beat.last)]
         shift_bits = (TERM_BITS).bit_length()
+        # the row's exponent, registered with the lanes' first stage (one register for all)
+        row_exp_s1 = Signal(EXP_SHAPE, name="p2_row_exp_s1", reset_less=True)
+        m.d.sync += row_exp_s1.eq(row_exp)
         terms = []
         for lane in range(C):
             a = decompose(m, beat.q[lane], self.bf16, f"p2q{lane}")
             b = decompose(m, beat.k[lane], self.bf16, f"p2k{lane}")
-            exp, sign, live, *_ = product_of(m, a, b, f"p2_{lane}")
+            _, sign, live, *_ = product_of(m, a, b, f"p2_{lane}")
+            p2 = Pipeline(m, go, f"pass2_lane{lane}", multiplier_shape(platform))
+            # stage 1 registers the operands (the DSP's A/B registers) and their exponents;
+            # the alignment distance is worked out behind it, beside the product's first
+            # stage (the format's decode, the exponents' sum, the distance and its limit
+            # in one cycle were the engine's longest path)
+            sa, sb, ea, eb, sign, live = p2.stage(a.sig, b.sig, a.exp, b.exp, sign, live)
             distance = Signal(signed(EXP_SHAPE.width + 1), name=f"p2_distance{lane}")
             shift = Signal(shift_bits, name=f"p2_shift{lane}")
-            m.d.comb += [distance.eq(row_exp - exp),
+            m.d.comb += [distance.eq(row_exp_s1 - (ea + eb)),
                          shift.eq(Mux(distance > TERM_BITS - 1, TERM_BITS - 1, distance))]
-            p2 = Pipeline(m, go, f"pass2_lane{lane}", multiplier_shape(platform))
-            # stage 1 registers the operands (the DSP's A/B registers), stage 2 the product
-            sa, sb, shift, sign, live = p2.stage(a.sig, b.sig, shift, sign, live)
             product, (shift, sign, live) = staged_product(m, p2, sa, sb, carry=(shift, sign, live))
             signed_term = Signal(signed(TERM_BITS), name=f"p2_term{lane}")
             m.d.comb += signed_term.eq(Mux(live, Mux(sign, -product, product), 0) << GUARD)
