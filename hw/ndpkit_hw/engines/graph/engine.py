@@ -363,6 +363,11 @@ class GraphEngine(CommandEngine):
 
         # ---- control ------------------------------------------------------------------
         iterations = Signal(32)
+        # "this pass ends the last allowed iteration", a cycle behind the count (which
+        # changes only at a pass's end, long before the next one ends): the compare
+        # from registers, not from the count's increment into the completion's enable
+        final_iteration = Signal()
+        m.d.sync += final_iteration.eq(iterations + 1 == cmd.max_iterations)
         converged = Signal()             # PageRank stopped by its tolerance (cpl_aux bit 31)
         bus_error = Signal(4)            # the first AXI error of any phase
         bytes_read, bytes_written = Signal(32), Signal(32)
@@ -370,9 +375,12 @@ class GraphEngine(CommandEngine):
         def verdict(bus):               # the command's error: a bus error, else the validation's
             return Mux(bus != 0, bus, Mux(graph_error != 0, graph_error, index_error))
 
-        scan_bytes = rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)
-        iteration_bytes = (scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
-                           Mux(sum_rows, 0, vertex_len[:32]))
+        # the byte counts of a pass, fixed by the command: registered (first used at the
+        # validation's end), so a pass's end adds one register to the running count
+        scan_bytes, iteration_bytes = Signal(32), Signal(32)
+        m.d.sync += [scan_bytes.eq(rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)),
+                     iteration_bytes.eq(scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
+                                        Mux(sum_rows, 0, vertex_len[:32]))]
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & gen.idle & ~gen.edge.valid)
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
@@ -408,7 +416,7 @@ class GraphEngine(CommandEngine):
                     with m.Else():
                         m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd)]
                         with m.If((transfers.error == 0) & changed & ~is_spmv &
-                                  (iterations + 1 != cmd.max_iterations)):
+                                  ~final_iteration):
                             m.next = "NEXT"
                         with m.Else():
                             ctl.finish(verdict(transfers.error))
@@ -426,7 +434,7 @@ class GraphEngine(CommandEngine):
                         total_nan = (total_sum[23:31] == 0xFF) & (total_sum[:23] != 0)
                         below = ~total_nan & (total_sum < cmd.tolerance)
                         m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd), stage.eq(0), converged.eq(below)]
-                        with m.If(below | (iterations + 1 == cmd.max_iterations)):
+                        with m.If(below | final_iteration):
                             ctl.finish(verdict(transfers.error))
                         with m.Else():
                             m.next = "NEXT"
