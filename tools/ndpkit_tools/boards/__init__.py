@@ -140,6 +140,13 @@ def device_options(board: Board, **overrides) -> dict:
         if options["clock_mhz"] > limit.mhz:
             raise BoardError(f"{board.name}: clock_mhz={options['clock_mhz']} is above what the evidence supports: "
                              f"{limit.text}; give clock_mhz <= {limit.mhz}")
+        from ndpkit_tools.boards.vivado import mmcm_divisors
+        xdma_mhz = board.pcie["axi_clock_mhz"]
+        if mmcm_divisors(xdma_mhz, options["clock_mhz"]) is None:
+            near = [f for f in range(options["clock_mhz"] - 3, options["clock_mhz"] + 4)
+                    if f >= 1 and mmcm_divisors(xdma_mhz, f)]
+            raise BoardError(f"{board.name}: clock_mhz={options['clock_mhz']}: the clocking wizard cannot make it "
+                             f"exactly from the XDMA's {xdma_mhz} MHz; near it: {', '.join(map(str, near))}")
     options["mem_size"] = board.memory_bytes
     options["addr_width"] = max(32, (board.memory_bytes - 1).bit_length())
     return options

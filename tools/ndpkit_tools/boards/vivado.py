@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ndpkit_tools.boards import Board, BoardError
 
-__all__ = ["generate", "irq_sync_verilog", "DEVICE_MODULE", "IRQ_SYNC_MODULE", "BD_NAME"]
+__all__ = ["generate", "irq_sync_verilog", "mmcm_divisors", "DEVICE_MODULE", "IRQ_SYNC_MODULE", "BD_NAME"]
 
 DEVICE_MODULE = "ndpkit_device"
 IRQ_SYNC_MODULE = "ndpkit_irq_sync"
@@ -68,6 +68,24 @@ endmodule
 """
 
 
+def mmcm_divisors(in_mhz: int, out_mhz: int) -> tuple[int, float, float] | None:
+    """(D, M, O) with ``in_mhz * M / (D * O) == out_mhz`` exactly for an UltraScale+ MMCM
+    (DS923: PFD 10-500 MHz, VCO 800-1600 MHz; M 2-128 and O 2-128 in steps of 1/8), or
+    None: the clock the device declares must be the one the wizard makes."""
+    from fractions import Fraction
+    for d in range(1, 107):
+        if not 10 <= in_mhz / d <= 500:
+            continue
+        for m8 in range(16, 1025):
+            vco = Fraction(in_mhz * m8, 8 * d)
+            if not 800 <= vco <= 1600:
+                continue
+            o = vco / out_mhz
+            if 2 <= o <= 128 and (o * 8).denominator == 1:
+                return d, m8 / 8, float(o)
+    return None
+
+
 def _props(pairs: dict) -> str:
     return "[list " + " ".join(f"CONFIG.{k} {{{v}}}" for k, v in pairs.items()) + "]"
 
@@ -94,7 +112,6 @@ def hbm_channels(board: Board, ports: int) -> list[int]:
 def _project_tcl(board: Board, options: dict, local: dict) -> str:
     ports = options["memory_ports"]
     port_names = ["m_axi_mem"] if ports == 1 else [f"m_axi_mem{k}" for k in range(ports)]
-    clock_hz = board.pcie["axi_clock_mhz"] * 1_000_000
     device_hz = options["clock_mhz"] * 1_000_000
     clock_wizard = {"PRIM_IN_FREQ": board.pcie["axi_clock_mhz"], "PRIM_SOURCE": "No_buffer",
                     "CLKOUT1_REQUESTED_OUT_FREQ": options["clock_mhz"], "USE_LOCKED": "true",
