@@ -37,7 +37,7 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
-from ndpkit_hw.arith.blockfloat import (MERGE_LATENCY, REVISIT, ROOM_AHEAD, MergedState, RowDot, RunningSums,
+from ndpkit_hw.arith.blockfloat import (REVISIT, ROOM_AHEAD, MergedState, RowDot, RunningSums,
                                         merge_states, sum_to_fp32)
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
@@ -476,20 +476,20 @@ class AttentionDatapath(wiring.Component):
         # merge's or the rounding's first stage are never one cycle)
         merge_issue = Signal()
         acc_a, part_a = Array(acc), Array(part)
-        m_acc, m_part = Signal(MergedState, name="merge_acc"), Signal(MergedState, name="merge_part")
-        m_lane, m_valid = Signal.like(e_lane, name="merge_lane"), Signal(name="merge_valid")
-        m.d.sync += [m_acc.eq(acc_a[e_lane]), m_part.eq(part_a[e_lane]), m_lane.eq(e_lane), m_valid.eq(merge_issue)]
-        mpipe = Pipeline(m, m_valid, "merge")
+        mpipe = Pipeline(m, merge_issue, "merge")
+        m_acc, m_part, m_lane = mpipe.stage(acc_a[e_lane], part_a[e_lane], e_lane)
+        m_acc, m_part = data.View(MergedState, m_acc), data.View(MergedState, m_part)
         merged, (merged_lane,) = merge_states(m, mpipe, m_acc, m_part, carry=(m_lane,))
+        merge_drain = mpipe.depth + 1
         with m.If(mpipe.valid):
             for i in range(C + 1):
                 with m.If(merged_lane == i):
                     m.d.sync += acc[i].eq(merged)
         # rounding and folding: lane by lane, value = round(acc); o/l = fma(o/l, corr, value)
         fold_issue = Signal()
-        chosen, out_of, f_valid = Signal(MergedState, name="fold_acc"), Signal(len(Cat(e_g, e_grp, e_lane))), Signal()
-        m.d.sync += [chosen.eq(acc_a[e_lane]), out_of.eq(Cat(e_g, e_grp, e_lane)), f_valid.eq(fold_issue)]
-        rpipe = Pipeline(m, f_valid, "fold_round")
+        rpipe = Pipeline(m, fold_issue, "fold_round")
+        chosen, out_of = rpipe.stage(acc_a[e_lane], Cat(e_g, e_grp, e_lane))
+        chosen = data.View(MergedState, chosen)
         value, (fold_tag,) = sum_to_fp32(m, rpipe, chosen.sum, chosen.exp, chosen.nan, chosen.pos_inf,
                                          chosen.neg_inf, carry=(out_of,))
         f_g = fold_tag[:len(e_g)]
@@ -518,7 +518,7 @@ class AttentionDatapath(wiring.Component):
                      o_wp.en.eq(fo["valid"] & ~fo["l"])]
         with m.If(fo["valid"] & fo["l"]):
             m.d.sync += l_reg[fo["g"]].eq(folded.value)
-        fold_drain = rpipe.depth + fold_time + 3
+        fold_drain = rpipe.depth + fold_time + 2
 
         # the final division: out = o / l, narrowed, packed into words
         final_issue = Signal()
@@ -586,7 +586,7 @@ class AttentionDatapath(wiring.Component):
                 m.d.comb += merge_issue.eq(1)
                 m.d.sync += e_lane.eq(e_lane + 1)
                 with m.If(e_lane == lanes_here - 1):
-                    m.d.sync += [e_r.eq(e_r + 1), wait.eq(MERGE_LATENCY + 2)]
+                    m.d.sync += [e_r.eq(e_r + 1), wait.eq(merge_drain)]
                     m.next = "MERGE_DRAIN"
             with m.State("MERGE_DRAIN"):
                 m.d.sync += wait.eq(wait - 1)
