@@ -139,7 +139,7 @@ def device_options(board: Board, **overrides) -> dict:
         limit = clock_limit(options)
         if options["clock_mhz"] > limit.mhz:
             raise BoardError(f"{board.name}: clock_mhz={options['clock_mhz']} is above what the evidence supports: "
-                             f"{limit.text}; give clock_mhz <= {limit.mhz}")
+                             f"{limit.limit_text}; give clock_mhz <= {limit.mhz}")
         from ndpkit_tools.boards.vivado import mmcm_divisors
         xdma_mhz = board.pcie["axi_clock_mhz"]
         if mmcm_divisors(xdma_mhz, options["clock_mhz"]) is None:

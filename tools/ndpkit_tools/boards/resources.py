@@ -19,13 +19,12 @@ the share a Vivado build of this kind routes reliably at speed).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 
 __all__ = ["RESOURCES", "BUDGET", "SHELL", "engine_resources", "shell_resources", "totals", "fit",
-           "write_engine_table", "TABLE", "DEPTH_TABLE", "ClockLimit", "engine_clock", "clock_limit"]
+           "write_engine_table", "TABLE", "DEPTH_TABLE", "engine_clock", "clock_limit"]
 
 RESOURCES = ("lut", "ff", "dsp", "bram36", "uram")
 BUDGET = 0.70
@@ -136,29 +135,12 @@ def fit(board, options: dict, budget: float = BUDGET, table: dict | None = None)
     return result
 
 
-@dataclasses.dataclass(frozen=True)
-class ClockLimit:
-    """The clock an engine's logic depth supports in a build, and where the depth comes from."""
-    engine: str
-    mhz: int                    # whole MHz, rounded down
-    levels: float
-    config: str                 # the impl report configuration the depth was measured on
-    exact: bool                 # measured at the build's own configuration (else: the deepest measured)
-
-    @property
-    def text(self) -> str:
-        where = (f"its {self.config} configuration" if self.exact else
-                 f"no measurement at this configuration; its deepest measured, {self.config}")
-        return (f"{self.engine} supports {self.mhz} MHz: {self.levels:g} logic levels between registers "
-                f"({where}; docs/impl_report.md, depth model of ndpkit_tools.impl.clock)")
-
-
-def engine_clock(engine: str, params: dict, table: dict | None = None) -> ClockLimit:
+def engine_clock(engine: str, params: dict, table: dict | None = None):
     """The clock ``engine`` built with ``params`` supports by the impl report's logic
     depth: its own configuration's when measured, else the deepest of the engine's
     measured configurations (a larger build is at least as deep)."""
     from ndpkit_tools.boards import BoardError
-    from ndpkit_tools.impl.clock import depth_clock_mhz
+    from ndpkit_tools.impl.clock import ClockEvidence, depth_clock_mhz
     table = json.loads(DEPTH_TABLE.read_text()) if table is None else table
     rows = table.get(engine)
     if not rows:
@@ -166,10 +148,10 @@ def engine_clock(engine: str, params: dict, table: dict | None = None) -> ClockL
                          f"make impl-report ENGINES={engine} first")
     exact = [(name, r) for name, r in rows.items() if r["params"] == params]
     name, row = exact[0] if exact else max(rows.items(), key=lambda kv: kv[1]["levels"])
-    return ClockLimit(engine, math.floor(depth_clock_mhz(row["levels"])), row["levels"], name, bool(exact))
+    return ClockEvidence(engine, name, math.floor(depth_clock_mhz(row["levels"])), row["levels"], bool(exact))
 
 
-def clock_limit(options: dict, table: dict | None = None) -> ClockLimit:
+def clock_limit(options: dict, table: dict | None = None):
     """The slowest of the build's engines by :func:`engine_clock`: the device's clock bound."""
     return min((engine_clock(engine, engine_params(engine, options), table) for engine in options["engines"]),
                key=lambda limit: limit.mhz)

@@ -37,6 +37,15 @@ class ClockEvidence:
     config: str
     mhz: int                  # whole MHz, rounded down
     levels: float
+    exact: bool = True        # measured at the configuration asked about (else: the deepest measured)
+
+    @property
+    def limit_text(self) -> str:
+        """The bound as a board build states it (``ndpkit_tools.boards.resources.clock_limit``)."""
+        where = (f"its {self.config} configuration" if self.exact else
+                 f"no measurement at this configuration; its deepest measured, {self.config}")
+        return (f"{self.engine} supports {self.mhz} MHz: {self.levels:g} logic levels between registers "
+                f"({where}; docs/impl_report.md, depth model of ndpkit_tools.impl.clock)")
 
     @property
     def text(self) -> str:
