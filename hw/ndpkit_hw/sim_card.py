@@ -2,6 +2,11 @@
 standing in for the memory controller.  The sim transport's device server runs this
 top level in Verilator.
 
+With ``memory_ports=P`` > 1 there is one memory model per port (``memory0`` ..
+``memory{P-1}``), each holding its region of card memory with its own request queue,
+latency and bandwidth, as each HBM pseudo-channel has its own controller; with one
+port the model is ``memory``.
+
 Extra ports over the device's: ``mem_read_latency`` / ``mem_write_latency`` (cycles,
 set at run time) and ``mem_error_base`` / ``mem_error_size`` (a range the memory
 answers with SLVERR, for fault injection).
@@ -23,11 +28,14 @@ class SimCard(wiring.Component):
                  mem_max_outstanding: int = 16, **device_params):
         self.device = Device(mem_size=mem_size, **device_params)
         d = self.device
-        self.memory = AxiMemoryModel(size=mem_size, base=d.mem_base, addr_width=d.addr_width,
-                                     data_width=d.data_width, id_width=d.mem_id_width,
-                                     max_outstanding=mem_max_outstanding, bytes_per_cycle=mem_bytes_per_cycle,
-                                     latency_ports=True)
-        members = {name: value for name, value in d.signature.members.items() if name != "m_axi_mem"}
+        self.memories = [AxiMemoryModel(size=d.region(p)[1], base=d.region(p)[0], addr_width=d.addr_width,
+                                        data_width=d.data_width, id_width=d.mem_id_width,
+                                        max_outstanding=mem_max_outstanding, bytes_per_cycle=mem_bytes_per_cycle,
+                                        latency_ports=True)
+                         for p in range(d.memory_ports)]
+        #: submodule name of each memory model (the device server's backdoors find them by it)
+        self.memory_names = ["memory"] if d.memory_ports == 1 else [f"memory{p}" for p in range(d.memory_ports)]
+        members = {name: value for name, value in d.signature.members.items() if name not in d.memory_port_names}
         members.update({
             "mem_read_latency": In(16), "mem_write_latency": In(16),
             "mem_error_base": In(d.addr_width), "mem_error_size": In(d.addr_width + 1),
@@ -38,17 +46,17 @@ class SimCard(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.device = device = self.device
-        m.submodules.memory = memory = self.memory
         wiring.connect(m, wiring.flipped(self.s_axil), device.s_axil)
         wiring.connect(m, wiring.flipped(self.s_axi), device.s_axi)
-        wiring.connect(m, device.m_axi_mem, memory.bus)
-        m.d.comb += [
-            self.usr_irq_req.eq(device.usr_irq_req),
-            device.usr_irq_ack.eq(self.usr_irq_ack),
-            memory.read_latency.eq(self.mem_read_latency),
-            memory.write_latency.eq(self.mem_write_latency),
-            memory.error_base.eq(self.mem_error_base),
-            memory.error_size.eq(self.mem_error_size),
-            memory.error_decerr.eq(self.mem_error_decerr),
-        ]
+        m.d.comb += [self.usr_irq_req.eq(device.usr_irq_req), device.usr_irq_ack.eq(self.usr_irq_ack)]
+        for name, port_name, memory in zip(self.memory_names, device.memory_port_names, self.memories):
+            m.submodules[name] = memory
+            wiring.connect(m, getattr(device, port_name), memory.bus)
+            m.d.comb += [
+                memory.read_latency.eq(self.mem_read_latency),
+                memory.write_latency.eq(self.mem_write_latency),
+                memory.error_base.eq(self.mem_error_base),
+                memory.error_size.eq(self.mem_error_size),
+                memory.error_decerr.eq(self.mem_error_decerr),
+            ]
         return m

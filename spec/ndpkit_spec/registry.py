@@ -17,7 +17,7 @@ from ndpkit_spec.engine import EngineSpec
 from ndpkit_spec.engines import adam, attention, decomp, dma_copy, graph, sg
 from ndpkit_spec.shell import GLOBAL
 
-__all__ = ["REGISTRY", "EngineKind", "ENGINE_BLOCKS", "ALL_BLOCKS", "by_kind"]
+__all__ = ["REGISTRY", "EngineKind", "ENGINE_BLOCKS", "ALL_BLOCKS", "by_kind", "instance_counts", "engines_text"]
 
 #: engine name -> its entry, in kind order
 REGISTRY: dict[str, EngineSpec] = {spec.name: spec for spec in sorted((
@@ -50,3 +50,37 @@ def by_kind(kind: int) -> EngineSpec:
         if spec.kind == kind:
             return spec
     raise KeyError(f"no engine has kind {kind}")
+
+
+def instance_counts(engines) -> dict[str, int]:
+    """Engine name -> instance count, in kind order, from a list of names in which
+    a name may repeat or carry a count (``"attention*4"``), a comma-separated string of
+    those, or such a dict.  Unknown names and counts below 1 raise ValueError.
+
+    >>> instance_counts("attention*2,dma_copy")
+    {'dma_copy': 1, 'attention': 2}
+    >>> instance_counts(["adam", "adam", "dma_copy"])
+    {'dma_copy': 1, 'adam': 2}
+    """
+    if isinstance(engines, str):
+        engines = [e.strip() for e in engines.split(",") if e.strip()]
+    items = engines.items() if isinstance(engines, dict) else [
+        (e.partition("*")[0].strip(), e.partition("*")[2].strip() or 1) if isinstance(e, str) else (e, 1)
+        for e in engines]
+    counts: dict[str, int] = {}
+    for name, count in items:
+        if not isinstance(name, str) or name not in REGISTRY:
+            raise ValueError(f"unknown engine {name!r}; known: {', '.join(REGISTRY)}")
+        try:
+            count = int(count)
+        except (TypeError, ValueError):
+            raise ValueError(f"engine {name!r}: instance count {count!r} is not an integer") from None
+        if count < 1:
+            raise ValueError(f"engine {name!r}: instance count {count} is below 1")
+        counts[name] = counts.get(name, 0) + count
+    return {name: counts[name] for name in REGISTRY if name in counts}
+
+
+def engines_text(counts: dict[str, int]) -> str:
+    """The comma list :func:`instance_counts` reads back (``"dma_copy,attention*2"``)."""
+    return ",".join(name if n == 1 else f"{name}*{n}" for name, n in counts.items())

@@ -1,8 +1,14 @@
 """The shell's register block and the command protocol every engine block shares.
 
-BAR0 layout of a device: ``GLOBAL`` at 0x0000, engine kind ``k`` (see
-:data:`ndpkit_spec.registry.REGISTRY`) at ``k * ENGINE_STRIDE``.  Each engine declares
-its own block with :func:`engine_block` in ``ndpkit_spec.engines.<name>``.
+BAR0 layout of a device: ``GLOBAL`` at 0x0000 (slot 0), the first instance of
+engine kind ``k`` (see :data:`ndpkit_spec.registry.REGISTRY`) in slot ``k``, further
+instances of any engine from slot ``FIRST_EXTRA_SLOT`` on (:func:`slot_layout`); slot
+``s`` is at ``s * ENGINE_STRIDE``.  Each engine declares its own block with
+:func:`engine_block` in ``ndpkit_spec.engines.<name>``.
+
+Card memory is cut into ``regions`` equal ranges, one per memory port (an HBM
+pseudo-channel on an Alveo card); each engine instance works in one region, its
+``place.region`` (:func:`home_region`), and the shell confines its transfers to it.
 
 Every engine block starts with the same command/completion registers
 (:func:`engine_block`), so one driver loop and one gateware front end
@@ -14,14 +20,17 @@ from __future__ import annotations
 from ndpkit_spec.regs import Access, Field, Register, RegisterBlock
 
 __all__ = ["GLOBAL", "NDPKIT_MAGIC", "VERSION", "ENGINE_STRIDE", "ENGINE_ARGS_OFFSET", "BAR0_SIZE", "IRQ_LINES",
-           "engine_block", "engine_args", "effective_window", "command_fields"]
+           "FIRST_EXTRA_SLOT", "MAX_SLOTS", "engine_block", "engine_args", "effective_window", "command_fields",
+           "slot_layout", "home_region", "region_bounds"]
 
 NDPKIT_MAGIC = 0x4E44504B   # "NDPK"
-VERSION = (0, 4)            # (major, minor) of the register interface
+VERSION = (0, 5)            # (major, minor) of the register interface
 ENGINE_STRIDE = 0x1000
 ENGINE_ARGS_OFFSET = 0x40
-BAR0_SIZE = 0x10000
-IRQ_LINES = 8               # usr_irq_req width: line 0 global, line k engine kind k
+BAR0_SIZE = 0x40000         # 64 slots of ENGINE_STRIDE
+MAX_SLOTS = BAR0_SIZE // ENGINE_STRIDE
+FIRST_EXTRA_SLOT = 16       # slots 1..15: each kind's first instance (the layout of one instance per kind)
+IRQ_LINES = 8               # usr_irq_req width: line 0 global, line k engine kind k (every instance of it)
 
 GLOBAL = RegisterBlock("shell", [
     Register.single("id", 0x00, Access.RO, doc="Reads 0x4E44504B ('NDPK')."),
@@ -55,6 +64,14 @@ GLOBAL = RegisterBlock("shell", [
                                                                   "(queue a batch, then release it at once).")]),
     Register("clock", 0x40, [Field("mhz", 0, 16, Access.RO, doc="Nominal device clock in MHz (what cycle counts "
                                                                "are scaled by).")]),
+    Register("layout", 0x44, [
+        Field("regions", 0, 8, Access.RO, doc="Memory regions (= memory ports): card memory in equal ranges, "
+                                              "region r at mem_base + r * mem_size / regions."),
+        Field("extra_slots", 8, 8, Access.RO, doc="Engine instances beyond each kind's first, in slots "
+                                                  "first_extra_slot, first_extra_slot + 1, ..."),
+        Field("first_extra_slot", 16, 8, Access.RO, doc="Slot of the first further instance (16)."),
+    ], doc="Where the engine instances are: slot k holds kind k's first instance (bit k of engines); "
+           "each slot's place register names its instance and region."),
 ], doc="Device identity, build parameters, cycle counter, interrupt aggregation and soft reset.",
     size=ENGINE_STRIDE)
 
@@ -101,17 +118,21 @@ def engine_block(name: str, args, doc: str) -> RegisterBlock:
                         "non-finite gradients seen; dma_copy: 0)."),
         Register.single("window_base", 0x34, Access.RW, doc="First byte of the address window the engine's "
                         "commands may read and write (memory isolation; taken with each command at its doorbell)."),
-        Register.single("window_size", 0x38, Access.RW, doc="Bytes in the window; 0 (reset) = all of card "
-                        "memory.  The window used is its intersection with card memory; a command reaching "
+        Register.single("window_size", 0x38, Access.RW, doc="Bytes in the window; 0 (reset) = all of the "
+                        "instance's region.  The window used is its intersection with the region; a command reaching "
                         "outside it fails with OUT_OF_WINDOW before moving any data."),
+        Register("place", 0x3C, [
+            Field("instance", 0, 8, Access.RO, doc="Which instance of its kind this slot holds (0 = the first)."),
+            Field("region", 8, 8, Access.RO, doc="The memory region the instance works in (its memory port)."),
+        ]),
     ]
     return RegisterBlock(name, common + list(args), doc=doc, size=ENGINE_STRIDE)
 
 
 def effective_window(base: int, size: int, mem_base: int, mem_size: int) -> tuple[int, int]:
     """The (base, size) an engine checks its transfers against: the window registers
-    intersected with card memory (size 0: all of card memory).  The shell computes
-    the same in hardware (ndpkit_hw.device)."""
+    intersected with its region ``[mem_base, mem_base + mem_size)`` (size 0: all of the
+    region).  The shell computes the same in hardware (ndpkit_hw.device)."""
     if size == 0:
         return mem_base, mem_size
     lo, hi = max(base, mem_base), min(base + size, mem_base + mem_size)
@@ -130,3 +151,43 @@ def command_fields(block: RegisterBlock):
     for reg in engine_args(block):
         for f in reg.fields:
             yield (reg.name if len(reg.fields) == 1 else f"{reg.name}_{f.name}"), reg, f
+
+
+def slot_layout(instances) -> list[tuple[str, int, int]]:
+    """(engine name, instance, slot) of every engine instance of a device whose
+    instance counts are ``instances`` (name -> count, in kind order, as
+    :func:`ndpkit_spec.registry.instance_counts` gives them): each kind's first
+    instance in slot ``kind``, the others from :data:`FIRST_EXTRA_SLOT` on, kind by kind.
+
+    >>> slot_layout({"dma_copy": 1, "attention": 3})
+    [('dma_copy', 0, 1), ('attention', 0, 3), ('attention', 1, 16), ('attention', 2, 17)]
+    """
+    from ndpkit_spec.registry import REGISTRY
+    out, extra = [], FIRST_EXTRA_SLOT
+    for name, count in instances.items():
+        out.append((name, 0, REGISTRY[name].kind))
+    for name, count in instances.items():
+        for i in range(1, count):
+            out.append((name, i, extra))
+            extra += 1
+    if extra > MAX_SLOTS:
+        raise ValueError(f"{extra - FIRST_EXTRA_SLOT} further engine instances need slots up to {extra - 1}, "
+                         f"but BAR0 holds {MAX_SLOTS} slots ({MAX_SLOTS - FIRST_EXTRA_SLOT} further instances)")
+    return sorted(out, key=lambda e: (REGISTRY[e[0]].kind, e[1]))
+
+
+def home_region(layout, regions: int) -> dict[tuple[str, int], int]:
+    """(name, instance) -> the memory region (port) it works in: the instances in
+    kind order, then instance order, dealt round-robin over the regions, so N instances
+    on N regions have one region each.
+
+    >>> home_region(slot_layout({"dma_copy": 1, "attention": 3}), 4)
+    {('dma_copy', 0): 0, ('attention', 0): 1, ('attention', 1): 2, ('attention', 2): 3}
+    """
+    return {(name, instance): index % regions for index, (name, instance, _) in enumerate(layout)}
+
+
+def region_bounds(mem_base: int, mem_size: int, regions: int, region: int) -> tuple[int, int]:
+    """(base, size) of memory region ``region`` of ``regions``."""
+    size = mem_size // regions
+    return mem_base + region * size, size

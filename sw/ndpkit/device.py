@@ -28,14 +28,14 @@ import urllib.parse
 
 import numpy as np
 
-from ndpkit_spec.registry import REGISTRY
+from ndpkit_spec.registry import REGISTRY, by_kind
 from ndpkit.engine import Command, Completion
 from ndpkit.errors import GuardViolation, NdpkitError, OutOfDeviceMemory, TransportClosed
 from ndpkit.regs.access import RegisterFile
-from ndpkit_spec.shell import GLOBAL, NDPKIT_MAGIC, VERSION
+from ndpkit_spec.shell import ENGINE_STRIDE, GLOBAL, NDPKIT_MAGIC, VERSION, region_bounds
 from ndpkit.transport.base import Transport
 
-__all__ = ["open_device", "Device", "Buffer", "Allocator", "parse_uri"]
+__all__ = ["open_device", "Device", "Buffer", "Allocator", "RegionAllocator", "parse_uri"]
 
 def parse_uri(uri: str) -> tuple[str, str | None, dict]:
     """(kind, path, options) of a device URI; option values stay text (see
@@ -136,6 +136,59 @@ class Allocator:
     @property
     def free_bytes(self) -> int:
         return sum(n for _, n in self._free)
+
+
+class RegionAllocator:
+    """One :class:`Allocator` per memory region: a buffer lies in one region (the
+    region an engine instance works in), asked for by number or, with none asked
+    for, the first region with room."""
+
+    def __init__(self, base: int, size: int, regions: int = 1):
+        self.regions = [Allocator(*region_bounds(base, size, regions, r)) for r in range(regions)]
+
+    def alloc(self, size: int, align: int, region: int | None = None) -> int:
+        if region is not None:
+            if not isinstance(region, (int, np.integer)) or isinstance(region, bool) or \
+                    not 0 <= region < len(self.regions):
+                raise ValueError(f"region must be 0..{len(self.regions) - 1} (the card's memory regions), "
+                                 f"not {region!r}")
+            allocator = self.regions[int(region)]
+            try:
+                return allocator.alloc(size, align)
+            except OutOfDeviceMemory as e:
+                raise OutOfDeviceMemory(f"region {region} [{allocator.base:#x}, +{allocator.size:#x}): {e}") from None
+        failure = None
+        for allocator in self.regions:
+            try:
+                return allocator.alloc(size, align)
+            except OutOfDeviceMemory as e:
+                failure = failure or e
+        if len(self.regions) == 1:
+            raise failure
+        largest = max(max((n for _, n in a._free), default=0) for a in self.regions)
+        raise OutOfDeviceMemory(f"no region has a free range of {size} bytes (aligned to {align}); largest free "
+                                f"range {largest} bytes, {self.free_bytes} bytes free in all {len(self.regions)} "
+                                f"regions of {self.regions[0].size} bytes")
+
+    @property
+    def size(self) -> int:
+        return sum(a.size for a in self.regions)
+
+    def region_of(self, address: int) -> int | None:
+        for index, allocator in enumerate(self.regions):
+            if allocator.base <= address < allocator.base + allocator.size:
+                return index
+        return None
+
+    def free(self, address: int) -> None:
+        region = self.region_of(address)
+        if region is None:
+            raise ValueError(f"{address:#x} is not an allocated buffer (double free?)")
+        self.regions[region].free(address)
+
+    @property
+    def free_bytes(self) -> int:
+        return sum(a.free_bytes for a in self.regions)
 
 
 class Buffer:
@@ -256,13 +309,31 @@ class Device:
         self.clock_mhz = self.shell.read("clock")
         self.mem_base = self.shell.read("mem_base")
         self.mem_size = self.shell.read("mem_size_lo") | self.shell.read("mem_size_hi") << 32
-        self.allocator = Allocator(self.mem_base, self.mem_size)
+        layout = self.shell.fields("layout")
+        #: memory regions (ports): each engine instance works in one
+        self.memory_ports = max(1, layout["regions"])
+        self.allocator = RegionAllocator(self.mem_base, self.mem_size, self.memory_ports)
         self.held = False
         present = self.shell.read("engines")
-        self.engines = {}
-        for spec in REGISTRY.values():
-            if present >> spec.kind & 1:
-                self.engines[spec.name] = spec.client_class()(self, spec.kind)
+        slots = [spec.kind for spec in REGISTRY.values() if present >> spec.kind & 1]
+        slots += range(layout["first_extra_slot"], layout["first_extra_slot"] + layout["extra_slots"])
+        #: engine name -> its instances' clients, by instance number
+        self.instances: dict[str, list] = {}
+        for slot in slots:
+            kind = transport.read32(slot * ENGINE_STRIDE)
+            try:
+                spec = by_kind(kind)
+            except KeyError:
+                raise NdpkitError(f"slot {slot} holds an engine of kind {kind}, which this driver does not know; "
+                                  f"update ndpkit") from None
+            place = transport.read32(slot * ENGINE_STRIDE + spec.block.register("place").offset)
+            client = spec.client_class()(self, kind, slot=slot, instance=place & 0xFF, region=place >> 8 & 0xFF)
+            self.instances.setdefault(spec.name, []).append(client)
+        self.instances = {name: sorted(self.instances[name], key=lambda c: c.instance)
+                          for name in REGISTRY if name in self.instances}
+        #: engine name -> its client: the instance itself, or with several a routing client over them
+        self.engines = {name: clients[0] if len(clients) == 1 else clients[0].router(self, clients)
+                        for name, clients in self.instances.items()}
         self.shell.write("irq_mask", lines=sum(1 << e.kind for e in self.engines.values()))
         if reset:
             # a previous host may have left commands running or completions queued (it
@@ -272,19 +343,39 @@ class Device:
             self.shell.write("control", 0)
 
     # -- memory ----------------------------------------------------------------------
-    def alloc(self, size: int, align: int | None = None) -> Buffer:
+    def region(self, index: int) -> tuple[int, int]:
+        """(base, size) of memory region ``index`` (an HBM pseudo-channel on an Alveo card)."""
+        return region_bounds(self.mem_base, self.mem_size, self.memory_ports, index)
+
+    def engine_address(self, address: int, region: int) -> int:
+        """``address`` as an engine instance working in ``region`` names it: engines
+        address 32 bits, so on a card with more memory an instance sees its region at
+        the region's address modulo 4 GiB (its memory port adds the upper bits).  An
+        address outside the 4 GiB that view covers is left as it is (the command's
+        field check or the card then refuses it)."""
+        base, size = self.region(region)
+        high = base & ~0xFFFF_FFFF if size <= 1 << 32 else 0
+        return address - high if high <= address < high + (1 << 32) else address
+
+    def region_of(self, where) -> int | None:
+        """The memory region a Buffer or card address lies in (None: outside card memory)."""
+        return self.allocator.region_of(where.address if isinstance(where, Buffer) else int(where))
+
+    def alloc(self, size: int, align: int | None = None, *, region: int | None = None) -> Buffer:
         """A buffer of ``size`` bytes, rounded up to whole bus words, aligned to ``align``
-        (default: one bus word)."""
+        (default: one bus word), in memory region ``region`` (default: the first with
+        room).  An engine instance works in one region (:meth:`instance`, its
+        ``region``): a command's buffers must be where it works."""
         if not isinstance(size, (int, np.integer)) or size <= 0:
             raise ValueError(f"size must be a positive number of bytes, not {size!r}")
         align = self.word_bytes if align is None else align
         rounded = -(-int(size) // self.word_bytes) * self.word_bytes
         if not self.guard_bytes:
-            return Buffer(self, self.allocator.alloc(rounded, align), rounded, int(size))
+            return Buffer(self, self.allocator.alloc(rounded, align, region), rounded, int(size))
         # whole alignment units of guard on each side keep the buffer aligned
         unit = max(align, self.word_bytes)
         guard = -(-self.guard_bytes // unit) * unit
-        outer = self.allocator.alloc(rounded + 2 * guard, align)
+        outer = self.allocator.alloc(rounded + 2 * guard, align, region)
         address = outer + guard
         # the pattern depends only on the address, so two cards given the same
         # allocations (model and sim compared) hold the same bytes
@@ -321,16 +412,27 @@ class Device:
             self.check_guards()
         finally:
             self._guards.clear()
-            self.allocator = Allocator(self.mem_base, self.mem_size)
+            self.allocator = RegionAllocator(self.mem_base, self.mem_size, self.memory_ports)
 
-    def upload(self, data, align: int | None = None) -> Buffer:
-        """Allocate a buffer and copy ``data`` (bytes or NumPy array) into it."""
+    def upload(self, data, align: int | None = None, *, region: int | None = None) -> Buffer:
+        """Allocate a buffer (in ``region``, see :meth:`alloc`) and copy ``data`` (bytes
+        or NumPy array) into it."""
         raw = _raw(data)
-        buf = self.alloc(max(1, len(raw)), align)
+        buf = self.alloc(max(1, len(raw)), align, region=region)
         buf.write(raw)
         return buf
 
     # -- engines ---------------------------------------------------------------------
+    def instance(self, name: str, index: int):
+        """Instance ``index`` of engine ``name`` (its commands run there and nowhere else)."""
+        clients = self.instances.get(name)
+        if clients is None:
+            self.engine(name)                      # raises, naming what the card has
+        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(clients):
+            raise ValueError(f"index: this card has {len(clients)} {name} instance(s), 0..{len(clients) - 1}; "
+                             f"not {index!r}")
+        return clients[int(index)]
+
     def engine(self, name: str):
         try:
             return self.engines[name]
@@ -413,9 +515,10 @@ class Device:
             self.shell.write("control", hold=0)
 
     def wait_all(self, timeout: float | None = None) -> None:
-        """Wait for every submitted command of every engine."""
-        for client in self.engines.values():
-            client.wait_all(timeout)
+        """Wait for every submitted command of every engine instance."""
+        for clients in self.instances.values():
+            for client in clients:
+                client.wait_all(timeout)
 
     # -- device ----------------------------------------------------------------------
     def cycles(self) -> int:
@@ -450,6 +553,8 @@ class Device:
             "queue_depth": self.queue_depth,
             "clock_mhz": self.clock_mhz,
             "engines": list(self.engines),
+            "instances": {name: len(clients) for name, clients in self.instances.items()},
+            "memory_ports": self.memory_ports,
             "mem_base": self.mem_base,
             "mem_size": self.mem_size,
             "mem_free": self.allocator.free_bytes,

@@ -5,6 +5,14 @@ keeps more in flight than the card can hold (the running one, the queue, and the
 completion queue's room), collects completions in order, and turns an error code
 into a :class:`~ndpkit.errors.DeviceError` naming the offending argument.  Each
 engine's driver (``ndpkit.engines.<name>``) subclasses it.
+
+One client drives one engine instance (its register slot).  Where a card has
+several instances of an engine, ``dev.<engine>`` is a *routing* client of the same
+class (:meth:`EngineClient.router`): its commands go to the instance whose memory
+region holds the command's buffers, the least busy one where several do, and to the
+one already running a command on the same bytes where there is one (so commands
+that depend on each other keep their order); ``dev.instance(name, i)`` is instance
+``i`` itself.
 """
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ from ndpkit.regs.access import RegisterFile, decode_fields
 from ndpkit_spec.shell import ENGINE_STRIDE, command_fields, effective_window
 from ndpkit_spec.registry import REGISTRY
 
-__all__ = ["Completion", "Command", "EngineClient"]
+__all__ = ["Completion", "Command", "CommandGroup", "EngineClient"]
 
 
 @dataclass(frozen=True)
@@ -39,8 +47,9 @@ class Completion:
 class Command:
     """A submitted command; :meth:`wait` returns its :class:`Completion`."""
 
-    def __init__(self, client: "EngineClient", tag: int, args: dict, work_bytes: int):
+    def __init__(self, client: "EngineClient", tag: int, args: dict, work_bytes: int, ranges=()):
         self.client, self.tag, self.args, self.work_bytes = client, tag, args, work_bytes
+        self.ranges = ranges        # (address, bytes) of card memory it reads or writes
 
     def wait(self, timeout: float | None = None, *, check: bool = True) -> Completion:
         """Wait for the completion (``timeout`` in seconds of device time; by default a
@@ -54,6 +63,35 @@ class Command:
 
     def __repr__(self):
         return f"<{self.client.name} command tag={self.tag}>"
+
+
+class CommandGroup:
+    """One request split into commands on several instances of an engine (they run at
+    once); :meth:`wait` waits for all and returns one :class:`Completion`: the first
+    error, the longest command's cycles from the earliest start, the bytes and ``aux``
+    summed."""
+
+    def __init__(self, commands: list):
+        self.commands = list(commands)
+        self.client, self.tag = self.commands[0].client, self.commands[0].tag
+
+    def wait(self, timeout: float | None = None, *, check: bool = True) -> Completion:
+        done, failure = [], None
+        for command in self.commands:            # wait for every part, even after one failed
+            try:
+                done.append(command.wait(timeout, check=check))
+            except DeviceError as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+        first = min(done, key=lambda c: c.start)
+        bad = next((c for c in done if not c.ok), first)
+        return Completion(first.engine, first.tag, bad.error, max(c.start + c.cycles for c in done) - first.start,
+                          sum(c.bytes_read for c in done), sum(c.bytes_written for c in done), first.start,
+                          sum(c.aux for c in done))
+
+    def __repr__(self):
+        return f"<{self.client.name} command group of {len(self.commands)}>"
 
 
 class _RememberingRegisterFile(RegisterFile):
@@ -76,21 +114,139 @@ class _RememberingRegisterFile(RegisterFile):
 class EngineClient:
     name: str = ""
 
-    def __init__(self, device, kind: int):
+    def __init__(self, device, kind: int, *, slot: int | None = None, instance: int = 0, region: int = 0,
+                 members: list | None = None):
         self.device, self.kind = device, int(kind)
+        self.slot = self.kind if slot is None else slot
+        self.instance, self.region = instance, region
         self.spec = REGISTRY[self.name]
         self.block = self.spec.block
         self.golden = self.spec.golden_module()
-        t = device.transport
-        self.regs = _RememberingRegisterFile(self.block, t.read32, t.write32, base=self.kind * ENGINE_STRIDE)
+        #: the instances a routing client sends commands to (None: this client is one instance)
+        self.members = members
         self._next_tag = 0
         self._in_flight: dict[int, Command] = {}
-        #: completions found by polling after their interrupt did not arrive
-        self.missed_interrupts = 0
         self._done: dict[int, Completion] = {}
+        self.missed_interrupts = 0
         self.capacity = device.queue_depth + 1     # queued + running; completions hold one more
+        if members is not None:                    # a router: instance 0's registers, no queue of its own
+            self.regs = members[0].regs
+            return
+        t = device.transport
+        self.regs = _RememberingRegisterFile(self.block, t.read32, t.write32, base=self.slot * ENGINE_STRIDE)
         self.regs.write("irq", 0b11)               # clear stale interrupts
         self.regs.write("irq_enable", 0b11)
+
+    @classmethod
+    def router(cls, device, members: list) -> "EngineClient":
+        """A client that sends each command to one of ``members`` (instances of this
+        engine): see the module's documentation."""
+        first = members[0]
+        return cls(device, first.kind, slot=first.slot, instance=0, region=first.region, members=list(members))
+
+    @property
+    def instances(self) -> list:
+        """The instances this client's commands may run on."""
+        return self.members if self.members is not None else [self]
+
+    @property
+    def siblings(self) -> list:
+        """Every instance of this engine on the card (they share an interrupt line)."""
+        return self.device.instances.get(self.name, [self])
+
+    def __repr__(self):
+        if self.members is not None:
+            return f"<{self.name} over {len(self.members)} instances>"
+        return f"<{self.name} instance {self.instance} (slot {self.slot}, region {self.region})>"
+
+    def parts(self, address: int, total: int, unit: int) -> list:
+        """How a request of ``total`` units whose data starts at ``address`` splits over
+        this client's instances: [(instance, first unit, units)], one piece per
+        instance working in the address's region, in multiples of ``unit`` units (one
+        piece, on this client's choice, where only one instance works there)."""
+        region = self.device.region_of(address)
+        here = [c for c in self.instances if region is None or c.region == region]
+        if len(here) < 2 or total < 2 * unit:
+            return [(None, 0, total)]
+        share = -(-total // len(here) // unit) * unit
+        pieces, first = [], 0
+        for client in here:
+            if first >= total:
+                break
+            pieces.append((client, first, min(share, total - first)))
+            first += share
+        return pieces
+
+    def submit_split(self, args: dict, *, total: int, unit: int, piece, work_bytes: int = 0,
+                     buffers: dict | None = None):
+        """Submit ``args`` (a request of ``total`` units) as one command or, from a
+        routing client with several instances in the command's region, as a
+        :class:`CommandGroup` of one piece per instance (``piece(first, count)`` -> the
+        piece's args; pieces in multiples of ``unit``).  A command the golden model
+        refuses, or one touching bytes a running command touches, is not split: it
+        runs whole, on one instance, and fails or waits as it would."""
+        ranges = self._ranges(args)
+        if self.members is None or not ranges:
+            return self.submit(args, work_bytes=work_bytes, buffers=buffers)
+        pieces = self.parts(ranges[0][1], total, unit)
+        spans = [(a, a + n) for _, a, n in ranges]
+        busy = any(a < e and b < f for c in self.instances for command in c._in_flight.values()
+                   for a, f in spans for b, e in command.ranges)
+        window = effective_window(0, 0, *self.device.region(pieces[0][0].region)) if pieces[0][0] else None
+        if len(pieces) < 2 or busy or self.golden.check(args, word_bytes=self.device.word_bytes,
+                                                        window_base=window[0], window_size=window[1])[0]:
+            return self.submit(args, work_bytes=work_bytes, buffers=buffers)
+        if buffers:
+            self.check_buffers(args, buffers)
+        return CommandGroup([client.submit(piece(first, count), work_bytes=work_bytes * count // total)
+                             for client, first, count in pieces])
+
+    def engine_args(self, args: dict) -> dict:
+        """``args`` with the card addresses it names (:meth:`_ranges`) as this instance
+        addresses them (:meth:`ndpkit.device.Device.engine_address`)."""
+        out = dict(args)
+        for field, _, _ in self._ranges(args):
+            if field in out:
+                out[field] = self.device.engine_address(out[field], self.region)
+        return out
+
+    # -- where a command runs -----------------------------------------------------------
+    def _ranges(self, args: dict) -> list:
+        try:
+            ranges = self.golden.command_ranges(args, self.device.word_bytes)
+        except (KeyError, ValueError, TypeError):
+            return []
+        return [(field, address, nbytes) for field, (address, nbytes) in ranges.items() if nbytes > 0]
+
+    def route(self, args: dict):
+        """The instance a command goes to: one whose region holds every range it names
+        (ranges outside card memory are left for the card to refuse), the one running
+        a command on overlapping bytes if any, else the least busy."""
+        ranges = self._ranges(args)
+        d = self.device
+        regions = {}
+        for field, address, nbytes in ranges:
+            region = d.region_of(address)
+            if region is not None:
+                regions.setdefault(region, field)
+        if len(regions) > 1:
+            names = ", ".join(f"'{self.argument_names.get(f, f)}' in region {r}" for r, f in sorted(regions.items()))
+            raise ValueError(f"{self.name}: a command works in one memory region, but its buffers are in several "
+                             f"({names}); allocate them in one region (dev.alloc(..., region=r))")
+        candidates = [c for c in self.instances if not regions or c.region in regions]
+        if not candidates:
+            (region, field), = regions.items()
+            where = sorted({c.region for c in self.instances})
+            raise ValueError(f"{self.name}: argument '{self.argument_names.get(field, field)}' is in memory region "
+                             f"{region}, where no {self.name} instance works (its instances work in region(s) "
+                             f"{', '.join(map(str, where))}); allocate its buffers there: "
+                             f"dev.alloc(..., region={where[0]})")
+        spans = [(a, a + n) for _, a, n in ranges]
+        for client in candidates:
+            for command in client._in_flight.values():
+                if any(a < e and b < f for a, f in spans for b, e in command.ranges):
+                    return client
+        return min(candidates, key=lambda c: (len(c._in_flight), c.instance))
 
     # -- memory isolation ----------------------------------------------------------
     def set_window(self, base: int = 0, size: int = 0) -> None:
@@ -102,15 +258,20 @@ class EngineClient:
         for name, value in (("base", base), ("size", size)):
             if not isinstance(value, int) or not 0 <= value < (1 << 32):
                 raise ValueError(f"{self.name}: window {name} must be a 32-bit unsigned integer, not {value!r}")
+        if self.members is not None:
+            for client in self.members:
+                client.set_window(base, size)
+            return
         self.regs.write("window_base", base)
         self.regs.write("window_size", size)
 
     @property
     def window(self) -> tuple[int, int]:
-        """(base, size) the engine's next command is checked against."""
-        d = self.device
-        return effective_window(self.regs.read("window_base"), self.regs.read("window_size"), d.mem_base,
-                                d.mem_size)
+        """(base, size) the engine's next command is checked against (a routing
+        client: its first instance's)."""
+        base, size = self.device.region(self.region)
+        return effective_window(self.regs.read("window_base"), self.regs.read("window_size"),
+                                self.device.engine_address(base, self.region), size)
 
     # -- error attribution ------------------------------------------------------------
     def blame(self, args: dict, code: ErrorCode) -> str | None:
@@ -150,7 +311,8 @@ class EngineClient:
     def submit(self, args: dict, *, work_bytes: int = 0, buffers: dict | None = None) -> Command:
         """Write the argument registers and ring the doorbell.  Unknown or missing
         arguments raise TypeError; values must fit their fields (ValueError); with
-        ``buffers`` (field -> the Buffer it came from), :meth:`check_buffers`."""
+        ``buffers`` (field -> the Buffer it came from), :meth:`check_buffers`.  A
+        routing client submits on the instance :meth:`route` picks."""
         fields = {name: (reg, f) for name, reg, f in command_fields(self.block)}
         unknown = set(args) - set(fields)
         missing = set(fields) - set(args)
@@ -158,10 +320,18 @@ class EngineClient:
             raise TypeError(f"{self.name}: unknown arguments {sorted(unknown)}, missing {sorted(missing)}")
         for name, value in args.items():
             f = fields[name][1]
-            if not isinstance(value, int) or not 0 <= value < (1 << f.width):
+            if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{self.name}: argument {name}={value!r} does not fit its {f.width}-bit field")
         if buffers:
             self.check_buffers(args, buffers)
+        if self.members is not None:
+            return self.route(args).submit(args, work_bytes=work_bytes, buffers=buffers)
+        ranges = [(a, a + n) for _, a, n in self._ranges(args)]       # card addresses
+        args = self.engine_args(args)
+        for name, value in args.items():
+            f = fields[name][1]
+            if not 0 <= value < (1 << f.width):
+                raise ValueError(f"{self.name}: argument {name}={value!r} does not fit its {f.width}-bit field")
         if self.device.held:
             if len(self._in_flight) >= self.device.queue_depth:
                 raise NdpkitError(f"{self.name}: a batch holds at most {self.device.queue_depth} commands "
@@ -179,7 +349,7 @@ class EngineClient:
         tag = self._next_tag
         self._next_tag = (self._next_tag + 1) & 0xFFFF
         self.regs.write("tag", tag)
-        command = Command(self, tag, dict(args), work_bytes)
+        command = Command(self, tag, dict(args), work_bytes, ranges)
         self._in_flight[tag] = command
         self.regs.write("doorbell", submit=1)
         return command
@@ -222,8 +392,10 @@ class EngineClient:
         while waited < timeout:
             step = min(step, timeout - waited)
             if t.wait_irq(1 << self.kind, step):
-                self.regs.write("irq", done=1)
-                self._drain()
+                # the line is every instance's of this kind: clear and drain each, so it falls
+                for client in self.siblings:
+                    client.regs.write("irq", done=1)
+                    client._drain()
                 return
             waited += step
             step *= 2
@@ -242,6 +414,8 @@ class EngineClient:
                                 f"(commands in flight: {sorted(self._in_flight)})")
 
     def wait_for(self, command: Command, timeout: float | None) -> Completion:
+        if command.client is not self:
+            return command.client.wait_for(command, timeout)
         if timeout is None:
             timeout = self._timeout_for(command)
         while command.tag not in self._done:
@@ -252,6 +426,10 @@ class EngineClient:
         return self._done.pop(command.tag)
 
     def wait_all(self, timeout: float | None = None) -> None:
+        if self.members is not None:
+            for client in self.members:
+                client.wait_all(timeout)
+            return
         for tag in sorted(self._in_flight):
             cmd = self._in_flight.get(tag)
             if cmd is not None:
@@ -260,6 +438,10 @@ class EngineClient:
 
     def forget(self) -> None:
         """After a soft reset: nothing is in flight any more, registers are at reset."""
+        if self.members is not None:
+            for client in self.members:
+                client.forget()
+            return
         self._in_flight.clear()
         self._done.clear()
         self.regs.written.clear()

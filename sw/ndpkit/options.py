@@ -73,7 +73,8 @@ def _number(value) -> float:
 
 
 def _engines(value) -> list[str]:
-    names = [e for e in value.split(",") if e] if isinstance(value, str) else list(value)
+    names = [e.strip() for e in value.split(",") if e.strip()] if isinstance(value, str) else \
+        [f"{k}*{v}" for k, v in value.items()] if isinstance(value, dict) else list(value)
     if not all(isinstance(e, str) for e in names):
         raise ValueError(value)
     return names
@@ -125,7 +126,10 @@ _CARD = {
     "mem_base": Option(size, _SIZE_KIND, 0, 1 << 48, doc="card address of the memory"),
     "data_width": Option(_integer, "an integer", choices=(64, 128, 256, 512, 1024), doc="bus width in bits"),
     "engines": Option(_engines, "a list of engine names",
-                      doc="engines on the card, comma list (model: every engine by default; sim: dma_copy)"),
+                      doc="engines on the card, comma list, `name*N` for N instances (model: every engine by "
+                          "default; sim: dma_copy)"),
+    "memory_ports": Option(_integer, "an integer", 1, 64,
+                           doc="memory regions (ports), each instance working in one; sim: one memory model each"),
     "queue_depth": Option(_integer, "an integer", 1, 64, doc="commands each engine queues"),
     "clock_mhz": Option(_integer, "an integer", 1, 1000, doc="the engines' clock in MHz, for per-second figures"),
     "mem_queue": Option(_integer, "an integer", 1, 4096, doc="memory requests in flight"),
@@ -165,19 +169,34 @@ def check_options(kind: str, options: dict) -> dict:
             raise OptionError(name, f"not an option of a {kind} card; options: {', '.join(sorted(schema))}")
         out[name] = schema[name].check(name, value)
     if "engines" in out:
-        unknown = [e for e in out["engines"] if e not in REGISTRY]
-        if unknown:
-            raise OptionError("engines", f"unknown engine {unknown[0]!r}; engines: {', '.join(REGISTRY)}")
-        if not out["engines"]:
+        from ndpkit_spec.registry import instance_counts
+        from ndpkit_spec.shell import slot_layout
+        try:
+            counts = instance_counts(out["engines"])
+            instances = len(slot_layout(counts))
+        except ValueError as e:
+            raise OptionError("engines", f"{e}; engines: {', '.join(REGISTRY)}") from None
+        if not counts:
             raise OptionError("engines", f"no engines; engines: {', '.join(REGISTRY)}")
+        if out.get("memory_ports", 1) > instances:
+            raise OptionError("memory_ports", f"{out['memory_ports']} is more than the {instances} engine "
+                                              f"instance(s) (each region needs one to use it)")
         width = out.get("data_width", DEFAULT_WIDTH)
-        narrow = [e for e in out["engines"] if width < REGISTRY[e].min_data_width]
+        narrow = [e for e in counts if width < REGISTRY[e].min_data_width]
         if narrow:
             raise OptionError("data_width", f"{width} is narrower than engine {narrow[0]!r} needs "
                                             f"({REGISTRY[narrow[0]].min_data_width})")
     width = out.get("data_width", DEFAULT_WIDTH)
     if "mem_size" in out and "data_width" in schema and out["mem_size"] % (width // 8):
         raise OptionError("mem_size", f"{out['mem_size']} is not a whole number of {width}-bit words")
+    ports = out.get("memory_ports", 1)
+    if ports > 1:
+        from ndpkit.transport.sim_protocol import DEFAULTS as _D
+        mem_size, mem_base = out.get("mem_size", _D["mem_size"]), out.get("mem_base", _D["mem_base"])
+        region = mem_size // ports
+        if mem_size % ports or region & (region - 1) or mem_base % region:
+            raise OptionError("memory_ports", f"{ports} does not cut mem_size {mem_size} (at mem_base {mem_base}) "
+                                              f"into equal power-of-two regions aligned to their size")
     return out
 
 

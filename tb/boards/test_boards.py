@@ -53,7 +53,12 @@ def test_every_board_loads():
 @pytest.mark.parametrize("name, overrides, message", [
     ("alveo_u281", {}, "unknown board 'alveo_u281'; boards: "),
     ("alveo_u280", {"memory_ports": 33, "engines": ",".join(["dma_copy"])}, "memory_ports=33 but the board has 32 HBM"),
-    ("alveo_u280", {"memory_ports": 3, "engines": "dma_copy"}, "only 2 memory masters"),
+    ("alveo_u280", {"memory_ports": 3, "engines": "dma_copy*4"}, "memory_ports=3 must be a power of two dividing "
+                                                                "the 32 HBM pseudo-channels"),
+    ("alveo_u280", {"memory_ports": 4, "engines": "dma_copy"}, "memory_ports=4 but the device has only 1 engine "
+                                                               "instance(s) (each region needs one)"),
+    ("alveo_u280", {"engines": "dma_copy*0"}, "engine 'dma_copy': instance count 0 is below 1"),
+    ("alveo_u280", {"engines": "attention*64"}, "further engine instances need slots up to"),
     ("smartssd", {"memory_ports": 2}, "memory_ports=2 but the board has 1 memory controller port"),
     ("smartssd", {"attention_lanes": 3}, "attention_lanes: lanes must be a power of two of at least 4, not 3"),
     ("alveo_u280", {"attention_lanes": 4096}, "attention_lanes: 4096 lanes at 512 bits serve 64 query heads at once; "
@@ -116,7 +121,7 @@ def test_the_resource_model_follows_the_impl_report():
 
 def test_make_bitstream_prints_the_configuration_and_its_resources(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "alveo_u55c", "--engines",
-                           "dma_copy,decomp", "--memory-ports", "3", "--out", str(tmp_path)],
+                           "dma_copy,decomp", "--memory-ports", "2", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert "alveo_u55c (xcu55c-fsvh2892-2L-e): engines dma_copy, decomp; 512-bit" in proc.stdout
     assert "  decomp" in proc.stdout and "  shell" in proc.stdout and "  total" in proc.stdout
@@ -135,8 +140,8 @@ def test_smartssd_without_its_local_settings_stops_before_generating(tmp_path):
 
 @pytest.mark.parametrize("name", XILINX)
 def test_generated_project_passes_the_tcl_stub_check(name, tmp_path):
-    board, options, out, plan = _project(name, tmp_path, engines="dma_copy,decomp",
-                                         memory_ports=3 if board_is_hbm(name) else 1)
+    board, options, out, plan = _project(name, tmp_path, engines="dma_copy*2,decomp*2",
+                                         memory_ports=4 if board_is_hbm(name) else 1)
     summary = check_project(out)
     assert summary["part"] == board.part
     kinds = {v.split(":")[2] if not v.startswith("module:") else v for v in summary["cells"].values()}
@@ -145,11 +150,16 @@ def test_generated_project_passes_the_tcl_stub_check(name, tmp_path):
     assert summary["device_interfaces"] == sorted(["s_axil", "s_axi"] + plan["memory_ports"])
     assert {"pcie_refclk_clk_p", "pcie_perstn"} <= set(summary["constrained_ports"])
     if board_is_hbm(name):
-        assert plan["hbm_pseudo_channels"] == [0, 10, 20]
+        # four regions of eight pseudo-channels: each port enters at its first and maps exactly its eight
+        assert plan["hbm_pseudo_channels"] == [list(range(8 * k, 8 * k + 8)) for k in range(4)]
+        assert summary["address_map"] == {f"m_axi_mem{k}": list(range(8 * k, 8 * k + 8)) for k in range(4)}
         assert "hbm_cattrip" in summary["constrained_ports"]
         suffix = board.memory.get("axi_suffix", "")
         tcl = (out / "project.tcl").read_text()
-        assert all(f"hbm/SAXI_{pc:02d}{suffix}]" in tcl for pc in plan["hbm_pseudo_channels"])
+        assert all(f"hbm/SAXI_{group[0]:02d}{suffix}]" in tcl for group in plan["hbm_pseudo_channels"])
+        assert "CONFIG.USER_SWITCH_ENABLE_00 {TRUE}" in tcl         # within a region's group only
+    else:
+        assert summary["address_map"] == {"m_axi_mem": []}
     assert json.loads((out / "plan.json").read_text())["part"] == board.part
     # the engines in their own clock domain, made from the XDMA's clock at the options' frequency
     assert summary["clocks"] == {"device": options["clock_mhz"], "source": ["xdma/axi_aclk"]}
@@ -189,7 +199,10 @@ def small_u280(tmp_path_factory):
      "device port usr_irq_req is not connected"),
     (("create_bd_cell -type ip -vlnv xilinx.com:ip:util_ds_buf:2.2 pcie_refclk_buf\n", ""),
      "'pcie_refclk_buf' (does not exist|was never created)"),
-    (("assign_bd_address\n", "assign_bd_addresses\n"), "did not run through"),
+    (("assign_bd_address -offset", "assign_bd_addresses -offset"), "did not run through"),
+    # the host port reaching half of card memory
+    (("-range 8G -target_address_space [get_bd_addr_spaces xdma/M_AXI]",
+      "-range 4G -target_address_space [get_bd_addr_spaces xdma/M_AXI]"), "the host port does not see all of card"),
     # the device back on the XDMA's clock: no crossing, the clock not as stated
     (("connect_bd_net [get_bd_pins clock_wizard/clk_out1] [get_bd_pins device_reset/slowest_sync_clk] "
       "[get_bd_pins ndpkit/clk]", "connect_bd_net [get_bd_pins xdma/axi_aclk] [get_bd_pins device_reset/"
@@ -209,6 +222,42 @@ def test_tcl_check_catches_a_broken_project(small_u280, tmp_path, mutation, mess
         check_project(out)
 
 
+@pytest.fixture(scope="module")
+def per_channel_u55c(tmp_path_factory):
+    """A project with a memory port per pseudo-channel (32 dma_copy instances)."""
+    _, _, out, _ = _project("alveo_u55c", tmp_path_factory.mktemp("u55c"), engines="dma_copy*32", memory_ports=32)
+    summary = check_project(out)
+    assert summary["address_map"] == {f"m_axi_mem{k}": [k] for k in range(32)}
+    tcl = (out / "project.tcl").read_text()
+    assert "CONFIG.USER_SWITCH_ENABLE_00 {FALSE}" in tcl and "CONFIG.USER_SWITCH_ENABLE_01 {FALSE}" in tcl
+    return out
+
+
+@pytest.mark.parametrize("mutation, message", [
+    # port 5 given pseudo-channel 6's addresses
+    (("-offset 0xa0000000 -range 512M -target_address_space [get_bd_addr_spaces ndpkit/m_axi_mem5] "
+      "[get_bd_addr_segs hbm/SAXI_05_8HI/HBM_MEM05]", "-offset 0xc0000000 -range 512M -target_address_space "
+      "[get_bd_addr_spaces ndpkit/m_axi_mem5] [get_bd_addr_segs hbm/SAXI_05_8HI/HBM_MEM05]"),
+     r"memory port m_axi_mem5 maps \[\('0xc0000000', '0x20000000'\)\], not its region \[0xa0000000"),
+    # port 7's segment behind another channel's port (a lateral switch hop)
+    (("[get_bd_addr_spaces ndpkit/m_axi_mem7] [get_bd_addr_segs hbm/SAXI_07_8HI/HBM_MEM07]",
+      "[get_bd_addr_spaces ndpkit/m_axi_mem7] [get_bd_addr_segs hbm/SAXI_08_8HI/HBM_MEM07]"),
+     r"memory port m_axi_mem7 reaches \['hbm/SAXI_07_8HI'\], but its segment hbm/SAXI_08_8HI/HBM_MEM07"),
+    # a pseudo-channel clocked by the XDMA's 250 MHz (not the channel's full rate)
+    (("connect_bd_net [get_bd_pins hbm_clock_wizard/clk_out1] [get_bd_pins hbm/AXI_03_ACLK]",
+      "connect_bd_net [get_bd_pins xdma/axi_aclk] [get_bd_pins hbm/AXI_03_ACLK]"),
+     "hbm/AXI_03_ACLK is not its SmartConnect's far clock at >= 450 MHz"),
+])
+def test_tcl_check_catches_a_wrong_channel_map(per_channel_u55c, tmp_path, mutation, message):
+    out = Path(shutil.copytree(per_channel_u55c, tmp_path / "project"))
+    tcl = out / "project.tcl"
+    text = tcl.read_text()
+    assert mutation[0] in text
+    tcl.write_text(text.replace(mutation[0], mutation[1], 1))
+    with pytest.raises(TclCheckError, match=message):
+        check_project(out)
+
+
 def test_tcl_check_catches_an_xdc_port_that_does_not_exist(small_u280, tmp_path):
     out = Path(shutil.copytree(small_u280, tmp_path / "project"))
     xdc = out / "constraints.xdc"
@@ -220,7 +269,7 @@ def test_tcl_check_catches_an_xdc_port_that_does_not_exist(small_u280, tmp_path)
 def test_bitstream_without_vivado_generates_checks_and_exits_3(tmp_path):
     env = dict(os.environ, PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                                                if not (Path(p) / "vivado").exists()))
-    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "alveo_u280", "--engines", "dma_copy",
+    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "alveo_u280", "--engines", "dma_copy*2",
                            "--memory-ports", "2", "--out", str(tmp_path)], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 3, proc.stdout + proc.stderr

@@ -135,7 +135,7 @@ def test_unmapped_registers_answer_errors(dev):
         dev.transport.read32(0x0F00)              # inside the shell block, no register
     assert err.value.resp == 2
     with pytest.raises(RegisterAccessError) as err:
-        dev.transport.write32(ENGINE_STRIDE + 0x3C, 1)   # reserved offset in the engine block
+        dev.transport.write32(ENGINE_STRIDE + 0xFFC, 1)   # reserved offset in the engine block
     assert err.value.resp == 2 and err.value.write
     with pytest.raises(RegisterAccessError) as err:
         dev.transport.read32(7 * ENGINE_STRIDE)    # no engine there

@@ -63,10 +63,11 @@ def _device():
 
 
 def _device_hbm():
-    """Every engine, one memory master each (as on an HBM card)."""
+    """Every engine over four memory regions of 256 MiB (HBM pseudo-channels), the host
+    reaching each through the region router."""
     from ndpkit_hw.device import Device
     from ndpkit_spec.registry import REGISTRY
-    return Device(mem_size=1 << 30, engines=tuple(REGISTRY), memory_ports=1 + len(REGISTRY))
+    return Device(mem_size=1 << 30, engines=tuple(REGISTRY), memory_ports=4)
 
 
 def _memory():

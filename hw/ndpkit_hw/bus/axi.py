@@ -112,14 +112,19 @@ class AXI4LiteSignature(wiring.Signature):
         return f"AXI4LiteSignature(addr_width={self.addr_width}, data_width={self.data_width})"
 
 
-def connect_members(m: Module, master, slave, names) -> None:
+def connect_members(m: Module, master, slave, names, *, addr_high: int = 0) -> None:
     """Connect the named members of two AXI interfaces (master side -> slave side).
 
     Used where a read-only or write-only port meets a full AXI4 port; widths may
-    differ only for IDs (the narrower side is zero-extended / truncated).
+    differ only for IDs (the narrower side is zero-extended / truncated) and for
+    addresses, where ``addr_high`` is OR-ed into the wider slave side's address (a
+    32-bit master placed in a region above 4 GiB).
     """
     for name in names:
         if _MASTER_FLOW[name] == Out:
-            m.d.comb += getattr(slave, name).eq(getattr(master, name))
+            value = getattr(master, name)
+            if addr_high and name in ("araddr", "awaddr"):
+                value = value | addr_high
+            m.d.comb += getattr(slave, name).eq(value)
         else:
             m.d.comb += getattr(master, name).eq(getattr(slave, name))

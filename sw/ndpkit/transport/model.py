@@ -21,30 +21,41 @@ import numpy as np
 from ndpkit_spec.codes import AxiResp
 from ndpkit.errors import DmaError, RegisterAccessError, TransportClosed
 from ndpkit.pcie import PcieLink, StorageLink
-from ndpkit_spec.registry import REGISTRY
-from ndpkit_spec.shell import (ENGINE_STRIDE, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION, command_fields,
-                               effective_window)
+from ndpkit_spec.registry import REGISTRY, instance_counts
+from ndpkit_spec.shell import (ENGINE_STRIDE, FIRST_EXTRA_SLOT, GLOBAL, IRQ_LINES, NDPKIT_MAGIC, VERSION,
+                               command_fields, effective_window, home_region, region_bounds, slot_layout)
 from ndpkit.regs.model import RegisterModel, UnmappedRegister
 from ndpkit.transport.base import Transport
 
 __all__ = ["ModelTransport", "ModelDevice", "run_command"]
 
 
-def run_command(golden, device: "ModelDevice", cmd: dict, window: tuple[int, int]) -> tuple[int, int, int, int]:
+def run_command(golden, device: "ModelDevice", cmd: dict, window: tuple[int, int],
+                high: int = 0) -> tuple[int, int, int, int]:
     """(error, bytes read, bytes written, aux) of one command: the engine's golden
-    ``check``, then its ``execute`` on card memory."""
+    ``check``, then its ``execute`` on card memory.  ``high``: the address bits above
+    32 of the instance's region (engines address their region modulo 4 GiB, as the
+    gateware's do), so the command sees the 4 GiB of card memory from there."""
     where = dict(word_bytes=device.word_bytes, window_base=window[0], window_size=window[1])
     code, _ = golden.check(cmd, **where)
     if code:
         return int(code), 0, 0, 0
-    return golden.execute(device.memory, cmd, base=device.mem_base, **where)
+    if not high:
+        return golden.execute(device.memory, cmd, base=device.mem_base, **where)
+    start = high - device.mem_base
+    return golden.execute(device.memory[start:start + (1 << 32)], cmd, base=0, **where)
 
 
 class _EngineModel:
-    """The shared front end (queue, completions, interrupt) around one behaviour."""
+    """The shared front end (queue, completions, interrupt) around one behaviour: one
+    engine instance, working in its memory region."""
 
-    def __init__(self, device, spec, queue_depth):
+    def __init__(self, device, spec, queue_depth, instance=0, region=0):
         self.device, self.name, self.kind = device, spec.name, spec.kind
+        self.instance, self.region = instance, region
+        base, size = region_bounds(device.mem_base, device.mem_size, device.memory_ports, region)
+        self.high = base & ~0xFFFF_FFFF             # the region in the engine's 32-bit view
+        self.region_bounds = (base - self.high, size)
         self.golden = spec.golden_module()
         self.max_in_flight = spec.max_in_flight
         self.block = spec.block
@@ -62,7 +73,7 @@ class _EngineModel:
         cmd["tag"] = self.regs.output("tag", "value")
         cmd["window"] = effective_window(self.regs.output("window_base", "value"),
                                          self.regs.output("window_size", "value"),
-                                         self.device.mem_base, self.device.mem_size)
+                                         *self.region_bounds)
         return cmd
 
     def write(self, offset, value):
@@ -87,7 +98,7 @@ class _EngineModel:
         while self.running and len(self.completions) < self.depth + self.max_in_flight:
             cmd = dict(self.running.popleft())
             window = cmd.pop("window")
-            error, read, written, aux = run_command(self.golden, self.device, cmd, window)
+            error, read, written, aux = run_command(self.golden, self.device, cmd, window, self.high)
             self.completions.append({"tag": cmd["tag"], "error": error, "cycles": 0,
                                      "bytes_read": read, "bytes_written": written, "aux": aux})
             self.regs.set_bits("irq", "done", 1)
@@ -106,6 +117,8 @@ class _EngineModel:
     def _publish(self):
         r = self.regs
         r.set_input("kind", "value", self.kind)
+        r.set_input("place", "instance", self.instance)
+        r.set_input("place", "region", self.region)
         r.set_input("status", "busy", int(self.busy))
         r.set_input("status", "queued", len(self.queue))
         r.set_input("status", "completions", len(self.completions))
@@ -122,21 +135,27 @@ class ModelDevice:
     """The card: shell registers, engines, memory."""
 
     def __init__(self, *, mem_size: int = 16 << 20, mem_base: int = 0, data_width: int = 512,
-                 engines=("dma_copy",), queue_depth: int = 4, clock_mhz: int = 250, mem_queue: int = 16):
+                 engines=("dma_copy",), queue_depth: int = 4, clock_mhz: int = 250, mem_queue: int = 16,
+                 memory_ports: int = 1):
         # mem_queue: the simulated card's memory request queue; the model has no timing
         self.mem_base, self.mem_size = mem_base, mem_size
+        self.memory_ports = memory_ports
         self.word_bytes = data_width // 8
         self.queue_depth, self.clock_mhz = queue_depth, clock_mhz
         self.memory = np.zeros(mem_size, dtype=np.uint8)
         self.shell = RegisterModel(GLOBAL)
         self.reset_pending = False
         self.cycle_count = 0
-        self.engines = {}
-        for name in engines:
-            if name not in REGISTRY:
-                raise ValueError(f"the model has no engine {name!r}; known: {', '.join(REGISTRY)}")
-            spec = REGISTRY[name]
-            self.engines[spec.kind] = _EngineModel(self, spec, queue_depth)
+        try:
+            layout = slot_layout(instance_counts(engines))
+        except ValueError as e:
+            raise ValueError(f"the model cannot carry engines {engines!r}: {e}") from None
+        if not 1 <= memory_ports <= max(1, len(layout)):
+            raise ValueError(f"memory_ports must be 1..{len(layout)} (a region per engine instance at most)")
+        regions = home_region(layout, memory_ports)
+        #: slot -> engine instance
+        self.engines = {slot: _EngineModel(self, REGISTRY[name], queue_depth, instance, regions[name, instance])
+                        for name, instance, slot in layout}
         s = self.shell
         s.set_input("id", "value", NDPKIT_MAGIC)
         s.set_input("version", "major", VERSION[0])
@@ -145,7 +164,10 @@ class ModelDevice:
         s.set_input("build", "queue_depth", queue_depth)
         s.set_input("build", "irq_lines", IRQ_LINES)
         s.set_input("clock", "mhz", clock_mhz)
-        s.set_input("engines", "value", sum(1 << k for k in self.engines))
+        s.set_input("engines", "value", sum(1 << kind for kind in {e.kind for e in self.engines.values()}))
+        s.set_input("layout", "regions", memory_ports)
+        s.set_input("layout", "extra_slots", sum(e.instance > 0 for e in self.engines.values()))
+        s.set_input("layout", "first_extra_slot", FIRST_EXTRA_SLOT)
         s.set_input("mem_base", "value", mem_base)
         s.set_input("mem_size_lo", "value", mem_size & 0xFFFF_FFFF)
         s.set_input("mem_size_hi", "value", mem_size >> 32)
@@ -168,7 +190,10 @@ class ModelDevice:
         return self.reset_pending or bool(self.shell.output("control", "hold"))
 
     def irq_status(self) -> int:
-        return sum(1 << k for k, e in self.engines.items() if e.irq)
+        lines = 0
+        for e in self.engines.values():
+            lines |= int(e.irq) << e.kind
+        return lines
 
     def irq_lines(self) -> int:
         return self.irq_status() & self.shell.output("irq_mask", "lines")
@@ -199,8 +224,8 @@ class ModelDevice:
                 pulses = self.shell.write(offset, value)
                 if pulses.get("soft_reset_engines"):
                     self.reset_pending = True
-                for kind, engine in self.engines.items():
-                    if pulses.get("irq_clear_lines", 0) >> kind & 1:
+                for engine in self.engines.values():
+                    if pulses.get("irq_clear_lines", 0) >> engine.kind & 1:
                         engine.regs.clear_bits("irq", "done", 1)
                         engine.regs.clear_bits("irq", "overflow", 1)
             else:

@@ -38,6 +38,7 @@ DEFAULTS = {
     "clock_mhz": 250, "read_latency": 64, "write_latency": 32, "dma": "backdoor", "waves": None,
     "link": {}, "storage": {}, "attention_lanes": None,
     "mem_queue": 16,       # requests the memory model queues (a DRAM controller with more banks: more)
+    "memory_ports": 1,     # memory regions, one memory model each (HBM pseudo-channels)
 }
 
 HEADER = struct.Struct("<IB")

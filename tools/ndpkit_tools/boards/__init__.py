@@ -101,12 +101,16 @@ def device_options(board: Board, **overrides) -> dict:
     if unknown:
         raise BoardError(f"{board.name}: unknown device parameter(s) {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(sorted(known))}")
-    engines = options["engines"]
-    if isinstance(engines, str):
-        engines = options["engines"] = [e for e in engines.split(",") if e]
-    for engine in engines:
-        if engine not in REGISTRY:
-            raise BoardError(f"unknown engine {engine!r}; engines: {', '.join(REGISTRY)}")
+    from ndpkit_spec.registry import instance_counts
+    from ndpkit_spec.shell import slot_layout
+    try:
+        counts = instance_counts(options["engines"])
+        slot_layout(counts)
+    except ValueError as e:
+        raise BoardError(f"{board.name}: engines: {e}") from None
+    # one entry per engine, `name*N` for N instances (what Device and the Makefile's ENGINES= take)
+    options["engines"] = [name if n == 1 else f"{name}*{n}" for name, n in counts.items()]
+    engines = list(counts)
     width = options["data_width"]
     widths = (128, 256, 512) if board.vendor == "xilinx" else (32, 64, 128)
     if width not in widths:
@@ -116,13 +120,16 @@ def device_options(board: Board, **overrides) -> dict:
             raise BoardError(f"{board.name}: engine {engine!r} needs data_width {REGISTRY[engine].min_data_width}, "
                              f"not {width}")
     ports, channels = options["memory_ports"], board.memory["pseudo_channels"]
-    masters = 1 + len(engines)
+    instances = sum(counts.values())
+    kind = "HBM pseudo-channels" if board.memory["kind"] == "hbm" else "memory controller ports"
     if not 1 <= ports <= channels:
-        kind = "HBM pseudo-channels" if board.memory["kind"] == "hbm" else "memory controller ports"
         raise BoardError(f"{board.name}: memory_ports={ports} but the board has {channels} {kind}")
-    if ports > masters:
-        raise BoardError(f"{board.name}: memory_ports={ports} but the device has only {masters} memory masters "
-                         f"(host DMA + {len(engines)} engine(s))")
+    if channels % ports or ports & (ports - 1):
+        raise BoardError(f"{board.name}: memory_ports={ports} must be a power of two dividing the {channels} {kind} "
+                         f"(each port a region of equal, power-of-two size)")
+    if ports > instances:
+        raise BoardError(f"{board.name}: memory_ports={ports} but the device has only {instances} engine "
+                         f"instance(s) (each region needs one): add instances, e.g. engines=attention*{ports}")
     if options.get("attention_lanes") is not None:
         from ndpkit_hw.engines.attention.datapath import lane_shape
         try:

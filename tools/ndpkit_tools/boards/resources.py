@@ -110,9 +110,11 @@ def shell_resources(board, options: dict) -> dict:
 
 def totals(board, options: dict, table: dict | None = None) -> dict:
     """Per block (each engine, ``shell``) and ``total``: resources of the build."""
+    from ndpkit_spec.registry import instance_counts
     out = {}
-    for engine in options["engines"]:
-        out[engine] = engine_resources(engine, engine_params(engine, options), table)
+    for engine, count in instance_counts(options["engines"]).items():
+        one = engine_resources(engine, engine_params(engine, options), table)
+        out[engine if count == 1 else f"{engine}*{count}"] = {r: count * one[r] for r in RESOURCES}
     out["shell"] = shell_resources(board, options)
     out["total"] = {r: sum(block[r] for block in out.values()) for r in RESOURCES}
     return out
@@ -153,8 +155,9 @@ def engine_clock(engine: str, params: dict, table: dict | None = None):
 
 def clock_limit(options: dict, table: dict | None = None):
     """The slowest of the build's engines by :func:`engine_clock`: the device's clock bound."""
-    return min((engine_clock(engine, engine_params(engine, options), table) for engine in options["engines"]),
-               key=lambda limit: limit.mhz)
+    from ndpkit_spec.registry import instance_counts
+    return min((engine_clock(engine, engine_params(engine, options), table)
+                for engine in instance_counts(options["engines"])), key=lambda limit: limit.mhz)
 
 
 def engine_params(engine: str, options: dict) -> dict:

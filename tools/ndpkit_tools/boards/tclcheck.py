@@ -8,8 +8,11 @@ the IP cores' from :data:`IP_PINS` (their product guides).  :func:`check_project
 then asserts that the script ran through, that every cell it connects was created
 and every IP it created is connected, that every interface and port of the device
 is connected, that the device runs on its own clock as stated (a clocking wizard's
-output at the declared frequency, every AXI path crossing in a SmartConnect), and that
-the XDC references only top-level ports of the block design and clocks it creates.
+output at the declared frequency, every AXI path crossing in a SmartConnect), that
+the address map gives each device memory port exactly its region's memory (on HBM:
+its pseudo-channels' address ranges, through the pseudo-channel its SmartConnect
+reaches) and the host port all of it, and that the XDC references only top-level
+ports of the block design and clocks it creates.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import fnmatch
 import re
 from pathlib import Path
 
-__all__ = ["TclCheckError", "Recorder", "check_project", "IP_PINS", "verilog_ports"]
+__all__ = ["TclCheckError", "Recorder", "check_project", "check_address_map", "IP_PINS", "verilog_ports"]
 
 
 class TclCheckError(AssertionError):
@@ -423,6 +426,83 @@ def check_clocks(rec: Recorder, device_cell: str, interfaces: set[str]) -> tuple
     return {"device": float(requested or 0), "source": rec.clock_sources(rec.net_of(f"{wizard}/clk_in1"))}, problems
 
 
+#: a pseudo-channel's full rate on its 256-bit AXI port (PG276: 450 MHz)
+HBM_FULL_RATE_MHZ = 450
+
+
+def _size(text: str) -> int:
+    match = re.fullmatch(r"(\d+)([KMG]?)", text)
+    if not match:
+        raise TclCheckError(f"address range {text!r} is not a size")
+    return int(match.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[match.group(2)]
+
+
+def check_address_map(rec: Recorder, device_cell: str, plan: dict, memory: dict) -> tuple[dict, list[str]]:
+    """Each device memory port maps to exactly its region: the segments assigned in its
+    address space are the memory's segments covering the region the device gives the
+    port (``plan["regions"]``: base and size from the device's parameters), each at its
+    own address and size, all behind the one memory port its SmartConnect reaches; on
+    HBM (``memory["kind"]``) a segment is pseudo-channel ``k``'s ``HBM_MEMkk`` at
+    ``k * channel bytes``.  The host port (``s_axi``) sees all of memory.  Returns
+    ({port: [pseudo-channels]}, problems)."""
+    problems, found = [], {}
+    assigned = {}
+    for opts, pos in getattr(rec, "addresses", []):
+        space = opts.get("-target_address_space", "")
+        for seg in pos:
+            assigned.setdefault(space, []).append((int(opts.get("-offset", "0"), 0), _size(opts.get("-range", "0")),
+                                                   seg))
+    total = memory["bytes"]
+    host = assigned.get("xdma/M_AXI", [])
+    if [(o, n) for o, n, _ in host] != [(0, total)] or not host[0][2].startswith(f"{device_cell}/s_axi/"):
+        problems.append(f"the host port does not see all of card memory ({total:#x} bytes at 0): {host}")
+    channel_bytes = total // memory.get("pseudo_channels", 1)
+    for region in plan["regions"]:
+        port = region["port"]
+        space = f"{device_cell}/{port}"
+        segments = sorted(assigned.get(space, []))
+        sc = [e for kind, ends in rec.nets if kind == "intf" and space in ends for e in ends if e != space]
+        far = [e for kind, ends in rec.nets if kind == "intf" and sc and f"{sc[0].split('/')[0]}/M00_AXI" in ends
+               for e in ends if not e.startswith(sc[0].split("/")[0] + "/")]
+        lo, hi = region["base"], region["base"] + region["size"]
+        if not segments:
+            problems.append(f"memory port {port} has no address segment")
+            continue
+        covered = sum(n for _, n, _ in segments)
+        if segments[0][0] != lo or covered != region["size"] or any(
+                a + n != b for (a, n, _), (b, _, _) in zip(segments, segments[1:])):
+            problems.append(f"memory port {port} maps {[(hex(a), hex(n)) for a, n, _ in segments]}, not its region "
+                            f"[{lo:#x}, {hi:#x})")
+        channels = []
+        for offset, size, seg in segments:
+            if memory["kind"] == "hbm":
+                match = re.fullmatch(r"hbm/(SAXI_\d\d\w*)/HBM_MEM(\d\d)", seg)
+                if not match:
+                    problems.append(f"memory port {port}: segment {seg} is not an HBM pseudo-channel's")
+                    continue
+                k = int(match.group(2))
+                if (offset, size) != (k * channel_bytes, channel_bytes):
+                    problems.append(f"memory port {port}: {seg} at {offset:#x}+{size:#x}, but pseudo-channel {k} "
+                                    f"is at {k * channel_bytes:#x}+{channel_bytes:#x}")
+                if far != [f"hbm/{match.group(1)}"]:
+                    problems.append(f"memory port {port} reaches {far}, but its segment {seg} is behind "
+                                    f"hbm/{match.group(1)}")
+                    continue
+                # the channel's AXI clock: the SmartConnect's far clock, at the channel's full rate
+                entry = int(match.group(1)[5:7])
+                aclk = rec.net_of(f"hbm/AXI_{entry:02d}_ACLK")
+                sources = rec.clock_sources(aclk)
+                mhz = rec.property_of(sources[0].split("/")[0], "CLKOUT1_REQUESTED_OUT_FREQ") if sources else None
+                if f"{sc[0].split('/')[0]}/aclk1" not in aclk or mhz is None or float(mhz) < HBM_FULL_RATE_MHZ:
+                    problems.append(f"hbm/AXI_{entry:02d}_ACLK is not its SmartConnect's far clock at >= "
+                                    f"{HBM_FULL_RATE_MHZ} MHz (sources {sources}, {mhz} MHz)")
+                channels.append(k)
+            elif not far or not seg.startswith(far[0] + "/"):
+                problems.append(f"memory port {port} reaches {far}, but its segment is {seg}")
+        found[port] = channels
+    return found, problems
+
+
 def check_project(folder: Path, module: str = "ndpkit_device", helpers: tuple[str, ...] = ("ndpkit_irq_sync",)) -> dict:
     """All the checks on a generated project folder; returns a summary.  ``helpers``:
     the other module references the project adds (each in ``<name>.v``)."""
@@ -432,6 +512,7 @@ def check_project(folder: Path, module: str = "ndpkit_device", helpers: tuple[st
         modules[helper] = verilog_ports((folder / f"{helper}.v").read_text(), helper)
     rec = run_project_tcl(folder / "project.tcl", modules)
     problems = []
+    address_map = None
     connected = rec.connected()
     connected_cells = {e.split("/")[0] for e in connected if "/" in e}
     for cell, kind in rec.cells.items():
@@ -450,6 +531,12 @@ def check_project(folder: Path, module: str = "ndpkit_device", helpers: tuple[st
                 problems.append(f"device port {name} is not connected")
         clocks, clock_problems = check_clocks(rec, cell, interfaces)
         problems += clock_problems
+        plan_file = folder / "plan.json"
+        if plan_file.exists():
+            import json
+            plan = json.loads(plan_file.read_text())
+            address_map, map_problems = check_address_map(rec, cell, plan, plan["memory"])
+            problems += map_problems
     for port in rec.ports:
         if port not in connected:
             problems.append(f"top-level port {port} is not connected")
@@ -466,4 +553,5 @@ def check_project(folder: Path, module: str = "ndpkit_device", helpers: tuple[st
     if problems:
         raise TclCheckError("; ".join(problems))
     return {"part": rec.part, "cells": rec.cells, "top_ports": sorted(top_ports), "constrained_ports": used,
-            "nets": len(rec.nets), "device_interfaces": sorted(interfaces), "clocks": clocks}
+            "nets": len(rec.nets), "device_interfaces": sorted(interfaces), "clocks": clocks,
+            "address_map": address_map}

@@ -10,11 +10,12 @@
   master to the registers, the DMA AXI4 master to the device's host port, 8 user
   interrupts), the device as a module reference in **its own clock domain** (a clocking
   wizard makes ``clock_mhz`` from the XDMA's 250 MHz: the clock the engines' logic depth
-  supports, :func:`ndpkit_tools.boards.device_options` refuses more), the memory (HBM
-  with one pseudo-channel per device memory port, or a DDR4 MIG), SmartConnects for
-  width, protocol and clock conversion (every AXI path into and out of the device
-  crosses there), clock buffers and resets, the address map, the wrapper and the
-  constraints;
+  supports, :func:`ndpkit_tools.boards.device_options` refuses more), the memory (HBM:
+  each device memory port on its own pseudo-channel(s), at the channel's full rate,
+  256 bits at 450 MHz; or a DDR4 MIG), SmartConnects for width, protocol and clock
+  conversion (every AXI path into and out of the device crosses there), clock buffers
+  and resets, the address map (each memory port mapped to exactly its region's
+  pseudo-channels, the host port to all of memory), the wrapper and the constraints;
 - ``build.tcl`` — synthesis, implementation (a timing-driven strategy), reports,
   ``write_bitstream`` and the flash image (``write_cfgmem``);
 - ``constraints.xdc`` — the board's constraints (plus the user's pin file where
@@ -31,6 +32,7 @@ import shutil
 import tomllib
 from pathlib import Path
 
+from ndpkit_spec.shell import BAR0_SIZE
 from ndpkit_tools.boards import Board, BoardError
 
 __all__ = ["generate", "irq_sync_verilog", "mmcm_divisors", "DEVICE_MODULE", "IRQ_SYNC_MODULE", "BD_NAME"]
@@ -39,8 +41,10 @@ DEVICE_MODULE = "ndpkit_device"
 IRQ_SYNC_MODULE = "ndpkit_irq_sync"
 BD_NAME = "ndpkit_bd"
 CELL = "ndpkit"
-#: the net names the Tcl gives the two clocks (the stub check follows them)
-DEVICE_CLOCK, XDMA_CLOCK = "clock_wizard/clk_out1", "xdma/axi_aclk"
+#: the net names the Tcl gives the clocks (the stub check follows them)
+DEVICE_CLOCK, XDMA_CLOCK, HBM_CLOCK = "clock_wizard/clk_out1", "xdma/axi_aclk", "hbm_clock_wizard/clk_out1"
+#: the HBM pseudo-channels' AXI clock: 256 bits at 450 MHz is a channel's full rate (PG276)
+HBM_AXI_MHZ = 450
 
 
 def irq_sync_verilog(lines: int) -> str:
@@ -98,15 +102,27 @@ def _xdma(board: Board) -> dict:
         "pl_link_cap_max_link_speed": {3: "8.0_GT/s", 4: "16.0_GT/s"}[p["generation"]],
         "axi_data_width": f"{p['axi_data_width']}_bit", "axisten_freq": str(p["axi_clock_mhz"]),
         "pf0_device_id": "903F", "xdma_rnum_chnl": "1", "xdma_wnum_chnl": "1",
-        "axilite_master_en": "true", "axilite_master_size": "64", "axilite_master_scale": "Kilobytes",
+        "axilite_master_en": "true", "axilite_master_size": str(BAR0_SIZE >> 10), "axilite_master_scale": "Kilobytes",
         "xdma_num_usr_irq": "8", "pcie_blk_locn": p["block_location"], "select_quad": p["gt_quad"],
     }
 
 
-def hbm_channels(board: Board, ports: int) -> list[int]:
-    """Pseudo-channels for ``ports`` memory ports, spread evenly over both stacks."""
+def hbm_channels(board: Board, ports: int) -> list[list[int]]:
+    """The pseudo-channels of each of ``ports`` memory ports: the device cuts card memory
+    into ``ports`` equal regions, and region ``k`` is pseudo-channels
+    ``k * n .. (k + 1) * n - 1`` (``n`` = channels / ports).  The port enters at the first;
+    with ``n`` > 1 the HBM switch carries it to the others of its region."""
     channels = board.memory["pseudo_channels"]
-    return [k * (channels // ports) for k in range(ports)]
+    if channels % ports:
+        raise BoardError(f"{board.name}: memory_ports={ports} does not divide the {channels} HBM pseudo-channels")
+    n = channels // ports
+    return [list(range(k * n, (k + 1) * n)) for k in range(ports)]
+
+
+def hbm_segment(board: Board, channel: int) -> tuple[int, int, str]:
+    """(card address, bytes, address segment) of HBM pseudo-channel ``channel``."""
+    size = board.memory_bytes // board.memory["pseudo_channels"]
+    return channel * size, size, f"HBM_MEM{channel:02d}"
 
 
 def _project_tcl(board: Board, options: dict, local: dict) -> str:
@@ -180,18 +196,26 @@ def _project_tcl(board: Board, options: dict, local: dict) -> str:
         "",
     ]
     memory = board.memory
+    address_map = []                # (address space, offset, range, segment)
     if memory["kind"] == "hbm":
-        channels = hbm_channels(board, ports)
+        groups = hbm_channels(board, ports)
+        entries = [group[0] for group in groups]
+        switch = "TRUE" if len(groups[0]) > 1 else "FALSE"
         suffix = memory.get("axi_suffix", "")
         hbm = {"USER_HBM_DENSITY": f"{board.memory_bytes >> 30}GB", "USER_HBM_STACK": str(memory["stacks"]),
-               "USER_MEMORY_DISPLAY": str(board.memory_bytes >> 20), "USER_SWITCH_ENABLE_00": "TRUE",
-               "USER_SWITCH_ENABLE_01": "TRUE", "USER_APB_EN": "false",
+               "USER_MEMORY_DISPLAY": str(board.memory_bytes >> 20), "USER_SWITCH_ENABLE_00": switch,
+               "USER_SWITCH_ENABLE_01": switch, "USER_APB_EN": "false",
                "USER_CLK_SEL_LIST0": "AXI_00_ACLK", "USER_CLK_SEL_LIST1": "AXI_16_ACLK"}
         for pc in range(memory["pseudo_channels"]):
-            hbm[f"USER_SAXI_{pc:02d}"] = "true" if pc in channels else "false"
+            hbm[f"USER_SAXI_{pc:02d}"] = "true" if pc in entries else "false"
+        hbm_wizard = {"PRIM_IN_FREQ": board.pcie["axi_clock_mhz"], "PRIM_SOURCE": "No_buffer",
+                      "CLKOUT1_REQUESTED_OUT_FREQ": HBM_AXI_MHZ, "USE_LOCKED": "true",
+                      "RESET_TYPE": "ACTIVE_LOW", "RESET_PORT": "resetn"}
         lines += [
-            "# ---- HBM: one pseudo-channel per device memory port; the HBM switch gives",
-            "#      every port all of memory",
+            "# ---- HBM: each device memory port on its own pseudo-channel"
+            + (" (the switch off: no request crosses it;" if switch == "FALSE" else
+               f" group of {len(groups[0])} (the switch carries a port within its group only;"),
+            "#      the host reaches every channel through the device's region router)",
             "create_bd_cell -type ip -vlnv xilinx.com:ip:hbm:1.0 hbm",
             f"set_property -dict {_props(hbm)} [get_bd_cells hbm]",
             "create_bd_cell -type ip -vlnv xilinx.com:ip:util_ds_buf:2.2 hbm_refclk_buf",
@@ -212,13 +236,28 @@ def _project_tcl(board: Board, options: dict, local: dict) -> str:
             "create_bd_port -dir O hbm_cattrip",
             "connect_bd_net [get_bd_pins hbm_cattrip_low/dout] [get_bd_ports hbm_cattrip]",
         ]
-        lines.append(f"#      (the ports' AXI clock is the XDMA's {board.pcie['axi_clock_mhz']} MHz; each SmartConnect "
-                     "crosses from the engines' clock)")
-        for k, (name, pc) in enumerate(zip(port_names, channels)):
+        lines += [
+            f"# the pseudo-channels' AXI clock: {HBM_AXI_MHZ} MHz (256 bits at {HBM_AXI_MHZ} MHz = a channel's full rate)",
+            "create_bd_cell -type ip -vlnv xilinx.com:ip:clk_wiz:6.0 hbm_clock_wizard",
+            f"set_property -dict {_props(hbm_wizard)} [get_bd_cells hbm_clock_wizard]",
+            f"connect_bd_net [get_bd_pins {XDMA_CLOCK}] [get_bd_pins hbm_clock_wizard/clk_in1]",
+            "connect_bd_net [get_bd_pins xdma/axi_aresetn] [get_bd_pins hbm_clock_wizard/resetn]",
+            "create_bd_cell -type ip -vlnv xilinx.com:ip:proc_sys_reset:5.0 hbm_axi_reset",
+            f"connect_bd_net [get_bd_pins {HBM_CLOCK}] [get_bd_pins hbm_axi_reset/slowest_sync_clk]",
+            "connect_bd_net [get_bd_pins xdma/axi_aresetn] [get_bd_pins hbm_axi_reset/ext_reset_in]",
+            "connect_bd_net [get_bd_pins hbm_clock_wizard/locked] [get_bd_pins hbm_axi_reset/dcm_locked]",
+            "#      (each SmartConnect crosses from the engines' clock and converts 512 to 256 bits)",
+        ]
+        for k, (name, group) in enumerate(zip(port_names, groups)):
+            pc = group[0]
             lines += _crossing(f"mem_sc{k}", f"{CELL}/{name}", f"hbm/SAXI_{pc:02d}{suffix}", DEVICE_CLOCK,
-                               XDMA_CLOCK, "device_reset/interconnect_aresetn")
-            lines += [f"connect_bd_net [get_bd_pins {XDMA_CLOCK}] [get_bd_pins hbm/AXI_{pc:02d}_ACLK]",
-                      f"connect_bd_net [get_bd_pins xdma/axi_aresetn] [get_bd_pins hbm/AXI_{pc:02d}_ARESET_N]"]
+                               HBM_CLOCK, "device_reset/interconnect_aresetn")
+            lines += [f"connect_bd_net [get_bd_pins {HBM_CLOCK}] [get_bd_pins hbm/AXI_{pc:02d}_ACLK]",
+                      f"connect_bd_net [get_bd_pins hbm_axi_reset/peripheral_aresetn] "
+                      f"[get_bd_pins hbm/AXI_{pc:02d}_ARESET_N]"]
+            for channel in group:
+                offset, size, segment = hbm_segment(board, channel)
+                address_map.append((f"{CELL}/{name}", offset, size, f"hbm/SAXI_{pc:02d}{suffix}/{segment}"))
     elif memory["kind"] == "ddr4":
         ddr4 = {"C0.DDR4_MemoryPart": local["ddr4_part"], "C0.DDR4_DataWidth": str(memory["ddr4_data_width"]),
                 "C0.DDR4_TimePeriod": str(round(2_000_000 / memory["ddr4_speed_mts"])),
@@ -246,18 +285,22 @@ def _project_tcl(board: Board, options: dict, local: dict) -> str:
         ]
         lines += _crossing("mem_sc0", f"{CELL}/{port_names[0]}", "ddr4/C0_DDR4_S_AXI", DEVICE_CLOCK,
                            "ddr4/c0_ddr4_ui_clk", "device_reset/interconnect_aresetn")
+        address_map.append((f"{CELL}/{port_names[0]}", 0, board.memory_bytes, "ddr4/C0_DDR4_S_AXI/C0_DDR4_ADDRESS_BLOCK"))
     else:
         raise BoardError(f"{board.name}: memory kind {memory['kind']!r} has no block design")
-    mem_range = f"{board.memory_bytes >> 20}M" if board.memory_bytes < 1 << 30 else f"{board.memory_bytes >> 30}G"
     lines += [
         "",
-        "# ---- address map: BAR0 64 KiB of registers; the host port and every memory port",
-        "#      see all of card memory at 0",
-        f"assign_bd_address -offset 0x0 -range 64K -target_address_space [get_bd_addr_spaces xdma/M_AXI_LITE] "
-        f"[get_bd_addr_segs {CELL}/s_axil/reg0] -force",
-        f"assign_bd_address -offset 0x0 -range {mem_range} -target_address_space [get_bd_addr_spaces xdma/M_AXI] "
-        f"[get_bd_addr_segs {CELL}/s_axi/reg0] -force",
-        "assign_bd_address",
+        f"# ---- address map: BAR0 {BAR0_SIZE >> 10} KiB of registers; the host port sees all of card memory at 0;",
+        "#      each memory port exactly its region (its pseudo-channels' addresses)",
+        f"assign_bd_address -offset 0x0 -range {_range(BAR0_SIZE)} -target_address_space "
+        f"[get_bd_addr_spaces xdma/M_AXI_LITE] [get_bd_addr_segs {CELL}/s_axil/reg0] -force",
+        f"assign_bd_address -offset 0x0 -range {_range(board.memory_bytes)} -target_address_space "
+        f"[get_bd_addr_spaces xdma/M_AXI] [get_bd_addr_segs {CELL}/s_axi/reg0] -force",
+    ]
+    lines += [f"assign_bd_address -offset {offset:#x} -range {_range(size)} -target_address_space "
+              f"[get_bd_addr_spaces {space}] [get_bd_addr_segs {segment}] -force"
+              for space, offset, size, segment in address_map]
+    lines += [
         "validate_bd_design",
         "save_bd_design",
         f"make_wrapper -files [get_files {BD_NAME}.bd] -top",
@@ -270,6 +313,13 @@ def _project_tcl(board: Board, options: dict, local: dict) -> str:
         "close_project",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _range(nbytes: int) -> str:
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift}{unit}"
+    return str(nbytes)
 
 
 def _crossing(sc: str, source: str, target: str, source_clock: str, target_clock: str, reset: str) -> list[str]:
@@ -352,6 +402,11 @@ def generate(board: Board, options: dict, out: Path, *, local: dict | None = Non
             "memory_ports": device.memory_port_names, "clock_mhz": {"engines": options["clock_mhz"],
                                                                    "xdma": board.pcie["axi_clock_mhz"]},
             "files": [f"{DEVICE_MODULE}.v", f"{IRQ_SYNC_MODULE}.v", "project.tcl", "build.tcl", "constraints.xdc"]}
+    plan["memory"] = {"kind": board.memory["kind"], "bytes": board.memory_bytes,
+                      "pseudo_channels": board.memory.get("pseudo_channels", 1)}
+    plan["regions"] = [{"port": name, "base": device.region(k)[0], "size": device.region(k)[1],
+                        "instances": [f"{n}[{i}]" for (n, i), r in device.regions.items() if r == k]}
+                       for k, name in enumerate(device.memory_port_names)]
     if board.memory["kind"] == "hbm":
         plan["hbm_pseudo_channels"] = hbm_channels(board, options["memory_ports"])
     (out / "plan.json").write_text(json.dumps(plan, indent=2))

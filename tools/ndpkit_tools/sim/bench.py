@@ -24,7 +24,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Event, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
 from cocotb.utils import get_sim_time
 
-__all__ = ["bench_params", "start_clock_and_reset", "engine_bench", "pack", "unpack", "StreamSource", "StreamSink",
+__all__ = ["RegionBackdoor", "bench_params", "start_clock_and_reset", "engine_bench", "pack", "unpack", "StreamSource", "StreamSink",
            "Backdoor", "BulkBackdoor", "pause_generator", "stall_axi", "wait_until"]
 
 
@@ -224,6 +224,32 @@ class BulkBackdoor:
             lines = [line for line in f.read().split() if not line.startswith(("//", "@"))]
         raw = np.frombuffer(bytes.fromhex("".join(lines)), dtype=np.uint8).reshape(-1, self.data_bytes)
         return raw[:, ::-1].tobytes()
+
+
+class RegionBackdoor:
+    """One backdoor over a card whose memory is several models, one per region
+    (:class:`ndpkit_hw.sim_card.SimCard` with ``memory_ports`` > 1): a transfer is split
+    at region boundaries and each piece goes to its model's :class:`BulkBackdoor`.
+    ``regions``: (base, size, backdoor) of each model, in address order."""
+
+    def __init__(self, regions):
+        self.regions = list(regions)
+
+    def _pieces(self, address: int, length: int):
+        for base, size, backdoor in self.regions:
+            lo, hi = max(address, base), min(address + length, base + size)
+            if lo < hi:
+                yield backdoor, lo, hi
+
+    async def write(self, address: int, payload: bytes) -> None:
+        for backdoor, lo, hi in self._pieces(address, len(payload)):
+            await backdoor.write(lo, payload[lo - address:hi - address])
+
+    async def read(self, address: int, length: int) -> bytes:
+        out = bytearray()
+        for backdoor, lo, hi in self._pieces(address, length):
+            out += await backdoor.read(lo, hi - lo)
+        return bytes(out)
 
 
 class Backdoor:

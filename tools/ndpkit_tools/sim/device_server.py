@@ -22,11 +22,16 @@ __all__ = ["DEFAULTS", "card_params", "main"]
 
 def card_params(config: dict) -> dict:
     """The SimCard constructor arguments of a configuration (what the build depends on)."""
+    from ndpkit_spec.registry import instance_counts
+    engines = tuple(name if n == 1 else f"{name}*{n}" for name, n in instance_counts(config["engines"]).items())
     params = {"data_width": config["data_width"], "mem_base": config["mem_base"], "mem_size": config["mem_size"],
-              "engines": tuple(config["engines"]), "queue_depth": config["queue_depth"],
+              "engines": engines, "queue_depth": config["queue_depth"],
               "clock_mhz": config["clock_mhz"], "attention_lanes": config["attention_lanes"]}
-    if config["mem_queue"] != DEFAULTS["mem_queue"]:          # (so the default builds keep their cache key)
+    # (only when not the default, so the default builds keep their cache key)
+    if config["mem_queue"] != DEFAULTS["mem_queue"]:
         params["mem_max_outstanding"] = config["mem_queue"]
+    if config["memory_ports"] != DEFAULTS["memory_ports"]:
+        params["memory_ports"] = config["memory_ports"]
     return params
 
 

@@ -21,7 +21,7 @@ from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
 from ndpkit.pcie import PcieLink, StorageLink
-from ndpkit_tools.sim.bench import BulkBackdoor, bench_params, start_clock_and_reset
+from ndpkit_tools.sim.bench import BulkBackdoor, RegionBackdoor, bench_params, start_clock_and_reset
 from ndpkit.transport.sim_protocol import Op, Status, recv_frame, send_frame
 
 PERIOD_NS = 10      # the simulator's clock period (a cycle is a cycle; the nominal MHz is a register)
@@ -38,7 +38,15 @@ class _Server:
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.axi = (AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
                     if params["dma"] == "axi" else None)
-        self.memory = BulkBackdoor(dut.memory.storage, dut.clk, self.word, self.base)
+        ports = params.get("memory_ports", 1)
+        if ports == 1:
+            self.memory = BulkBackdoor(dut.memory.storage, dut.clk, self.word, self.base)
+        else:          # one memory model per region (ndpkit_hw.sim_card)
+            size = self.size // ports
+            self.memory = RegionBackdoor(
+                (self.base + p * size, size,
+                 BulkBackdoor(getattr(dut, f"memory{p}").storage, dut.clk, self.word, self.base + p * size))
+                for p in range(ports))
         self.reset_time = 0
 
     def cycles(self) -> int:

@@ -44,7 +44,16 @@ class AdamClient(EngineClient):
                 "format_copy": _fmt(copy_format, "copy_format", allow_none=True), "format_sparse": int(pairs > 0),
                 "count": n, "p": p, "m": m, "v": v, "g": g, "copy": copy, "pairs": pairs, "idx": indices,
                 **scalars.bits()}
-        return self.submit(args, work_bytes=16 * n, buffers=buffers)
+        if pairs:          # a sparse gradient's pairs do not split by element range: one command
+            return self.submit(args, work_bytes=16 * n, buffers=buffers)
+        g_bytes = 4 if args["format_grad"] == 0 else 2
+
+        def piece(first, count):
+            return dict(args, count=count, p=p + 4 * first, m=m + 4 * first, v=v + 4 * first, g=g + g_bytes * first,
+                        copy=copy + 2 * first if copy else 0)
+        # (a 16-bit array's piece starts on a bus word when pieces are whole half-words' elements)
+        return self.submit_split(args, total=n, unit=self.device.word_bytes // 2, piece=piece, work_bytes=16 * n,
+                                 buffers=buffers)
 
     def step(self, p, m, v, g, *, scalars: AdamScalars, mode: Mode = Mode.ADAMW, grad_format="fp32",
              copy=None, copy_format=None, n: int | None = None, indices=None, pairs: int | None = None,

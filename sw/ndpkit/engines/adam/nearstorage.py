@@ -8,7 +8,8 @@ link), gradient host -> card (dense or top-k compressed pairs), the ``adam`` eng
 updates in place, card -> storage, and the updated parameters (a 16-bit copy, or fp32)
 card -> host for the model.  Each card has a fixed number of reused buffer slots; a
 slot's next chunk is loaded while the engine works on the other slot's (Smart-Infinity's
-"data transfer handler"), and chunks go round-robin over the cards.
+"data transfer handler"), and chunks go round-robin over the cards and, on a card
+with several adam instances, over those (each with its buffers in its own memory region).
 
 Host-link bytes per element and step: the gradient (4 or 2 B dense; 8 or 6 B per kept
 pair compressed) down and the parameter copy (2 or 4 B) up, against ZeRO-Infinity's
@@ -171,6 +172,9 @@ class NearStorageAdam:
                 raise ValueError(f"chunk ({storage.chunk}) must be a multiple of the bus lanes ({lanes}) so "
                                  f"p, m and v of a chunk start on bus words")
         self.buffers = buffers
+        #: (device, adam instance) pairs the chunks go round-robin over: every instance
+        #: of every card, each with its buffers in its own memory region
+        self.lanes = [(d, client) for d in self.devices for client in d.instances["adam"]]
         self.slots: list[list[_Slot]] = []
         self.allocate()
 
@@ -185,12 +189,12 @@ class NearStorageAdam:
                  (4 if self.param_copy == Format.FP32 else 2) * c)
         held = []
         try:
-            for d in self.devices:
+            for d, client in self.lanes:
                 row = []
                 for _ in range(self.buffers):
                     buffers = []
                     for size in sizes:
-                        buffers.append(d.alloc(size))
+                        buffers.append(d.alloc(size, region=client.region))
                         held.append(buffers[-1])
                     row.append(_Slot(*buffers))
                 self.slots.append(row)
@@ -244,11 +248,11 @@ class NearStorageAdam:
         nslots = len(self.slots[0])
         try:
             for c in range(self.storage.chunks):
-                di = c % len(self.devices)
-                slot = self.slots[di][(c // len(self.devices)) % nslots]
+                lane = c % len(self.lanes)
+                slot = self.slots[lane][(c // len(self.lanes)) % nslots]
                 if slot.pending:
                     self._finish(slot, out, stats)
-                self._start(self.devices[di], slot, c, g, scalars, stats)
+                self._start(self.lanes[lane][1], slot, c, g, scalars, stats)
             for slots in self.slots:
                 for slot in slots:
                     if slot.pending:
@@ -280,7 +284,7 @@ class NearStorageAdam:
     def _snapshot(d):
         return d.cycles(), dict(d.traffic)
 
-    def _start(self, dev, slot: _Slot, c: int, g, scalars: AdamScalars, stats: StepStats) -> None:
+    def _start(self, adam, slot: _Slot, c: int, g, scalars: AdamScalars, stats: StepStats) -> None:
         start, end = self.storage.chunk_range(c)
         n, chunk = end - start, self.storage.chunk
         slot.pmv.write_from_storage(self.storage.record(c))
@@ -290,13 +294,13 @@ class NearStorageAdam:
                       copy=None if copy_fmt is None else slot.copy, copy_format=copy_fmt, wait=False)
         if self.density is None:
             slot.grad.write(g[start:end])
-            cmd = dev.adam.step(p, m, v, slot.grad, **common)
+            cmd = adam.step(p, m, v, slot.grad, **common)
         else:
             packed = self._compress(g[start:end], start, end)
             slot.idx.write(packed.indices)
             slot.grad.write(packed.values)
             stats.pairs += packed.k
-            cmd = dev.adam.step(p, m, v, slot.grad, indices=slot.idx, pairs=packed.k, **common)
+            cmd = adam.step(p, m, v, slot.grad, indices=slot.idx, pairs=packed.k, **common)
         slot.pending = (c, cmd)
 
     def _compress(self, g, start, end) -> Compressed:

@@ -13,7 +13,7 @@ from ndpkit.arith import fp
 from ndpkit.engines.attention.golden import KvFormat
 from ndpkit.engines.attention.kvcache import KVCache, ShardedKVCache, to_bits16
 
-__all__ = ["AttentionClient", "RequestError", "PendingDecode", "decode"]
+__all__ = ["AttentionClient", "RequestError", "PendingDecode", "decode", "start_decode"]
 
 _FORMATS = {"fp32": KvFormat.FP32, "fp16": KvFormat.FP16, "bf16": KvFormat.BF16}
 
@@ -44,14 +44,23 @@ class AttentionClient(EngineClient):
 
     def decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
                q_format: str = "fp32", out_format: str = "fp32", window: int = 0):
+        """One decode step for a batch (:meth:`start_decode` then ``finish()``)."""
         return self.start_decode(q, k_new, v_new, cache, layer, slots, scale=scale, q_format=q_format,
                                  out_format=out_format, window=window).finish()
 
-    def start_decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
-                     q_format: str = "fp32", out_format: str = "fp32", window: int = 0) -> "PendingDecode":
-        """:meth:`decode` in two halves: this one checks, stages and submits the command
-        and returns at once; ``.finish()`` waits and returns the outputs (so several
-        cards run their batches at the same time)."""
+    def start_decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, **options):
+        """:meth:`decode` in two halves: this one checks, stages and submits the
+        command(s) and returns at once; ``.finish()`` waits and returns the outputs (so
+        several cards, or a card's instances, run their parts of a batch at the same
+        time).  A :class:`ShardedKVCache` (several cards, or several instances of this
+        card) splits the batch by shard."""
+        if isinstance(cache, KVCache) and cache.dev is self.device:
+            client = cache.client if cache.client is not None else self
+            return client._start(q, k_new, v_new, cache, layer, slots, **options)
+        return start_decode(q, k_new, v_new, cache, layer, slots, **options)
+
+    def _start(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
+               q_format: str = "fp32", out_format: str = "fp32", window: int = 0) -> "PendingDecode":
         """One decode step for a batch: ``q`` (B, H, d) floats; ``k_new``, ``v_new``
         (B, Hkv, d) floats to append at each request's current length (or None: attend
         over the cache as it is); ``slots`` the B cache slots.  Returns (B, H, d)
@@ -84,7 +93,9 @@ class AttentionClient(EngineClient):
         obytes = heads * d * (4 if of == KvFormat.FP32 else 2)
         row = d * 2
         q_bits = fp.bits(q) if qf == KvFormat.FP32 else to_bits16(q, qf)
-        staging = [dev.alloc(batch * golden.DESCRIPTOR_BYTES), dev.alloc(batch * qbytes), dev.alloc(batch * obytes)]
+        region = cache.region             # the staging sits where the instance works, beside the cache
+        staging = [dev.alloc(batch * golden.DESCRIPTOR_BYTES, region=region), dev.alloc(batch * qbytes, region=region),
+                   dev.alloc(batch * obytes, region=region)]
         table, qbuf, obuf = staging
         submitted = False
         try:
@@ -92,7 +103,7 @@ class AttentionClient(EngineClient):
                 kn, vn = (to_bits16(np.asarray(x, dtype=np.float32), cache.format) for x in (k_new, v_new))
                 if kn.shape != (batch, hkv, d) or vn.shape != kn.shape:
                     raise ValueError(f"k_new and v_new must be (batch={batch}, kv_heads={hkv}, head_dim={d})")
-                knbuf, vnbuf = dev.upload(kn), dev.upload(vn)
+                knbuf, vnbuf = dev.upload(kn, region=region), dev.upload(vn, region=region)
                 staging += [knbuf, vnbuf]
             qbuf.write(q_bits)
             requests = []
@@ -104,6 +115,10 @@ class AttentionClient(EngineClient):
                     "v_new": vnbuf.address + i * hkv * row if append else 0,
                     "length": int(cache.lengths[layer, s]), "capacity": cache.capacity, "window": window,
                     "flags": golden.FLAG_APPEND if append else 0})
+            if cache.region is not None:        # the addresses as the instance names them (a card > 4 GiB)
+                view = lambda a: dev.engine_address(a, cache.region) if a else 0
+                requests = [dict(r, **{f: view(r[f]) for f in ("q", "out", "k", "v", "k_new", "v_new")})
+                            for r in requests]
             table.write(golden.pack_descriptors(requests))
             args = {"format_q": int(qf), "format_kv": int(cache.format), "format_out": int(of),
                     "table": table.address, "requests": batch, "shape_head_dim": d, "shape_group": group,
@@ -157,18 +172,48 @@ class PendingDecode:
 
 
 def decode(q, k_new, v_new, cache, layer: int, slots, **options):
-    """One decode step on a :class:`~ndpkit.engines.attention.kvcache.KVCache` (its card) or a
-    :class:`~ndpkit.engines.attention.kvcache.ShardedKVCache` (the batch split by card, every card's
-    command submitted before any is waited for).  Same arguments and result as
+    """One decode step on a :class:`~ndpkit.engines.attention.kvcache.KVCache` (its
+    instance) or a :class:`~ndpkit.engines.attention.kvcache.ShardedKVCache` (the batch
+    split by shard: cards, or one card's instances, every shard's command submitted
+    before any is waited for).  Same arguments and result as
     :meth:`AttentionClient.decode`; a :class:`RequestError` carries batch indices."""
+    return start_decode(q, k_new, v_new, cache, layer, slots, **options).finish()
+
+
+class _ShardedPending:
+    """The parts of a decode batch split by shard; :meth:`finish` waits for each and
+    puts the outputs back in batch order."""
+
+    def __init__(self, shape, parts):
+        self.shape, self.parts = shape, parts
+
+    def finish(self):
+        out = np.empty(self.shape, dtype=np.float32)
+        failures = {}
+        for members, pending in self.parts:
+            try:
+                out[members] = pending.finish()
+            except RequestError as e:
+                out[members] = e.outputs
+                failures.update({members[i]: f for i, f in e.failures.items()})
+        if failures:
+            raise RequestError(failures, out)
+        return out
+
+
+def start_decode(q, k_new, v_new, cache, layer: int, slots, **options):
+    """:func:`decode` in two halves: submit now, ``.finish()`` for the outputs."""
     if isinstance(cache, KVCache):
-        return cache.dev.attention.decode(q, k_new, v_new, cache, layer, slots, **options)
+        client = cache.client if cache.client is not None else cache.dev.attention
+        return client._start(q, k_new, v_new, cache, layer, slots, **options)
     if not isinstance(cache, ShardedKVCache):
         raise TypeError(f"cache must be a KVCache or a ShardedKVCache, not {type(cache).__name__}")
     slots = [int(s) for s in np.atleast_1d(slots)]
     q = np.asarray(q, dtype=np.float32)
     if q.ndim != 3 or q.shape[0] != len(slots):
         raise ValueError(f"q must be (batch={len(slots)}, heads, head_dim), not {q.shape}")
+    if len(set(slots)) != len(slots):
+        raise ValueError("slots must be distinct within a batch")
     parts: dict[int, list[int]] = {}
     for i, s in enumerate(slots):
         shard, _ = cache.locate(s)
@@ -179,8 +224,8 @@ def decode(q, k_new, v_new, cache, layer: int, slots, **options):
             shard = cache.shards[index]
             local = [cache.locate(slots[i])[1] for i in members]
             pick = (lambda x: None if x is None else np.asarray(x, dtype=np.float32)[members])
-            pending.append((members, shard.dev.attention.start_decode(q[members], pick(k_new), pick(v_new), shard,
-                                                                      layer, local, **options)))
+            pending.append((members, start_decode(q[members], pick(k_new), pick(v_new), shard, layer, local,
+                                                  **options)))
     except BaseException:
         for _, p in pending:
             try:
@@ -188,14 +233,4 @@ def decode(q, k_new, v_new, cache, layer: int, slots, **options):
             except Exception:
                 pass
         raise
-    out = np.empty(q.shape, dtype=np.float32)
-    failures = {}
-    for members, p in pending:
-        try:
-            out[members] = p.finish()
-        except RequestError as e:
-            out[members] = e.outputs
-            failures.update({members[i]: f for i, f in e.failures.items()})
-    if failures:
-        raise RequestError(failures, out)
-    return out
+    return _ShardedPending(q.shape, pending)

@@ -11,8 +11,16 @@ head ``h`` of slot ``s`` in layer ``l`` is at
 so one head's tokens are one contiguous run (the engine streams it in long bursts),
 and a slot's region (``kv_heads * capacity`` rows) is what a descriptor points at.
 Slots are handed out by :meth:`KVCache.new_request` and reused after :meth:`free`.
+
+A card with several attention instances (each in its own memory region, an HBM
+pseudo-channel) gets one cache per instance: ``KVCache(dev, slots=S, ...)`` there
+returns a :class:`ShardedKVCache` whose shards are ``KVCache(dev, instance=i)``, each
+holding about ``S / instances`` whole requests in instance ``i``'s region, so a decode
+batch splits over the instances and they all stream their own channel at once.
 """
 from __future__ import annotations
+
+import bisect
 
 import numpy as np
 
@@ -33,8 +41,18 @@ def to_bits16(x, fmt: KvFormat) -> np.ndarray:
 
 
 class KVCache:
+    """The KV cache of ``slots`` requests on one attention instance (``instance``; by
+    default the card's only one).  On a card with several instances and no
+    ``instance`` given, the constructor returns a :class:`ShardedKVCache` over them."""
+
+    def __new__(cls, dev=None, *args, instance: int | None = None, **kwargs):
+        instances = getattr(dev, "instances", {}).get("attention", [])
+        if cls is KVCache and instance is None and len(instances) > 1:
+            return ShardedKVCache.over_instances(dev, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, dev, *, layers: int, slots: int, kv_heads: int, head_dim: int, capacity: int,
-                 fmt: str = "fp16"):
+                 fmt: str = "fp16", instance: int | None = None):
         if head_dim not in HEAD_DIMS:
             raise ValueError(f"head_dim must be one of {HEAD_DIMS}, not {head_dim}")
         if not 1 <= kv_heads <= MAX_KV_HEADS:
@@ -50,11 +68,18 @@ class KVCache:
         self.kv_heads, self.head_dim, self.capacity = kv_heads, head_dim, capacity
         self.row_bytes = head_dim * 2
         self.slot_bytes = kv_heads * capacity * self.row_bytes
+        instances = getattr(dev, "instances", {}).get("attention", [])
+        if instance is None and len(instances) == 1:
+            instance = 0
+        #: the attention instance the cache belongs to (None: a card without one), and its region
+        self.client = dev.instance("attention", instance) if instance is not None else None
+        self.instance = instance
+        self.region = self.client.region if self.client is not None else None
         self.k, self.v = [], []
         try:
             for _ in range(layers):
-                self.k.append(dev.alloc(slots * self.slot_bytes))
-                self.v.append(dev.alloc(slots * self.slot_bytes))
+                self.k.append(dev.alloc(slots * self.slot_bytes, region=self.region))
+                self.v.append(dev.alloc(slots * self.slot_bytes, region=self.region))
         except BaseException:
             self.close()
             raise
@@ -131,45 +156,99 @@ class KVCache:
             b.free()
         self.k, self.v = [], []
 
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
     def __repr__(self):
         return (f"<KVCache {self.layers} layers x {self.slots} slots x {self.kv_heads} kv heads x {self.capacity} "
                 f"tokens x d={self.head_dim} {self.format.name.lower()}, {len(self._used)} in use>")
 
 
+class _Lengths:
+    """``cache.lengths[layer, slot]`` of a sharded cache, read and written through to
+    the shard holding the slot (``slot`` may be a list: an array comes back)."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def __getitem__(self, key):
+        layer, slot = key
+        if isinstance(slot, (int, np.integer)):
+            shard, local = self.cache.locate(slot)
+            return shard.lengths[layer, local]
+        return np.array([self[layer, s] for s in slot], dtype=np.int64)
+
+    def __setitem__(self, key, value):
+        layer, slot = key
+        shard, local = self.cache.locate(slot)
+        shard.lengths[layer, local] = value
+
+
 class ShardedKVCache:
-    """A KV cache over several cards, whole requests per card (batch-parallel, as the
-    HPU prototype splits a decode batch): ``slots_per_device`` slots on each device;
-    global slot ``s`` lives on device ``s // slots_per_device``.  ``new_request`` puts a
-    request on the card with the most free slots.  :func:`ndpkit.engines.attention.client.decode`
-    (and ``ndpkit.torch.decode_attention``) split a batch by card, run the cards at the
+    """A KV cache made of several, whole requests per shard (batch-parallel, as the HPU
+    prototype splits a decode batch): over several cards (``slots_per_device`` slots
+    on each) or over one card's attention instances (:meth:`over_instances`, what
+    ``KVCache(dev, ...)`` returns on a card with several).  Global slot ``s`` lives in
+    the shard whose range holds it; ``new_request`` puts a request in the shard with
+    the most free slots.  :func:`ndpkit.engines.attention.client.decode` (and
+    ``ndpkit.torch.decode_attention``) split a batch by shard, run the shards at the
     same time and put the outputs back in batch order."""
 
     def __init__(self, devices, *, slots_per_device: int, **cache_args):
         devices = list(devices)
         if not devices:
             raise ValueError("a sharded cache needs at least one device")
-        self.slots_per_device = slots_per_device
+        self._build([(lambda dev=dev: KVCache(dev, slots=slots_per_device, **cache_args)) for dev in devices])
+
+    @classmethod
+    def over_instances(cls, dev, *, slots: int, **cache_args) -> "ShardedKVCache":
+        """``slots`` requests over the card's attention instances, as evenly as whole
+        requests go (instance ``i`` holds ``slots // n`` or one more)."""
+        if not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be a positive integer, not {slots!r}")
+        n = len(dev.instances["attention"])
+        counts = [slots // n + (i < slots % n) for i in range(n)]
+        self = cls.__new__(cls)
+        self._build([(lambda i=i, c=c: KVCache(dev, slots=c, instance=i, **cache_args))
+                     for i, c in enumerate(counts) if c])
+        return self
+
+    def _build(self, makers) -> None:
         self.shards = []
         try:
-            for dev in devices:
-                self.shards.append(KVCache(dev, slots=slots_per_device, **cache_args))
+            for make in makers:
+                self.shards.append(make())
         except BaseException:
             self.close()
             raise
         first = self.shards[0]
         self.layers, self.kv_heads, self.head_dim = first.layers, first.kv_heads, first.head_dim
         self.capacity, self.format = first.capacity, first.format
-        self.slots = slots_per_device * len(devices)
+        self.offsets = list(np.cumsum([0] + [shard.slots for shard in self.shards]))
+        self.slots = int(self.offsets[-1])
+        self.lengths = _Lengths(self)
 
-    def locate(self, slot: int) -> tuple[KVCache, int]:
-        """(the card's cache, the slot there) of a global slot."""
+    def locate(self, slot: int):
+        """(the shard, the slot there) of a global slot."""
         if not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.slots:
             raise ValueError(f"slot must be in 0..{self.slots - 1}, not {slot!r}")
-        return self.shards[slot // self.slots_per_device], int(slot) % self.slots_per_device
+        index = bisect.bisect_right(self.offsets, int(slot)) - 1
+        return self.shards[index], int(slot) - int(self.offsets[index])
+
+    @property
+    def free_slots(self) -> int:
+        return sum(shard.free_slots for shard in self.shards)
 
     def new_request(self) -> int:
-        index = max(range(len(self.shards)), key=lambda i: (len(self.shards[i]._free), -i))
-        return index * self.slots_per_device + self.shards[index].new_request()
+        index = max(range(len(self.shards)), key=lambda i: (self.shards[i].free_slots, -i))
+        if not self.shards[index].free_slots:
+            raise NdpkitError(f"the KV cache's {self.slots} slots are all in use; free one first")
+        return int(self.offsets[index]) + self.shards[index].new_request()
+
+    def _check_slot(self, slot) -> None:
+        shard, local = self.locate(slot)
+        shard._check_slot(local)
 
     def free(self, slot: int) -> None:
         shard, local = self.locate(slot)
@@ -177,7 +256,7 @@ class ShardedKVCache:
 
     def length(self, layer: int, slot: int) -> int:
         shard, local = self.locate(slot)
-        return int(shard.lengths[layer, local])
+        return shard.length(layer, local)
 
     def prefill(self, layer: int, slot: int, k, v) -> None:
         shard, local = self.locate(slot)
@@ -192,4 +271,4 @@ class ShardedKVCache:
             shard.close()
 
     def __repr__(self):
-        return f"<ShardedKVCache over {len(self.shards)} devices: {self.shards!r}>"
+        return f"<ShardedKVCache over {len(self.shards)} shards: {self.shards!r}>"

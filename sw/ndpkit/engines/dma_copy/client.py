@@ -12,13 +12,19 @@ class DmaCopyClient(EngineClient):
     size_arguments = "nbytes"
 
     def copy(self, dst, src, length: int) -> Command:
-        """Copy ``length`` bytes ``src -> dst`` (Buffers or card addresses)."""
+        """Copy ``length`` bytes ``src -> dst`` (Buffers or card addresses); split over
+        the instances working in their region where there are several."""
         from ndpkit.device import _address
-        return self.submit({"op": golden.OP_COPY, "src": _address(src, "src"), "dst": _address(dst, "dst"),
-                            "length": length, "pattern": 0}, work_bytes=length, buffers={"dst": dst, "src": src})
+        args = {"op": golden.OP_COPY, "src": _address(src, "src"), "dst": _address(dst, "dst"), "length": length,
+                "pattern": 0}
+        return self.submit_split(args, total=length, unit=self.device.word_bytes, work_bytes=length,
+                                 buffers={"dst": dst, "src": src}, piece=lambda first, count: dict(
+                                     args, src=args["src"] + first, dst=args["dst"] + first, length=count))
 
     def fill(self, dst, pattern: int, length: int) -> Command:
         """Fill ``length`` bytes at ``dst`` (a Buffer or card address) with ``pattern``."""
         from ndpkit.device import _address
-        return self.submit({"op": golden.OP_FILL, "src": 0, "dst": _address(dst, "dst"), "length": length,
-                            "pattern": pattern}, work_bytes=length, buffers={"dst": dst})
+        args = {"op": golden.OP_FILL, "src": 0, "dst": _address(dst, "dst"), "length": length, "pattern": pattern}
+        return self.submit_split(args, total=length, unit=self.device.word_bytes, work_bytes=length,
+                                 buffers={"dst": dst}, piece=lambda first, count: dict(
+                                     args, dst=args["dst"] + first, length=count))
