@@ -156,7 +156,8 @@ class RegionAllocator:
             try:
                 return allocator.alloc(size, align)
             except OutOfDeviceMemory as e:
-                raise OutOfDeviceMemory(f"region {region} [{allocator.base:#x}, +{allocator.size:#x}): {e}") from None
+                raise OutOfDeviceMemory(f"region {region} [{allocator.base:#x}, +{allocator.size:#x}): "
+                                        f"{str(e).replace(' in all', ' in the region')}") from None
         failure = None
         for allocator in self.regions:
             try:
@@ -331,9 +332,11 @@ class Device:
             self.instances.setdefault(spec.name, []).append(client)
         self.instances = {name: sorted(self.instances[name], key=lambda c: c.instance)
                           for name in REGISTRY if name in self.instances}
-        #: engine name -> its client: the instance itself, or with several a routing client over them
-        self.engines = {name: clients[0] if len(clients) == 1 else clients[0].router(self, clients)
-                        for name, clients in self.instances.items()}
+        #: engine name -> its client: the instance itself on a card of one instance and one
+        #: region, else a routing client over the instances (it names a region no instance
+        #: works in before anything reaches the card)
+        self.engines = {name: clients[0] if len(clients) == 1 and self.memory_ports == 1
+                        else clients[0].router(self, clients) for name, clients in self.instances.items()}
         self.shell.write("irq_mask", lines=sum(1 << e.kind for e in self.engines.values()))
         if reset:
             # a previous host may have left commands running or completions queued (it

@@ -132,7 +132,7 @@ ARRAYS = ("p", "m", "v", "g", "copy")
 
 
 def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
-    """(address, byte length) of every array a command names; lengths are whole words:
+    """(address, byte length) of every array a command uses; lengths are whole words:
     ``lanes = word_bytes // 4`` elements per vector, 16-bit arrays pack two vectors a word.
     In sparse mode ``g`` holds the ``pairs`` values and ``idx`` their indices."""
     lanes = word_bytes // 4
@@ -143,7 +143,9 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
     vectors = -(-cmd["count"] // lanes)
     len32, len16 = vectors * word_bytes, -(-vectors // 2) * word_bytes
     ranges = {"p": (cmd["p"], len32), "m": (cmd["m"], len32), "v": (cmd["v"], len32),
-              "g": (cmd["g"], len16 if cmd["format_grad"] else len32), "copy": (cmd["copy"], len16)}
+              "g": (cmd["g"], len16 if cmd["format_grad"] else len32)}
+    if cmd["format_copy"]:           # (no copy format: the copy address is not used)
+        ranges["copy"] = (cmd["copy"], len16)
     if cmd.get("format_sparse"):
         k = cmd["pairs"]
         ranges["g"] = (cmd["g"], words(k, 2 if cmd["format_grad"] else 4))
@@ -173,8 +175,6 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
     ranges = command_ranges(cmd, word_bytes)
     if ranges["p"][1] >= 1 << 32:
         return ErrorCode.OUT_OF_WINDOW, "n"
-    if not cmd["format_copy"]:
-        del ranges["copy"]
     return check_ranges(ranges, word_bytes, window_base, window_size)
 
 

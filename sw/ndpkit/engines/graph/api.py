@@ -59,17 +59,20 @@ class CardGraph:
             raise ValueError("graph: no vertices")
         self.device, self.g, self.mode, self._values = device, g, mode, values
         self._buffers = []
+        # the memory region of the graph engine's (first) instance: its commands work there
+        instances = getattr(device, "instances", {}).get("graph")
+        self.region = instances[0].region if instances else None
 
     def upload(self, arr):
         """A card buffer holding ``arr`` as 32-bit words (freed with the graph)."""
-        self._buffers.append(self.device.upload(np.ascontiguousarray(arr, dtype=np.uint32)))
+        self._buffers.append(self.device.upload(np.ascontiguousarray(arr, dtype=np.uint32), region=self.region))
         return self._buffers[-1]
 
     def vector(self, arrays: int = 1):
         """An uninitialised card buffer of ``arrays`` vertex arrays (one 32-bit word per
         vertex, each rounded up to whole bus words), freed with the graph."""
         word = self.device.word_bytes
-        self._buffers.append(self.device.alloc(arrays * (-(-4 * self.g.n // word) * word)))
+        self._buffers.append(self.device.alloc(arrays * (-(-4 * self.g.n // word) * word), region=self.region))
         return self._buffers[-1]
 
     def __enter__(self):

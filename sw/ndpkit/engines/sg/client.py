@@ -75,9 +75,10 @@ class SgClient(EngineClient):
         dtype, idx = self._elements(table, indices, dtype)
         out = np.zeros(len(idx), dtype=dtype)
         size = dtype.itemsize
+        region = self.device.region_of(table)      # the descriptors beside the table, where an instance works
         for raw, chunk in self._batches(golden.OP_READ, table, idx, size):
-            desc = self.device.upload(raw)
-            resp = self.device.alloc(len(chunk) * golden.LINE)
+            desc = self.device.upload(raw, region=region)
+            resp = self.device.alloc(len(chunk) * golden.LINE, region=region)
             try:
                 self.run(golden.OP_READ, desc, len(chunk), resp)
                 lines = resp.download(dtype).reshape(len(chunk), golden.LINE // size)
@@ -95,8 +96,9 @@ class SgClient(EngineClient):
         dtype, idx = self._elements(table, indices, values.dtype)
         if values.shape != idx.shape:
             raise ValueError(f"values: shape {values.shape} does not match indices {idx.shape}")
+        region = self.device.region_of(table)
         for raw, chunk in self._batches(golden.OP_WRITE, table, idx, dtype.itemsize, values):
-            desc = self.device.upload(raw)
+            desc = self.device.upload(raw, region=region)
             try:
                 self.run(golden.OP_WRITE, desc, len(chunk))
             finally:
