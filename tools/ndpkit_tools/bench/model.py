@@ -152,13 +152,16 @@ class DecodeSetup:
     card_hbm: float = 460 * GB
     card_memory: float = 16 * GIB
     card_link: float = 16 * GB            # PCIe 4.0 x8, per direction
-    # our attention engine: port width, clock (the report passes the one its logic depth
-    # supports), engines per card and the measured steady-state efficiency / fixed cycles
-    # per command
+    # our attention engine on the card: port width, clock (the board build's, within what
+    # its logic depth supports), the attention instances of the board's default build, the
+    # measured steady-state efficiency / fixed cycles per command and the measured scaling
+    # of N instances at once over one instance (the report passes all of them: the U55C
+    # default build by the resource model, the benches)
     port_bytes: int = 64
-    clock: float = 250e6
-    engines_per_card: int = 16
+    clock: float = 200e6
+    engines_per_card: int = 8
     steady_efficiency: float = 1.0
+    scaling: float = 1.0
     fixed_cycles: float = 1141.0
     context_in: int = 1024
     context_out: int = 1024
@@ -184,9 +187,10 @@ def gpu_step_time(batch: int, m: ModelShape, s: DecodeSetup, with_attention: boo
 
 
 def card_bandwidth(s: DecodeSetup) -> float:
-    """KV bytes per second one card streams in the steady state: its engines' ports
-    at the measured efficiency, capped by the HBM."""
-    return min(s.card_hbm, s.engines_per_card * s.port_bytes * s.clock * s.steady_efficiency)
+    """KV bytes per second one card streams in the steady state: instances x port bytes
+    x clock x the measured per-instance efficiency x the measured scaling of the
+    instances together, capped by the HBM."""
+    return min(s.card_hbm, s.engines_per_card * s.port_bytes * s.clock * s.steady_efficiency * s.scaling)
 
 
 def card_step_time(batch: int, cards: int, m: ModelShape, s: DecodeSetup) -> float:

@@ -9,7 +9,8 @@ build/bench/<step>.log, its table echoed when it ends):
 4. ``attention``: decode attention vs context and group size, vs PyTorch SDPA
 5. ``sg``: the scatter-gather unit, row gathers vs line reads at several densities
 6. ``graph``: the graph engine in Piccolo and baseline modes on Kronecker, uniform and real graphs
-7. ``report``: ``ndpkit_tools.bench.report`` (Markdown, plots, JSON, README section)
+7. ``scaling``: N = 1, 2, 4, 8 attention and Adam instances at once, each on its own memory region
+8. ``report``: ``ndpkit_tools.bench.report`` (Markdown, plots, JSON, README section)
 
 ``--quick`` (``make bench QUICK=1``): smaller problems and the 128-bit engines, a few
 minutes once the Verilator builds are cached (the first run builds them).
@@ -48,6 +49,7 @@ def steps(quick: bool) -> dict[str, list[str]]:
     return {
         "dma": [py, "-m", "tb.bus.dma_perf_report", "--jobs", "2"] + (["--quick"] if quick else []),
         **{name: [py, "-m", module] for name, module in engine_benches().items()},
+        "scaling": [py, "-m", "tb.device.scaling_bench"],
         "report": [py, "-m", "ndpkit_tools.bench.report"],
     }
 
@@ -56,7 +58,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--steps", default="", help="comma-separated subset of: dma, the engines with a benchmark, report")
+    ap.add_argument("--steps", default="", help="comma-separated subset of: dma, the engines with a benchmark, scaling, report")
     args = ap.parse_args(argv)
     todo = steps(args.quick)
     if args.steps:

@@ -82,11 +82,17 @@ def _xilinx(board, options, out: Path) -> int:
     print(f"{board.name}: generating the Vivado project in {out} ...", flush=True)
     plan = generate(board, options, out)
     summary = check_project(out)
-    print(f"  device: {', '.join(options['engines'])}; {options['data_width']}-bit; memory ports "
-          f"{', '.join(plan['memory_ports'])}" + (f" -> HBM pseudo-channels {plan['hbm_pseudo_channels']}"
-                                                 if "hbm_pseudo_channels" in plan else ""))
+    print(f"  device: {', '.join(options['engines'])}; {options['data_width']}-bit; "
+          f"{len(plan['memory_ports'])} memory port(s), one region each:")
+    for k, region in enumerate(plan["regions"]):
+        channels = plan["hbm_pseudo_channels"][k] if "hbm_pseudo_channels" in plan else None
+        print(f"    {region['port']:<12} [{region['base']:#011x}, +{region['size']:#x})"
+              + (f" HBM pseudo-channel(s) {', '.join(map(str, channels))}" if channels else "")
+              + f": {', '.join(region['instances'])}")
     print(f"  Tcl check: {len(summary['cells'])} cells, {summary['nets']} nets, every device interface "
-          f"connected, XDC ports all exist ({len(summary['constrained_ports'])} constrained)")
+          f"connected, clocks as stated, each memory port mapped to exactly its region"
+          f"{' (its pseudo-channels)' if 'hbm_pseudo_channels' in plan else ''}, "
+          f"XDC ports all exist ({len(summary['constrained_ports'])} constrained)")
     tool = vivado()
     if tool is None:
         print(f"Vivado is not on PATH: the project is generated and checked, not built.  To build it:\n"
