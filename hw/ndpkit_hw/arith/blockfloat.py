@@ -21,8 +21,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import GUARD
-from ndpkit_hw.arith.fp_common import F32, Pipeline, multiplier_shape, normalize_into_range, round_bits, round_pack, \
-    select_result, staged_product
+from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multiplier_shape, normalize_into_range, \
+    round_bits, round_pack, select_result, staged_product
 
 __all__ = ["Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "RowDot", "RunningSums", "SumState", "TERM_BITS",
            "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
@@ -331,18 +331,25 @@ class RunningSums(wiring.Component):
         m = Module()
         C = self.lanes
         width = SumState.size
-        # one memory, the bank its top address bit; a read port for the updates, one for flushes
-        mem = Memory(shape=width * C, depth=2 * self.slots, init=[])
-        m.submodules.states = mem
-        update_rp, flush_rp, wp = mem.read_port(), mem.read_port(), mem.write_port()
-        beat = self.i.payload
+        # a memory per bank, one read port each: the updates read the bank they update, the
+        # flushes the other one (the caller's contract), so a bank's read port serves the
+        # flush when it names that bank and the updates otherwise — one write and one read
+        # port a memory, as a block RAM or UltraRAM has (two read ports would double it)
+        banks = [Memory(shape=width * C, depth=self.slots, init=[], attrs=large_memory_attrs(platform))
+                 for _ in range(2)]
+        ports = []
+        beat, flush = self.i.payload, self.flush.payload
         slot_bits = (self.slots - 1).bit_length()
-        m.d.comb += [update_rp.addr.eq(Cat(beat.slot[:slot_bits], beat.bank)),
-                     flush_rp.addr.eq(Cat(self.flush.payload.slot[:slot_bits], self.flush.payload.bank))]
+        for b, mem in enumerate(banks):
+            m.submodules[f"states{b}"] = mem
+            rp, wp = mem.read_port(), mem.write_port()
+            m.d.comb += rp.addr.eq(Mux(self.flush.valid & (flush.bank == b), flush.slot[:slot_bits],
+                                       beat.slot[:slot_bits]))
+            ports.append((rp, wp))
         # the update's old state arrives with stage 1
         tags = Pipeline(m, self.i.valid, "sums_tags")
-        where, fresh = tags.stage(update_rp.addr, beat.fresh)
-        old_all = update_rp.data
+        where, fresh = tags.stage(Cat(beat.slot[:slot_bits], beat.bank), beat.fresh)
+        old_all = Mux(where[slot_bits], ports[1][0].data, ports[0][0].data)
         results = []
         a = decompose_tf32(m, beat.p, "sums_p")              # the beat's weight, one for every lane
         for lane in range(C):
@@ -369,11 +376,13 @@ class RunningSums(wiring.Component):
             valid = pipe.valid
         for _ in range(tags.depth, 5):
             where = tags.stage(where)
-        m.d.comb += [wp.addr.eq(where), wp.data.eq(Cat(*[r.as_value() for r in results])), wp.en.eq(valid)]
+        for b, (_, wp) in enumerate(ports):
+            m.d.comb += [wp.addr.eq(where[:slot_bits]), wp.data.eq(Cat(*[r.as_value() for r in results])),
+                         wp.en.eq(valid & (where[slot_bits] == b))]
         # the flush: the read port's data a cycle later, registered once more
         flush_pipe = Pipeline(m, self.flush.valid, "flush")
-        flush_pipe.stage()
-        out = flush_pipe.stage(flush_rp.data)
+        flush_bank = flush_pipe.stage(flush.bank)
+        out = flush_pipe.stage(Mux(flush_bank, ports[1][0].data, ports[0][0].data))
         m.d.comb += [self.state.valid.eq(flush_pipe.valid), self.state.payload.eq(out)]
         return m
 

@@ -16,7 +16,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["FloatFormat", "F32", "F16", "BF16", "Unpacked", "unpack", "leading_zeros", "normalize", "normalize_into_range",
-           "round_bits", "round_prepare", "round_finish", "round_pack", "staged_product", "multiplier_shape",
+           "round_bits", "round_prepare", "round_finish", "round_pack", "staged_product", "multiplier_shape", "large_memory_attrs",
            "select_result", "Pipeline", "FpUnit"]
 
 
@@ -354,6 +354,15 @@ def multiplier_shape(platform) -> tuple[int, int]:
     ECP5 (an Amaranth platform or anything with ``device = "LFE5..."``) 17x17, otherwise
     (UltraScale+, the simulators) the DSP48E2's 26x17."""
     return MULT18_SHAPE if str(getattr(platform, "device", "")).startswith("LFE5") else DSP48E2_SHAPE
+
+
+def large_memory_attrs(platform) -> dict:
+    """Attributes of a large memory for ``platform``'s device: on UltraScale+ (anything
+    but ECP5, as :func:`multiplier_shape`) an UltraRAM (``ram_style = "ultra"``, which
+    Vivado and Yosys honour; a URAM288 is 72 bits x 4096, so a wide, shallow memory
+    costs as many URAMs as block RAMs but leaves the block RAM to the rest), none on
+    ECP5 (which has no such RAM; Yosys refuses the style there)."""
+    return {} if str(getattr(platform, "device", "")).startswith("LFE5") else {"ram_style": "ultra"}
 
 
 def staged_product(m: Module, pipe, a, b, carry=(), sum_stages: int = 1):
