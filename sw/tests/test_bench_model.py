@@ -74,6 +74,10 @@ def test_decode_by_hand():
     assert model.gpu_step_time(10, TINY, TINY_SETUP, with_attention=False) == pytest.approx(2.0)
     # one card: 1 engine x 64 B x 1 MHz x 0.5 = 32 MB/s
     assert model.card_bandwidth(TINY_SETUP) == pytest.approx(32e6)
+    # each instance at most its pseudo-channel's rate, the card at most its HBM's
+    fast = replace(TINY_SETUP, clock=1e9, channel_bandwidth=20 * GB, card_hbm=1000 * GB, engines_per_card=3)
+    assert model.card_bandwidth(fast) == pytest.approx(3 * 20 * GB)       # 64 B x 1 GHz x 0.5 = 32 GB/s each
+    assert model.card_bandwidth(replace(fast, card_hbm=50 * GB)) == pytest.approx(50 * GB)
     # 2 cards, 5 sequences each: KV 32 000 B / 32 MB/s = 1 ms; 2 layers x 100 cycles = 0.2 ms;
     # link 5 x 2 layers x (16 + 32 + 16) B / 1 MB/s = 0.64 ms
     assert model.card_step_time(10, 2, TINY, TINY_SETUP) == pytest.approx(1e-3 + 2e-4 + 6.4e-4)

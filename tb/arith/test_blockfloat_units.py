@@ -75,15 +75,15 @@ def test_row_dot_matches_aligned_dot(rng, fmt, lanes):
     assert not bad, bad[:5]
 
 
-@pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
-def test_running_sums_match_accumulate(rng, fmt):
+@pytest.mark.parametrize("fmt, split_banks", [(KvFormat.FP16, False), (KvFormat.BF16, True)])
+def test_running_sums_match_accumulate(rng, fmt, split_banks):
     """TF32 weights times fp16/bf16 values.  Two banks of slots, tokens in blocks: each slot's sum starts fresh at its block's
     first token, a slot is revisited every ``slots_used`` beats, and after each block
     the other bank keeps running while this one is flushed and compared."""
     from ndpkit_hw.arith.blockfloat import REVISIT, RunningSums
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     lanes, slots_used, blocks, tokens = 4, REVISIT, 4, 5
-    dut = RunningSums(lanes=lanes, slots=16)
+    dut = RunningSums(lanes=lanes, slots=16, split_banks=split_banks)   # UltraRAM's memory shape, block RAM's
     # per block: tokens x slots beats of (p, v)
     data_ = [(_tf32(nprng, (tokens, slots_used)), _operands(nprng, fmt, (tokens, slots_used, lanes)))
              for _ in range(blocks)]

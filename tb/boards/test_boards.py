@@ -53,8 +53,9 @@ def test_every_board_loads():
 @pytest.mark.parametrize("name, overrides, message", [
     ("alveo_u281", {}, "unknown board 'alveo_u281'; boards: "),
     ("alveo_u280", {"memory_ports": 33, "engines": ",".join(["dma_copy"])}, "memory_ports=33 but the board has 32 HBM"),
-    ("alveo_u280", {"memory_ports": 3, "engines": "dma_copy*4"}, "memory_ports=3 must be a power of two dividing "
-                                                                "the 32 HBM pseudo-channels"),
+    # an instance next to its own pseudo-channel: no more instances than the board has
+    ("alveo_u55c", {"engines": "dma_copy*30,decomp*3"}, "33 engine instances, but the board has 32 HBM "
+                                                         "pseudo-channels, one memory master each: at most 32"),
     ("alveo_u280", {"memory_ports": 4, "engines": "dma_copy"}, "memory_ports=4 but the device has only 1 engine "
                                                                "instance(s) (each region needs one)"),
     ("alveo_u280", {"engines": "dma_copy*0"}, "engine 'dma_copy': instance count 0 is below 1"),
@@ -212,6 +213,7 @@ def small_u280(tmp_path_factory):
     (("[get_bd_pins clock_wizard/clk_out1] [get_bd_pins mem_sc0/aclk]", "[get_bd_pins xdma/axi_aclk] "
       "[get_bd_pins mem_sc0/aclk]"), "mem_sc0 \\(device interface m_axi_mem\\) does not cross"),
 ])
+@pytest.mark.xdist_group("small_u280")
 def test_tcl_check_catches_a_broken_project(small_u280, tmp_path, mutation, message):
     out = Path(shutil.copytree(small_u280, tmp_path / "project"))
     tcl = out / "project.tcl"
@@ -224,12 +226,16 @@ def test_tcl_check_catches_a_broken_project(small_u280, tmp_path, mutation, mess
 
 @pytest.fixture(scope="module")
 def per_channel_u55c(tmp_path_factory):
-    """A project with a memory port per pseudo-channel (32 dma_copy instances)."""
-    _, _, out, _ = _project("alveo_u55c", tmp_path_factory.mktemp("u55c"), engines="dma_copy*32", memory_ports=32)
+    """A project with a memory port per instance, each on its own pseudo-channel (20
+    dma_copy instances: 20 ports by default, pseudo-channels 20-31 unused)."""
+    _, options, out, plan = _project("alveo_u55c", tmp_path_factory.mktemp("u55c"), engines="dma_copy*20")
+    assert options["memory_ports"] == 20 and options["mem_size"] == 20 * (512 << 20)
     summary = check_project(out)
-    assert summary["address_map"] == {f"m_axi_mem{k}": [k] for k in range(32)}
+    assert summary["address_map"] == {f"m_axi_mem{k}": [k] for k in range(20)}
+    assert plan["memory"]["host_range"] == 16 << 30         # 10 GiB of card memory in a 16 GiB window
     tcl = (out / "project.tcl").read_text()
     assert "CONFIG.USER_SWITCH_ENABLE_00 {FALSE}" in tcl and "CONFIG.USER_SWITCH_ENABLE_01 {FALSE}" in tcl
+    assert "CONFIG.USER_SAXI_19 {true}" in tcl and "CONFIG.USER_SAXI_20 {false}" in tcl
     return out
 
 
@@ -247,7 +253,14 @@ def per_channel_u55c(tmp_path_factory):
     (("connect_bd_net [get_bd_pins hbm_clock_wizard/clk_out1] [get_bd_pins hbm/AXI_03_ACLK]",
       "connect_bd_net [get_bd_pins xdma/axi_aclk] [get_bd_pins hbm/AXI_03_ACLK]"),
      "hbm/AXI_03_ACLK is not its SmartConnect's far clock at >= 450 MHz"),
+    # the switch left on although every port has its own channel
+    (("CONFIG.USER_SWITCH_ENABLE_01 {FALSE}", "CONFIG.USER_SWITCH_ENABLE_01 {TRUE}"),
+     "every memory port has one pseudo-channel, but the HBM switch of stack 01 is not off"),
+    # the host port seeing less than card memory
+    (("-range 16G -target_address_space [get_bd_addr_spaces xdma/M_AXI]",
+      "-range 8G -target_address_space [get_bd_addr_spaces xdma/M_AXI]"), "the host port does not see all of card"),
 ])
+@pytest.mark.xdist_group("per_channel_u55c")
 def test_tcl_check_catches_a_wrong_channel_map(per_channel_u55c, tmp_path, mutation, message):
     out = Path(shutil.copytree(per_channel_u55c, tmp_path / "project"))
     tcl = out / "project.tcl"
@@ -258,6 +271,7 @@ def test_tcl_check_catches_a_wrong_channel_map(per_channel_u55c, tmp_path, mutat
         check_project(out)
 
 
+@pytest.mark.xdist_group("small_u280")
 def test_tcl_check_catches_an_xdc_port_that_does_not_exist(small_u280, tmp_path):
     out = Path(shutil.copytree(small_u280, tmp_path / "project"))
     xdc = out / "constraints.xdc"

@@ -313,10 +313,13 @@ class RunningSums(wiring.Component):
     the operands' format.
     """
 
-    def __init__(self, *, lanes: int = 16, slots: int = 512):
+    def __init__(self, *, lanes: int = 16, slots: int = 512, split_banks: bool | None = None):
         if slots < 2 or slots & (slots - 1):
             raise ValueError(f"slots must be a power of two, not {slots}")
         self.lanes, self.slots = lanes, slots
+        #: a memory per bank (block RAM targets) or one with two read ports (UltraRAM);
+        #: None: by the platform (:func:`~ndpkit_hw.arith.fp_common.large_memory_attrs`)
+        self.split_banks = split_banks
         beat = data.StructLayout({"p": 19, "v": data.ArrayLayout(16, lanes), "slot": range(slots), "bank": 1,
                                   "fresh": 1})
         where = data.StructLayout({"slot": range(slots), "bank": 1})
@@ -331,25 +334,43 @@ class RunningSums(wiring.Component):
         m = Module()
         C = self.lanes
         width = SumState.size
-        # a memory per bank, one read port each: the updates read the bank they update, the
-        # flushes the other one (the caller's contract), so a bank's read port serves the
-        # flush when it names that bank and the updates otherwise — one write and one read
-        # port a memory, as a block RAM or UltraRAM has (two read ports would double it)
-        banks = [Memory(shape=width * C, depth=self.slots, init=[], attrs=large_memory_attrs(platform))
-                 for _ in range(2)]
-        ports = []
         beat, flush = self.i.payload, self.flush.payload
         slot_bits = (self.slots - 1).bit_length()
-        for b, mem in enumerate(banks):
-            m.submodules[f"states{b}"] = mem
-            rp, wp = mem.read_port(), mem.write_port()
-            m.d.comb += rp.addr.eq(Mux(self.flush.valid & (flush.bank == b), flush.slot[:slot_bits],
-                                       beat.slot[:slot_bits]))
-            ports.append((rp, wp))
-        # the update's old state arrives with stage 1
+        update_at = Cat(beat.slot[:slot_bits], beat.bank)
+        flush_at = Cat(flush.slot[:slot_bits], flush.bank)
+        # the update's old state arrives with stage 1, a flushed state with the flush's stage 1
         tags = Pipeline(m, self.i.valid, "sums_tags")
-        where, fresh = tags.stage(Cat(beat.slot[:slot_bits], beat.bank), beat.fresh)
-        old_all = Mux(where[slot_bits], ports[1][0].data, ports[0][0].data)
+        where, fresh = tags.stage(update_at, beat.fresh)
+        flush_pipe = Pipeline(m, self.flush.valid, "flush")
+        flush_bank = flush_pipe.stage(flush.bank)
+        uram = large_memory_attrs(platform)
+        split = not uram if self.split_banks is None else self.split_banks
+        if not split:
+            # UltraScale+: one memory in UltraRAM, the bank its top address bit, a read port for
+            # the updates and one for the flushes (two copies of 72 x 4096 URAMs: the depth is
+            # there anyway, and no select sits between the memory and the lanes)
+            mem = Memory(shape=width * C, depth=2 * self.slots, init=[], attrs=uram)
+            m.submodules.states = mem
+            update_rp, flush_rp, wp = mem.read_port(), mem.read_port(), mem.write_port()
+            m.d.comb += [update_rp.addr.eq(update_at), flush_rp.addr.eq(flush_at)]
+            old_all, flushed = update_rp.data, flush_rp.data
+            writes = [(wp, Const(1))]
+        else:
+            # block RAM (ECP5): a memory per bank with one read port, which serves the flush
+            # when it names that bank and the updates otherwise (the updates read the bank they
+            # update, the flushes the other one: the caller's contract): half the block RAMs
+            # of two read ports, for a select of the states
+            ports = []
+            for b in range(2):
+                mem = Memory(shape=width * C, depth=self.slots, init=[])
+                m.submodules[f"states{b}"] = mem
+                rp, wp = mem.read_port(), mem.write_port()
+                m.d.comb += rp.addr.eq(Mux(self.flush.valid & (flush.bank == b), flush.slot[:slot_bits],
+                                           beat.slot[:slot_bits]))
+                ports.append((rp, wp))
+            old_all = Mux(where[slot_bits], ports[1][0].data, ports[0][0].data)
+            flushed = Mux(flush_bank, ports[1][0].data, ports[0][0].data)
+            writes = [(wp, where[slot_bits] == b) for b, (_, wp) in enumerate(ports)]
         results = []
         a = decompose_tf32(m, beat.p, "sums_p")              # the beat's weight, one for every lane
         for lane in range(C):
@@ -376,13 +397,12 @@ class RunningSums(wiring.Component):
             valid = pipe.valid
         for _ in range(tags.depth, 5):
             where = tags.stage(where)
-        for b, (_, wp) in enumerate(ports):
-            m.d.comb += [wp.addr.eq(where[:slot_bits]), wp.data.eq(Cat(*[r.as_value() for r in results])),
-                         wp.en.eq(valid & (where[slot_bits] == b))]
+        for wp, this_bank in writes:
+            addr = where if len(wp.addr) > slot_bits else where[:slot_bits]
+            m.d.comb += [wp.addr.eq(addr), wp.data.eq(Cat(*[r.as_value() for r in results])),
+                         wp.en.eq(valid & this_bank)]
         # the flush: the read port's data a cycle later, registered once more
-        flush_pipe = Pipeline(m, self.flush.valid, "flush")
-        flush_bank = flush_pipe.stage(flush.bank)
-        out = flush_pipe.stage(Mux(flush_bank, ports[1][0].data, ports[0][0].data))
+        out = flush_pipe.stage(flushed)
         m.d.comb += [self.state.valid.eq(flush_pipe.valid), self.state.payload.eq(out)]
         return m
 

@@ -523,6 +523,10 @@ class BurstWriter(_DmaEngine):
         return m
 
 
+#: a light port's largest burst, in beats (:class:`BurstPorts`)
+LIGHT_BURST_BEATS = 16
+
+
 class BurstPorts:
     """An engine's burst readers and writers behind one AXI4 master port.
 
@@ -534,14 +538,23 @@ class BurstPorts:
     """
 
     def __init__(self, reads, writes, *, addr_width: int, data_width: int, max_burst_bytes: int,
-                 max_outstanding: int, writer_commands: int | None = None, extra_ports: int = 0):
+                 max_outstanding: int, writer_commands: int | None = None, extra_ports: int = 0, light=()):
         if len(writes) > len(reads):
             raise ValueError("each writer shares a port with a reader: no more writers than readers")
+        unknown = set(light) - set(reads) - set(writes)
+        if unknown:
+            raise ValueError(f"light ports {sorted(unknown)} are neither readers nor writers")
         dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
                    max_outstanding=max_outstanding)
+        # a light port (descriptors, a head's q rows: little data, latency hidden by issuing
+        # ahead) takes bursts of LIGHT_BURST_BEATS and buffers two: a distributed RAM, not
+        # block RAMs the bus's width wide and a full burst deep
+        light_burst = min(max_burst_bytes, LIGHT_BURST_BEATS * (data_width // 8))
+        sizes = {name: dict(dma, max_burst_bytes=light_burst, buffer_beats=2 * light_burst // (data_width // 8))
+                 if name in light else dma for name in (*reads, *writes)}
         extra = {} if writer_commands is None else {"max_commands": writer_commands}
-        self.readers = {name: BurstReader(axi_id=0, **dma) for name in reads}
-        self.writers = {name: BurstWriter(axi_id=0, **extra, **dma) for name in writes}
+        self.readers = {name: BurstReader(axi_id=0, **sizes[name]) for name in reads}
+        self.writers = {name: BurstWriter(axi_id=0, **extra, **sizes[name]) for name in writes}
         # ``extra_ports`` more interconnect ports (after the readers') for other masters of the engine
         self.interconnect = AxiInterconnect(num_masters=len(reads) + extra_ports, addr_width=addr_width,
                                             data_width=data_width, id_width=1)

@@ -150,7 +150,8 @@ class DecodeSetup:
     gpu_efficiency: float = 0.8           # achieved share of memory bandwidth (assumption)
     gpu_reserve: float = 2 * GB           # activations, workspace, CUDA context (assumption)
     card_hbm: float = 460 * GB
-    card_memory: float = 16 * GIB
+    channel_bandwidth: float = 14.4 * GB  # one HBM pseudo-channel: 256 bits at 450 MHz (PG276)
+    card_memory: float = 16 * GIB         # the report passes the build's: its instances' channels
     card_link: float = 16 * GB            # PCIe 4.0 x8, per direction
     # our attention engine on the card: port width, clock (the board build's, within what
     # its logic depth supports), the attention instances of the board's default build, the
@@ -189,8 +190,9 @@ def gpu_step_time(batch: int, m: ModelShape, s: DecodeSetup, with_attention: boo
 def card_bandwidth(s: DecodeSetup) -> float:
     """KV bytes per second one card streams in the steady state: instances x port bytes
     x clock x the measured per-instance efficiency x the measured scaling of the
-    instances together, capped by the HBM."""
-    return min(s.card_hbm, s.engines_per_card * s.port_bytes * s.clock * s.steady_efficiency * s.scaling)
+    instances together, each instance capped by its pseudo-channel and the card by its HBM."""
+    instance = min(s.channel_bandwidth, s.port_bytes * s.clock * s.steady_efficiency * s.scaling)
+    return min(s.card_hbm, s.engines_per_card * instance)
 
 
 def card_step_time(batch: int, cards: int, m: ModelShape, s: DecodeSetup) -> float:

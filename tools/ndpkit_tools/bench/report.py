@@ -211,9 +211,11 @@ def card_build(board_name: str) -> dict:
     worst = max((r for r in total if board.resources.get(r)), key=lambda r: total[r] / board.resources[r])
     return {"board": board_name, "engines": ", ".join(options["engines"]),
             "attention_instances": instance_counts(options["engines"]).get("attention", 0),
+            "memory_ports": options["memory_ports"], "card_memory": options["mem_size"],
             "clock_mhz": options["clock_mhz"], "port_bytes": options["data_width"] // 8,
             "fit": f"{total[worst] / board.resources[worst]:.0%} of its {worst.upper()} by the resource model, "
-                   f"the most used resource"}
+                   f"the most used resource", "binding": worst.upper(),
+            "binding_share": total[worst] / board.resources[worst]}
 
 
 def decode_section(inputs: dict) -> dict:
@@ -222,7 +224,7 @@ def decode_section(inputs: dict) -> dict:
     shape, setup = model.ModelShape(), model.DecodeSetup()
     card = card_build("alveo_u55c")
     setup = replace(setup, engines_per_card=card["attention_instances"], port_bytes=card["port_bytes"],
-                    clock=card["clock_mhz"] * 1e6)
+                    clock=card["clock_mhz"] * 1e6, card_memory=card["card_memory"])
     source = "assumed (no attention benchmark in this run)"
     att = inputs.get("attention") or {}
     mha = next((s for s in att.get("steady_state", []) if s["group"] == 1), None)
@@ -242,7 +244,8 @@ def decode_section(inputs: dict) -> dict:
         setup = replace(setup, scaling=min(1.0, min(scaling)))
         source += f"; {min(scaling):.3f} measured scaling of 2-8 instances at once (the worst, G = 1)"
     source += (f"; the card: the U55C default build ({card['engines']}: {card['attention_instances']} attention "
-               f"instances at {card['clock_mhz']} MHz, each on its own memory region, {card['fit']})")
+               f"instances at {card['clock_mhz']} MHz, each on its own memory region and pseudo-channel, "
+               f"{card['fit']})")
     gpu_max = model.gpu_max_batch(shape, setup)
     curves = {}
     for cards in range(0, 5):
@@ -256,7 +259,7 @@ def decode_section(inputs: dict) -> dict:
     return {"shape": model.setup_dict(shape), "setup": model.setup_dict(setup), "engine_source": source,
             "card_bandwidth": model.card_bandwidth(setup), "gpu_max_batch": gpu_max, "gpu_batch": gpu_batch,
             "batches": list(DECODE_BATCHES), "tokens_per_second": {str(k): v for k, v in curves.items()},
-            "ratio": ours, "published": pub}
+            "ratio": ours, "published": pub, "card": card}
 
 
 def build(inputs: dict) -> dict:
@@ -404,8 +407,9 @@ def markdown(report: dict) -> str:
               f"step: each streams {fmt(dec['card_bandwidth'] / 1e9)} GB/s of KV at {fmt(dec['setup']['clock'] / 1e6)} MHz "
               "(the U55C default build's clock, within what the attention engine's logic depth supports), where "
               "the HPU prototype measured 336 GB/s (73 % of its HBM). More instances per card move the ratio up "
-              "until the GPU's weight streaming binds; what limits them is the attention instance's area (its "
-              "BRAM: 127.5 BRAM36 an instance binds the U55C at 8 with the other engines).", "",
+              "until the GPU's weight streaming binds; what limits them is the attention instance's area: the "
+              f"default build uses {dec['card']['binding_share']:.0%} of the part's {dec['card']['binding']} by the "
+              "resource model, against a budget of 70 %.", "",
               "![decode throughput](decode.png)", "", "Assumptions (`ndpkit_tools.bench.model.DecodeSetup`, `ModelShape`):",
               "", "| parameter | value |", "|---|---|", _assumptions(dec["setup"]), _assumptions(dec["shape"]), "",
               "## Card scale: instances on their own memory regions", ""]

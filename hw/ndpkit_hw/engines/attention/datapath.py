@@ -172,6 +172,13 @@ class AttentionDatapath(wiring.Component):
             m.submodules[name] = mem
             return mem.write_port(granularity=granularity), mem.read_port()
 
+        def small_memory(name, shape, depth, reads=1):
+            """A memory's write port and ``reads`` asynchronous read ports (a register
+            file's timing: a read sees the value written at an earlier edge)."""
+            mem = Memory(shape=shape, depth=depth, init=[])
+            m.submodules[name] = mem
+            return (mem.write_port(), *[mem.read_port(domain="comb") for _ in range(reads)])
+
         # ---- q loader: one element a cycle, rounded to the KV format, into the head's bank --
         q_full = Signal(2)                 # bank holds a loaded head the score side has not finished
         q_bank = Signal()
@@ -225,9 +232,12 @@ class AttentionDatapath(wiring.Component):
         bank_last = Array(Signal(name=f"bank{b}_last") for b in range(2))
         # per bank and query head, indexed by Cat(g, bank) (flat: Yosys writes an empty
         # case for a nested Array's assignment, which Verilog rejects)
-        m_new = Array(Signal(32, name=f"mnew_b{b}_g{g}") for b in range(2) for g in range(MAX_GROUP))
-        m_old = Array(Signal(32, name=f"mold_b{b}_g{g}") for b in range(2) for g in range(MAX_GROUP))
         corr = Array(Signal(32, name=f"corr_b{b}_g{g}") for b in range(2) for g in range(MAX_GROUP))
+        # m_new / m_old of each bank's query heads: per unit (each writes its heads' at a
+        # block's end, all units in one cycle) a small memory with an asynchronous read
+        # (distributed RAM), addressed by (bank, pass): no register file and 32-way select
+        m_new_mem = [small_memory(f"m_new{h}", 32, 2 * PM) for h in range(H)]
+        m_old_mem = [small_memory(f"m_old{h}", 32, 2 * PM) for h in range(H)]
 
         def at_bank(b, g):
             return Cat(g[:_log2(MAX_GROUP)], b)
@@ -297,18 +307,21 @@ class AttentionDatapath(wiring.Component):
             score_rp.append(rp)
             m.d.comb += [wp.addr.eq((s_tag.b * PM + s_tag.j) * BLOCK + s_tag.t), wp.data.eq(s.value),
                          wp.en.eq(s_valid & serves(s_tag.j, h))]
-            m_run = Array(Signal(32, name=f"mrun_u{h}_{j}") for j in range(PM))
-            m_prev = Array(Signal(32, name=f"mprev_u{h}_{j}") for j in range(PM))
-            current = Mux(s_tag.row0, NEG_INF, m_run[s_tag.j])
+            # per pass: the running maximum and the one at the last block's end
+            run_wp, run_rp = small_memory(f"m_run{h}", 32, PM)
+            prev_wp, prev_rp = small_memory(f"m_prev{h}", 32, PM)
+            m.d.comb += [run_rp.addr.eq(s_tag.j), prev_rp.addr.eq(s_tag.j)]
+            current = Mux(s_tag.row0, NEG_INF, run_rp.data)
             new_max = minmax_value(m, current, s.value, Const(1))
-            g = Cat(Const(h, h_bits), s_tag.j) if H > 1 else s_tag.j
-            with m.If(s_valid):
-                m.d.sync += m_run[s_tag.j].eq(new_max)
-                with m.If(s_tag.block_end):
-                    m.d.sync += [m_prev[s_tag.j].eq(new_max), m_new[at_bank(s_tag.b, g)].eq(new_max)]
-            # the maximum before this block: -inf for a head's first block
-            with m.If(s_valid & s_tag.block_end):
-                m.d.sync += m_old[at_bank(s_tag.b, g)].eq(Mux(bank_first[s_tag.b], NEG_INF, m_prev[s_tag.j]))
+            block_end = s_valid & s_tag.block_end
+            m.d.comb += [run_wp.addr.eq(s_tag.j), run_wp.data.eq(new_max), run_wp.en.eq(s_valid),
+                         prev_wp.addr.eq(s_tag.j), prev_wp.data.eq(new_max), prev_wp.en.eq(block_end)]
+            # the bank's maxima of this unit's head of pass j: the new one, and the one before
+            # this block (-inf for a head's first block)
+            (new_wp, _), (old_wp, _) = m_new_mem[h], m_old_mem[h]
+            m.d.comb += [new_wp.addr.eq(Cat(s_tag.j, s_tag.b)), new_wp.data.eq(new_max), new_wp.en.eq(block_end),
+                         old_wp.addr.eq(Cat(s_tag.j, s_tag.b)), old_wp.en.eq(block_end),
+                         old_wp.data.eq(Mux(bank_first[s_tag.b], NEG_INF, prev_rp.data))]
             if h == 0:
                 m.d.comb += scored.eq(s_valid & s_tag.block_end & (s_tag.j == passes - 1))
                 scored_bank = s_tag.b
@@ -336,8 +349,13 @@ class AttentionDatapath(wiring.Component):
         read_score = Array(rp.data for rp in score_rp)[xdf.at(xdf.input(unit_of(sw_g)), 1)] if H > 1 else \
             score_rp[0].data
         is_corr = sw_t == 0
-        arg = Timed(Mux(xdf.at(xdf.input(is_corr), 1), xdf.at(xdf.input(m_old[at_bank(sw_b, sw_g)]), 1), read_score), 1)
-        mn = xdf.at(xdf.input(m_new[at_bank(sw_b, sw_g)]), 1)
+        for (_, new_rp), (_, old_rp) in zip(m_new_mem, m_old_mem):
+            # (the head's pass: its bits above the unit's; `>>` would keep the width and push the bank out)
+            m.d.comb += [new_rp.addr.eq(Cat(sw_g[h_bits:], sw_b)), old_rp.addr.eq(Cat(sw_g[h_bits:], sw_b))]
+        sw_old = Array(rp.data for _, rp in m_old_mem)[unit_of(sw_g)] if H > 1 else m_old_mem[0][1].data
+        sw_new = Array(rp.data for _, rp in m_new_mem)[unit_of(sw_g)] if H > 1 else m_new_mem[0][1].data
+        arg = Timed(Mux(xdf.at(xdf.input(is_corr), 1), xdf.at(xdf.input(sw_old), 1), read_score), 1)
+        mn = xdf.at(xdf.input(sw_new), 1)
         e = xdf.op("exp", xdf.sub(arg, Timed(mn, 1)))
         # pk: p rounded to TF32 (RNE at bit 13; p is +0..1 or NaN), its top 19 bits
         pk_value = Signal(19)
@@ -496,7 +514,8 @@ class AttentionDatapath(wiring.Component):
         f_grp = fold_tag[len(e_g):len(e_g) + len(e_grp)]
         f_lane = fold_tag[len(e_g) + len(e_grp):]
         o_wp, o_rp = memory("o_mem", 32, MAX_GROUP * MAX_DIM)
-        l_reg = Array(Signal(32, name=f"l{g}") for g in range(MAX_GROUP))
+        # the heads' denominators: read by the fold and by the final division
+        l_wp, l_fold_rp, l_final_rp = small_memory("l_mem", 32, MAX_GROUP, reads=2)
         final_g, final_i = Signal(range(MAX_GROUP)), Signal(range(MAX_DIM))
         finishing = Signal()
         is_l = f_lane == C
@@ -505,7 +524,8 @@ class AttentionDatapath(wiring.Component):
         fdf = Dataflow(m, "fold", platform)
         fold_valid = rpipe.valid
         first = fdf.static(job.first)
-        old = Timed(Mux(fdf.at(fdf.input(is_l), 1), fdf.at(fdf.input(l_reg[f_g]), 1), o_rp.data), 1)
+        m.d.comb += l_fold_rp.addr.eq(f_g)
+        old = Timed(Mux(fdf.at(fdf.input(is_l), 1), fdf.at(fdf.input(l_fold_rp.data), 1), o_rp.data), 1)
         # the job's corr values, kept: its score bank is freed as the epilogue starts
         e_corr = Array(Signal(32, name=f"e_corr{g}") for g in range(MAX_GROUP))
         c_val = fdf.at(fdf.input(e_corr[f_g]), 1)
@@ -516,14 +536,14 @@ class AttentionDatapath(wiring.Component):
               (("valid", fold_valid), ("l", is_l), ("g", f_g), ("element", element))}
         m.d.comb += [o_wp.addr.eq(fo["g"] * MAX_DIM + fo["element"]), o_wp.data.eq(folded.value),
                      o_wp.en.eq(fo["valid"] & ~fo["l"])]
-        with m.If(fo["valid"] & fo["l"]):
-            m.d.sync += l_reg[fo["g"]].eq(folded.value)
+        m.d.comb += [l_wp.addr.eq(fo["g"]), l_wp.data.eq(folded.value), l_wp.en.eq(fo["valid"] & fo["l"])]
         fold_drain = rpipe.depth + fold_time + 2
 
         # the final division: out = o / l, narrowed, packed into words
         final_issue = Signal()
         ddf = Dataflow(m, "final", platform)
-        quotient = ddf.op("div", Timed(o_rp.data, 1), Timed(ddf.at(ddf.input(l_reg[final_g]), 1), 1))
+        m.d.comb += l_final_rp.addr.eq(final_g)
+        quotient = ddf.op("div", Timed(o_rp.data, 1), Timed(ddf.at(ddf.input(l_final_rp.data), 1), 1))
         narrow = ddf.select(ddf.static(self.out_format == KvFormat.BF16), ddf.op("fp32_to_bf16", quotient),
                             ddf.op("fp32_to_fp16", quotient))
         d_time = ddf.latency

@@ -37,6 +37,9 @@ __all__ = ["AttentionEngine"]
 
 READS = ("table", "q", "k", "v")
 WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interconnect port i with reader i
+# the readers of little data (64-byte descriptors, a head's q rows), fetched ahead of their use:
+# short bursts into a distributed-RAM buffer (K and V stream through full-burst block-RAM ones)
+LIGHT = ("table", "q")
 STATUS_OFFSET = 4 * DESCRIPTOR_FIELDS.index("status")
 
 Descriptor = data.StructLayout({**{name: 32 for name in DESCRIPTOR_FIELDS},
@@ -62,7 +65,8 @@ class AttentionEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
                  max_outstanding: int = 8, lanes: int = 32):
         super().__init__(ATTENTION, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
-                         max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8)
+                         max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8,
+                         light=LIGHT)
         self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes)
 
     def elaborate(self, platform):
