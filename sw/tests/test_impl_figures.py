@@ -74,6 +74,30 @@ def test_logic_depth_dsp_between_registers_is_a_stage_and_otherwise_a_level():
     assert depth["levels"] == 2 and depth["unregistered_dsps"] == 1 and depth["path"] == ["LUT6", "DSP48E2"]
 
 
+def test_logic_depth_reads_a_distributed_ram_as_a_level_and_ends_at_its_write():
+    """A distributed RAM's read is asynchronous: address -> data out is a level on the
+    path; its write data ends a path as a register's D does."""
+    from ndpkit_tools.impl.depth import logic_depth
+    cells = [("r0", "FDRE", {"D": ("input", [90]), "Q": ("output", [1])}),
+             ("addr", "LUT6", {"I": ("input", [1]), "O": ("output", [2])}),
+             ("ram", "RAM32M16", {"ADDRA": ("input", [2, 2, 2, 2, 2]), "DIA": ("input", [6, 6]),
+                                  "WE": ("input", [1]), "DOA": ("output", [3, 4])}),
+             ("max", "LUT6", {"I": ("input", [3, 4]), "O": ("output", [5])}),
+             ("next", "LUT6", {"I": ("input", [5]), "O": ("output", [6])}),     # back into the RAM's write
+             ("r1", "FDRE", {"D": ("input", [5]), "Q": ("output", [7])})]
+    depth = logic_depth(_netlist(cells))
+    assert depth["levels"] == 4 and depth["path"] == ["LUT6", "RAM32M16", "LUT6", "LUT6"]
+    # a path into the write data ends there: it does not run on through the RAM's read
+    write_side = [("r0", "FDRE", {"D": ("input", [90]), "Q": ("output", [1])}),
+                  ("a", "LUT6", {"I": ("input", [1]), "O": ("output", [2])}),
+                  ("b", "LUT6", {"I": ("input", [2]), "O": ("output", [3])}),
+                  ("ram", "RAM64M8", {"ADDRA": ("input", ["0"] * 6), "DIA": ("input", [3]), "WE": ("input", [1]),
+                                      "DOA": ("output", [4])}),
+                  ("c", "LUT6", {"I": ("input", [4]), "O": ("output", [5])}),
+                  ("r1", "FDRE", {"D": ("input", [5]), "Q": ("output", [6])})]
+    assert logic_depth(_netlist(write_side))["levels"] == 2          # a, b (not a, b, the RAM, c)
+
+
 def test_every_missed_target_of_the_reports_has_a_reason_and_a_next_step():
     """The fit-and-timing targets: every row of the committed engine report is assessed,
     and a missed target names why and what comes next (ndpkit_tools.impl.targets.NOTES)."""

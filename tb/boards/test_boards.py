@@ -99,7 +99,15 @@ def test_every_default_build_fits_by_the_resource_model(name):
     for r in RESOURCES:
         assert total[r] <= BUDGET * board.resources[r], (r, total[r], board.resources[r])
     # and they carry real engines, each at its measured size, not an empty shell
-    assert len(options["engines"]) >= 4 and all(result[e]["lut"] > 1000 for e in options["engines"])
+    assert len(options["engines"]) >= 2 and all(result[e]["lut"] > 1000 for e in options["engines"])
+    if board.memory["kind"] == "hbm":
+        # each instance next to its own pseudo-channel: a memory port an instance, a channel a port,
+        # and at least 19 of the 32 channels streaming attention
+        from ndpkit_spec.registry import instance_counts
+        from ndpkit_tools.boards import channels_per_port
+        counts = instance_counts(options["engines"])
+        assert options["memory_ports"] == sum(counts.values()) and channels_per_port(board, options["memory_ports"]) == 1
+        assert counts["attention"] >= 19
 
 
 def test_the_resource_model_follows_the_impl_report():

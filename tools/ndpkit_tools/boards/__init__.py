@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ndpkit.options import size
 
-__all__ = ["BOARDS_DIR", "BoardError", "Board", "board_names", "load_board", "device_options"]
+__all__ = ["BOARDS_DIR", "BoardError", "Board", "board_names", "load_board", "device_options", "channels_per_port",
+           "card_memory"]
 
 #: one folder per board: board.toml, constraints, README (package data)
 BOARDS_DIR = Path(__file__).resolve().parent
@@ -119,14 +120,19 @@ def device_options(board: Board, **overrides) -> dict:
         if width < REGISTRY[engine].min_data_width:
             raise BoardError(f"{board.name}: engine {engine!r} needs data_width {REGISTRY[engine].min_data_width}, "
                              f"not {width}")
-    ports, channels = options["memory_ports"], board.memory["pseudo_channels"]
+    channels = board.memory["pseudo_channels"]
     instances = sum(counts.values())
-    kind = "HBM pseudo-channels" if board.memory["kind"] == "hbm" else "memory controller ports"
-    if not 1 <= ports <= channels:
+    hbm = board.memory["kind"] == "hbm"
+    kind = "HBM pseudo-channels" if hbm else "memory controller ports"
+    if hbm and instances > channels:
+        # an instance sits next to its own pseudo-channel (its own memory master): more would share one
+        raise BoardError(f"{board.name}: {instances} engine instances, but the board has {channels} {kind}, one "
+                         f"memory master each: at most {channels} instances (engines {', '.join(options['engines'])})")
+    if options.get("memory_ports") is None:          # by default: one port (region) an instance, as far as they go
+        options["memory_ports"] = min(instances, channels)
+    ports = options["memory_ports"]
+    if not isinstance(ports, int) or not 1 <= ports <= channels:
         raise BoardError(f"{board.name}: memory_ports={ports} but the board has {channels} {kind}")
-    if channels % ports or ports & (ports - 1):
-        raise BoardError(f"{board.name}: memory_ports={ports} must be a power of two dividing the {channels} {kind} "
-                         f"(each port a region of equal, power-of-two size)")
     if ports > instances:
         raise BoardError(f"{board.name}: memory_ports={ports} but the device has only {instances} engine "
                          f"instance(s) (each region needs one): add instances, e.g. engines=attention*{ports}")
@@ -154,6 +160,25 @@ def device_options(board: Board, **overrides) -> dict:
                     if f >= 1 and mmcm_divisors(xdma_mhz, f)]
             raise BoardError(f"{board.name}: clock_mhz={options['clock_mhz']}: the clocking wizard cannot make it "
                              f"exactly from the XDMA's {xdma_mhz} MHz; near it: {', '.join(map(str, near))}")
-    options["mem_size"] = board.memory_bytes
+    options["mem_size"] = card_memory(board, ports)
     options["addr_width"] = max(32, (board.memory_bytes - 1).bit_length())
     return options
+
+
+def channels_per_port(board: Board, ports: int) -> int:
+    """The pseudo-channels (or controller ports) behind each of ``ports`` memory ports: the
+    most, a power of two, that ``ports`` equal regions can take of the board's memory
+    (32 ports on 32 pseudo-channels: one each; 20: one each, 12 channels unused; 16: two)."""
+    channels = board.memory["pseudo_channels"]
+    n = 1
+    while ports * n * 2 <= channels:
+        n *= 2
+    return n
+
+
+def card_memory(board: Board, ports: int) -> int:
+    """Bytes of card memory the device addresses with ``ports`` memory ports: ``ports``
+    equal regions of :func:`channels_per_port` channels each, from address 0 (channels
+    beyond them are not used)."""
+    channel_bytes = board.memory_bytes // board.memory["pseudo_channels"]
+    return ports * channels_per_port(board, ports) * channel_bytes

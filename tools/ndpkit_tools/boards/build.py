@@ -89,6 +89,11 @@ def _xilinx(board, options, out: Path) -> int:
         print(f"    {region['port']:<12} [{region['base']:#011x}, +{region['size']:#x})"
               + (f" HBM pseudo-channel(s) {', '.join(map(str, channels))}" if channels else "")
               + f": {', '.join(region['instances'])}")
+    if "hbm_pseudo_channels" in plan:
+        used = sum(len(c) for c in plan["hbm_pseudo_channels"])
+        total = plan["memory"]["pseudo_channels"]
+        print(f"  card memory: {plan['memory']['card_bytes'] >> 20} MiB on {used} of the {total} pseudo-channels"
+              + (f" (channels {used}-{total - 1} unused: no instance to sit next to them)" if used < total else ""))
     print(f"  Tcl check: {len(summary['cells'])} cells, {summary['nets']} nets, every device interface "
           f"connected, clocks as stated, each memory port mapped to exactly its region"
           f"{' (its pseudo-channels)' if 'hbm_pseudo_channels' in plan else ''}, "

@@ -453,9 +453,11 @@ def check_address_map(rec: Recorder, device_cell: str, plan: dict, memory: dict)
             assigned.setdefault(space, []).append((int(opts.get("-offset", "0"), 0), _size(opts.get("-range", "0")),
                                                    seg))
     total = memory["bytes"]
+    card = memory.get("card_bytes", total)           # the device's card memory (its regions)
     host = assigned.get("xdma/M_AXI", [])
-    if [(o, n) for o, n, _ in host] != [(0, total)] or not host[0][2].startswith(f"{device_cell}/s_axi/"):
-        problems.append(f"the host port does not see all of card memory ({total:#x} bytes at 0): {host}")
+    if len(host) != 1 or host[0][0] != 0 or not card <= host[0][1] <= max(total, card) \
+            or not host[0][2].startswith(f"{device_cell}/s_axi/"):
+        problems.append(f"the host port does not see all of card memory ({card:#x} bytes at 0): {host}")
     channel_bytes = total // memory.get("pseudo_channels", 1)
     for region in plan["regions"]:
         port = region["port"]
@@ -496,10 +498,19 @@ def check_address_map(rec: Recorder, device_cell: str, plan: dict, memory: dict)
                 if f"{sc[0].split('/')[0]}/aclk1" not in aclk or mhz is None or float(mhz) < HBM_FULL_RATE_MHZ:
                     problems.append(f"hbm/AXI_{entry:02d}_ACLK is not its SmartConnect's far clock at >= "
                                     f"{HBM_FULL_RATE_MHZ} MHz (sources {sources}, {mhz} MHz)")
+                if len(segments) == 1 and k != entry:
+                    problems.append(f"memory port {port}: its one pseudo-channel {k} is reached through "
+                                    f"SAXI_{entry:02d}, another channel's port (a lateral hop across the switch)")
                 channels.append(k)
             elif not far or not seg.startswith(far[0] + "/"):
                 problems.append(f"memory port {port} reaches {far}, but its segment is {seg}")
         found[port] = channels
+    if memory["kind"] == "hbm" and found and all(len(c) == 1 for c in found.values()):
+        # one pseudo-channel a port: the switch is not needed, and off it carries nothing across
+        for stack in ("00", "01"):
+            if str(rec.property_of("hbm", f"USER_SWITCH_ENABLE_{stack}")).upper() != "FALSE":
+                problems.append(f"every memory port has one pseudo-channel, but the HBM switch of stack {stack} "
+                                f"is not off (USER_SWITCH_ENABLE_{stack})")
     return found, problems
 
 

@@ -33,7 +33,7 @@ import tomllib
 from pathlib import Path
 
 from ndpkit_spec.shell import BAR0_SIZE
-from ndpkit_tools.boards import Board, BoardError
+from ndpkit_tools.boards import Board, BoardError, channels_per_port
 
 __all__ = ["generate", "irq_sync_verilog", "mmcm_divisors", "DEVICE_MODULE", "IRQ_SYNC_MODULE", "BD_NAME"]
 
@@ -109,14 +109,21 @@ def _xdma(board: Board) -> dict:
 
 def hbm_channels(board: Board, ports: int) -> list[list[int]]:
     """The pseudo-channels of each of ``ports`` memory ports: the device cuts card memory
-    into ``ports`` equal regions, and region ``k`` is pseudo-channels
-    ``k * n .. (k + 1) * n - 1`` (``n`` = channels / ports).  The port enters at the first;
-    with ``n`` > 1 the HBM switch carries it to the others of its region."""
+    into ``ports`` equal regions of ``n`` channels (:func:`channels_per_port`), and region
+    ``k`` is pseudo-channels ``k * n .. (k + 1) * n - 1``; channels past the last region
+    are not used.  The port enters at the first; with ``n`` > 1 the HBM switch carries it
+    to the others of its region, with ``n`` = 1 nothing crosses the switch."""
     channels = board.memory["pseudo_channels"]
-    if channels % ports:
-        raise BoardError(f"{board.name}: memory_ports={ports} does not divide the {channels} HBM pseudo-channels")
-    n = channels // ports
+    if not 1 <= ports <= channels:
+        raise BoardError(f"{board.name}: memory_ports={ports}, but the board has {channels} HBM pseudo-channels")
+    n = channels_per_port(board, ports)
     return [list(range(k * n, (k + 1) * n)) for k in range(ports)]
+
+
+def host_range(mem_size: int) -> int:
+    """The host port's address range: card memory rounded up to a power of two (Vivado's
+    ranges are powers of two; an address past card memory answers DECERR in the device)."""
+    return 1 << (mem_size - 1).bit_length()
 
 
 def hbm_segment(board: Board, channel: int) -> tuple[int, int, str]:
@@ -294,7 +301,7 @@ def _project_tcl(board: Board, options: dict, local: dict) -> str:
         "#      each memory port exactly its region (its pseudo-channels' addresses)",
         f"assign_bd_address -offset 0x0 -range {_range(BAR0_SIZE)} -target_address_space "
         f"[get_bd_addr_spaces xdma/M_AXI_LITE] [get_bd_addr_segs {CELL}/s_axil/reg0] -force",
-        f"assign_bd_address -offset 0x0 -range {_range(board.memory_bytes)} -target_address_space "
+        f"assign_bd_address -offset 0x0 -range {_range(host_range(options['mem_size']))} -target_address_space "
         f"[get_bd_addr_spaces xdma/M_AXI] [get_bd_addr_segs {CELL}/s_axi/reg0] -force",
     ]
     lines += [f"assign_bd_address -offset {offset:#x} -range {_range(size)} -target_address_space "
@@ -403,7 +410,8 @@ def generate(board: Board, options: dict, out: Path, *, local: dict | None = Non
                                                                    "xdma": board.pcie["axi_clock_mhz"]},
             "files": [f"{DEVICE_MODULE}.v", f"{IRQ_SYNC_MODULE}.v", "project.tcl", "build.tcl", "constraints.xdc"]}
     plan["memory"] = {"kind": board.memory["kind"], "bytes": board.memory_bytes,
-                      "pseudo_channels": board.memory.get("pseudo_channels", 1)}
+                      "pseudo_channels": board.memory.get("pseudo_channels", 1),
+                      "card_bytes": options["mem_size"], "host_range": host_range(options["mem_size"])}
     plan["regions"] = [{"port": name, "base": device.region(k)[0], "size": device.region(k)[1],
                         "instances": [f"{n}[{i}]" for (n, i), r in device.regions.items() if r == k]}
                        for k, name in enumerate(device.memory_port_names)]

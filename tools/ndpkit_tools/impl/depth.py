@@ -11,6 +11,9 @@ walks the JSON netlist (``write_json``) itself:
 - carry chains: Yosys 0.70 maps UltraScale+ carries to CARRY4 (four bits); Vivado uses
   CARRY8 (eight bits) and counts each as one level, so a CARRY4 counts half a level
   (a 48-bit adder: 12 CARRY4 = 6 levels, as its 6 CARRY8 would);
+- distributed RAM (RAM32M, RAM32M16, RAM64M8, RAM64X1D, ...): its read is asynchronous,
+  one level from the read address to the data out, as Vivado counts it; its write
+  inputs (data, write enable) end paths as a register's do;
 - DSP48E2: Yosys 0.70 does not pack registers into a DSP48E2 (it does for DSP48E1), so
   a DSP whose every input comes from a flip-flop or a constant and whose every output
   goes only to flip-flops is the register stage Vivado makes of it (AREG/BREG and
@@ -43,8 +46,13 @@ _LEVEL = re.compile(r"(LUT[1-6](_2)?|INV|MUXF[789])$")
 _CARRY = {"CARRY4": 0.5, "CARRY8": 1.0}
 
 
+_DISTRIBUTED_RAM = re.compile(r"RAM(32|64|128|256|512)(M|M16|M8|X\d+[SD])$")
+_READ_ADDRESS = re.compile(r"ADDR[A-H]|A\d*|DPRA\d*")
+
+
 def _is_sequential(cell_type: str) -> bool:
-    return (cell_type.startswith(("FD", "SRL", "RAMB", "URAM", "IBUF", "OBUF", "BUFG", "RAM", "FIFO"))
+    return (cell_type.startswith(("FD", "SRL", "RAMB", "URAM", "IBUF", "OBUF", "BUFG", "FIFO"))
+            or (cell_type.startswith("RAM") and not _DISTRIBUTED_RAM.match(cell_type))
             or cell_type in ("GND", "VCC"))
 
 
@@ -74,9 +82,11 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
                     readers[bit].append(name)
 
     def inputs(cell):
+        """The input bits a path runs through: a distributed RAM's read address only."""
         directions = cell.get("port_directions", {})
+        ram = _DISTRIBUTED_RAM.match(cell["type"])
         return [b for p, bits in cell["connections"].items() if directions.get(p) != "output"
-                for b in bits if not isinstance(b, str)]
+                and (not ram or _READ_ADDRESS.fullmatch(p)) for b in bits if not isinstance(b, str)]
 
     def outputs(cell):
         directions = cell.get("port_directions", {})
@@ -93,7 +103,7 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
     unregistered = 0
     for name, cell in cells.items():
         kind = cell["type"]
-        if _LEVEL.match(kind):
+        if _LEVEL.match(kind) or _DISTRIBUTED_RAM.match(kind):
             weight[name] = 1.0
         elif kind in _CARRY:
             weight[name] = _CARRY[kind]
@@ -157,6 +167,7 @@ def _endpoints(module, cells, chain, driver, readers, is_boundary, inputs, outpu
                 names.setdefault(bit, net)
     start = next((names[b] for b in inputs(cells[chain[0]])
                   if b in names and (b not in driver or driver[b] in is_boundary)), "?")
-    ends = [r for b in outputs(cells[chain[-1]]) for r in readers[b] if r in is_boundary]
+    ends = [r for b in outputs(cells[chain[-1]]) for r in readers[b]
+            if r in is_boundary or _DISTRIBUTED_RAM.match(cells[r]["type"])]
     finish = next((names[b] for r in ends for b in outputs(cells[r]) if b in names), "?")
     return [start, finish]
