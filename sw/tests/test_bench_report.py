@@ -108,6 +108,14 @@ def test_engine_rows_come_from_the_inputs(generated):
     # measured efficiency and fixed cost, applied to the card build's 512-bit engines
     assert data["decode"]["setup"]["steady_efficiency"] == 0.96 and data["decode"]["setup"]["port_bytes"] == 64
     assert data["decode"]["setup"]["fixed_cycles"] == 2000
+    # the card is the U55C's default build: its instances, clock and card memory; the HPU batch is
+    # the paper's or, where four such cards hold less KV, the most they hold
+    dec = data["decode"]
+    assert dec["setup"]["engines_per_card"] == dec["card"]["attention_instances"] >= 19
+    assert dec["setup"]["card_memory"] == dec["card"]["card_memory"]
+    per_sequence = 2048 * 2 * 32 * 32 * 128 * 2                     # Llama-2-7B's KV at 2K tokens
+    assert dec["card_batch"] // 4 * per_sequence <= dec["card"]["card_memory"] < (dec["card_batch"] // 4 + 1) * \
+        per_sequence or dec["card_batch"] == 64
     # the worst measured scaling of attention instances at once (G = 1, N > 1)
     assert data["decode"]["setup"]["scaling"] == pytest.approx(1000 / 1100)
     assert data["scaling"]["worst"] == pytest.approx(1000 / 1100)

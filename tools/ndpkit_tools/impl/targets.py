@@ -86,25 +86,24 @@ NOTES = {
                                  "output registered (the updater's inputs now are).",
     ("adam", "max", "ecp5"): "does not fit (97.6k LUT sites); the default configuration's 79.9 MHz stands for "
                              "the engine. Next: as the default's.",
-    ("attention", "default", "levels"): "10 levels (25 before the request checks were staged, 11 before the alignment change): "
-                                        "the KV format (registered) decoded in RowDot's first pass, the products' "
-                                        "exponents and their maximum in one cycle (the second pass's alignment, "
-                                        "11, now works from registered exponents). Next: the first pass's "
-                                        "decoded exponents registered before the maximum's tree.",
-    ("attention", "max", "levels"): "11 levels: from RowDot's result register to the score scaling multiply's "
-                                    "third stage (block.datapath.row_dot0.round_s7 -> scale0_mul1_s3: a 32-bit "
-                                    "and a 12-bit carry chain with the selection between them). The epilogue's "
-                                    "rounding (11 before) now counts the wide sum's leading zeros a stage before "
-                                    "the shift amount, and RowDot's alignment works from registered exponents. "
-                                    "Next: the scale multiply's partial products summed over two stages "
-                                    "(staged_product(sum_stages=2)).",
+    ("attention", "default", "levels"): "11 levels (10 before the distributed-RAM change, 25 before the request checks were "
+                                        "staged): the K side's issue decision (the pass counter's compares, the "
+                                        "row buffer's, q bank's and RowDot's room, the bank's state) into the score "
+                                        "bank's state (block.datapath.k_j -> bank1_state). Next: the block-start "
+                                        "compare registered a cycle ahead, as the issue counters step",
+    ("attention", "max", "levels"): "11 levels: the KV format (registered) decoded in RowDot's first pass, "
+                                    "the products' exponents and their maximum in one cycle "
+                                    "(block.datapath.kv_format -> row_dot0.pass1_s3; before, an 11-level path "
+                                    "from RowDot's result into the score scaling multiply). Next: the first "
+                                    "pass's decoded exponents registered before the maximum's tree",
     ("attention", "ecp5", "levels"): "11 levels on a netlist before the conversions' change: the "
                                      "final narrowing conversion's first stage (5 levels alone now). Next: "
                                      "re-measure (the default configuration's path applies).",
-    ("attention", "max", "area"): "36.7k LUT at 32 lanes (by block, 37.3k before the sum rounding and alignment changes, docs/engines/attention.md: datapath 13.6k, "
-                                  "RunningSums 8.1k, RowDot 7.0k, sequencer 4.1k, burst ports 3.5k). Next: the "
-                                  "per-bank m / corr registers into distributed RAM and the epilogue's 17-lane "
-                                  "registers into a rotating register file.",
+    ("attention", "max", "area"): "34.8k LUT at 32 lanes (36.7k before the softmax maxima, denominators and "
+                                  "light readers' buffers moved to distributed RAM; by block, docs/engines/"
+                                  "attention.md: the MAC lanes' RowDot and RunningSums are 14k of it). "
+                                  "Next: the epilogue's 17-lane acc / part registers and their selects into a "
+                                  "rotating register file, the request-check stages shared with the command's",
     ("attention", "default", "ecp5"): "does not fit: 224 DP16KD > 208 (the buffers are sized by the largest "
                                       "query group and head dimension, not by the lanes); the ecp5 configuration "
                                       "(64-bit, 8 lanes, 202 DP16KD) is the one placed.",
