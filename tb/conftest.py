@@ -9,6 +9,7 @@ tests on the model and the sim card.
 starts once, ~5 s with a cached build); every sim-device test is in one xdist group
 so they share that server.  ``rng`` prints its seed (``SEED=...`` reproduces).
 """
+import contextlib
 import os
 import random
 
@@ -24,18 +25,35 @@ TRANSPORTS = [pytest.param("model", id="model"),
               pytest.param("sim", id="sim", marks=[pytest.mark.sim, pytest.mark.xdist_group("device_sim")])]
 
 
-@pytest.fixture(scope="session")
-def devices():
+@contextlib.contextmanager
+def opened_once():
+    """A function that opens a URI's device the first time it is asked for it and
+    hands back that device after; every one of them closed at the end."""
     opened = {}
 
-    def get(kind):
-        if kind not in opened:
-            opened[kind] = ndpkit.open(kind)
-        return opened[kind]
+    def get(uri):
+        if uri not in opened:
+            opened[uri] = ndpkit.open(uri)
+        return opened[uri]
 
-    yield get
-    for dev in opened.values():
-        dev.close()
+    try:
+        yield get
+    finally:
+        for dev in opened.values():
+            dev.close()
+
+
+@pytest.fixture(scope="session")
+def devices():
+    with opened_once() as get:
+        yield get
+
+
+@pytest.fixture(scope="module")
+def cards():
+    """:func:`opened_once` for a module's cards (closed when the module's tests end)."""
+    with opened_once() as get:
+        yield get
 
 
 @pytest.fixture(params=TRANSPORTS)

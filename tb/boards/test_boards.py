@@ -223,7 +223,12 @@ def small_u280(tmp_path_factory):
 ])
 @pytest.mark.xdist_group("small_u280")
 def test_tcl_check_catches_a_broken_project(small_u280, tmp_path, mutation, message):
-    out = Path(shutil.copytree(small_u280, tmp_path / "project"))
+    _check_mutated(small_u280, tmp_path, mutation, message)
+
+
+def _check_mutated(project, tmp_path, mutation, message):
+    """A copy of ``project`` with one text of its Tcl replaced: the check fails with ``message``."""
+    out = Path(shutil.copytree(project, tmp_path / "project"))
     tcl = out / "project.tcl"
     text = tcl.read_text()
     assert mutation[0] in text
@@ -270,13 +275,7 @@ def per_channel_u55c(tmp_path_factory):
 ])
 @pytest.mark.xdist_group("per_channel_u55c")
 def test_tcl_check_catches_a_wrong_channel_map(per_channel_u55c, tmp_path, mutation, message):
-    out = Path(shutil.copytree(per_channel_u55c, tmp_path / "project"))
-    tcl = out / "project.tcl"
-    text = tcl.read_text()
-    assert mutation[0] in text
-    tcl.write_text(text.replace(mutation[0], mutation[1], 1))
-    with pytest.raises(TclCheckError, match=message):
-        check_project(out)
+    _check_mutated(per_channel_u55c, tmp_path, mutation, message)
 
 
 @pytest.mark.xdist_group("small_u280")

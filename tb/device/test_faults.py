@@ -41,21 +41,6 @@ def _marks(engine, fault):
     return marks
 
 
-@pytest.fixture(scope="module")
-def cards():
-    opened = {}
-
-    def get(engine, kind):
-        uri = CARDS[engine].format(kind)
-        if uri not in opened:
-            opened[uri] = ndpkit.open(uri)
-        return opened[uri]
-
-    yield get
-    for dev in opened.values():
-        dev.close()
-
-
 class Job:
     """One valid command of ``engine`` inside an arena, with the arrays it reads and
     writes (``(offset, length)`` in the arena) and the arena image it starts from."""
@@ -122,7 +107,7 @@ def _jobs(cards, engine, seed):
     """The same job on the sim card and on the model (same arenas, same image)."""
     jobs = []
     for kind in ("sim", "model"):
-        dev = cards(engine, kind)
+        dev = cards(CARDS[engine].format(kind))
         dev.wait_all()
         dev.free_all()
         inside, outside = dev.alloc(ARENA), dev.alloc(ARENA)
