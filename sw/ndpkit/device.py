@@ -364,13 +364,23 @@ class Device:
         """The memory region a Buffer or card address lies in (None: outside card memory)."""
         return self.allocator.region_of(where.address if isinstance(where, Buffer) else int(where))
 
-    def alloc(self, size: int, align: int | None = None, *, region: int | None = None) -> Buffer:
+    def alloc(self, size: int, align: int | None = None, *, region: int | None = None,
+              engine: str | None = None) -> Buffer:
         """A buffer of ``size`` bytes, rounded up to whole bus words, aligned to ``align``
         (default: one bus word), in memory region ``region`` (default: the first with
-        room).  An engine instance works in one region (:meth:`instance`, its
-        ``region``): a command's buffers must be where it works."""
+        room), or with ``engine`` (a name) in a region where an instance of that engine
+        works (of those, the one with the most free bytes).  An engine instance works in
+        one region (:meth:`instance`, its ``region``): a command's buffers must be where
+        it works, so ``engine=`` is the placement a card with several regions needs::
+
+            p = dev.upload(params, engine="adam")      # then dev.adam.step(p, ...) works on it
+        """
         if not isinstance(size, (int, np.integer)) or size <= 0:
             raise ValueError(f"size must be a positive number of bytes, not {size!r}")
+        if engine is not None:
+            if region is not None:
+                raise ValueError("give region or engine, not both")
+            region = self.region_for(engine)
         align = self.word_bytes if align is None else align
         rounded = -(-int(size) // self.word_bytes) * self.word_bytes
         if not self.guard_bytes:
@@ -417,11 +427,22 @@ class Device:
             self._guards.clear()
             self.allocator = RegionAllocator(self.mem_base, self.mem_size, self.memory_ports)
 
-    def upload(self, data, align: int | None = None, *, region: int | None = None) -> Buffer:
-        """Allocate a buffer (in ``region``, see :meth:`alloc`) and copy ``data`` (bytes
-        or NumPy array) into it."""
+    def region_for(self, engine: str) -> int:
+        """The memory region of an instance of ``engine`` with the most free bytes (where
+        :meth:`alloc` puts ``engine=`` buffers)."""
+        clients = self.instances.get(engine) if isinstance(engine, str) else None
+        if not clients:
+            raise ValueError(f"engine: this card has no {engine!r} instance (it has "
+                             f"{', '.join(self.instances) or 'no engines'})")
+        regions = sorted({c.region for c in clients})
+        return max(regions, key=lambda r: (self.allocator.regions[r].free_bytes, -r))
+
+    def upload(self, data, align: int | None = None, *, region: int | None = None,
+               engine: str | None = None) -> Buffer:
+        """Allocate a buffer (in ``region``, or near ``engine``: see :meth:`alloc`) and
+        copy ``data`` (bytes or NumPy array) into it."""
         raw = _raw(data)
-        buf = self.alloc(max(1, len(raw)), align, region=region)
+        buf = self.alloc(max(1, len(raw)), align, region=region, engine=engine)
         buf.write(raw)
         return buf
 

@@ -240,7 +240,7 @@ class EngineClient:
             raise ValueError(f"{self.name}: argument '{self.argument_names.get(field, field)}' is in memory region "
                              f"{region}, where no {self.name} instance works (its instances work in region(s) "
                              f"{', '.join(map(str, where))}); allocate its buffers there: "
-                             f"dev.alloc(..., region={where[0]})")
+                             f"dev.alloc(..., engine={self.name!r}) or dev.alloc(..., region={where[0]})")
         spans = [(a, a + n) for _, a, n in ranges]
         for client in candidates:
             for command in client._in_flight.values():

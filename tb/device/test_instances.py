@@ -92,6 +92,14 @@ def test_a_command_across_regions_or_where_no_instance_works_is_refused():
         with pytest.raises(ValueError, match=r"argument 'p' is in memory region 1, where no adam instance works "
                                              r"\(its instances work in region\(s\) 0\)"):
             dev.adam.step(p, m, v, g, scalars=scalars_for_step(1, lr=1e-3))
+        # engine=: the buffers where an instance of the engine works, the one call then runs
+        near = [dev.upload(np.zeros(1024, np.float32), engine="adam") for _ in range(4)]
+        assert {dev.region_of(b) for b in near} == {0}
+        assert dev.adam.step(*near, scalars=scalars_for_step(1, lr=1e-3)).ok
+        with pytest.raises(ValueError, match="engine: this card has no 'attention' instance"):
+            dev.alloc(64, engine="attention")
+        with pytest.raises(ValueError, match="give region or engine, not both"):
+            dev.alloc(64, region=0, engine="adam")
         with pytest.raises(OutOfDeviceMemory, match=r"region 1 \[0x200000, \+0x200000\): no free range of \d+ bytes .* free in the region"):
             dev.alloc(4 << 20, region=1)
         with pytest.raises(ValueError, match="region must be 0..1"):
