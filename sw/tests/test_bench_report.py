@@ -113,6 +113,7 @@ def test_engine_rows_come_from_the_inputs(generated):
     dec = data["decode"]
     assert dec["setup"]["engines_per_card"] == dec["card"]["attention_instances"] >= 19
     assert dec["setup"]["card_memory"] == dec["card"]["card_memory"]
+    assert dec["card"]["one_more"] and all(share > 0.7 for share in dec["card"]["one_more"].values())   # as many as fit
     per_sequence = 2048 * 2 * 32 * 32 * 128 * 2                     # Llama-2-7B's KV at 2K tokens
     assert dec["card_batch"] // 4 * per_sequence <= dec["card"]["card_memory"] < (dec["card_batch"] // 4 + 1) * \
         per_sequence or dec["card_batch"] == 64

@@ -201,21 +201,27 @@ def offload_section(inputs: dict) -> dict:
 
 def card_build(board_name: str) -> dict:
     """What the board's default build holds (the one ``make bitstream`` generates): its
-    attention instances, clock, port width and its fit by the resource model."""
+    attention instances, clock, port width, its fit by the resource model, and what one
+    more attention instance (with its memory port) would exceed."""
     from ndpkit_spec.registry import instance_counts
     from ndpkit_tools.boards import device_options, load_board
-    from ndpkit_tools.boards.resources import totals
+    from ndpkit_tools.boards.resources import BUDGET, totals
     board = load_board(board_name)
     options = device_options(board)
+    counts = instance_counts(options["engines"])
     total = totals(board, options)["total"]
     worst = max((r for r in total if board.resources.get(r)), key=lambda r: total[r] / board.resources[r])
+    more = dict(options, memory_ports=options["memory_ports"] + 1,
+                engines=[f"{n}*{c + (n == 'attention')}" for n, c in counts.items()])
+    more_total = totals(board, more)["total"]
+    over = [r for r in more_total if board.resources.get(r) and more_total[r] > BUDGET * board.resources[r]]
     return {"board": board_name, "engines": ", ".join(options["engines"]),
-            "attention_instances": instance_counts(options["engines"]).get("attention", 0),
+            "attention_instances": counts.get("attention", 0),
             "memory_ports": options["memory_ports"], "card_memory": options["mem_size"],
             "clock_mhz": options["clock_mhz"], "port_bytes": options["data_width"] // 8,
             "fit": f"{total[worst] / board.resources[worst]:.0%} of its {worst.upper()} by the resource model, "
-                   f"the most used resource", "binding": worst.upper(),
-            "binding_share": total[worst] / board.resources[worst]}
+                   f"the most used resource",
+            "one_more": {r.upper(): more_total[r] / board.resources[r] for r in over}}
 
 
 def decode_section(inputs: dict) -> dict:
@@ -425,9 +431,10 @@ def markdown(report: dict) -> str:
               f"step: each streams {fmt(dec['card_bandwidth'] / 1e9)} GB/s of KV at {fmt(dec['setup']['clock'] / 1e6)} MHz "
               "(the U55C default build's clock, within what the attention engine's logic depth supports), where "
               "the HPU prototype measured 336 GB/s (73 % of its HBM). More instances per card move the ratio up "
-              "until the GPU's weight streaming binds; what limits them is the attention instance's area: the "
-              f"default build uses {dec['card']['binding_share']:.0%} of the part's {dec['card']['binding']} by the "
-              "resource model, against a budget of 70 %.", "",
+              "until the GPU's weight streaming binds; what limits them is the attention instance's area: one more "
+              "instance (and its memory port) would take the build to "
+              + ", ".join(f"{share:.1%} of the part's {r}" for r, share in dec["card"]["one_more"].items())
+              + " by the resource model, over the 70 % budget.", "",
               "![decode throughput](decode.png)", "", "Assumptions (`ndpkit_tools.bench.model.DecodeSetup`, `ModelShape`):",
               "", "| parameter | value |", "|---|---|", _assumptions(dec["setup"]), _assumptions(dec["shape"]), "",
               "## Card scale: instances on their own memory regions", ""]
