@@ -36,8 +36,9 @@ def _tf32(nprng, shape):
     return (b << 16) | np.where(special, 0, nprng.integers(0, 8, shape) << 13).astype(np.uint32)
 
 
-@pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
-@pytest.mark.parametrize("lanes", [4, 16])
+@pytest.mark.parametrize("fmt, lanes", [(KvFormat.FP16, 16), (KvFormat.BF16, 4),      # each format, each width once
+                                        pytest.param(KvFormat.BF16, 16, marks=pytest.mark.long),
+                                        pytest.param(KvFormat.FP16, 4, marks=pytest.mark.long)])
 def test_row_dot_matches_aligned_dot(rng, fmt, lanes):
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     max_beats = 8

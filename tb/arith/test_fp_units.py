@@ -100,7 +100,8 @@ def unit_lanes(unit: str) -> int:
 
 def fp_design(unit: str):
     from ndpkit_tools.sim.runner import Design
-    return Design(UNITS[unit].build(unit_lanes(unit)), f"fp_{unit}", key=f"{unit} lanes={unit_lanes(unit)}")
+    return Design(UNITS[unit].build(unit_lanes(unit)), f"fp_{unit}", key=f"{unit} lanes={unit_lanes(unit)}",
+                  quick_build=True)
 
 
 @pytest.mark.sim

@@ -193,7 +193,7 @@ def board_is_hbm(name):
     return load_board(name).memory["kind"] == "hbm"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")      # (a module's fixture is set up again when xdist interleaves modules)
 def small_u280(tmp_path_factory):
     """One generated and checked project, copied by each test that breaks it."""
     _, _, out, _ = _project("alveo_u280", tmp_path_factory.mktemp("u280"), engines="dma_copy", memory_ports=1)
@@ -237,7 +237,7 @@ def _check_mutated(project, tmp_path, mutation, message):
         check_project(out)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def per_channel_u55c(tmp_path_factory):
     """A project with a memory port per instance, each on its own pseudo-channel (20
     dma_copy instances: 20 ports by default, pseudo-channels 20-31 unused)."""

@@ -161,7 +161,7 @@ def run_engine_bench(kind: str, module: str, config: str, long: bool = False) ->
     cls = {"read": BurstReader, "write": BurstWriter}[kind]
     engine = cls(addr_width=32, data_width=p["data_width"], max_burst_bytes=p["max_burst_bytes"],
                  max_outstanding=p["max_outstanding"], buffer_beats=p["buffer_beats"])
-    run_bench(Design(engine, f"burst_{kind}er"), module, params=p)
+    run_bench(Design(engine, f"burst_{kind}er", quick_build=True), module, params=p)
 
 
 def start_engine_bench(dut, ram, channel: str):

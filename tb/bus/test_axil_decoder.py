@@ -77,5 +77,5 @@ async def random_accesses(dut):
 def test_axil_decoder():
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.bus.axil_decoder import AxiLiteDecoder
-    run_bench(Design(AxiLiteDecoder(addr_width=ADDR_WIDTH, regions=REGIONS), "axil_decoder"), __name__,
+    run_bench(Design(AxiLiteDecoder(addr_width=ADDR_WIDTH, regions=REGIONS), "axil_decoder", quick_build=True), __name__,
               params=dict(operations=400, stall=0.3))

@@ -113,7 +113,7 @@ def interconnect_design(p):
     from ndpkit_tools.sim.runner import Design
     from ndpkit_hw.bus.interconnect import AxiInterconnect
     return Design(AxiInterconnect(num_masters=p["num_masters"], data_width=p["data_width"],
-                                  id_width=p["id_width"]), "interconnect")
+                                  id_width=p["id_width"]), "interconnect", quick_build=True)
 
 
 @pytest.mark.sim

@@ -97,7 +97,7 @@ def router_design(p):
     from ndpkit_tools.sim.runner import Design
     from ndpkit_hw.bus.region_router import AxiRegionRouter
     return Design(AxiRegionRouter(num_ports=p["ports"], base=0, region_size=p["region"], addr_width=32,
-                                  data_width=p["data_width"], id_width=4), "region_router")
+                                  data_width=p["data_width"], id_width=4), "region_router", quick_build=True)
 
 
 @pytest.mark.sim

@@ -145,4 +145,4 @@ def test_memory_model(config):
     model = AxiMemoryModel(size=p["size"], base=p["base"], data_width=p["data_width"],
                            read_latency=p["read_latency"], write_latency=p["write_latency"],
                            bytes_per_cycle=p["bytes_per_cycle"], stall_per_256=p["stall_per_256"])
-    run_bench(Design(model, "memory_model"), __name__, params=p)
+    run_bench(Design(model, "memory_model", quick_build=True), __name__, params=p)

@@ -126,4 +126,4 @@ async def reset_values(dut):
 def test_csr_block():
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.shell.csr import CSRBlock
-    run_bench(Design(CSRBlock(EXAMPLE), "csr_example"), __name__)
+    run_bench(Design(CSRBlock(EXAMPLE), "csr_example", quick_build=True), __name__)

@@ -217,5 +217,6 @@ def test_adam_engine(config):
     from ndpkit_hw.engines.harness import EngineHarness
     c = CONFIGS[config]
     engine = AdamEngine(data_width=c["data_width"], max_burst_bytes=c["max_burst_bytes"], lanes=c.get("lanes"))
-    run_bench(Design(EngineHarness(engine, mem_size=1 << 20, stall_per_256=c["stall_per_256"]), "adam_engine", key=str(c)),
+    run_bench(Design(EngineHarness(engine, mem_size=1 << 20, stall_per_256=c["stall_per_256"]), "adam_engine", key=str(c),
+                     quick_build=True),
               __name__, params=c)

@@ -102,4 +102,5 @@ def test_adam_updater(config):
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.engines.adam.updater import AdamUpdater
     params = CONFIGS[config]
-    run_bench(Design(AdamUpdater(lanes=params["lanes"]), "adam_updater", key=f"lanes={params['lanes']}"), __name__, params=params)
+    run_bench(Design(AdamUpdater(lanes=params["lanes"]), "adam_updater", key=f"lanes={params['lanes']}", quick_build=True),
+              __name__, params=params)

@@ -168,4 +168,4 @@ def test_attention_engine(config):
     c = CONFIGS[config]
     engine = AttentionEngine(data_width=c["data_width"], lanes=c["lanes"], max_burst_bytes=c["max_burst_bytes"])
     run_bench(Design(EngineHarness(engine, mem_size=MEM, stall_per_256=c["stall_per_256"]), "attention_engine",
-                     key=f"{c} {MEM}"), __name__, params=c)
+                     key=f"{c} {MEM}", quick_build=True), __name__, params=c)

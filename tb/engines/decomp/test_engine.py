@@ -100,5 +100,6 @@ def test_decomp_engine(config):
     from ndpkit_hw.engines.harness import EngineHarness
     c = CONFIGS[config]
     engine = DecompEngine(data_width=c["data_width"], max_burst_bytes=c["max_burst_bytes"])
-    run_bench(Design(EngineHarness(engine, mem_size=MEM, stall_per_256=c["stall_per_256"]), "decomp_engine", key=f"{c} {MEM}"),
+    run_bench(Design(EngineHarness(engine, mem_size=MEM, stall_per_256=c["stall_per_256"]), "decomp_engine", key=f"{c} {MEM}",
+                     quick_build=True),
               __name__, params=c)

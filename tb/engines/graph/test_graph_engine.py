@@ -188,4 +188,4 @@ def test_graph_engine(config):
     from ndpkit_hw.engines.harness import EngineHarness
     c = CONFIGS[config]
     run_bench(Design(EngineHarness(GraphEngine(), mem_size=MEM, stall_per_256=c["stall_per_256"]), "graph_engine",
-                     key=f"{c} {MEM}"), __name__, params=c)
+                     key=f"{c} {MEM}", quick_build=True), __name__, params=c)

@@ -169,4 +169,4 @@ def test_sg_unit(config):
     c = CONFIGS[config]
     unit = SgUnit(row_bytes=c["row_bytes"], banks=c["banks"], link_bytes=c["link_bytes"])
     run_bench(Design(SgHarness(unit, mem_size=MEM, stall_per_256=c["stall_per_256"]), "sg_unit",
-                     key=f"{c} {MEM}"), __name__, params=c)
+                     key=f"{c} {MEM}", quick_build=True), __name__, params=c)

@@ -78,6 +78,9 @@ class Design:
     component: object
     toplevel: str
     key: str | None = None
+    #: compile the C++ at -O0: a build in a fifth of the time for a simulation that runs
+    #: seconds (the unit and block benches), not for the long-running cards and benchmarks
+    quick_build: bool = False
 
     def verilog(self) -> str:
         from ndpkit_hw.convert import to_verilog
@@ -132,8 +135,13 @@ def _wave_format() -> str | None:
     return "fst"
 
 
-def _verilator_runner():
-    """cocotb's Verilator runner, minus ``--public-flat-rw``.
+#: the C++ optimisation of a quick build's design code (the shared runtime keeps Verilator's)
+QUICK_MAKE_VARS = ["OPT_FAST=-O0", "OPT_SLOW=-O0"]
+
+
+def _verilator_runner(make_vars=()):
+    """cocotb's Verilator runner, minus ``--public-flat-rw``, its ``make`` between the
+    Verilator runtime cache's restore and save (:mod:`ndpkit_tools.sim.runtime_cache`).
 
     cocotb makes every signal of the design public, which keeps Verilator from
     optimising and made the device simulate at a third of its speed.  Benches only
@@ -151,7 +159,17 @@ def _verilator_runner():
         first = cmds[0]
         if "--public-flat-rw" in first:      # our build args carry --public-depth 1 instead
             first.remove("--public-flat-rw")
-        return cmds
+        # around the make: the Verilator runtime's objects from the shared cache, and into it
+        out = []
+        for cmd in cmds:
+            if cmd and cmd[0] == "make":
+                cmd = cmd + list(make_vars)
+                build_dir, variables = cmd[cmd.index("-C") + 1], [a for a in cmd if "=" in a]
+                cache = [sys.executable, "-m", "ndpkit_tools.sim.runtime_cache"]
+                out += [cache + ["restore", build_dir, *variables], cmd, cache + ["save", build_dir, *variables]]
+            else:
+                out.append(cmd)
+        return out
 
     runner._build_command = _build_command
     return runner
@@ -161,8 +179,9 @@ def _build(design: Design, waves: str | None) -> Path:
     text = design.verilog()
     args = BUILD_ARGS + ["--public-depth", "1"] + (["--trace-fst", "--trace-structs"] if waves == "fst" else
                          ["--trace-structs"] if waves == "vcd" else [])
+    make_vars = QUICK_MAKE_VARS if design.quick_build else []
     library = verilog_library(text)
-    key = hashlib.sha256("\0".join([text, *args, verilator_version(), WAIVER_FILE.read_text(),
+    key = hashlib.sha256("\0".join([text, *args, *make_vars, verilator_version(), WAIVER_FILE.read_text(),
                                     *(v.read_text() for v in library)]).encode()).hexdigest()[:16]
     build_dir = build_dir_root() / f"{design.toplevel}-{key}"
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -178,7 +197,7 @@ def _build(design: Design, waves: str | None) -> Path:
             started = time.monotonic()
             source = build_dir / f"{design.toplevel}.v"
             source.write_text(text)
-            runner = _verilator_runner()
+            runner = _verilator_runner(make_vars)
             runner.build(sources=[WAIVER_FILE, *library, source], hdl_toplevel=design.toplevel,
                          build_dir=build_dir, build_args=args, waves=waves is not None,
                          timescale=("1ns", "1ps"), log_file=build_dir / "build.log")
