@@ -220,7 +220,7 @@ def small_u280(tmp_path_factory):
      "the device clock pin declares 200000000 Hz but clock_wizard makes 250 MHz"),
     (("[get_bd_pins clock_wizard/clk_out1] [get_bd_pins mem_sc0/aclk]", "[get_bd_pins xdma/axi_aclk] "
       "[get_bd_pins mem_sc0/aclk]"), "mem_sc0 \\(device interface m_axi_mem\\) does not cross"),
-])
+], ids=lambda v: "" if isinstance(v, tuple) else re.sub(r"\W+", "_", str(v))[:40])
 @pytest.mark.xdist_group("small_u280")
 def test_tcl_check_catches_a_broken_project(small_u280, tmp_path, mutation, message):
     _check_mutated(small_u280, tmp_path, mutation, message)
@@ -272,7 +272,7 @@ def per_channel_u55c(tmp_path_factory):
     # the host port seeing less than card memory
     (("-range 16G -target_address_space [get_bd_addr_spaces xdma/M_AXI]",
       "-range 8G -target_address_space [get_bd_addr_spaces xdma/M_AXI]"), "the host port does not see all of card"),
-])
+], ids=lambda v: "" if isinstance(v, tuple) else re.sub(r"\W+", "_", str(v))[:40])
 @pytest.mark.xdist_group("per_channel_u55c")
 def test_tcl_check_catches_a_wrong_channel_map(per_channel_u55c, tmp_path, mutation, message):
     _check_mutated(per_channel_u55c, tmp_path, mutation, message)
