@@ -29,7 +29,7 @@ class UartCard(wiring.Component):
         self.device = Device(mem_size=mem_size, **device_params)
         d = self.device
         self.bridge = UartBridge(divisor=divisor, data_width=d.data_width, addr_width=d.addr_width,
-                                 id_width=len(d.s_axi.awid))
+                                 id_width=len(d.s_axi.awid), reg_addr_width=len(d.s_axil.awaddr))
         self.memory = AxiRam(size=mem_size, base=d.mem_base, addr_width=d.addr_width, data_width=d.data_width,
                              id_width=d.mem_id_width)
         super().__init__()

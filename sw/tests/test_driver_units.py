@@ -174,7 +174,7 @@ def test_uart_transport_reports_a_silent_or_out_of_step_link():
     silent = UartTransport(link=Link(b""), timeout=0.01)
     with pytest.raises(TransportClosed, match="stopped answering"):
         silent.read32(0)
-    assert silent.link.sent == bytes([0x02, 0, 0])              # REG_READ, offset 0
+    assert silent.link.sent == bytes([0x02, 0, 0, 0, 0])        # REG_READ, offset 0 (u32)
     with pytest.raises(TransportClosed, match="out of step"):
         UartTransport(link=Link(bytes([0x81, 0, 0, 0, 0, 0]))).read32(4)
     with pytest.raises(ndpkit.RegisterAccessError):

@@ -24,7 +24,9 @@ import ndpkit
 from ndpkit import DeviceError, DmaError, ErrorCode, RegisterAccessError
 from ndpkit.device import Device
 from ndpkit_tools.sim.bench import bench_params, start_clock_and_reset
-from ndpkit.transport.uart import BAD_OPCODE, UartTransport
+from ndpkit.transport.uart import BAD_OPCODE, UartTransport, encode_reg_read, encode_reg_write
+from ndpkit_spec.codes import AxiResp
+from ndpkit_spec.shell import BAR0_SIZE, GLOBAL
 
 DIVISOR = 16                      # clock cycles per bit: 10 ns clock -> 160 ns bits (6.25 Mbaud)
 CARD = dict(engines=("dma_copy",), data_width=64, mem_size=64 << 10, max_burst_bytes=512, max_outstanding=2)
@@ -61,13 +63,24 @@ def exercise(dev: Device, rng: random.Random) -> None:
     t.link.write(bytes([0x7A]))
     assert t.link.read(1) == bytes([BAD_OPCODE])
     assert t.read32(0) == dev.shell.read("id")
-    # errors: a register nobody decodes, memory beyond the card
-    for action in (lambda: t.read32(0x7000), lambda: t.write32(0x7000, 1)):
+    # errors: a register nobody decodes (an instance slot above 64 KiB too: the offset is
+    # 32 bits on the link), memory beyond the card
+    for action in (lambda: t.read32(0x7000), lambda: t.write32(0x7000, 1),
+                   lambda: t.read32(BAR0_SIZE - 4), lambda: t.write32(BAR0_SIZE - 4, 1)):
         try:
             action()
             raise AssertionError("an unmapped register answered OKAY")
         except RegisterAccessError:
             pass
+    # an offset beyond BAR0, past the transport's own check: answered DECERR, never sent
+    # aliased onto a register (register 0 is the id, which would answer OKAY)
+    t.link.write(encode_reg_read(BAR0_SIZE))
+    assert t.link.read(6) == bytes([0x82, AxiResp.DECERR, 0, 0, 0, 0])
+    scratch = GLOBAL.register("scratch").offset
+    t.write32(scratch, 0x1234)
+    t.link.write(encode_reg_write(BAR0_SIZE + scratch, 0x5A5A))
+    assert t.link.read(2) == bytes([0x81, AxiResp.DECERR])
+    assert t.read32(scratch) == 0x1234
     for action in (lambda: t.dma_read(dev.mem_base + dev.mem_size, 8),
                    lambda: t.dma_write(dev.mem_base + dev.mem_size, bytes(8))):
         try:

@@ -6,8 +6,8 @@ protocol) sends requests; the bridge answers each with one reply:
 ==========  ================================  ==========================================
 request     bytes after the opcode            reply
 ==========  ================================  ==========================================
-REG_WRITE   offset (2), value (4)             REG_WRITE|0x80, resp
-REG_READ    offset (2)                        REG_READ|0x80, resp, value (4)
+REG_WRITE   offset (4), value (4)             REG_WRITE|0x80, resp
+REG_READ    offset (4)                        REG_READ|0x80, resp, value (4)
 MEM_WRITE   address (4), words (2), data      MEM_WRITE|0x80, resp (after the last B)
 MEM_READ    address (4), words (2)            MEM_READ|0x80, data (4 per word), resp
 ==========  ================================  ==========================================
@@ -25,6 +25,8 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.bridge import BAD_OPCODE, MEM_READ, MEM_WRITE, REG_READ, REG_WRITE
+from ndpkit_spec.codes import AxiResp
+from ndpkit_spec.shell import BAR0_SIZE
 from ndpkit_hw.bus.axi import AXI4LiteSignature, AXI4Signature, log2_exact
 
 __all__ = ["UartRx", "UartTx", "UartBridge"]
@@ -131,12 +133,13 @@ def write_states(m: Module, prefix: str, bus) -> None:
 
 
 class UartBridge(wiring.Component):
-    """``regs``: AXI4-Lite master to the device's BAR0; ``mem``: AXI4 master to the
-    device's host DMA port (``data_width`` bits)."""
+    """``regs``: AXI4-Lite master to the device's BAR0 (``reg_addr_width`` bits; a
+    register offset beyond them is answered DECERR, not sent aliased); ``mem``: AXI4
+    master to the device's host DMA port (``data_width`` bits)."""
 
     def __init__(self, *, divisor: int, data_width: int = 32, addr_width: int = 32, id_width: int = 4,
-                 reg_addr_width: int = 16, rx_fifo_depth: int = 64):
-        self.divisor, self.data_width = divisor, data_width
+                 reg_addr_width: int = (BAR0_SIZE - 1).bit_length(), rx_fifo_depth: int = 64):
+        self.divisor, self.data_width, self.reg_addr_width = divisor, data_width, reg_addr_width
         self.lane_bits = log2_exact(data_width // 32, "data_width/32")
         self.rx_fifo_depth = rx_fifo_depth
         super().__init__({
@@ -197,7 +200,7 @@ class UartBridge(wiring.Component):
                     m.d.sync += [opcode.eq(rx_fifo.r_data), header.eq(0), position.eq(0), resp.eq(0)]
                     with m.Switch(rx_fifo.r_data):
                         with m.Case(REG_WRITE, REG_READ):
-                            m.d.sync += need.eq(2)
+                            m.d.sync += need.eq(4)
                             m.next = "HEADER"
                         with m.Case(MEM_WRITE, MEM_READ):
                             m.d.sync += need.eq(6)
@@ -211,7 +214,11 @@ class UartBridge(wiring.Component):
                         with m.Case(REG_WRITE):
                             m.next = "VALUE"
                         with m.Case(REG_READ):
-                            m.next = "REG_AR"
+                            with m.If(header[self.reg_addr_width:32] != 0):
+                                m.d.sync += send(6, Cat(Const(REG_READ | 0x80, 8), Const(AxiResp.DECERR, 2), Const(0, 38)))
+                                m.next = "OPCODE"
+                            with m.Else():
+                                m.next = "REG_AR"
                         with m.Case(MEM_WRITE):
                             with m.If(header[32:48] == 0):
                                 m.d.sync += send(2, Cat(Const(MEM_WRITE | 0x80, 8), Const(0, 8)))
@@ -228,7 +235,10 @@ class UartBridge(wiring.Component):
                                  need.eq(need - 1)]
             with m.State("VALUE"):                   # four data bytes
                 with m.If(got == 4):
-                    with m.If(opcode == REG_WRITE):
+                    with m.If((opcode == REG_WRITE) & (address[self.reg_addr_width:] != 0)):
+                        m.d.sync += send(2, Cat(Const(REG_WRITE | 0x80, 8), Const(AxiResp.DECERR, 2), Const(0, 6)))
+                        m.next = "OPCODE"
+                    with m.Elif(opcode == REG_WRITE):
                         m.next = "REG_AW"
                     with m.Else():
                         m.next = "MEM_AW"

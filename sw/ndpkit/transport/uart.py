@@ -31,11 +31,11 @@ IRQ_MASK = GLOBAL.register("irq_mask").offset
 
 
 def encode_reg_write(offset: int, value: int) -> bytes:
-    return struct.pack("<BHI", REG_WRITE, offset, value)
+    return struct.pack("<BII", REG_WRITE, offset, value)
 
 
 def encode_reg_read(offset: int) -> bytes:
-    return struct.pack("<BH", REG_READ, offset)
+    return struct.pack("<BI", REG_READ, offset)
 
 
 def encode_mem_write(address: int, words: bytes) -> bytes:
@@ -209,7 +209,7 @@ class BridgeModel:
         if not self.pending:
             return False
         op = self.pending[0]
-        sizes = {REG_WRITE: 7, REG_READ: 3, MEM_WRITE: 7, MEM_READ: 7}
+        sizes = {REG_WRITE: 9, REG_READ: 5, MEM_WRITE: 7, MEM_READ: 7}
         if op not in sizes:
             self.pending = self.pending[1:]
             self.replies.append(BAD_OPCODE)
@@ -222,10 +222,10 @@ class BridgeModel:
                 return False
         request = self._take(sizes[op])
         if op == REG_WRITE:
-            _, offset, value = struct.unpack("<BHI", request)
+            _, offset, value = struct.unpack("<BII", request)
             self.replies += bytes([op | 0x80, self._resp(lambda: self.card.write32(offset, value))])
         elif op == REG_READ:
-            _, offset = struct.unpack("<BH", request)
+            _, offset = struct.unpack("<BI", request)
             box = [0]
             resp = self._resp(lambda: box.__setitem__(0, self.card.read32(offset)))
             self.replies += struct.pack("<BBI", op | 0x80, resp, box[0])
