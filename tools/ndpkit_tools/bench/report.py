@@ -66,18 +66,23 @@ def load_inputs(perf: Path, impl: Path) -> dict:
             "scaling": _load(perf / "scaling.json")}
 
 
-def _fmax(impl, engine: str, params: dict) -> float | None:
-    """The ECP5 Fmax of the implementation-report row with the same parameters."""
+def _clocks(impl, engine: str, params: dict) -> dict:
+    """The clocks the implementation-report row with the same parameters gives evidence
+    for: its routed ECP5 Fmax, and the clock its UltraScale+ logic depth supports (the
+    depth model of :mod:`ndpkit_tools.impl.clock`; None where the row has no such figure)."""
+    from ndpkit_tools.impl.clock import depth_clock_mhz
     for row in (impl or {}).get("rows", []):
         if row["engine"] == engine and all(row["params"].get(k) == v for k, v in params.items()):
-            return row.get("ecp5_fmax_mhz")
-    return None
+            levels = (row.get("xcup_depth") or {}).get("levels")
+            return {"fmax_mhz": row.get("ecp5_fmax_mhz"), "depth_levels": levels,
+                    "depth_clock_mhz": int(depth_clock_mhz(levels)) if levels is not None else None}
+    return {"fmax_mhz": None, "depth_levels": None, "depth_clock_mhz": None}
 
 
 def engine_rows(inputs: dict) -> list[dict]:
     """Per engine: the measured port efficiency, its work per cycle, per second at the
-    achieved ECP5 Fmax (when implemented) and at the clock its logic depth supports, the simulation
-    speed, and the CPU alternative's ratio."""
+    achieved ECP5 Fmax (when implemented) and at the clock its UltraScale+ logic depth
+    supports (when measured), the simulation speed, and the CPU alternative's ratio."""
     rows = []
     impl = inputs["impl"]
     dma = inputs["dma"]
@@ -89,7 +94,7 @@ def engine_rows(inputs: dict) -> list[dict]:
             rows.append({"engine": f"burst {engine} engine", "port_bits": width, "latency": 200,
                          "problem": f"{best['bytes'] >> 10} KiB, {best['max_burst_bytes']} B bursts",
                          "efficiency": best["efficiency"], "work": "bytes", "work_per_cycle": best["efficiency"] * width / 8,
-                         "fmax_mhz": _fmax(impl, "dma_copy", {"data_width": width}),
+                         "implemented": ("dma_copy", {"data_width": width}),
                          "sim_cycles_per_second": best.get("sim_cycles_per_second")})
     copy = inputs["copy"]
     if copy:
@@ -99,7 +104,7 @@ def engine_rows(inputs: dict) -> list[dict]:
                      "problem": f"{best['bytes'] >> 10} KiB x {best['commands']}",
                      "efficiency": best["batch_efficiency"], "work": "bytes",
                      "work_per_cycle": best["batch_efficiency"] * word,
-                     "fmax_mhz": _fmax(impl, "dma_copy", {"data_width": 8 * word}),
+                     "implemented": ("dma_copy", {"data_width": 8 * word}),
                      "sim_cycles_per_second": copy["sim_speed"]["cycles_per_second"]})
     adam = inputs["adam"]
     if adam:
@@ -117,7 +122,7 @@ def engine_rows(inputs: dict) -> list[dict]:
             rows.append({"engine": label, "port_bits": r["data_width"], "latency": r["latency"],
                          "problem": f"{r['elements']:,} elements", "efficiency": r["efficiency"],
                          "work": "elements", "work_per_cycle": r["elements_per_cycle"],
-                         "fmax_mhz": _fmax(impl, "adam", {"data_width": r["data_width"]}),
+                         "implemented": ("adam", {"data_width": r["data_width"]}),
                          "sim_cycles_per_second": r.get("sim_cycles_per_second"),
                          "cpu": f"PyTorch AdamW ({best_cpu['impl']})" if best_cpu else None,
                          "cpu_ratio": per_second / best_cpu["elements_per_second"] if best_cpu else None,
@@ -135,7 +140,7 @@ def engine_rows(inputs: dict) -> list[dict]:
             rows.append({"engine": f"attention ({lanes} MAC lanes, G = 1)", "port_bits": width, "latency": r["latency"],
                          "problem": f"context {r['context']}, 2 x 2 heads", "efficiency": r["efficiency"],
                          "work": "KV bytes", "work_per_cycle": r["kv_bytes_per_cycle"],
-                         "fmax_mhz": _fmax(impl, "attention", {"data_width": width, "lanes": lanes}),
+                         "implemented": ("attention", {"data_width": width, "lanes": lanes}),
                          "sim_cycles_per_second": r.get("sim_cycles_per_second"),
                          "cpu": f"PyTorch SDPA, batch {best['batch']}, context {best['context']}" if best else None,
                          "cpu_ratio": best["card_tokens_per_second"] / best["cpu_tokens_per_second"] if best else None,
@@ -150,7 +155,7 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "problem": f"{dense['elements']:,} random 4 B elements, {dense['elements_per_row']} per row",
                          "efficiency": dense["link_efficiency"], "work": "elements",
                          "work_per_cycle": dense["elements_per_cycle"],
-                         "fmax_mhz": _fmax(impl, "sg", {"data_width": 512})})
+                         "implemented": ("sg", {"data_width": 512})})
     graph = inputs.get("graph")
     if graph:
         big = max((r for r in graph["rows"] if r["mode"] == "piccolo" and r.get("kernel", "cc") == "cc"),
@@ -158,13 +163,16 @@ def engine_rows(inputs: dict) -> list[dict]:
         rows.append({"engine": "graph (Piccolo mode, CC iteration)", "port_bits": 512, "latency": 200,
                      "problem": f"{big['graph']}, {big['edges']:,} edges", "efficiency": big["useful_fraction"],
                      "work": "edges", "work_per_cycle": big["edges_per_cycle"],
-                     "fmax_mhz": _fmax(impl, "graph", {"data_width": 512}),
+                     "implemented": ("graph", {"data_width": 512}),
                      "sim_cycles_per_second": big.get("sim_cycles_per_second")})
     for row in rows:
         row.setdefault("cpu", None)
         row.setdefault("cpu_ratio", None)
         row.setdefault("sim_cycles_per_second", None)
-        row["per_second_at_fmax"] = row["work_per_cycle"] * row["fmax_mhz"] * 1e6 if row["fmax_mhz"] else None
+        row.update(_clocks(impl, *row.pop("implemented")))
+        for clock in ("fmax", "depth_clock"):
+            mhz = row[f"{clock}_mhz"]
+            row[f"per_second_at_{clock}"] = row["work_per_cycle"] * mhz * 1e6 if mhz else None
     return rows
 
 
@@ -351,14 +359,16 @@ def headline_table(report: dict) -> str:
 
 
 def engine_table(report: dict) -> str:
-    lines = ["| engine | port | latency | problem | port efficiency | work / cycle | per s at ECP5 Fmax | "
-             "sim cycles/s | CPU alternative | engine ÷ CPU |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---|---:|"]
+    lines = ["| engine | port | latency | problem | port efficiency | work / cycle | per s at ECP5 Fmax (routed) | "
+             "per s at US+ depth clock | sim cycles/s | CPU alternative | engine ÷ CPU |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in report["engines"]:
-        fmax = (f"{r['per_second_at_fmax']:.3g} ({fmt(r['fmax_mhz'])} MHz)" if r["per_second_at_fmax"] else "–")
+        routed = f"{r['per_second_at_fmax']:.3g} ({fmt(r['fmax_mhz'])} MHz)" if r["per_second_at_fmax"] else "–"
+        depth = (f"{r['per_second_at_depth_clock']:.3g} ({r['depth_clock_mhz']} MHz, {fmt(r['depth_levels'])} levels)"
+                 if r["per_second_at_depth_clock"] else "–")
         lines.append(f"| {r['engine']} | {r['port_bits']}-bit {r.get('port_what', '')}".rstrip() +
                      f" | {r['latency']} | {r['problem']} | "
-                     f"{r['efficiency']:.3f} | {fmt(r['work_per_cycle'])} {r['work']} | {fmax} | "
+                     f"{r['efficiency']:.3f} | {fmt(r['work_per_cycle'])} {r['work']} | {routed} | {depth} | "
                      f"{fmt(r['sim_cycles_per_second'])} | {r['cpu'] or '–'} | {ratio(r['cpu_ratio'])} |")
     loads = [r["cpu_load"] for r in report["engines"] if r.get("cpu_load") is not None]
     if loads:
@@ -388,8 +398,11 @@ def markdown(report: dict) -> str:
              "## Engines", "",
              "Port efficiency = bytes moved per cycle ÷ the port's peak (one bus word per cycle); the Adam row's "
              "efficiency is against its port bound (the busier AXI direction); the sg unit's is its elements per "
-             "cycle ÷ the link's peak, the graph engine's its useful bytes ÷ link bytes. Per second at the ECP5 Fmax of "
-             "`make impl-report` where that configuration was implemented.", "",
+             "cycle ÷ the link's peak, the graph engine's its useful bytes ÷ link bytes. Per second at two clocks with evidence, "
+             "each for the row's configuration in `make impl-report`: the ECP5 Fmax where it was placed and routed "
+             "on the ECP5, and the clock its UltraScale+ netlist's logic depth supports (the depth model of "
+             "`ndpkit_tools.impl.clock`, not a routed figure; the Alveo builds run their engines at 200 MHz, at or "
+             "below it).", "",
              engine_table(report), "", "![port efficiency](efficiency.png)", "",
              "## Storage-offloaded training (Smart-Infinity's setup)", "",
              f"Updater input: {off['engine_source']}. Step time of a {fmt(off['plot_params'] / 1e9)} B-parameter "
