@@ -455,7 +455,7 @@ def check_address_map(rec: Recorder, device_cell: str, plan: dict, memory: dict)
     total = memory["bytes"]
     card = memory.get("card_bytes", total)           # the device's card memory (its regions)
     host = assigned.get("xdma/M_AXI", [])
-    if len(host) != 1 or host[0][0] != 0 or not card <= host[0][1] <= max(total, card) \
+    if len(host) != 1 or host[0][0] != 0 or not card <= host[0][1] <= total \
             or not host[0][2].startswith(f"{device_cell}/s_axi/"):
         problems.append(f"the host port does not see all of card memory ({card:#x} bytes at 0): {host}")
     channel_bytes = total // memory.get("pseudo_channels", 1)
