@@ -175,15 +175,27 @@ def test_bad_arguments(dev):
         q.grad = torch.zeros_like(q)
     with pytest.raises(TypeError, match="one of"):
         opt.step()
+    with pytest.raises(ValueError, match="partition must be one of"):
+        NearStorageAdam(model.parameters(), dev, partition="zero")
 
 
-def _rank(rank, world, init, out_dir, grads_seed):
+def _rank(rank, world, init, out_dir, variant):
+    """One rank: ``after`` builds the optimizer once the process group exists, ``before``
+    builds it first (rank and world are read at the first step); both share one
+    storage_dir (state files named per process).  ``given``: partition='given' by hand,
+    each rank stepping its own gradients with no collectives."""
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     x, y = _data()
     model = _net()
+    storage = os.path.join(out_dir, "state")
+    kwargs = dict(lr=1e-2, weight_decay=0.01, chunk=128, storage_dir=storage,
+                  partition="given" if variant == "given" else "auto")
     with ndpkit.open(URI) as dev:
-        opt = NearStorageAdam(model.parameters(), dev, lr=1e-2, weight_decay=0.01, chunk=128)
+        if variant == "before":
+            opt = NearStorageAdam(model.parameters(), dev, **kwargs)
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+        if variant != "before":
+            opt = NearStorageAdam(model.parameters(), dev, **kwargs)
         for step in range(5):
             opt.zero_grad()
             lo, hi = rank * 128, (rank + 1) * 128           # each rank its half of the batch
@@ -197,32 +209,47 @@ def _rank(rank, world, init, out_dir, grads_seed):
     dist.destroy_process_group()
 
 
-def test_distributed_two_ranks_gloo(dev, tmp_path):
-    """Two ranks (gloo), each owning half of the flattened parameters on its own card:
-    both end with the same parameters, equal bit for bit to one process stepping on
-    the averaged gradients (a parameter without a gradient in one step skipped there)."""
-    import torch.multiprocessing as mp
-    init = f"file://{tmp_path / 'rendezvous'}"
-    mp.spawn(_rank, args=(2, init, str(tmp_path), 0), nprocs=2, join=True)
-    r0, r1 = np.load(tmp_path / "rank0.npy"), np.load(tmp_path / "rank1.npy")
-    assert np.array_equal(r0, r1)
-    x, y = _data()
+def _one_process(dev, x, y, halves):
+    """One process stepping on the mean of the given halves' gradients."""
     model = _net()
     opt = NearStorageAdam(model.parameters(), dev, lr=1e-2, weight_decay=0.01, chunk=128)
     for step in range(5):
         opt.zero_grad()
         grads = []
-        for lo in (0, 128):
+        for lo in halves:
             model.zero_grad()
             torch.nn.functional.mse_loss(model(x[lo:lo + 128]), y[lo:lo + 128]).backward()
             grads.append([q.grad.clone() for q in model.parameters()])
-        for q, g0, g1 in zip(model.parameters(), *grads):
-            q.grad = (g0 + g1) / 2
+        for q, *gs in zip(model.parameters(), *grads):
+            q.grad = sum(gs) / len(gs)
         if step == 2:
             model[2].bias.grad = None
         opt.step()
-    assert np.array_equal(_flat(model), r0)
+    opt.close()
+    return _flat(model)
+
+
+@pytest.mark.parametrize("variant", ["after", "before", "given"])
+def test_distributed_two_ranks_gloo(dev, tmp_path, variant):
+    """Two ranks (gloo), each owning half of the flattened parameters on its own card:
+    both end with the same parameters, equal bit for bit to one process stepping on
+    the averaged gradients (a parameter without a gradient in one step skipped there),
+    whether the optimizer was built after the process group or before it; one state
+    file per rank in the shared storage_dir.  ``given``: no sharding, no collectives,
+    each rank equal to one process stepping its own half."""
+    import torch.multiprocessing as mp
+    init = f"file://{tmp_path / 'rendezvous'}"
+    mp.spawn(_rank, args=(2, init, str(tmp_path), variant), nprocs=2, join=True)
+    r0, r1 = np.load(tmp_path / "rank0.npy"), np.load(tmp_path / "rank1.npy")
+    x, y = _data()
+    assert sorted(f.name for f in (tmp_path / "state").glob("*.state")) == ["group0-part0-rank0.state",
+                                                                           "group0-part0-rank1.state"]
+    if variant == "given":
+        assert np.array_equal(r0, _one_process(dev, x, y, [0])) and np.array_equal(r1, _one_process(dev, x, y, [128]))
+        return
+    assert np.array_equal(r0, r1)
+    want = _one_process(dev, x, y, [0, 128])
+    assert np.array_equal(want, r0)
     n = r0.size
     half = -(-n // 2)
-    assert np.array_equal(np.load(tmp_path / "shard1.npy")[:n - half], _flat(model)[half:])
-    opt.close()
+    assert np.array_equal(np.load(tmp_path / "shard1.npy")[:n - half], want[half:])

@@ -15,6 +15,8 @@ import ndpkit                                                   # noqa: E402
 from ndpkit.errors import DeviceError                           # noqa: E402
 from ndpkit.torch import NearStorageAdam                        # noqa: E402
 from ndpkit.engines.adam.torch import UNSUPPORTED               # noqa: E402
+from ndpkit.engines.adam.nearstorage import StateFileLocked, golden_step   # noqa: E402
+from ndpkit.arith import fp                                     # noqa: E402
 
 URI = "model?data_width=128&engines=adam"
 REL_BOUND = 2e-5            # torch.optim.AdamW vs the engine's arithmetic (test_torch.py)
@@ -256,6 +258,78 @@ def test_a_step_failing_part_way_gives_back_card_memory(dev, monkeypatch):
     opt.step()                                          # goes on from the saved state
     opt.close()
     assert dev.allocator.free_bytes == free
+
+
+# -- state keyed by the tensor; state files per process, locked ----------------------------
+
+def test_state_follows_the_tensor_not_the_group_index(dev, tmp_path):
+    """DeepSpeed ZeRO-3 with sub-groups puts a different flat partition in the same param
+    group at each step call (and leaves the group empty between them): each tensor has
+    its own state, equal bit for bit to the golden model stepping it alone."""
+    torch.manual_seed(3)
+    tensors = [torch.nn.Parameter(torch.randn(300)), torch.nn.Parameter(torch.randn(500))]
+    opt = NearStorageAdam([tensors[0]], dev, lr=1e-2, weight_decay=0.01, chunk=64, storage_dir=tmp_path)
+    golden = [(fp.bits(t.detach().numpy().copy()), np.zeros(t.numel(), np.uint32),
+               np.zeros(t.numel(), np.uint32)) for t in tensors]
+    for t in range(1, 5):
+        for i, p in enumerate(tensors):
+            p.grad = torch.randn_like(p)
+            grad = p.grad.clone()
+            opt.param_groups[0]["params"] = [p]
+            opt.step()
+            opt.param_groups[0]["params"] = []
+            assert torch.equal(p.grad, grad)                     # the caller's gradient untouched
+            golden[i] = golden_step(*golden[i], grad.numpy(), t, chunk=64, lr=1e-2, weight_decay=0.01)
+            assert np.array_equal(fp.bits(p.detach().numpy()), golden[i][0]), (t, i)
+    opt.step()                                                   # an empty group: nothing to do
+    assert sorted(f.name for f in tmp_path.glob("*.state")) == ["group0-part0-rank0.state",
+                                                                "group0-part1-rank0.state"]
+    opt.close()
+
+
+_HOLDER = """
+import sys
+from ndpkit.engines.adam.nearstorage import StorageFile
+s = StorageFile(sys.argv[1], 64, 64)
+print("held", flush=True)
+sys.stdin.read()
+s.close()
+"""
+
+
+def test_a_state_file_held_by_another_process_is_refused(dev, tmp_path):
+    """Another process holds the state file this optimizer would use: the step raises
+    StateFileLocked naming the file and the holder's pid, nothing changed; once the
+    holder lets go the step goes on.  A second optimizer of this process on the same
+    storage_dir is refused the same way (naming this process)."""
+    import subprocess
+    import sys
+    path = tmp_path / "group0-part0-rank0.state"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        model = _net()
+        opt = NearStorageAdam(model.parameters(), dev, lr=1e-2, chunk=64, storage_dir=tmp_path)
+        _grads(model, 0)
+        before = _flat(model)
+        with pytest.raises(StateFileLocked, match=f"process {holder.pid}") as e:
+            opt.step()
+        assert e.value.pid == holder.pid and e.value.path == path and str(path) in str(e.value)
+        assert np.array_equal(_flat(model), before) and opt.state_dict()["state"] == {}
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    opt.step()
+    assert not np.array_equal(_flat(model), before)
+    second = _net()
+    other = NearStorageAdam(second.parameters(), dev, storage_dir=tmp_path)
+    _grads(second, 0)
+    with pytest.raises(StateFileLocked, match="this process") as e:
+        other.step()
+    assert isinstance(e.value, ndpkit.NdpkitError)
+    other.close()
+    opt.close()
 
 
 # -- DeepSpeed tests/unit/ops/adam/test_cpu_adam.py -------------------------------------

@@ -18,17 +18,20 @@ offload which also moves p, m, v between storage and host both ways (24 B) —
 """
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ndpkit.arith import fp
+from ndpkit.errors import NdpkitError
 from ndpkit.engines.adam.golden import AdamScalars, Format, Mode, scalars_for_step
 from ndpkit.engines.decomp.golden import Compressed, compress, widen
 
-__all__ = ["StorageFile", "NearStorageAdam", "StepStats", "golden_step"]
+__all__ = ["StorageFile", "StateFileLocked", "NearStorageAdam", "StepStats", "golden_step"]
 
 _FORMATS = {"fp32": Format.FP32, "fp16": Format.FP16, "bf16": Format.BF16}
 
@@ -40,11 +43,56 @@ def _format(name, what) -> Format:
         raise ValueError(f"{what} must be 'fp32', 'fp16' or 'bf16', not {name!r}") from None
 
 
+class StateFileLocked(NdpkitError, BlockingIOError):
+    """A state file is held by another :class:`StorageFile` (another process, or another
+    optimizer in this one): two optimizers writing one file would drift apart silently.
+    ``path`` is the state file, ``pid`` the holder's process id (None if it could not be
+    read)."""
+
+    def __init__(self, path, pid: int | None):
+        self.path, self.pid = Path(path), pid
+        who = "an unknown process" if pid is None else \
+            (f"this process (pid {pid})" if pid == os.getpid() else f"process {pid}")
+        super().__init__(f"optimizer state file {self.path} is in use by {who} (lock {_lock_path(self.path)}): "
+                         "give each process (and each optimizer) its own storage_dir, or stop the other one")
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _lock(path: Path) -> int:
+    """Take ``path``'s lock file (``flock``, exclusive, non-blocking) and write this
+    process's id into it; the file descriptor holds the lock until it is closed."""
+    lock = _lock_path(path)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            pid = int(text) if text.isdigit() else None
+        finally:
+            os.close(fd)
+        raise StateFileLocked(path, pid) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class StorageFile:
     """``n`` fp32 parameters with their Adam moments in a file, chunk-major: chunk ``c``
     is one record of ``3 * chunk`` words (``p``, ``m``, ``v`` of its elements; the last
     chunk's record is padded), so a chunk moves in one transfer each way.  The file is
-    memory-mapped; :meth:`flush` writes it through."""
+    memory-mapped; :meth:`flush` writes it through.
+
+    The file is locked while it is open (``flock`` on ``<path>.lock``, which names the
+    holder's pid): a second :class:`StorageFile` on the same path, in this process or
+    another, raises :class:`StateFileLocked` before touching the file.  :meth:`close`
+    releases it."""
 
     def __init__(self, path, n: int, chunk: int, *, create: bool = True):
         if n < 1 or chunk < 1:
@@ -52,10 +100,23 @@ class StorageFile:
         self.path, self.n, self.chunk = Path(path), int(n), int(chunk)
         self.chunks = math.ceil(self.n / self.chunk)
         shape = (self.chunks, 3, self.chunk)
-        if not create and self.path.stat().st_size != int(np.prod(shape)) * 4:
-            raise ValueError(f"{self.path} holds {self.path.stat().st_size} bytes, not a state of n={n}, "
-                             f"chunk={chunk}")
-        self.map = np.memmap(self.path, dtype=np.uint32, mode="w+" if create else "r+", shape=shape)
+        self._lock_fd = _lock(self.path)            # before the file is created or truncated
+        try:
+            if not create and self.path.stat().st_size != int(np.prod(shape)) * 4:
+                raise ValueError(f"{self.path} holds {self.path.stat().st_size} bytes, not a state of n={n}, "
+                                 f"chunk={chunk}")
+            self.map = np.memmap(self.path, dtype=np.uint32, mode="w+" if create else "r+", shape=shape)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = getattr(self, "_lock_fd", None), None
+        if fd is not None:
+            os.close(fd)                             # closing the descriptor drops the flock
+
+    def __del__(self):
+        self._unlock()
 
     def chunk_range(self, c: int) -> tuple[int, int]:
         start = c * self.chunk
@@ -99,11 +160,15 @@ class StorageFile:
         self._set(2, v)
 
     def flush(self) -> None:
-        self.map.flush()
+        if self.map is not None:
+            self.map.flush()
 
     def close(self) -> None:
-        self.flush()
-        del self.map
+        """Write the file through, unmap it and release its lock (a second call does nothing)."""
+        if getattr(self, "map", None) is not None:
+            self.flush()
+            self.map = None
+        self._unlock()
 
 
 @dataclass
