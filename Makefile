@@ -44,7 +44,7 @@ sim: $(STAMP) $(FORMAL_STAMP) $(BOARDS_STAMP)
 # PATH; exit status 3 when it is not (project generated), 2 on a bad board or parameter.
 bitstream: $(STAMP) $(BOARDS_STAMP)
 	@test -n "$(BOARD)" || { echo "make bitstream: give BOARD=<name>; boards: $$(ls tools/ndpkit_tools/boards/*/board.toml | cut -d/ -f4 | tr '\n' ' ')"; exit 2; }
-	$(VPY) -m ndpkit_tools.boards.build $(BOARD) $(if $(ENGINES),--engines $(ENGINES)) $(if $(MEMORY_PORTS),--memory-ports $(MEMORY_PORTS)) $(if $(CLOCK_MHZ),--clock-mhz $(CLOCK_MHZ))
+	$(VPY) -m ndpkit_tools.bitstream $(BOARD) $(if $(ENGINES),--engines $(ENGINES)) $(if $(MEMORY_PORTS),--memory-ports $(MEMORY_PORTS)) $(if $(CLOCK_MHZ),--clock-mhz $(CLOCK_MHZ))
 
 # Bounded formal proofs of the AXI rules (SymbiYosys, YoWASP tools from PyPI).
 formal: $(FORMAL_STAMP)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.errors import DeviceError, DeviceTimeout, NdpkitError
+from ndpkit.memory import Buffer
 from ndpkit.regs.access import RegisterFile, decode_fields
 from ndpkit_spec.shell import ENGINE_STRIDE, command_fields, effective_window
 from ndpkit_spec.registry import REGISTRY
@@ -298,7 +299,6 @@ class EngineClient:
         address is the caller's to get right).  The ranges are the golden model's
         (``command_ranges``, whole bus words, as the allocator sizes Buffers), checked in
         its order, before anything reaches the card."""
-        from ndpkit.device import Buffer
         ranges = self.golden.command_ranges(args, self.device.word_bytes)
         for field, (address, nbytes) in ranges.items():
             where = buffers.get(field)

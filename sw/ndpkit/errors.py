@@ -4,7 +4,7 @@ from __future__ import annotations
 from ndpkit_spec.codes import ErrorCode
 
 __all__ = ["NdpkitError", "DeviceError", "DeviceTimeout", "TransportClosed", "OutOfDeviceMemory",
-           "RegisterAccessError", "DmaError"]
+           "RegisterAccessError", "DmaError", "CacheClosed"]
 
 
 class NdpkitError(Exception):
@@ -37,6 +37,11 @@ class DeviceTimeout(NdpkitError, TimeoutError):
 
 class TransportClosed(NdpkitError, ConnectionError):
     """The connection to the device is gone (closed, or the simulator process died)."""
+
+
+class CacheClosed(NdpkitError, ValueError):
+    """A :class:`ndpkit.KVCache` (or a ``ShardedKVCache``) was used after ``close()``: its
+    card memory is freed.  A ``ValueError`` too, as Python's I/O on a closed file."""
 
 
 class OutOfDeviceMemory(NdpkitError, MemoryError):

@@ -1,7 +1,9 @@
 """The floating-point units under test: class, golden function, operand generator.
 
-Shared by the cocotb bench (tb/arith/test_fp_units.py), the unit tests and the
-implementation report, so adding a unit means adding one entry here.
+Shared by the cocotb bench (tb/arith/test_fp_units.py) and the unit tests; the unit
+list, how to build a unit and whether it reduces its lanes are the gateware's
+(``ndpkit_hw.arith``), which the implementation report (a product module: a wheel ships
+no tb) takes them from.  Adding a unit means an entry there and one here.
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ class UnitSpec:
 
     @property
     def reduces(self) -> bool:
-        return getattr(self.component_class(), "reduces", False)
+        from ndpkit_hw.arith import unit_reduces
+        return unit_reduces(self.name)
 
 
 def _binary(rng, n):

@@ -129,7 +129,7 @@ def test_the_resource_model_follows_the_impl_report():
 
 
 def test_make_bitstream_prints_the_configuration_and_its_resources(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "alveo_u55c", "--engines",
+    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.bitstream", "alveo_u55c", "--engines",
                            "dma_copy,decomp", "--memory-ports", "2", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert "alveo_u55c (xcu55c-fsvh2892-2L-e): engines dma_copy, decomp; 512-bit" in proc.stdout
@@ -140,7 +140,7 @@ def test_make_bitstream_prints_the_configuration_and_its_resources(tmp_path):
 def test_smartssd_without_its_local_settings_stops_before_generating(tmp_path):
     if (BOARDS_DIR / "smartssd" / "local.toml").exists():
         pytest.skip("this machine has the SmartSSD's local.toml")
-    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "smartssd", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.bitstream", "smartssd", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "local.toml is missing" in proc.stderr and "not public" in proc.stderr
@@ -290,7 +290,7 @@ def test_tcl_check_catches_an_xdc_port_that_does_not_exist(small_u280, tmp_path)
 def test_bitstream_without_vivado_generates_checks_and_exits_3(tmp_path):
     env = dict(os.environ, PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                                                if not (Path(p) / "vivado").exists()))
-    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.boards.build", "alveo_u280", "--engines", "dma_copy*2",
+    proc = subprocess.run([sys.executable, "-m", "ndpkit_tools.bitstream", "alveo_u280", "--engines", "dma_copy*2",
                            "--memory-ports", "2", "--out", str(tmp_path)], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 3, proc.stdout + proc.stderr

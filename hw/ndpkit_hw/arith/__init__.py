@@ -1,7 +1,7 @@
 """Binary32 floating-point units (see docs/arith.md)."""
 import importlib
 
-__all__ = ["UNIT_CLASSES", "build_unit"]
+__all__ = ["UNIT_CLASSES", "build_unit", "unit_class", "unit_reduces"]
 
 # name -> ("module:Class", constructor options); the bench (tb/arith/fp_units.py), `make lint`
 # (ndpkit_tools.tops) and `make impl` all take the units from here.
@@ -29,6 +29,12 @@ UNIT_CLASSES = {
 def unit_class(name: str):
     module, attr = UNIT_CLASSES[name][0].split(":")
     return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+
+
+def unit_reduces(name: str) -> bool:
+    """Whether the unit reduces its lanes (one result per vector, as the reduction trees
+    and the dot product), not one result per lane."""
+    return bool(getattr(unit_class(name), "reduces", False))
 
 
 def build_unit(name: str, lanes: int):

@@ -174,3 +174,68 @@ def check_sharded(single_dev, devices, rng, *, d=64, hkv=2, group=2, steps=2):
     finally:
         one.close()
         many.close()
+
+
+def _closed_cache_calls(cache, slot, q, kn):
+    """Every public use of a cache, by name (``slot`` was an active request before close)."""
+    from ndpkit.engines.attention.client import decode as decode_any
+    from ndpkit.torch import decode_attention
+    import torch
+    k = np.zeros((cache.kv_heads, 2, cache.head_dim))
+    calls = {
+        "new_request": lambda: cache.new_request(),
+        "free": lambda: cache.free(slot),
+        "length": lambda: cache.length(0, slot),
+        "prefill": lambda: cache.prefill(0, slot, k, k),
+        "read": lambda: cache.read(0, slot),
+        "free_slots": lambda: cache.free_slots,
+        "decode": lambda: decode_any(q, kn, kn, cache, 0, [slot]),
+        "decode (no append)": lambda: decode_any(q, None, None, cache, 0, [slot]),
+        "decode_attention": lambda: decode_attention(None, torch.from_numpy(q)[:, :, None], None, None, cache, 0,
+                                                     [slot]),
+    }
+    if isinstance(cache, KVCache):
+        calls.update({"k_addr": lambda: cache.k_addr(0, slot), "v_addr": lambda: cache.v_addr(0, slot),
+                      "row_offset": lambda: cache.row_offset(slot, 0, 0),
+                      "dev.attention.decode": lambda: cache.dev.attention.decode(q, kn, kn, cache, 0, [slot])})
+    return calls
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["KVCache", "ShardedKVCache"])
+def test_a_closed_cache_says_so(sharded, monkeypatch):
+    """Any use of a closed cache raises CacheClosed (an NdpkitError, and a ValueError as a
+    closed file's I/O does), saying the cache is closed: never an IndexError from the
+    freed buffers, nothing allocated or run on the card; closing twice is harmless and
+    the card keeps working."""
+    from ndpkit.engines.attention.kvcache import ShardedKVCache
+    rng = np.random.default_rng(11)
+    d, hkv = 64, 1
+    with ndpkit.open(URI) as a, ndpkit.open(URI) as b:
+        if sharded:
+            cache = ShardedKVCache([a, b], slots_per_device=1, layers=1, kv_heads=hkv, head_dim=d, capacity=8)
+        else:
+            cache = KVCache(a, layers=1, slots=2, kv_heads=hkv, head_dim=d, capacity=8)
+        slot = cache.new_request()
+        cache.prefill(0, slot, rng.normal(0, 1, (hkv, 3, d)), rng.normal(0, 1, (hkv, 3, d)))
+        q = rng.normal(0, 1, (1, 2, d)).astype(np.float32)
+        kn = rng.normal(0, 1, (1, hkv, d)).astype(np.float32)
+        cache.close()
+        assert cache.closed and "closed" in repr(cache)
+        cache.close()                                   # again: nothing happens
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("a call on a closed cache reached the card")
+        for card in (a, b):
+            for name in ("alloc", "upload"):
+                monkeypatch.setattr(card, name, refuse)
+            monkeypatch.setattr(card.attention, "submit", refuse)
+        for name, call in _closed_cache_calls(cache, slot, q, kn).items():
+            with pytest.raises(ndpkit.CacheClosed, match="KV cache is closed") as e:
+                call()
+            assert isinstance(e.value, ndpkit.NdpkitError) and isinstance(e.value, ValueError), name
+        monkeypatch.undo()
+        fresh = KVCache(a, layers=1, slots=1, kv_heads=hkv, head_dim=d, capacity=8)
+        s = fresh.new_request()
+        fresh.prefill(0, s, rng.normal(0, 1, (hkv, 3, d)), rng.normal(0, 1, (hkv, 3, d)))
+        assert np.isfinite(a.attention.decode(q, kn, kn, fresh, 0, [s])).all()
+        fresh.close()

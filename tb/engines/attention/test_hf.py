@@ -85,7 +85,7 @@ def test_padded_batch_follows_eager_attention(dev):
                    pad_token_id=0)
     cache = NdpkitCache(dev, model.config, batch_size=2, capacity=16)
     with torch.no_grad():
-        ours = model.generate(**_batch(), past_key_values=cache, **options)
+        ours = model.generate(**_batch(), cache=cache, **options)
     assert [cache.kv.length(0, s) for s in cache.slots] == [3 + 3, 6 + 3]   # real tokens + appended ones
     cache.close()
     model.set_attn_implementation("eager")
@@ -93,6 +93,31 @@ def test_padded_batch_follows_eager_attention(dev):
         ref = model.generate(**_batch(), **options)
     for a, b in zip(ours.logits, ref.logits):
         torch.testing.assert_close(a, b, atol=2e-3, rtol=0)
+
+
+def test_the_cache_keyword_and_the_old_past_key_values_one_agree(dev):
+    """transformers 5 takes the cache as ``generate(cache=...)`` and warns that
+    ``past_key_values=`` is deprecated; both give the same tokens and logits, bit for bit,
+    as long as transformers takes the old keyword (then this test skips)."""
+    import warnings
+    import transformers
+    if int(transformers.__version__.split(".")[0]) >= 6:        # transformers 5: "will be removed in 6.0.0"
+        pytest.skip("this transformers no longer takes generate(past_key_values=...)")
+    model = _tiny()
+    options = dict(max_new_tokens=3, do_sample=False, output_logits=True, return_dict_in_generate=True,
+                   pad_token_id=0)
+    runs = {}
+    for keyword in ("cache", "past_key_values"):
+        cache = NdpkitCache(dev, model.config, batch_size=2, capacity=16)
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
+            runs[keyword] = model.generate(**_batch(), **{keyword: cache}, **options)
+        deprecated = [w for w in caught if "past_key_values" in str(w.message) and "deprecated" in str(w.message)]
+        assert bool(deprecated) == (keyword == "past_key_values"), [str(w.message) for w in caught]
+        assert [cache.kv.length(0, s) for s in cache.slots] == [3 + 2, 6 + 2]     # the card held the cache
+        cache.close()
+    assert torch.equal(runs["cache"].sequences, runs["past_key_values"].sequences)
+    assert all(torch.equal(a, b) for a, b in zip(runs["cache"].logits, runs["past_key_values"].logits))
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -116,7 +141,7 @@ def test_context_beyond_capacity_is_refused_before_the_step(dev):
     model = _tiny()
     cache = NdpkitCache(dev, model.config, batch_size=2, capacity=8)    # 6 prompt tokens + 2
     with pytest.raises(ValueError, match="capacity: a request holds 8 tokens and this step adds 1"):
-        model.generate(**_batch(), past_key_values=cache, max_new_tokens=5, do_sample=False, pad_token_id=0)
+        model.generate(**_batch(), cache=cache, max_new_tokens=5, do_sample=False, pad_token_id=0)
     lengths = [[cache.kv.length(layer, s) for s in cache.slots] for layer in range(2)]
     assert lengths == [[5, 8], [5, 8]]          # every layer as after the last step that fitted
     assert len({layer.get_seq_length() for layer in cache.layers}) == 1
@@ -127,13 +152,13 @@ def test_a_cache_for_another_model_or_no_cache_is_refused(dev):
     model = _tiny()
     other = NdpkitCache(dev, _tiny(num_key_value_heads=1).config, batch_size=2, capacity=16)
     with pytest.raises(ValueError, match="another model"):
-        model.generate(**_batch(), past_key_values=other, max_new_tokens=2, do_sample=False, pad_token_id=0)
+        model.generate(**_batch(), cache=other, max_new_tokens=2, do_sample=False, pad_token_id=0)
     other.close()
     with pytest.raises(ValueError, match="needs an ndpkit.hf.NdpkitCache"):
         model.generate(**_batch(), max_new_tokens=2, do_sample=False, pad_token_id=0)
     small = NdpkitCache(dev, model.config, batch_size=1, capacity=16)
     with pytest.raises(ValueError, match="batch_size=1"):
-        model.generate(**_batch(), past_key_values=small, max_new_tokens=2, do_sample=False, pad_token_id=0)
+        model.generate(**_batch(), cache=small, max_new_tokens=2, do_sample=False, pad_token_id=0)
     small.close()
 
 
@@ -148,7 +173,7 @@ def test_two_cards_are_bit_identical_to_one(dev):
         for devices in (dev, [dev, second]):
             cache = NdpkitCache(devices, model.config, batch_size=2, capacity=16)
             with torch.no_grad():
-                runs.append(model.generate(**_batch(), past_key_values=cache, **options))
+                runs.append(model.generate(**_batch(), cache=cache, **options))
             cache.close()
     assert torch.equal(runs[0].sequences, runs[1].sequences)
     assert all(torch.equal(a, b) for a, b in zip(runs[0].logits, runs[1].logits))

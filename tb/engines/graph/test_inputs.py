@@ -63,3 +63,76 @@ def test_networkx_graph_is_unchanged(dev):
     graph.sssp(g, 0, dev)
     graph.pagerank(g, dev)
     assert nx.to_dict_of_dicts(g) == before
+
+
+@pytest.fixture
+def nothing_runs(dev, monkeypatch):
+    """The card refuses any work: a refused call must fail before it uploads or runs."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a refused call reached the card")
+    for obj, name in ((dev, "upload"), (dev, "alloc"), (dev.graph, "run")):
+        monkeypatch.setattr(obj, name, refuse)
+    return dev
+
+
+@pytest.mark.parametrize("kernel", ["bfs", "sssp"])
+@pytest.mark.parametrize("source", [1.5, 1.0, np.float64(1.0), np.float32(2.5), True, np.bool_(False), "1", None,
+                                    np.array([1])], ids=repr)
+def test_a_non_integer_source_is_refused(nothing_runs, kernel, source):
+    """scipy truncates ``indices=1.5`` (and takes ``True`` and ``"1"``): ndpkit refuses
+    every source that is not an integer, naming it, before anything runs."""
+    a = _unsorted()[0]
+    with pytest.raises(TypeError, match="^source: "):
+        getattr(graph, kernel)(a, source, nothing_runs)
+
+
+@pytest.mark.parametrize("kernel", ["bfs", "sssp"])
+@pytest.mark.parametrize("source", [3, np.int64(3), np.uint8(3), np.int32(3), np.array(3)], ids=repr)
+def test_an_integer_source_is_taken(dev, kernel, source):
+    a = _unsorted()[0]
+    assert np.array_equal(getattr(graph, kernel)(a, source, dev), getattr(graph, kernel)(a, 3, dev))
+
+
+@pytest.mark.parametrize("kernel", ["bfs", "sssp"])
+def test_a_source_outside_the_graph_is_refused(nothing_runs, kernel):
+    a = _unsorted()[0]
+    for source in (-1, a.shape[0]):
+        with pytest.raises(ValueError, match="^source: "):
+            getattr(graph, kernel)(a, source, nothing_runs)
+
+
+@pytest.mark.parametrize("x", [
+    np.linspace(-1, 1, 40) + 1j,                         # NumPy would drop the imaginary parts with a warning
+    np.linspace(-1, 1, 40).astype(np.complex64),        # also with every imaginary part zero
+    np.array(["1.5"] * 40),
+    ["1"] * 40,
+    np.array([object()] * 40),
+    [1.0] * 39 + [None],
+    [[1.0], [2.0, 3.0]] + [[0.0]] * 38,
+], ids=["complex128", "complex64", "str-array", "str-list", "objects", "a-None", "ragged"])
+def test_a_complex_or_non_numeric_x_is_refused(nothing_runs, x):
+    a = _unsorted()[0]
+    before = x.copy()
+    with pytest.raises(TypeError, match="^x: "):
+        graph.spmv(a, x, nothing_runs)
+    assert len(x) == len(before) and all(u is v or np.array_equal(u, v) for u, v in zip(x, before))
+
+
+@pytest.mark.parametrize("x", [np.arange(40), np.arange(40, dtype=np.uint16), np.arange(40) % 2 == 0,
+                               np.arange(40, dtype=np.float16), list(range(40))],
+                         ids=["int64", "uint16", "bool", "float16", "int-list"])
+def test_a_real_x_of_any_dtype_is_taken(dev, x):
+    a = _unsorted()[0]
+    want = graph.spmv(a, np.asarray(x, dtype=np.float32), dev)
+    assert np.array_equal(graph.spmv(a, x, dev), want)
+
+
+@pytest.mark.parametrize("nstart", [np.full(40, 1 + 1j), ["1"] * 40, np.array([object()] * 40)],
+                         ids=["complex", "str", "objects"])
+def test_a_complex_or_non_numeric_nstart_is_refused(nothing_runs, nstart):
+    a = _unsorted()[0]
+    with pytest.raises(TypeError, match="^nstart: "):
+        graph.pagerank(a, nothing_runs, nstart=nstart)
+    g = nx.from_scipy_sparse_array(a, create_using=nx.DiGraph)
+    with pytest.raises(TypeError, match="^nstart: "):
+        graph.pagerank(g, nothing_runs, nstart=dict(zip(g.nodes, nstart)))

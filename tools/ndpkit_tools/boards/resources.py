@@ -142,7 +142,7 @@ def engine_clock(engine: str, params: dict, table: dict | None = None):
     depth: its own configuration's when measured, else the deepest of the engine's
     measured configurations (a larger build is at least as deep)."""
     from ndpkit_tools.boards import BoardError
-    from ndpkit_tools.impl.clock import ClockEvidence, depth_clock_mhz
+    from ndpkit_tools.depth_clock import ClockEvidence, depth_clock_mhz
     table = json.loads(DEPTH_TABLE.read_text()) if table is None else table
     rows = table.get(engine)
     if not rows:

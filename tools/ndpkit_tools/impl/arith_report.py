@@ -30,15 +30,17 @@ from ndpkit_tools.impl.targets import UNIT_AREA, UNIT_MHZ, UNIT_MHZ_DEFAULT, mar
 
 
 def _units():
-    from tb.arith.fp_units import UNITS
-    return UNITS
+    """The unit names, from the gateware's table (the bench, tb/arith/fp_units.py, adds
+    each one's golden model and operands; a wheel ships no tb)."""
+    from ndpkit_hw.arith import UNIT_CLASSES
+    return list(UNIT_CLASSES)
 
 
 def implement(unit: str, seed: int = 1) -> dict:
+    from ndpkit_hw.arith import build_unit, unit_reduces
     from ndpkit_tools.impl.flow import implement as implement_block
-    spec = _units()[unit]
-    lanes = 2 if spec.reduces else 1
-    block = spec.build(lanes)
+    lanes = 2 if unit_reduces(unit) else 1
+    block = build_unit(unit, lanes)
     target = UNIT_MHZ.get(unit, UNIT_MHZ_DEFAULT)
     figures = implement_block(block, out_dir() / unit, target_mhz=target, seed=seed)
     return {"unit": unit, "lanes": lanes, "latency": block.latency, "target_mhz": target,

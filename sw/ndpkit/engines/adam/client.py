@@ -1,26 +1,13 @@
 """Driver of the adam engine: ``dev.adam.step(...)`` (dense or sparse gradients) on card buffers."""
 from __future__ import annotations
 
-
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.engine import Command, EngineClient
-from ndpkit.engines.adam.golden import AdamScalars, Format, Mode
+from ndpkit.engines.adam.golden import AdamScalars, Mode
+from ndpkit.engines.common import element_format
+from ndpkit.memory import Buffer, address_of
 
 __all__ = ["AdamClient"]
-
-_FORMATS = {None: 0, "fp32": Format.FP32, "fp16": Format.FP16, "bf16": Format.BF16}
-
-
-def _fmt(value, name, allow_none=False):
-    if isinstance(value, Format):
-        return int(value)
-    try:
-        if value is None and not allow_none:
-            raise KeyError
-        return int(_FORMATS[value])
-    except (KeyError, TypeError):
-        raise ValueError(f"{name} must be one of 'fp32', 'fp16', 'bf16'{' or None' if allow_none else ''}, "
-                         f"not {value!r}") from None
 
 
 class AdamClient(EngineClient):
@@ -40,8 +27,9 @@ class AdamClient(EngineClient):
         in place), ``g`` (gradient format) and optionally ``copy`` (16-bit copy of p).
         With ``pairs`` > 0 the gradient is sparse: ``pairs`` values at ``g`` and their
         strictly ascending uint32 indices at ``indices`` (stream-mode decompression)."""
-        args = {"format_mode": int(mode), "format_grad": _fmt(grad_format, "grad_format"),
-                "format_copy": _fmt(copy_format, "copy_format", allow_none=True), "format_sparse": int(pairs > 0),
+        args = {"format_mode": int(mode), "format_grad": element_format(grad_format, "grad_format"),
+                "format_copy": element_format(copy_format, "copy_format", allow_none=True),
+                "format_sparse": int(pairs > 0),
                 "count": n, "p": p, "m": m, "v": v, "g": g, "copy": copy, "pairs": pairs, "idx": indices,
                 **scalars.bits()}
         if pairs:          # a sparse gradient's pairs do not split by element range: one command
@@ -63,7 +51,6 @@ class AdamClient(EngineClient):
         address of strictly ascending uint32 indices) and ``pairs`` (k; defaults to the
         indices Buffer's size / 4), with the k values at ``g``.  Returns the Completion
         (``aux`` = non-finite gradients) or, with ``wait=False``, the Command."""
-        from ndpkit.device import Buffer, _address
         if n is None:
             if not isinstance(p, Buffer):
                 raise TypeError("n is required when p is a card address")
@@ -78,10 +65,10 @@ class AdamClient(EngineClient):
             raise ValueError("pairs given without indices")
         if indices is not None and not pairs:
             raise ValueError("pairs must be at least 1 for a sparse gradient")
-        cmd = self.submit_step(n=int(n), p=_address(p, "p"), m=_address(m, "m"), v=_address(v, "v"),
-                               g=_address(g, "g"), copy=0 if copy is None else _address(copy, "copy"),
+        cmd = self.submit_step(n=int(n), p=address_of(p, "p"), m=address_of(m, "m"), v=address_of(v, "v"),
+                               g=address_of(g, "g"), copy=0 if copy is None else address_of(copy, "copy"),
                                scalars=scalars, mode=Mode(mode), grad_format=grad_format, copy_format=copy_format,
-                               indices=0 if indices is None else _address(indices, "indices"),
+                               indices=0 if indices is None else address_of(indices, "indices"),
                                pairs=int(pairs or 0),
                                buffers={"p": p, "m": m, "v": v, "g": g, "copy": copy, "idx": indices})
         return cmd.wait() if wait else cmd

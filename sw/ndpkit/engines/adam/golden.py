@@ -28,7 +28,10 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ndpkit_spec.codes import ErrorCode
 from ndpkit.arith import fp
+from ndpkit.engines.decomp.golden import densify, good_prefix, stream_stop
+from ndpkit.transfer import check_ranges
 from ndpkit_spec.engines.adam import SCALARS, Format, Mode
 
 __all__ = ["Mode", "Format", "AdamScalars", "adam_step", "scalars_for_step", "check", "execute",
@@ -157,8 +160,6 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
     """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/engines/adam/engine.py).
     Only what is checked before the update starts: sparse-mode pairs are checked as they
     stream (:func:`ndpkit.engines.decomp.golden.stream_stop`)."""
-    from ndpkit_spec.codes import ErrorCode
-    from ndpkit.transfer import check_ranges
     if cmd["format_mode"] > 1:
         return ErrorCode.BAD_FIELD, "mode"
     if cmd["format_grad"] > 2:
@@ -183,7 +184,6 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     """Apply an accepted command to ``memory`` (uint8, card memory from ``base``); returns
     (error, bytes read, bytes written, aux): aux = non-finite gradients, or after a
     sparse-mode pair error the number of elements updated before it (the rest untouched)."""
-    from ndpkit.engines.decomp.golden import densify, good_prefix, stream_stop
     n = cmd["count"]
     ranges = command_ranges(cmd, word_bytes)
 

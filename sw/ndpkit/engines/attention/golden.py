@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ndpkit_spec.codes import ErrorCode
 from ndpkit.arith import blockfloat, fp
-from ndpkit.transfer import default_window
+from ndpkit.transfer import check_ranges, default_window, transfer_check
 from ndpkit_spec.engines.attention import (DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS,
                                            MAX_GROUP, MAX_KV_HEADS, SOFTMAX_BLOCK, STATUS_DONE,
                                            KvFormat)
@@ -191,8 +192,6 @@ def unpack_descriptors(raw: bytes, count: int) -> list[dict]:
 
 def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
     """Checks on the whole command (failing: nothing is read past them, nothing written)."""
-    from ndpkit_spec.codes import ErrorCode
-    from ndpkit.transfer import transfer_check
     if cmd["format_q"] > 2:
         return ErrorCode.BAD_FIELD, "q_format"
     if cmd["format_kv"] not in (KvFormat.FP16, KvFormat.BF16):
@@ -234,8 +233,6 @@ def request_ranges(cmd: dict, r: dict) -> dict[str, tuple[int, int]]:
 def request_check(cmd: dict, r: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
     """One request's checks, in the engine's order: a failing request is skipped (its
     status word says why), the rest of the batch runs."""
-    from ndpkit_spec.codes import ErrorCode
-    from ndpkit.transfer import check_ranges
     append = r["flags"] & FLAG_APPEND
     if r["flags"] & ~FLAG_APPEND:
         return ErrorCode.BAD_FIELD, "flags"

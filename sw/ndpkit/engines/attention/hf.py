@@ -6,8 +6,9 @@
 - :class:`NdpkitCache` is a transformers ``Cache`` whose keys and values live in an
   :class:`ndpkit.KVCache` on one card, or a :class:`ndpkit.ShardedKVCache` over several.
 
-With ``attn_implementation="ndpkit"`` and an ``NdpkitCache`` as ``past_key_values``,
-``generate`` runs the prompt's attention on the host (PyTorch SDPA, causal, with the
+With ``attn_implementation="ndpkit"`` and an ``NdpkitCache`` as ``generate``'s ``cache``
+(the keyword transformers 5 names it; the older ``past_key_values=`` works as long as
+transformers accepts it, with its ``FutureWarning``), ``generate`` runs the prompt's attention on the host (PyTorch SDPA, causal, with the
 padding mask) and uploads each request's keys and values — its real tokens only, not
 the left padding — to the card; every decode step then runs on the card: one engine
 command per layer for the whole batch appends the new token's key and value to each
@@ -22,7 +23,7 @@ request's cache and attends over it (grouped-query attention as the model define
     with ndpkit.open("model?engines=attention") as dev:
         cache = NdpkitCache(dev, model.config, batch_size=1, capacity=64)
         ids = tok("The capital of France is", return_tensors="pt")
-        out = model.generate(**ids, past_key_values=cache, max_new_tokens=3, do_sample=False)
+        out = model.generate(**ids, cache=cache, max_new_tokens=3, do_sample=False)
         cache.close()
     print(tok.decode(out[0, ids.input_ids.shape[1]:]))    # " Paris."
 
@@ -50,7 +51,7 @@ ATTENTION = "ndpkit"
 #: query heads per KV head the engine takes (its ``group`` field)
 MAX_GROUP = 16
 
-# the cache whose layer was updated last: LlamaAttention calls ``past_key_values.update``
+# the cache whose layer was updated last: LlamaAttention calls ``cache.update``
 # and then the attention function, which is not given the cache
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("ndpkit_active_cache", default=None)
 
@@ -189,10 +190,10 @@ class NdpkitCache(Cache):
     def _check_states(self, key_states, value_states) -> None:
         b, heads, _, d = key_states.shape
         if heads != self.shape["num_key_value_heads"] or d != self.shape["head_dim"]:
-            raise ValueError(f"past_key_values: this NdpkitCache was made for {self.shape['num_key_value_heads']} KV "
+            raise ValueError(f"cache: this NdpkitCache was made for {self.shape['num_key_value_heads']} KV "
                              f"heads of head_dim {self.shape['head_dim']}, not {heads} of {d} (another model?)")
         if b > self.max_batch:
-            raise ValueError(f"past_key_values: a batch of {b} requests; this cache was made for batch_size="
+            raise ValueError(f"cache: a batch of {b} requests; this cache was made for batch_size="
                              f"{self.max_batch}")
 
     def _before_step(self, batch: int, length: int) -> None:
@@ -200,7 +201,7 @@ class NdpkitCache(Cache):
         if not self.slots:
             return
         if batch != len(self.slots):
-            raise ValueError(f"past_key_values: the batch changed from {len(self.slots)} to {batch} requests")
+            raise ValueError(f"cache: the batch changed from {len(self.slots)} to {batch} requests")
         longest = max(self.kv.length(0, s) for s in self.slots)
         if longest + length > self.capacity:
             raise ValueError(f"capacity: a request holds {longest} tokens and this step adds {length}, beyond the "
@@ -210,7 +211,7 @@ class NdpkitCache(Cache):
         if module.config is self._checked:          # every layer of one model shares its config
             return
         if _shape(module.config) != self.shape:
-            raise ValueError(f"past_key_values: this NdpkitCache was made for a model with {self.shape}, not "
+            raise ValueError(f"cache: this NdpkitCache was made for a model with {self.shape}, not "
                              f"{_shape(module.config)}")
         self._checked = module.config
 
@@ -275,8 +276,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     cache = _ACTIVE.get()
     layer = module.layer_idx
     if cache is None or layer not in cache._pending:
-        raise ValueError("past_key_values: attn_implementation='ndpkit' needs an ndpkit.hf.NdpkitCache passed as "
-                         "past_key_values (the keys and values live on the card)")
+        raise ValueError("cache: attn_implementation='ndpkit' needs an ndpkit.hf.NdpkitCache passed as "
+                         "generate(cache=...) (the keys and values live on the card)")
     cache.check_module(module)
     cache._pending.pop(layer)
     _ACTIVE.set(None)               # the next layer's update names its cache again
@@ -350,7 +351,7 @@ def compare(model, tokenizer, prompts, devices, *, max_new_tokens: int, fmt: str
         model.set_attn_implementation(ATTENTION)
         started = time.perf_counter()
         with torch.no_grad():
-            ours = model.generate(**batch, past_key_values=cache, **options)
+            ours = model.generate(**batch, cache=cache, **options)
         seconds = time.perf_counter() - started
         model.set_attn_implementation("eager")
         started = time.perf_counter()

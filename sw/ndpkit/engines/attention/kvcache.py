@@ -24,7 +24,7 @@ import bisect
 
 import numpy as np
 
-from ndpkit.errors import NdpkitError
+from ndpkit.errors import CacheClosed, NdpkitError
 from ndpkit.engines.attention.golden import HEAD_DIMS, MAX_KV_HEADS, KvFormat, widen
 
 __all__ = ["ShardedKVCache", "KVCache", "to_bits16"]
@@ -43,7 +43,12 @@ def to_bits16(x, fmt: KvFormat) -> np.ndarray:
 class KVCache:
     """The KV cache of ``slots`` requests on one attention instance (``instance``; by
     default the card's only one).  On a card with several instances and no
-    ``instance`` given, the constructor returns a :class:`ShardedKVCache` over them."""
+    ``instance`` given, the constructor returns a :class:`ShardedKVCache` over them.
+    After :meth:`close` (which may be called again) every method raises
+    :class:`~ndpkit.errors.CacheClosed`."""
+
+    #: True after :meth:`close`
+    closed = False
 
     def __new__(cls, dev=None, *args, instance: int | None = None, **kwargs):
         instances = getattr(dev, "instances", {}).get("attention", [])
@@ -87,9 +92,14 @@ class KVCache:
         self._free = list(range(slots))
         self._used: set[int] = set()
 
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise CacheClosed(f"{what}: the KV cache is closed (its card memory was freed by close())")
+
     # -- slots ------------------------------------------------------------------------
     def new_request(self) -> int:
         """A free slot (its lengths reset to 0)."""
+        self._check_open("new_request")
         if not self._free:
             raise NdpkitError(f"the KV cache's {self.slots} slots are all in use; free one first")
         slot = self._free.pop(0)
@@ -98,34 +108,39 @@ class KVCache:
         return slot
 
     def free(self, slot: int) -> None:
-        self._check_slot(slot)
+        self._check_slot(slot, "free")
         self._used.discard(slot)
         self._free.append(slot)
         self._free.sort()
 
     def length(self, layer: int, slot: int) -> int:
         """The tokens ``slot`` holds in ``layer``."""
+        self._check_open("length")
         return int(self.lengths[layer, slot])
 
-    def _check_slot(self, slot):
+    def _check_slot(self, slot, what: str = "slot"):
+        self._check_open(what)
         if slot not in self._used:
             raise ValueError(f"slot {slot} is not an active request of this cache")
 
     # -- addresses --------------------------------------------------------------------
     def k_addr(self, layer: int, slot: int) -> int:
+        self._check_open("k_addr")
         return self.k[layer].address + slot * self.slot_bytes
 
     def v_addr(self, layer: int, slot: int) -> int:
+        self._check_open("v_addr")
         return self.v[layer].address + slot * self.slot_bytes
 
     def row_offset(self, slot: int, head: int, token: int) -> int:
+        self._check_open("row_offset")
         return ((slot * self.kv_heads + head) * self.capacity + token) * self.row_bytes
 
     # -- host access ----------------------------------------------------------------------
     def prefill(self, layer: int, slot: int, k, v) -> None:
         """Write a prompt's keys and values, (kv_heads, L, head_dim) floats or 16-bit
         patterns, into rows 0..L-1 of ``slot`` and set its length to L."""
-        self._check_slot(slot)
+        self._check_slot(slot, "prefill")
         k16, v16 = to_bits16(k, self.format), to_bits16(v, self.format)
         shape = (self.kv_heads, k16.shape[1] if k16.ndim == 3 else -1, self.head_dim)
         if k16.ndim != 3 or k16.shape != v16.shape or k16.shape[0] != self.kv_heads or k16.shape[2] != self.head_dim:
@@ -142,7 +157,7 @@ class KVCache:
 
     def read(self, layer: int, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(K, V) of a slot as uint16 patterns, (kv_heads, length, head_dim)."""
-        self._check_slot(slot)
+        self._check_slot(slot, "read")
         length = int(self.lengths[layer, slot])
         out = []
         for buf in (self.k[layer], self.v[layer]):
@@ -152,17 +167,22 @@ class KVCache:
         return out[0], out[1]
 
     def close(self) -> None:
+        """Free the cache's card memory; any later use raises
+        :class:`~ndpkit.errors.CacheClosed` (closing again does nothing)."""
+        self.closed = True
         for b in self.k + self.v:
             b.free()
         self.k, self.v = [], []
 
     @property
     def free_slots(self) -> int:
+        self._check_open("free_slots")
         return len(self._free)
 
     def __repr__(self):
+        state = "closed" if self.closed else f"{len(self._used)} in use"
         return (f"<KVCache {self.layers} layers x {self.slots} slots x {self.kv_heads} kv heads x {self.capacity} "
-                f"tokens x d={self.head_dim} {self.format.name.lower()}, {len(self._used)} in use>")
+                f"tokens x d={self.head_dim} {self.format.name.lower()}, {state}>")
 
 
 class _Lengths:
@@ -193,7 +213,11 @@ class ShardedKVCache:
     the shard whose range holds it; ``new_request`` puts a request in the shard with
     the most free slots.  :func:`ndpkit.engines.attention.client.decode` (and
     ``ndpkit.torch.decode_attention``) split a batch by shard, run the shards at the
-    same time and put the outputs back in batch order."""
+    same time and put the outputs back in batch order.  After :meth:`close` every
+    method raises :class:`~ndpkit.errors.CacheClosed`."""
+
+    #: True after :meth:`close`
+    closed = False
 
     def __init__(self, devices, *, slots_per_device: int, **cache_args):
         devices = list(devices)
@@ -229,8 +253,13 @@ class ShardedKVCache:
         self.slots = int(self.offsets[-1])
         self.lengths = _Lengths(self)
 
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise CacheClosed(f"{what}: the KV cache is closed (its card memory was freed by close())")
+
     def locate(self, slot: int):
         """(the shard, the slot there) of a global slot."""
+        self._check_open("slot")
         if not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.slots:
             raise ValueError(f"slot must be in 0..{self.slots - 1}, not {slot!r}")
         index = bisect.bisect_right(self.offsets, int(slot)) - 1
@@ -238,37 +267,47 @@ class ShardedKVCache:
 
     @property
     def free_slots(self) -> int:
+        self._check_open("free_slots")
         return sum(shard.free_slots for shard in self.shards)
 
     def new_request(self) -> int:
+        self._check_open("new_request")
         index = max(range(len(self.shards)), key=lambda i: (self.shards[i].free_slots, -i))
         if not self.shards[index].free_slots:
             raise NdpkitError(f"the KV cache's {self.slots} slots are all in use; free one first")
         return int(self.offsets[index]) + self.shards[index].new_request()
 
-    def _check_slot(self, slot) -> None:
+    def _check_slot(self, slot, what: str = "slot") -> None:
+        self._check_open(what)
         shard, local = self.locate(slot)
-        shard._check_slot(local)
+        shard._check_slot(local, what)
 
     def free(self, slot: int) -> None:
+        self._check_open("free")
         shard, local = self.locate(slot)
         shard.free(local)
 
     def length(self, layer: int, slot: int) -> int:
+        self._check_open("length")
         shard, local = self.locate(slot)
         return shard.length(layer, local)
 
     def prefill(self, layer: int, slot: int, k, v) -> None:
+        self._check_open("prefill")
         shard, local = self.locate(slot)
         shard.prefill(layer, local, k, v)
 
     def read(self, layer: int, slot: int):
+        self._check_open("read")
         shard, local = self.locate(slot)
         return shard.read(layer, local)
 
     def close(self) -> None:
+        """Free every shard's card memory; any later use raises
+        :class:`~ndpkit.errors.CacheClosed` (closing again does nothing)."""
+        self.closed = True
         for shard in self.shards:
             shard.close()
 
     def __repr__(self):
-        return f"<ShardedKVCache over {len(self.shards)} shards: {self.shards!r}>"
+        return f"<ShardedKVCache over {len(self.shards)} shards{', closed' if self.closed else ''}: {self.shards!r}>"

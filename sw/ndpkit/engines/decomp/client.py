@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.engine import EngineClient
-from ndpkit.engines.adam.client import _fmt
+from ndpkit.engines.common import element_format
+from ndpkit.memory import Buffer, address_of
 
 __all__ = ["DecompClient"]
 
@@ -24,13 +25,12 @@ class DecompClient(EngineClient):
         ``pairs`` defaults to the indices uploaded (the Buffer's ``nbytes`` / 4, not
         its padding to whole bus words).  Returns the Completion
         (``aux`` = pairs written) or, with ``wait=False``, the Command."""
-        from ndpkit.device import Buffer, _address
         if pairs is None:
             if not isinstance(indices, Buffer):
                 raise TypeError("pairs is required when indices is a card address")
             pairs = indices.nbytes // 4
-        args = {"format": _fmt(fmt, "fmt"), "count": int(n), "pairs": int(pairs), "idx": _address(indices, "indices"),
-                "val": _address(values, "values"), "dst": _address(dst, "dst")}
+        args = {"format": element_format(fmt, "fmt"), "count": int(n), "pairs": int(pairs),
+                "idx": address_of(indices, "indices"), "val": address_of(values, "values"), "dst": address_of(dst, "dst")}
         cmd = self.submit(args, work_bytes=4 * int(n) + 8 * int(pairs),
                           buffers={"dst": dst, "idx": indices, "val": values})
         return cmd.wait() if wait else cmd

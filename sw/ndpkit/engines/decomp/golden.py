@@ -30,6 +30,7 @@ from ndpkit_spec.codes import ErrorCode
 from ndpkit.arith import fp
 from ndpkit_spec.engines.adam import Format
 from ndpkit_spec.engines.decomp import SENTINEL
+from ndpkit.transfer import check_ranges
 
 __all__ = ["SENTINEL", "Compressed", "compress", "decompress_stream", "decompress_scatter", "check_stream",
            "stream_stop", "good_prefix", "densify", "widen"]
@@ -177,7 +178,6 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
 
 def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
     """(ErrorCode, offending argument) in the hardware's order (ndpkit_hw/engines/decomp/engine.py)."""
-    from ndpkit.transfer import check_ranges
     if cmd["format"] > 2:
         return ErrorCode.BAD_FIELD, "fmt"
     if cmd["count"] == 0:

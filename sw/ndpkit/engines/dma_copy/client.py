@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ndpkit.engine import Command, EngineClient
 from ndpkit.engines.dma_copy import golden
+from ndpkit.memory import address_of
 
 __all__ = ["DmaCopyClient"]
 
@@ -14,8 +15,7 @@ class DmaCopyClient(EngineClient):
     def copy(self, dst, src, length: int) -> Command:
         """Copy ``length`` bytes ``src -> dst`` (Buffers or card addresses); split over
         the instances working in their region where there are several."""
-        from ndpkit.device import _address
-        args = {"op": golden.OP_COPY, "src": _address(src, "src"), "dst": _address(dst, "dst"), "length": length,
+        args = {"op": golden.OP_COPY, "src": address_of(src, "src"), "dst": address_of(dst, "dst"), "length": length,
                 "pattern": 0}
         return self.submit_split(args, total=length, unit=self.device.word_bytes, work_bytes=length,
                                  buffers={"dst": dst, "src": src}, piece=lambda first, count: dict(
@@ -23,8 +23,7 @@ class DmaCopyClient(EngineClient):
 
     def fill(self, dst, pattern: int, length: int) -> Command:
         """Fill ``length`` bytes at ``dst`` (a Buffer or card address) with ``pattern``."""
-        from ndpkit.device import _address
-        args = {"op": golden.OP_FILL, "src": 0, "dst": _address(dst, "dst"), "length": length, "pattern": pattern}
+        args = {"op": golden.OP_FILL, "src": 0, "dst": address_of(dst, "dst"), "length": length, "pattern": pattern}
         return self.submit_split(args, total=length, unit=self.device.word_bytes, work_bytes=length,
                                  buffers={"dst": dst}, piece=lambda first, count: dict(
                                      args, dst=args["dst"] + first, length=count))

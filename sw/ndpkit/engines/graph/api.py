@@ -118,6 +118,22 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
     return result, done.aux, done
 
 
+def _real_vector(name: str, x) -> np.ndarray:
+    """``x`` as an array of real numbers (bool, integer or floating point; never copied
+    or changed): complex values (NumPy would drop their imaginary parts with only a
+    warning) and non-numeric ones (strings, objects) are refused naming ``name``."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as e:        # ragged nesting and the like
+        raise TypeError(f"{name}: not an array of real numbers ({e})") from None
+    if arr.dtype.kind == "c":
+        raise TypeError(f"{name}: complex values ({arr.dtype}) are not taken; the engine computes in fp32 "
+                        f"(pass {name}.real to drop the imaginary parts)")
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: an array of real numbers, not of dtype {arr.dtype}")
+    return arr
+
+
 def _distances(values) -> np.ndarray:
     out = values.astype(np.float64)
     out[values == golden.INF] = np.inf
@@ -199,7 +215,7 @@ def spmv(matrix, x, device, *, mode: str = "piccolo") -> np.ndarray:
     if a is None:                   # a networkx graph: its weighted adjacency matrix
         a = csr.adjacency(matrix)[0]
     rows, cols = a.shape
-    x = np.asarray(x)
+    x = _real_vector("x", x)
     if x.ndim != 1 or x.shape[0] != cols:
         raise ValueError(f"x: shape {x.shape}, but the matrix has {cols} columns")
     n = max(rows, cols)
@@ -237,9 +253,9 @@ def _initial_ranks(g: csr.PullGraph, nstart, inv_n: int) -> np.ndarray:
     if g.nodes is not None:
         if not isinstance(nstart, dict):
             raise TypeError(f"nstart: a dict keyed by node for a networkx graph, not {type(nstart).__name__}")
-        start = np.array([nstart.get(v, 0) for v in g.nodes], dtype=np.float64)
+        start = _real_vector("nstart", [nstart.get(v, 0) for v in g.nodes]).astype(np.float64)
     else:
-        start = np.array(nstart, dtype=np.float64)
+        start = _real_vector("nstart", nstart).astype(np.float64)
         if start.shape != (g.n,):
             raise ValueError(f"nstart: shape {start.shape}, but the graph has {g.n} vertices")
     total = start.sum()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.engine import Command, EngineClient
 from ndpkit.engines.graph import golden
+from ndpkit.memory import address_of
 
 __all__ = ["GraphClient"]
 
@@ -25,13 +26,13 @@ class GraphClient(EngineClient):
         PageRank: ``val`` the out-degrees, ``scratch`` 2 x n words, ``constants`` a
         ``golden.PageRankConstants``; ``aux`` bit 31 (``golden.CONVERGED``) is set when it
         stopped by the tolerance."""
-        from ndpkit.device import _address
         c = constants or golden.PageRankConstants(0, 0, 0, 0)
         args = {"format_program": int(program), "format_mode": int(mode), "n": int(n), "edges": int(edges),
-                "rowptr": _address(rowptr, "rowptr"), "col": _address(col, "col") if col is not None else 0,
-                "val": _address(val, "val") if val is not None else 0, "a": _address(a, "a"), "b": _address(b, "b"),
+                "rowptr": address_of(rowptr, "rowptr"), "col": address_of(col, "col") if col is not None else 0,
+                "val": address_of(val, "val") if val is not None else 0, "a": address_of(a, "a"),
+                "b": address_of(b, "b"),
                 "max_iterations": int(max_iterations),
-                "scratch": _address(scratch, "scratch") if scratch is not None else 0,
+                "scratch": address_of(scratch, "scratch") if scratch is not None else 0,
                 "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance}
         # a bound, not an estimate: every iteration may cost a 64-byte line per vertex and edge
         # (PageRank: and its vertex passes)

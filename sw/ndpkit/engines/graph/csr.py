@@ -21,6 +21,7 @@ What counts as an edge follows the library the graph comes from:
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,11 +184,24 @@ def pull(graph, program: str, *, weight: str | None = "weight", directed: bool =
     return PullGraph(n, rowptr, col, None, nodes, integral)
 
 
-def vertex_index(g: PullGraph, vertex) -> int:
-    """A source vertex given as a networkx label (or an integer for a matrix)."""
+def vertex_index(g: PullGraph, vertex, name: str = "source") -> int:
+    """A source vertex given as a networkx label (or an integer for a matrix: a Python or
+    NumPy integer; a float, a bool or a string is refused naming ``name``, as scipy would
+    silently truncate or convert it)."""
     if g.nodes is None:
-        return int(vertex)
+        return integer_vertex(vertex, name)
     try:
         return g.nodes.index(vertex)
     except ValueError:
-        raise ValueError(f"source: vertex {vertex!r} is not in the graph") from None
+        raise ValueError(f"{name}: vertex {vertex!r} is not in the graph") from None
+
+
+def integer_vertex(vertex, name: str = "source") -> int:
+    """A matrix vertex index: a Python or NumPy integer (or a 0-d integer array), never a
+    bool, a float (also an integral one: ``1.0``), a string or anything else."""
+    if isinstance(vertex, (bool, np.bool_)):
+        raise TypeError(f"{name}: a vertex index is an integer, not a bool ({vertex!r})")
+    try:
+        return operator.index(vertex)
+    except TypeError:
+        raise TypeError(f"{name}: a vertex index is an integer, not {type(vertex).__name__} ({vertex!r})") from None

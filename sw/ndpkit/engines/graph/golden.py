@@ -52,6 +52,7 @@ import numpy as np
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.arith import fp
+from ndpkit.transfer import check_ranges
 from ndpkit_spec.engines.graph import ACC_LANES, CONVERGED, MAX_VERTICES, MODE_BASELINE, MODE_PICCOLO, Program
 
 INF = np.uint32(0xFFFF_FFFF)
@@ -282,7 +283,6 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
     """(ErrorCode, argument) of the whole command in the hardware's order: program,
     mode, n (1..2**24), max_iterations (>= 1), PageRank's tolerance (not negative, not
     NaN), then every array by the transfer rule and no two overlapping."""
-    from ndpkit.transfer import check_ranges
     if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
         return ErrorCode.BAD_FIELD, "program"
     if cmd["format_mode"] > MODE_BASELINE:

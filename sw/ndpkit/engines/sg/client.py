@@ -15,6 +15,7 @@ import numpy as np
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.engine import Command, EngineClient
 from ndpkit.engines.sg import golden
+from ndpkit.memory import Buffer, address_of
 
 __all__ = ["SgClient"]
 
@@ -34,14 +35,12 @@ class SgClient(EngineClient):
         """One command over ``requests`` descriptors at ``table`` (see
         :func:`ndpkit.engines.sg.golden.pack_descriptor`); reads answer into ``out``.  Returns
         the Completion (``aux`` = link bytes) or, with ``wait=False``, the Command."""
-        from ndpkit.device import _address
-        args = {"op": int(op), "table": _address(table, "table"), "requests": int(requests),
-                "out": _address(out, "out") if out is not None else 0}
+        args = {"op": int(op), "table": address_of(table, "table"), "requests": int(requests),
+                "out": address_of(out, "out") if out is not None else 0}
         cmd = self.submit(args, work_bytes=int(requests) * (golden.DESCRIPTOR_BYTES + golden.LINE))
         return cmd.wait() if wait else cmd
 
     def _elements(self, table, indices, dtype):
-        from ndpkit.device import Buffer
         if not isinstance(table, Buffer):
             raise TypeError(f"table must be a Buffer, not {type(table).__name__}")
         dtype = np.dtype(dtype)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit.transfer import default_window
+from ndpkit.transfer import check_ranges, default_window
 from ndpkit_spec.engines.sg import (DESCRIPTOR_BYTES, DEVICE_BANKS, DEVICE_ROW_BYTES, HEADER_BYTES, LINE,
                                     OFFSET_BYTES, OP_READ, OP_WRITE, Op)
 
@@ -246,7 +246,6 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
     """(ErrorCode, offending argument) of the whole command, in the hardware's order:
     op (BAD_OPCODE), requests (ZERO_LENGTH), the table then (reads) the output array
     by the transfer rule, and the two not overlapping."""
-    from ndpkit.transfer import check_ranges
     if cmd["op"] > OP_WRITE:
         return ErrorCode.BAD_OPCODE, "op"
     if cmd["requests"] == 0:

@@ -1,12 +1,14 @@
 """`make bitstream BOARD=<name>`: build the device for a board.
 
+It sits above both packages it drives (``ndpkit_tools.boards`` and ``ndpkit_tools.impl``,
+which imports ``boards``, never the other way).
 ECP5: a real bitstream with the yowasp tools (tools/ndpkit_tools/impl/ecp5_build.py); exit 1
 if it misses its timing constraint.  Xilinx boards: generate the Vivado project (tools/ndpkit_tools/boards/vivado.py), check it with
 the Tcl stubs, and run Vivado if it is on PATH; otherwise stop after generating,
 say so, and exit with status 3.  Every check runs before any long step; a bad board
 name or parameter exits with status 2 and a message naming it.
 
-    python -m ndpkit_tools.boards.build alveo_u280 [--engines dma_copy,adam] [--memory-ports 4] [--out DIR]
+    python -m ndpkit_tools.bitstream alveo_u280 [--engines dma_copy,adam] [--memory-ports 4] [--out DIR]
 """
 from __future__ import annotations
 
