@@ -7,6 +7,12 @@ With ``memory_ports=P`` > 1 there is one memory model per port (``memory0`` ..
 latency and bandwidth, as each HBM pseudo-channel has its own controller; with one
 port the model is ``memory``.
 
+``mem_timing`` names a DRAM preset (:data:`ndpkit_spec.dram.PRESETS`: ``hbm2_pc``,
+``ddr4_2400``) for every memory model: banks, rows, refresh and one data bus, at the
+engines' clock ``clock_mhz`` behind a clock crossing of :data:`CROSSING_CYCLES` (the
+board designs put the engines in their own clock domain); ``None`` keeps the ideal
+memory (fixed latency, each direction at full rate).
+
 Extra ports over the device's: ``mem_read_latency`` / ``mem_write_latency`` (cycles,
 set at run time) and ``mem_error_base`` / ``mem_error_size`` (a range the memory
 answers with SLVERR, for fault injection).
@@ -19,19 +25,32 @@ from amaranth.lib.wiring import In
 
 from ndpkit_hw.mem.memory_model import AxiMemoryModel
 from ndpkit_hw.device import Device
+from ndpkit_spec.dram import IDEAL, preset
 
-__all__ = ["SimCard"]
+__all__ = ["SimCard", "CROSSING_CYCLES"]
+
+#: engine-clock cycles a read spends in the clock crossing between the engines and the
+#: memory's port, there and back (two SmartConnect/XPM crossings of a few cycles each:
+#: an estimate, not a measurement)
+CROSSING_CYCLES = 8
 
 
 class SimCard(wiring.Component):
     def __init__(self, *, mem_size: int = 16 << 20, mem_bytes_per_cycle: int | None = None,
-                 mem_max_outstanding: int = 16, **device_params):
+                 mem_max_outstanding: int | None = None, mem_timing: str | None = None, **device_params):
         self.device = Device(mem_size=mem_size, **device_params)
         d = self.device
+        timing = None if mem_timing in (None, IDEAL) else preset(mem_timing)
+        self.mem_timing = timing
+        if mem_max_outstanding is None:
+            # the ideal memory's queue; a DRAM port queues 64 requests (the depth AMD's HBM
+            # random-access figures use), enough for single-beat traffic at its latency
+            mem_max_outstanding = 16 if timing is None else 64
         self.memories = [AxiMemoryModel(size=d.region(p)[1], base=d.region(p)[0], addr_width=d.addr_width,
                                         data_width=d.data_width, id_width=d.mem_id_width,
                                         max_outstanding=mem_max_outstanding, bytes_per_cycle=mem_bytes_per_cycle,
-                                        latency_ports=True)
+                                        latency_ports=True, dram=timing, engine_mhz=d.clock_mhz,
+                                        crossing=CROSSING_CYCLES)
                          for p in range(d.memory_ports)]
         #: submodule name of each memory model (the device server's backdoors find them by it)
         self.memory_names = ["memory"] if d.memory_ports == 1 else [f"memory{p}" for p in range(d.memory_ports)]

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ndpkit.errors import NdpkitError
 from ndpkit.transport.sim_protocol import DEFAULTS
+from ndpkit_spec.dram import IDEAL, PRESETS
 from ndpkit_spec.registry import REGISTRY
 
 __all__ = ["OptionError", "Option", "OPTIONS", "check_options", "size", "default_engines", "options_table",
@@ -133,6 +134,10 @@ _CARD = {
     "queue_depth": Option(_integer, "an integer", 1, 64, doc="commands each engine queues"),
     "clock_mhz": Option(_integer, "an integer", 1, 1000, doc="the engines' clock in MHz, for per-second figures"),
     "mem_queue": Option(_integer, "an integer", 1, 4096, doc="memory requests in flight"),
+    "memory": Option(str, "a memory name", choices=(IDEAL, *PRESETS),
+                     doc="the card memory's timing: `ideal` (fixed latency, each direction at full rate) or a "
+                         "DRAM preset (`hbm2_pc`: a U55C/U280 HBM2 pseudo-channel a port, `ddr4_2400`: the "
+                         "SmartSSD's DDR4); sim only, the model has no timing"),
     "link": Option(dict, "a dict of PCIe link parameters", doc="modelled PCIe link"),
     "storage": Option(dict, "a dict of storage link parameters", doc="modelled SSD link"),
 }
@@ -186,6 +191,11 @@ def check_options(kind: str, options: dict) -> dict:
         if narrow:
             raise OptionError("data_width", f"{width} is narrower than engine {narrow[0]!r} needs "
                                             f"({REGISTRY[narrow[0]].min_data_width})")
+    if out.get("memory", IDEAL) != IDEAL:
+        timed = [k for k in ("read_latency", "write_latency") if k in out]
+        if timed:
+            raise OptionError(timed[0], f"sets the ideal memory's latency; memory={out['memory']} times every "
+                                        f"access itself (banks, rows, refresh), leave {timed[0]} out")
     width = out.get("data_width", DEFAULT_WIDTH)
     if "mem_size" in out and "data_width" in schema and out["mem_size"] % (width // 8):
         raise OptionError("mem_size", f"{out['mem_size']} is not a whole number of {width}-bit words")

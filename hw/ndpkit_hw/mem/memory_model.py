@@ -16,7 +16,12 @@ It stands where the MIG DDR4 / HBM controller stands on a card.  Parameters:
   cycle: READY dropped on AR/AW/W, the next R/B beat held back (VALID is never
   withdrawn once offered, as AXI requires); ``seed`` seeds the xorshift generator.
 
-Reads and writes are served in order of arrival, each direction independently.
+Reads and writes are served in order of arrival, each direction independently: the
+*ideal* memory.  With ``dram=`` a :class:`~ndpkit_spec.dram.DramTiming` (a preset of
+:data:`ndpkit_spec.dram.PRESETS`), a :class:`~ndpkit_hw.mem.dram.DramChannel` decides
+instead when each beat moves -- banks, rows, refresh, one data bus for both directions,
+the address mapping and the controller's policy -- at the engines' clock
+``engine_mhz``, and the latency/bandwidth parameters are unused.
 Addresses outside ``[base, base + size)`` answer DECERR (writes are dropped), and
 the ``error_base``/``error_size`` inputs name a window that answers SLVERR, or DECERR
 with ``error_decerr`` high (writes dropped), so benches can inject memory errors at
@@ -27,12 +32,15 @@ Benches preload and inspect contents through the ``storage.mem`` array (VPI), se
 """
 from __future__ import annotations
 
+import math
+
 from amaranth.hdl import Module, Signal, Cat, Mux, Const, ClockSignal, Instance
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In
 
 from ndpkit_spec.codes import AxiResp
 from ndpkit_hw.bus.axi import AXI4Signature, log2_exact
+from ndpkit_hw.mem.dram import DramChannel
 
 __all__ = ["AxiMemoryModel"]
 
@@ -84,7 +92,8 @@ class AxiMemoryModel(wiring.Component):
     def __init__(self, *, size: int = 1 << 20, base: int = 0, addr_width: int = 32,
                  data_width: int = 512, id_width: int = 4, read_latency: int = 16,
                  write_latency: int = 16, max_outstanding: int = 16, bytes_per_cycle: int | None = None,
-                 stall_per_256: int = 0, seed: int = 1, latency_ports: bool = False):
+                 stall_per_256: int = 0, seed: int = 1, latency_ports: bool = False, dram=None,
+                 engine_mhz: float = 250.0, mapping: str | None = None, crossing: int = 0):
         self.data_bytes = data_width // 8
         self.word_shift = log2_exact(self.data_bytes, "data_width/8")
         if size % self.data_bytes or size <= 0:
@@ -108,6 +117,15 @@ class AxiMemoryModel(wiring.Component):
         self.stall_per_256, self.seed = stall_per_256, seed
         self.depth = size // self.data_bytes
         self.latency_ports = latency_ports
+        #: the DRAM timing model, or None for the ideal memory
+        self.dram = None
+        if dram is not None:
+            if bytes_per_cycle is not None and bytes_per_cycle < self.data_bytes:
+                raise ValueError("bytes_per_cycle limits the ideal memory only; a DRAM timing model sets its own rate")
+            self.dram = DramChannel(dram, engine_mhz=engine_mhz, beat_bytes=self.data_bytes, base=base, size=size,
+                                    addr_width=addr_width, mapping=mapping, crossing=crossing,
+                                    read_queue=max(32, 2 * max_outstanding))
+            self.bytes_per_cycle = self.data_bytes
         members = {
             "bus": In(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
             "error_base": In(addr_width),
@@ -154,7 +172,14 @@ class AxiMemoryModel(wiring.Component):
         def due(t):  # wrap-safe "now >= t"
             return (now - t)[TIME_WIDTH - 1] == 0
 
-        if self.latency_ports:
+        dram = self.dram
+        if dram is not None:
+            m.submodules.dram = dram
+            # reads: data at once from the calendar's records; writes: posted, B after the ack time
+            read_wait = 1
+            write_wait = max(0, math.ceil((dram.u(dram.timing.write_ack) + dram.crossing * dram.u_per_cycle)
+                                          / dram.u_per_cycle) - 1)
+        elif self.latency_ports:
             read_wait = Mux(self.read_latency < 2, 1, self.read_latency - 1)
             write_wait = Mux(self.write_latency < 1, 0, self.write_latency - 1)
         else:
@@ -165,8 +190,21 @@ class AxiMemoryModel(wiring.Component):
 
         # ---- read path ----------------------------------------------------------
         m.submodules.ar_queue = ar_queue = fifo.SyncFIFO(width=req_width, depth=self.max_outstanding)
+        ar_room = ar_queue.w_rdy
+        if dram is not None:
+            # the controller's view: requests it has not scheduled yet (ahead of the data)
+            m.submodules.ar_sched = ar_sched = fifo.SyncFIFO(width=aw_width + 8, depth=self.max_outstanding)
+            ar_room = ar_queue.w_rdy & ar_sched.w_rdy
+            m.d.comb += [
+                ar_sched.w_en.eq(bus.arvalid & bus.arready),
+                ar_sched.w_data.eq(Cat(bus.araddr, bus.arlen)),
+                dram.rd_valid.eq(ar_sched.r_rdy),
+                dram.rd_addr.eq(ar_sched.r_data[:aw_width]),
+                dram.rd_beats.eq(ar_sched.r_data[aw_width:] + 1),
+                ar_sched.r_en.eq(dram.rd_pop),
+            ]
         m.d.comb += [
-            bus.arready.eq(ar_queue.w_rdy & ~stall["ar"]),
+            bus.arready.eq(ar_room & ~stall["ar"]),
             ar_queue.w_en.eq(bus.arvalid & bus.arready),
             ar_queue.w_data.eq(Cat(bus.arid, bus.araddr, bus.arlen, (now + read_wait)[:TIME_WIDTH])),
         ]
@@ -185,8 +223,10 @@ class AxiMemoryModel(wiring.Component):
         b_last = Signal()
         consumed = bus.rvalid & bus.rready
         advance = Signal()
-        m.d.comb += advance.eq(ar_queue.r_rdy & due(ar_time) & r_bw.ok & ~stall["r"] &
-                               (~b_valid | consumed))
+        data_due = due(ar_time) & r_bw.ok if dram is None else dram.rd_beat_ready
+        m.d.comb += advance.eq(ar_queue.r_rdy & data_due & ~stall["r"] & (~b_valid | consumed))
+        if dram is not None:
+            m.d.comb += dram.rd_beat_take.eq(advance)
         beat_resp = self._beat_resp(m, r_addr)
         m.d.comb += [
             r_bw.take.eq(advance),
@@ -210,8 +250,20 @@ class AxiMemoryModel(wiring.Component):
                                                          depth=self.max_outstanding)
         m.submodules.b_queue = b_queue = fifo.SyncFIFO(width=self.id_width + 2 + TIME_WIDTH,
                                                        depth=self.max_outstanding)
+        aw_room, w_room = aw_queue.w_rdy, Const(1)
+        if dram is not None:
+            m.submodules.aw_sched = aw_sched = fifo.SyncFIFO(width=aw_width + 8, depth=self.max_outstanding)
+            aw_room, w_room = aw_queue.w_rdy & aw_sched.w_rdy, dram.wr_space
+            m.d.comb += [
+                aw_sched.w_en.eq(bus.awvalid & bus.awready),
+                aw_sched.w_data.eq(Cat(bus.awaddr, bus.awlen)),
+                dram.wr_valid.eq(aw_sched.r_rdy),
+                dram.wr_addr.eq(aw_sched.r_data[:aw_width]),
+                dram.wr_beats.eq(aw_sched.r_data[aw_width:] + 1),
+                aw_sched.r_en.eq(dram.wr_pop),
+            ]
         m.d.comb += [
-            bus.awready.eq(aw_queue.w_rdy & ~stall["aw"]),
+            bus.awready.eq(aw_room & ~stall["aw"]),
             aw_queue.w_en.eq(bus.awvalid & bus.awready),
             aw_queue.w_data.eq(Cat(bus.awid, bus.awaddr, bus.awlen)),
         ]
@@ -225,9 +277,10 @@ class AxiMemoryModel(wiring.Component):
         beat_resp_w = self._beat_resp(m, w_addr)
         burst_resp = Signal(2)
         m.d.comb += [
-            bus.wready.eq(aw_queue.r_rdy & b_queue.w_rdy & w_bw.ok & ~stall["w"]),
+            bus.wready.eq(aw_queue.r_rdy & b_queue.w_rdy & w_bw.ok & w_room & ~stall["w"]),
             w_fire.eq(bus.wvalid & bus.wready),
             w_bw.take.eq(w_fire),
+            *([dram.wr_beat_in.eq(w_fire)] if dram is not None else []),
             write_port.addr.eq(self._word_index(w_addr)),
             write_port.data.eq(bus.wdata),
             write_port.en.eq(Mux(w_fire & (beat_resp_w == AxiResp.OKAY), bus.wstrb, 0)),

@@ -136,8 +136,8 @@ class ModelDevice:
 
     def __init__(self, *, mem_size: int = 16 << 20, mem_base: int = 0, data_width: int = 512,
                  engines=("dma_copy",), queue_depth: int = 4, clock_mhz: int = 250, mem_queue: int = 16,
-                 memory_ports: int = 1):
-        # mem_queue: the simulated card's memory request queue; the model has no timing
+                 memory_ports: int = 1, memory: str = "ideal"):
+        # mem_queue, memory: the simulated card's memory queue and timing; the model has no timing
         self.mem_base, self.mem_size = mem_base, mem_size
         self.memory_ports = memory_ports
         self.word_bytes = data_width // 8

@@ -184,6 +184,10 @@ class SimTransport(Transport):
         """Change the memory model at run time: read_latency, write_latency (cycles),
         error_base/error_size (a range answering error_resp: "SLVERR", the default, or
         "DECERR"; writes there are dropped)."""
+        timed = [k for k in ("read_latency", "write_latency") if k in cfg]
+        if timed and self.config["memory"] != "ideal":
+            raise ValueError(f"{timed[0]}: the card's memory is {self.config['memory']}, which times every access "
+                             "itself; latencies are set on the ideal memory only")
         if cfg.get("error_resp", "SLVERR") not in ("SLVERR", "DECERR"):
             raise ValueError(f"error_resp must be 'SLVERR' or 'DECERR', not {cfg['error_resp']!r}")
         self._call(Op.MEMORY, json.dumps(cfg).encode())
@@ -205,7 +209,7 @@ class SimTransport(Transport):
 
     def describe(self):
         c = self.config
-        return {"transport": "sim", "mem_size": c["mem_size"], "clock_mhz": c["clock_mhz"],
+        return {"transport": "sim", "mem_size": c["mem_size"], "clock_mhz": c["clock_mhz"], "memory": c["memory"],
                 "memory_latency": [c["read_latency"], c["write_latency"]], "dma": c["dma"],
                 "link": self.link.describe(), "storage": StorageLink(**c["storage"]).describe(),
                 "server_pid": self.proc.pid}

@@ -39,6 +39,7 @@ DEFAULTS = {
     "link": {}, "storage": {}, "attention_lanes": None,
     "mem_queue": 16,       # requests the memory model queues (a DRAM controller with more banks: more)
     "memory_ports": 1,     # memory regions, one memory model each (HBM pseudo-channels)
+    "memory": "ideal",     # the memory's timing: "ideal" or a DRAM preset of ndpkit_spec.dram.PRESETS
 }
 
 HEADER = struct.Struct("<IB")

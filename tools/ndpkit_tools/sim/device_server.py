@@ -32,6 +32,8 @@ def card_params(config: dict) -> dict:
         params["mem_max_outstanding"] = config["mem_queue"]
     if config["memory_ports"] != DEFAULTS["memory_ports"]:
         params["memory_ports"] = config["memory_ports"]
+    if config["memory"] != DEFAULTS["memory"]:
+        params["mem_timing"] = config["memory"]
     return params
 
 

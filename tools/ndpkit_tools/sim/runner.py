@@ -208,7 +208,7 @@ def _build(design: Design, waves: str | None) -> Path:
     return build_dir
 
 
-def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
+def run_bench(design: Design, test_module: str, *, testcase: str | list[str] | None = None,
               params: dict | None = None, seed: int | None = None, test_dir: Path | None = None,
               extra_env: dict | None = None) -> None:
     """Build (or reuse) ``design`` and run the cocotb tests in ``test_module``.
@@ -227,9 +227,10 @@ def run_bench(design: Design, test_module: str, *, testcase: str | None = None,
     if seed is None:
         seed = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1, 2 ** 31)
     build_dir = _build(design, waves)
-    print(f"[ndpkit] bench {test_module}{'::' + testcase if testcase else ''} "
+    cases = testcase if testcase is None or isinstance(testcase, str) else ",".join(testcase)
+    print(f"[ndpkit] bench {test_module}{'::' + cases if cases else ''} "
           f"on {design.toplevel} seed={seed} (SEED={seed} reproduces) build={build_dir}", flush=True)
-    test_dir = Path(test_dir or build_dir / "runs" / f"{test_module}-{testcase or 'all'}-{os.getpid()}")
+    test_dir = Path(test_dir or build_dir / "runs" / f"{test_module}-{cases or 'all'}-{os.getpid()}")
     test_dir.mkdir(parents=True, exist_ok=True)
     env = {"NDP_PARAMS": json.dumps(params or {}), "PYTHONPATH": os.pathsep.join(sys.path)}
     env.update(extra_env or {})
