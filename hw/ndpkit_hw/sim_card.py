@@ -23,16 +23,12 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
+from ndpkit_hw.mem.dram import CROSSING_CYCLES
 from ndpkit_hw.mem.memory_model import AxiMemoryModel
 from ndpkit_hw.device import Device
 from ndpkit_spec.dram import IDEAL, preset
 
-__all__ = ["SimCard", "CROSSING_CYCLES"]
-
-#: engine-clock cycles a read spends in the clock crossing between the engines and the
-#: memory's port, there and back (two SmartConnect/XPM crossings of a few cycles each:
-#: an estimate, not a measurement)
-CROSSING_CYCLES = 8
+__all__ = ["SimCard"]
 
 
 class SimCard(wiring.Component):

@@ -1,25 +1,37 @@
 """An engine alone with card memory: its ``cmd``/``cpl`` streams as ports and the RTL
 memory model (with run-time latency ports) on its AXI4 master, window = the memory.
-Engine benches drive commands straight into it, without the shell."""
+Engine benches drive commands straight into it, without the shell.
+
+``memory`` names a DRAM preset (:data:`ndpkit_spec.dram.PRESETS`) for the memory
+model, the engine at ``engine_mhz`` behind the card's clock crossing; the latency ports
+then do nothing (the preset times every access)."""
 from __future__ import annotations
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
+from ndpkit_hw.mem.dram import CROSSING_CYCLES
 from ndpkit_hw.mem.memory_model import AxiMemoryModel
+from ndpkit_spec.dram import IDEAL, preset
 
 __all__ = ["EngineHarness"]
 
 
 class EngineHarness(wiring.Component):
     def __init__(self, engine, *, mem_size: int = 1 << 20, stall_per_256: int = 0, seed: int = 1,
-                 max_outstanding: int = 16):
+                 max_outstanding: int = 16, memory: str | None = None, engine_mhz: float = 200.0):
         self.engine = engine
+        timing = None if memory in (None, IDEAL) else preset(memory)
+        if timing is not None:
+            # a power-of-two memory, as a DRAM's rows and banks cut it
+            mem_size = 1 << (mem_size - 1).bit_length()
+            max_outstanding = max(max_outstanding, 64)
         self.memory = AxiMemoryModel(size=mem_size, addr_width=len(engine.bus.araddr),
                                      data_width=len(engine.bus.rdata), id_width=len(engine.bus.arid),
                                      stall_per_256=stall_per_256, seed=seed, latency_ports=True,
-                                     max_outstanding=max_outstanding)
+                                     max_outstanding=max_outstanding, dram=timing, engine_mhz=engine_mhz,
+                                     crossing=CROSSING_CYCLES)
         # the engine's own extra outputs (the graph engine's link counters) come out too
         self.extra = [name for name in engine.signature.members
                       if name not in ("cmd", "cpl", "bus", "window_base", "window_size")]

@@ -48,7 +48,12 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.dram import DramTiming, parse_mapping
 
-__all__ = ["DramChannel", "TIME_BITS"]
+__all__ = ["DramChannel", "TIME_BITS", "CROSSING_CYCLES"]
+
+#: engine-clock cycles a read spends in the clock crossing between the engines and the
+#: memory's port on a card, there and back (the board designs' SmartConnect/XPM
+#: crossings, a few cycles each way: an estimate, not a measurement)
+CROSSING_CYCLES = 8
 
 TIME_BITS = 48     # DRAM time in units; no wrap in any simulation (2^48 units)
 #: how far (column slots) the calendar may run ahead of now: the controller's command queue

@@ -15,6 +15,11 @@ Efficiency = measured elements per cycle / min(port bound, lanes).
 The engine alone with the memory model (no shell); cycles from the command's
 acceptance to its completion.  Writes build/perf/adam.json.  QUICK=1: the 128-bit
 engine and fewer elements.
+
+MEMORY=hbm2_pc (or ddr4_2400): the same cases on that DRAM preset (the engine at the
+boards' 200 MHz behind the card's clock crossing), written to adam-<preset>.json, each
+case also against the memory bound: reads and writes share one data bus, so an update
+moving r + w bytes an element runs at most at the preset's peak / (r + w).
 """
 from __future__ import annotations
 
@@ -135,11 +140,15 @@ def main() -> int:
     from ndpkit_spec.engines.adam import port_lanes
     from ndpkit_hw.engines.harness import EngineHarness
     quick = os.environ.get("QUICK", "0") not in ("", "0")
-    out = build_root() / "perf" / OUT_NAME
+    memory = os.environ.get("MEMORY") or None
+    out = build_root() / "perf" / (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     width = 128 if quick else 512
     lanes = port_lanes(width)
-    params = {"data_width": width, "lanes": lanes, "latency": 200, "sweep_latencies": [2, 64], "elements": (1 << 14) if quick else (1 << 18), "out": str(out)}
+    params = {"data_width": width, "lanes": lanes, "latency": 200, "sweep_latencies": [] if memory else [2, 64],
+              "elements": (1 << 14) if quick else (1 << 18), "out": str(out)}
+    if memory:
+        return memory_main(memory, width, lanes, params, out)
     print(f"adam benchmark: building the {width}-bit engine ({lanes} lanes) once; the first build takes "
           "several minutes")
     run_bench(Design(EngineHarness(AdamEngine(data_width=width), mem_size=params["elements"] * 24 + (1 << 16)),
@@ -181,6 +190,40 @@ def main() -> int:
     report = {"engine": rows, "cpu_adamw": cpu, "host_link": link, "clock_mhz": clock.mhz,
               "clock_evidence": clock.text}
     out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+ENGINE_MHZ = 200       # the board builds' engine clock
+
+
+def memory_main(memory: str, width: int, lanes: int, params: dict, out) -> int:
+    """The cases on a DRAM preset: elements per cycle against the lanes, the port and the
+    memory's shared bus."""
+    from ndpkit_tools.sim.runner import Design, run_bench
+    from ndpkit_hw.engines.adam.engine import AdamEngine
+    from ndpkit_hw.engines.harness import EngineHarness
+    from ndpkit_spec.dram import preset
+    timing = preset(memory)
+    mem = params["elements"] * 24 + (1 << 16)
+    run_bench(Design(EngineHarness(AdamEngine(data_width=width), mem_size=mem, memory=memory, engine_mhz=ENGINE_MHZ),
+                     f"adam_engine_{width}_{memory}", key=f"w{width} x{lanes} {params['elements']} {memory}"),
+              "tb.engines.adam.adam_bench", params=params)
+    rows = json.loads(out.read_text())
+    bus = timing.peak_bytes_per_s / (ENGINE_MHZ * 1e6)           # the shared bus, bytes an engine cycle
+    print(f"\nadam engine, {width}-bit port, {lanes} lanes, on {memory} ({timing.peak_bytes_per_s / 1e9:.1f} GB/s, "
+          f"{bus:.1f} B per {ENGINE_MHZ} MHz cycle, reads and writes together)")
+    print(f"{'grad':>6} {'copy':>6} {'density':>8} {'elem/cycle':>11} {'lanes/port':>11} {'memory':>7} "
+          f"{'of memory bound':>16} {'lanes the memory feeds':>23}")
+    for r in rows:
+        r["memory"] = memory
+        r["memory_bound"] = bus / (r["read_bytes_per_element"] + r["write_bytes_per_element"])
+        r["of_memory_bound"] = r["elements_per_cycle"] / min(r["bound"], r["memory_bound"])
+        dens = "dense" if r["density"] is None else f"{r['density']:.0%}"
+        print(f"{r['grad']:>6} {r['copy']:>6} {dens:>8} {r['elements_per_cycle']:>11.3f} {r['bound']:>11.2f} "
+              f"{r['memory_bound']:>7.2f} {r['of_memory_bound']:>16.3f} {r['memory_bound']:>23.2f}")
+    out.write_text(json.dumps({"engine": rows, "memory": memory, "engine_mhz": ENGINE_MHZ,
+                               "memory_bytes_per_cycle": bus}, indent=2))
     print(f"wrote {out}")
     return 0
 

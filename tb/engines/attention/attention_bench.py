@@ -8,13 +8,18 @@ Each case is one command: R requests x H KV heads (2 x 2 for the sweep, 4 x 4 fo
 batch-sized check), each attending over ``L`` cached tokens (no append); cycles from
 the command's acceptance to its completion, so descriptor reads, q loads, pipeline
 fill and drain, output and status writes are all in.  Efficiency = K and V bytes read
-/ cycles / the port's bytes per cycle.  From two contexts the report also derives the steady-state
-efficiency (extra KV bytes per extra cycle) and the fixed cycles a command costs
-beyond its KV bytes (the memory latency chain: table, q, first K; last V, combine,
+/ cycles / the port's bytes per cycle.  From a straight-line fit over the contexts the report also derives the steady-state
+efficiency (its slope: extra KV bytes per extra cycle) and the fixed cycles a command costs
+(its intercept) (the memory latency chain: table, q, first K; last V, combine,
 division, output and status writes).  The engine alone with the memory model (no
 shell).  Writes build/perf/attention.json.  Contexts 128, 512, 2048 for every G, and 8192 for G = 1
 (the full run only; ATTN_LONG=0 leaves it out).  QUICK=1: G = 1 and 4; ATTN_GROUPS=1,8 runs only
 those group sizes.
+
+MEMORY=hbm2_pc: the 2 x 2 cases at contexts 128, 512 and 2048 on that DRAM preset (the
+engine at the boards' 200 MHz behind the card's clock crossing), written to
+attention-<preset>.json with the fixed cost and steady state of a straight-line fit
+over the contexts (:func:`fit_contexts`).
 """
 from __future__ import annotations
 
@@ -117,20 +122,74 @@ def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
             "torch": torch.__version__, "load_average": os.getloadavg()[0]}   # other jobs slow the CPU side
 
 
+ENGINE_MHZ = 200       # the board builds' engine clock
+
+
+def fit_contexts(rows, port_bytes_per_cycle: float) -> dict:
+    """Least-squares line cycles = fixed + KV bytes / (port x steady) over every context
+    of one group: the fixed cost a command pays (its intercept) and the steady-state
+    efficiency (its slope), each counted once."""
+    x = np.array([r["kv_bytes"] for r in rows], float)
+    y = np.array([r["cycles"] for r in rows], float)
+    slope, intercept = np.polyfit(x, y, 1)
+    return {"fixed_cycles_per_command": float(intercept),
+            "steady_state_efficiency": float(1 / slope / port_bytes_per_cycle),
+            "from_contexts": [r["context"] for r in rows]}
+
+
+def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out) -> int:
+    from ndpkit_tools.sim.runner import Design, run_bench
+    from ndpkit_hw.engines.attention.engine import AttentionEngine
+    from ndpkit_hw.engines.harness import EngineHarness
+    from ndpkit_spec.dram import preset
+    timing = preset(memory)
+    engine = AttentionEngine(data_width=width, lanes=lanes)
+    run_bench(Design(EngineHarness(engine, mem_size=mem, memory=memory, engine_mhz=ENGINE_MHZ),
+                     f"attention_engine_{width}_{memory}", key=f"w{width} l{lanes} {mem} {memory}"),
+              "tb.engines.attention.attention_bench", params=params)
+    rows = json.loads(out.read_text())
+    bus = timing.peak_bytes_per_s / (ENGINE_MHZ * 1e6)
+    print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {lanes} MAC lanes, on {memory} "
+          f"({bus:.1f} B per {ENGINE_MHZ} MHz cycle)")
+    print(f"{'G':>3} {'context':>8} {'cycles':>9} {'KV B/cycle':>11} {'of port':>8} {'of memory':>10}")
+    for r in rows:
+        r["memory"] = memory
+        r["of_memory"] = r["kv_bytes_per_cycle"] / bus
+        print(f"{r['group']:>3} {r['context']:>8} {r['cycles']:>9} {r['kv_bytes_per_cycle']:>11.2f} "
+              f"{r['efficiency']:>8.3f} {r['of_memory']:>10.3f}")
+    fits = []
+    for g in sorted({r["group"] for r in rows}):
+        sweep = sorted((r for r in rows if r["group"] == g), key=lambda r: r["context"])
+        if len(sweep) >= 3:
+            fits.append({"group": g, **fit_contexts(sweep, sweep[0]["port_bytes_per_cycle"])})
+    for f in fits:
+        print(f"G = {f['group']}: steady state {f['steady_state_efficiency']:.3f} of the port, fixed "
+              f"{f['fixed_cycles_per_command']:.0f} cycles a command (fit over contexts {f['from_contexts']})")
+    out.write_text(json.dumps({"engine": rows, "fits": fits, "memory": memory, "engine_mhz": ENGINE_MHZ,
+                               "memory_bytes_per_cycle": bus}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
 def main() -> int:
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_tools.paths import build_root
     from ndpkit_hw.engines.attention.engine import AttentionEngine
     from ndpkit_hw.engines.harness import EngineHarness
     quick = os.environ.get("QUICK", "0") not in ("", "0")
-    out = build_root() / "perf" / OUT_NAME
+    memory = os.environ.get("MEMORY") or None
+    out = build_root() / "perf" / (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4" if quick else "1,4,8").split(","))
     todo = cases(quick, groups)
+    if memory:
+        todo = [c for c in todo if c[2:] == (2, 2) and c[1] <= 2048]
     mem = memory_bytes(todo)
     width, lanes = (128, 16) if quick else (512, int(os.environ.get("ATTN_LANES", "32")))
-    params = {"data_width": width, "lanes": lanes, "latency": 200, "sweep_latencies": [2, 64], "cases": todo,
-              "out": str(out)}
+    params = {"data_width": width, "lanes": lanes, "latency": 200, "sweep_latencies": [] if memory else [2, 64],
+              "cases": todo, "out": str(out)}
+    if memory:
+        return memory_main(memory, width, lanes, mem, params, out)
     print(f"attention benchmark: building the {width}-bit engine ({lanes} MAC lanes) once")
     engine = AttentionEngine(data_width=width, lanes=lanes)
     run_bench(Design(EngineHarness(engine, mem_size=mem), f"attention_engine_{width}",
@@ -149,12 +208,10 @@ def main() -> int:
     for g in sorted({r["group"] for r in rows}):
         sweep = sorted((r for r in rows if r["group"] == g and (r["requests"], r["kv_heads"]) == (2, 2)),
                        key=lambda r: r["context"])
-        if len(sweep) >= 2:
-            a, b = sweep[-2], sweep[-1]
-            slope = (b["kv_bytes"] - a["kv_bytes"]) / (b["cycles"] - a["cycles"]) / b["port_bytes_per_cycle"]
-            fixed = b["cycles"] - b["kv_bytes"] / b["port_bytes_per_cycle"]
-            steady.append({"group": g, "steady_state_efficiency": slope, "fixed_cycles_per_command": fixed,
-                           "from_contexts": [a["context"], b["context"]]})
+        if len(sweep) >= 3:
+            # one line through every context: its slope the steady state, its intercept the
+            # fixed cost (each loss counted once; total minus bytes-at-peak is not a constant)
+            steady.append({"group": g, **fit_contexts(sweep, sweep[0]["port_bytes_per_cycle"])})
     print(f"\n{'G':>3} {'steady-state efficiency':>24} {'fixed cycles / command (2 x 2)':>31}")
     for s in steady:
         print(f"{s['group']:>3} {s['steady_state_efficiency']:>24.3f} {s['fixed_cycles_per_command']:>31.0f}")
