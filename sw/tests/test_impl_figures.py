@@ -127,3 +127,36 @@ def test_targets_judge_the_figures():
     assert [(c.kind, c.met) for c in engine_checks(placed, [placed])] == [("levels", False), ("routing", False)]
     unit = {"unit": "mul", "xcup": {"LUT": 494, "DSP": 2}, "levels": 8, "ecp5_fmax_mhz": 151.0}
     assert [(c.kind, c.met) for c in unit_checks(unit)] == [("levels", True), ("ecp5", True), ("area", False)]
+
+
+def test_the_committed_engine_report_is_its_json_rendered_and_its_paths_are_the_json_s():
+    """docs/impl_report.md is docs/impl_report.json rendered by the report's own function
+    (no synthesis needed), and a missed depth target's note that names its path
+    ``(block.a -> b)`` names the netlist's (impl_report.json ``xcup_depth.between``; an
+    anonymous Amaranth signal at the start, ``$signal$N``, is named by what drives it).
+    The decomp max note once named another path than its row's (issue 41)."""
+    import json
+    import re
+    from ndpkit_tools.impl import engines_report
+    from ndpkit_tools.impl.targets import note
+    from ndpkit_tools.paths import source_root
+    data = json.loads((source_root() / "docs" / "impl_report.json").read_text())
+    order = [(e, c) for e in engines_report.CONFIGS for c in engines_report.CONFIGS[e]]
+    have = {(r["engine"], r["config"]) for r in data["rows"]}
+    missing = [f"{e}:{c}" for e, c in order if (e, c) not in have]
+    assert (source_root() / "docs" / "impl_report.md").read_text() == \
+        engines_report.markdown(data["rows"], data["tools"], missing)
+    checked = 0
+    for r in data["rows"]:
+        between = (r.get("xcup_depth") or {}).get("between")
+        m = re.search(r"\((block\.[\w.$]+) -> ([\w.$]+)", note(r["engine"], r["config"], "levels") or "")
+        if not (between and m):
+            continue
+        start, end = m.groups()
+        scope = start.rsplit(".", 1)[0]
+        assert "$" in between[0] or between[0] == start, (r["engine"], r["config"], start, between)
+        # (the netlist's name of a register bit may carry Yosys's bit suffix, _N)
+        assert {between[1], re.sub(r"_\d+$", "", between[1])} & {end, f"{scope}.{end}", f"block.{end}"}, \
+            (r["engine"], r["config"], end, between)
+        checked += 1
+    assert checked >= 4

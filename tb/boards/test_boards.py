@@ -110,6 +110,30 @@ def test_every_default_build_fits_by_the_resource_model(name):
         assert counts["attention"] >= 19
 
 
+@pytest.mark.parametrize("name", XILINX)
+def test_boards_doc_and_board_file_name_what_binds_by_the_resource_model(name):
+    """docs/boards.md's defaults column and the board file's comment say what
+    ``resources.binding`` says: the most used resource (and its share) and the resources one
+    more attention instance would take over the budget, no other."""
+    from ndpkit_tools.boards.resources import binding
+    board = load_board(name)
+    bound = binding(board, device_options(board))
+    words = {"lut": "LUTs", "ff": "FFs", "dsp": "DSPs", "bram36": "BRAM36", "uram": "URAM"}
+    row = next(line for line in (ROOT / "docs" / "boards.md").read_text().splitlines()
+               if line.startswith(f"| `{name}` |"))
+    m = re.search(r"\((\d+) % of the (\w+), the most used resource(?:; one more attention instance would "
+                  r"exceed ([\w ,]+))?\)", row)
+    assert m, row
+    assert (int(m.group(1)), m.group(2)) == (round(100 * bound["share"]), words[bound["most_used"]]), row
+    named = set(re.split(r", | and ", m.group(3))) if m.group(3) else set()
+    assert named == {r.upper() for r in bound["one_more"]}, row
+    comment = (BOARDS_DIR / name / "board.toml").read_text()
+    if len(bound["one_more"]) != 1:
+        assert "LUTs bind" not in comment and "binding resource" not in row
+    if bound["most_used"] != "lut":
+        assert f"{bound['most_used'].upper()} is the most used, {bound['share']:.0%}".replace("%", " %") in comment
+
+
 def test_the_resource_model_follows_the_impl_report():
     """At the report's measured configurations the model gives the report's figures;
     between them it is linear in the configuration's size."""

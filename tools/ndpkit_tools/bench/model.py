@@ -38,7 +38,8 @@ class OffloadSetup:
     gpu_utilisation: float = 0.4          # of peak during forward/backward (assumption)
     tokens_per_step: int = 4 * 1024       # batch 4 x sequence 1024 (assumption)
     # the near-storage updater on each card: elements per cycle (measured) x clock (the bench report
-    # passes the one the engine's logic depth supports, ndpkit_tools.impl.clock; this default is a placeholder)
+    # passes the SmartSSD build's engine clock from its board file, ndpkit_tools.bench.report.offload_figures;
+    # this default is a placeholder)
     engine_elements_per_cycle: float = 4.0
     engine_clock: float = 250e6
 

@@ -5,6 +5,7 @@ that JSON.
 
     python -m ndpkit_tools.bench.report [--perf build/perf] [--impl docs/impl_report.json]
                                   [--out docs/bench] [--readme README.md]
+    python -m ndpkit_tools.bench.report --from-json docs/bench/bench.json   # re-render, no benchmark run
 
 Inputs (any may be missing; the report says what was not run): the engine benchmarks'
 JSON in ``build/perf`` (``dma_efficiency``, ``device_copy``, ``adam``, ``attention``)
@@ -68,15 +69,27 @@ def load_inputs(perf: Path, impl: Path) -> dict:
 
 def _clocks(impl, engine: str, params: dict) -> dict:
     """The clocks the implementation-report row with the same parameters gives evidence
-    for: its routed ECP5 Fmax, and the clock its UltraScale+ logic depth supports (the
+    for: its routed ECP5 Fmax (``fmax_earlier_netlist``: the report marks it † as the
+    figure of an earlier netlist), and the clock its UltraScale+ logic depth supports (the
     depth model of :mod:`ndpkit_tools.impl.clock`; None where the row has no such figure)."""
     from ndpkit_tools.impl.clock import depth_clock_mhz
     for row in (impl or {}).get("rows", []):
         if row["engine"] == engine and all(row["params"].get(k) == v for k, v in params.items()):
             levels = (row.get("xcup_depth") or {}).get("levels")
-            return {"fmax_mhz": row.get("ecp5_fmax_mhz"), "depth_levels": levels,
+            return {"fmax_mhz": row.get("ecp5_fmax_mhz"),
+                    "fmax_earlier_netlist": bool(row.get("ecp5_fmax_mhz") and row.get("ecp5_earlier_netlist")),
+                    "depth_levels": levels,
                     "depth_clock_mhz": int(depth_clock_mhz(levels)) if levels is not None else None}
-    return {"fmax_mhz": None, "depth_levels": None, "depth_clock_mhz": None}
+    return {"fmax_mhz": None, "fmax_earlier_netlist": False, "depth_levels": None, "depth_clock_mhz": None}
+
+
+def engine_clocks(row: dict, impl) -> None:
+    """Set ``row``'s clocks and per-second figures from the implementation report's row of
+    the configuration it names (``implemented``: engine and parameters)."""
+    row.update(_clocks(impl, row["implemented"]["engine"], row["implemented"]["params"]))
+    for clock in ("fmax", "depth_clock"):
+        mhz = row[f"{clock}_mhz"]
+        row[f"per_second_at_{clock}"] = row["work_per_cycle"] * mhz * 1e6 if mhz else None
 
 
 def engine_rows(inputs: dict) -> list[dict]:
@@ -169,16 +182,19 @@ def engine_rows(inputs: dict) -> list[dict]:
         row.setdefault("cpu", None)
         row.setdefault("cpu_ratio", None)
         row.setdefault("sim_cycles_per_second", None)
-        row.update(_clocks(impl, *row.pop("implemented")))
-        for clock in ("fmax", "depth_clock"):
-            mhz = row[f"{clock}_mhz"]
-            row[f"per_second_at_{clock}"] = row["work_per_cycle"] * mhz * 1e6 if mhz else None
+        engine, params = row.pop("implemented")
+        row["implemented"] = {"engine": engine, "params": params}
+        engine_clocks(row, impl)
     return rows
+
+
+OFFLOAD_BOARD = "smartssd"      # Smart-Infinity's card: the updater runs at this board's engine clock
 
 
 def offload_section(inputs: dict) -> dict:
     """Smart-Infinity's question, with our updater's measured elements per cycle scaled
-    to a 512-bit port (the engine's rate is port-bound: efficiency x the bound)."""
+    to a 512-bit port (the engine's rate is port-bound: efficiency x the bound), at the
+    SmartSSD build's engine clock (its board file)."""
     setup = model.OffloadSetup()
     source = "assumed 4 elements/cycle (no adam benchmark in this run)"
     adam = (inputs.get("adam") or {}).get("engine", [])
@@ -186,10 +202,16 @@ def offload_section(inputs: dict) -> dict:
     if dense:
         r = max(dense, key=lambda r: r["latency"])
         per_cycle = r["efficiency"] * 64 / max(r["read_bytes_per_element"], r["write_bytes_per_element"])
-        setup = replace(setup, engine_elements_per_cycle=per_cycle,
-                        engine_clock=inputs["adam"]["clock_mhz"] * 1e6)
+        setup = replace(setup, engine_elements_per_cycle=per_cycle)
         source = (f"measured efficiency {r['efficiency']:.3f} of the port bound ({r['data_width']}-bit, "
                   f"latency {r['latency']}), on a 512-bit port: {per_cycle:.3f} elements/cycle")
+    return offload_figures(setup, source)
+
+
+def offload_figures(setup: model.OffloadSetup, source: str, board: str = OFFLOAD_BOARD) -> dict:
+    """The offload model's curves and table for ``setup``, its updater at ``board``'s engine
+    clock (the clock the card build runs its engines at, from the board file)."""
+    setup = replace(setup, engine_clock=board_engine_clock(board) * 1e6)
     curves = {scheme: [] for scheme in ("zero-infinity",) + model.SCHEMES}
     ssds = list(range(1, 11))
     n_plot = 6.7e9
@@ -203,7 +225,8 @@ def offload_section(inputs: dict) -> dict:
             s = replace(setup, ssds=k)
             table.append({"params": n, "ssds": k, "baseline_seconds": model.training_step(n, s, "zero-infinity"),
                           **model.training_speedups(n, s)})
-    return {"setup": model.setup_dict(setup), "engine_source": source, "ssds": ssds, "plot_params": n_plot,
+    return {"setup": model.setup_dict(setup), "engine_source": source, "engine_board": board,
+            "ssds": ssds, "plot_params": n_plot,
             "step_seconds": curves, "table": table, "published": PUBLISHED["smart_infinity"]}
 
 
@@ -213,23 +236,24 @@ def card_build(board_name: str) -> dict:
     more attention instance (with its memory port) would exceed."""
     from ndpkit_spec.registry import instance_counts
     from ndpkit_tools.boards import device_options, load_board
-    from ndpkit_tools.boards.resources import BUDGET, totals
+    from ndpkit_tools.boards.resources import binding
     board = load_board(board_name)
     options = device_options(board)
     counts = instance_counts(options["engines"])
-    total = totals(board, options)["total"]
-    worst = max((r for r in total if board.resources.get(r)), key=lambda r: total[r] / board.resources[r])
-    more = dict(options, memory_ports=options["memory_ports"] + 1,
-                engines=[f"{n}*{c + (n == 'attention')}" for n, c in counts.items()])
-    more_total = totals(board, more)["total"]
-    over = [r for r in more_total if board.resources.get(r) and more_total[r] > BUDGET * board.resources[r]]
+    bound = binding(board, options, "attention")
     return {"board": board_name, "engines": ", ".join(options["engines"]),
             "attention_instances": counts.get("attention", 0),
             "memory_ports": options["memory_ports"], "card_memory": options["mem_size"],
             "clock_mhz": options["clock_mhz"], "port_bytes": options["data_width"] // 8,
-            "fit": f"{total[worst] / board.resources[worst]:.0%} of its {worst.upper()} by the resource model, "
+            "fit": f"{bound['share']:.0%} of its {bound['most_used'].upper()} by the resource model, "
                    f"the most used resource",
-            "one_more": {r.upper(): more_total[r] / board.resources[r] for r in over}}
+            "one_more": {r.upper(): share for r, share in bound["one_more"].items()}}
+
+
+def board_engine_clock(board_name: str) -> int:
+    """The engines' clock (MHz) of the board's default build, from its board file."""
+    from ndpkit_tools.boards import device_options, load_board
+    return device_options(load_board(board_name))["clock_mhz"]
 
 
 def decode_section(inputs: dict) -> dict:
@@ -300,7 +324,7 @@ def build(inputs: dict) -> dict:
     headline = [
         {"paper": "Smart-Infinity (HPCA 2024)", "claim": "training step vs ZeRO-Infinity, 10 SSDs, with compression",
          "theirs": PUBLISHED["smart_infinity"]["compressed"][1],
-         "ours": max(r["compressed"] for r in offload["table"] if r["ssds"] == 10)},
+         "ours": smart_infinity_ours(offload)},
         {"paper": "HPU (SK hynix 2025)", "claim": hpu_claim(decode),
          "theirs": PUBLISHED["hpu"]["ratio"], "ours": decode["ratio"]},
         {"paper": "Piccolo (HPCA 2025)", "claim": "graph kernel, Piccolo mode vs baseline mode, geomean over the "
@@ -313,6 +337,29 @@ def build(inputs: dict) -> dict:
             "engines": engine_rows(inputs), "offload": offload, "decode": decode, "gather": gather,
             "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
             "headline": headline}
+
+
+def smart_infinity_ours(offload: dict) -> float:
+    """The headline's Smart-Infinity figure: the compressed scheme's speed-up at 10 SSDs."""
+    return max(r["compressed"] for r in offload["table"] if r["ssds"] == PUBLISHED["smart_infinity"]["ssds"])
+
+
+def rerender(report: dict, impl) -> dict:
+    """``report`` (a bench.json) brought up to date without running a benchmark: each engine
+    row's clocks from the implementation report ``impl`` (rows that name their
+    configuration), and the offload model re-computed from the updater input it records
+    (at the SmartSSD build's engine clock).  The decode model, the measured figures and
+    the machine stay as recorded."""
+    for row in report["engines"]:
+        if "implemented" in row:
+            engine_clocks(row, impl)
+    off = report["offload"]
+    report["offload"] = offload_figures(model.OffloadSetup(**off["setup"]), off["engine_source"],
+                                        off.get("engine_board", OFFLOAD_BOARD))
+    for h in report["headline"]:
+        if h["paper"].startswith("Smart-Infinity"):
+            h["ours"] = smart_infinity_ours(report["offload"])
+    return report
 
 
 def scaling_section(inputs: dict) -> dict | None:
@@ -358,18 +405,26 @@ def headline_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+#: the footnote of a † Fmax (docs/impl_report.md's mark, carried into the engine table)
+EARLIER_NETLIST = ("†: the ECP5 Fmax of an earlier netlist of that configuration (`docs/impl_report.md`: its "
+                   "UltraScale+ columns were re-measured alone, its ECP5 place and route was not re-run).")
+
+
 def engine_table(report: dict) -> str:
     lines = ["| engine | port | latency | problem | port efficiency | work / cycle | per s at ECP5 Fmax (routed) | "
              "per s at US+ depth clock | sim cycles/s | CPU alternative | engine ÷ CPU |",
              "|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in report["engines"]:
-        routed = f"{r['per_second_at_fmax']:.3g} ({fmt(r['fmax_mhz'])} MHz)" if r["per_second_at_fmax"] else "–"
+        mark = " †" if r.get("fmax_earlier_netlist") else ""
+        routed = f"{r['per_second_at_fmax']:.3g} ({fmt(r['fmax_mhz'])} MHz{mark})" if r["per_second_at_fmax"] else "–"
         depth = (f"{r['per_second_at_depth_clock']:.3g} ({r['depth_clock_mhz']} MHz, {fmt(r['depth_levels'])} levels)"
                  if r["per_second_at_depth_clock"] else "–")
         lines.append(f"| {r['engine']} | {r['port_bits']}-bit {r.get('port_what', '')}".rstrip() +
                      f" | {r['latency']} | {r['problem']} | "
                      f"{r['efficiency']:.3f} | {fmt(r['work_per_cycle'])} {r['work']} | {routed} | {depth} | "
                      f"{fmt(r['sim_cycles_per_second'])} | {r['cpu'] or '–'} | {ratio(r['cpu_ratio'])} |")
+    if any(r.get("fmax_earlier_netlist") and r["per_second_at_fmax"] for r in report["engines"]):
+        lines += ["", EARLIER_NETLIST]
     loads = [r["cpu_load"] for r in report["engines"] if r.get("cpu_load") is not None]
     if loads:
         cores = report["machine"]["cpus"]
@@ -405,7 +460,10 @@ def markdown(report: dict) -> str:
              "below it).", "",
              engine_table(report), "", "![port efficiency](efficiency.png)", "",
              "## Storage-offloaded training (Smart-Infinity's setup)", "",
-             f"Updater input: {off['engine_source']}. Step time of a {fmt(off['plot_params'] / 1e9)} B-parameter "
+             f"Updater input: {off['engine_source']}; at {fmt(off['setup']['engine_clock'] / 1e6)} MHz, the "
+             f"{off.get('engine_board', OFFLOAD_BOARD)} build's engine clock "
+             f"(`tools/ndpkit_tools/boards/{off.get('engine_board', OFFLOAD_BOARD)}/board.toml`). "
+             f"Step time of a {fmt(off['plot_params'] / 1e9)} B-parameter "
              "model over 1–10 SSDs; speed-ups over ZeRO-Infinity (perfectly overlapped, the baseline's best case):",
              "",
              "| parameters | SSDs | ZeRO-Infinity s/step | update offload | + transfer handler | + compression (1 %) |",
@@ -582,7 +640,15 @@ def plots(report: dict, inputs: dict, out: Path) -> list[Path]:
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=7)
     written.append(_save(plt, fig, out / "efficiency.png"))
+    return written + model_plots(report, out)
 
+
+def model_plots(report: dict, out: Path) -> list[Path]:
+    """The system model's plots (from the report alone): offload.png, decode.png."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
     off = report["offload"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for scheme, times in off["step_seconds"].items():
@@ -612,13 +678,22 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=source_root() / "docs" / "bench")
     ap.add_argument("--readme", default=str(source_root() / "README.md"),
                     help="README whose results section is regenerated ('' to leave it)")
+    ap.add_argument("--from-json", type=Path, metavar="BENCH_JSON",
+                    help="run no benchmark input: re-render an existing bench.json (engine clocks from --impl, "
+                         "the offload model re-computed; see rerender) into --out and the README, with the "
+                         "model plots (efficiency.png needs the benchmark inputs and is left)")
     args = ap.parse_args(argv)
-    inputs = load_inputs(args.perf, args.impl)
-    report = build(inputs)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if args.from_json:
+        report = rerender(json.loads(args.from_json.read_text()), _load(args.impl))
+        args.out.mkdir(parents=True, exist_ok=True)
+        images = model_plots(report, args.out)
+    else:
+        inputs = load_inputs(args.perf, args.impl)
+        report = build(inputs)
+        args.out.mkdir(parents=True, exist_ok=True)
+        images = plots(report, inputs, args.out)
     (args.out / "bench.json").write_text(json.dumps(report, indent=1))
     (args.out / "README.md").write_text(markdown(report))
-    images = plots(report, inputs, args.out)
     if args.readme:
         update_readme(Path(args.readme), readme_section(report))
     print(headline_table(report))

@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 
 __all__ = ["RESOURCES", "BUDGET", "SHELL", "engine_resources", "shell_resources", "totals", "fit",
-           "write_engine_table", "TABLE", "DEPTH_TABLE", "engine_clock", "clock_limit"]
+           "write_engine_table", "TABLE", "DEPTH_TABLE", "engine_clock", "clock_limit", "binding"]
 
 RESOURCES = ("lut", "ff", "dsp", "bram36", "uram")
 BUDGET = 0.70
@@ -135,6 +135,26 @@ def fit(board, options: dict, budget: float = BUDGET, table: dict | None = None)
                              f"(engines {', '.join(options['engines'])}, data_width {options['data_width']}, "
                              f"attention_lanes {options['attention_lanes']})")
     return result
+
+
+def binding(board, options: dict, engine: str = "attention", budget: float = BUDGET,
+            table: dict | None = None) -> dict:
+    """What bounds the build: its most used resource (``most_used``, ``share`` of the part)
+    and the resources one more ``engine`` instance (with its own memory port, as the
+    default builds give every instance) would take over ``budget`` (``one_more``:
+    {resource: share}; empty when it would still fit).  The resources in ``one_more``
+    bind: any one of them alone stops the next instance."""
+    from ndpkit_spec.registry import instance_counts
+    total = totals(board, options, table)["total"]
+    have = {r: board.resources[r] for r in RESOURCES if board.resources.get(r)}
+    most = max(have, key=lambda r: total[r] / have[r])
+    counts = instance_counts(options["engines"])
+    more = dict(options, memory_ports=options["memory_ports"] + 1,
+                engines=[f"{n}*{c + (n == engine)}" for n, c in counts.items()]
+                + ([] if engine in counts else [engine]))
+    more_total = totals(board, more, table)["total"]
+    return {"most_used": most, "share": total[most] / have[most],
+            "one_more": {r: more_total[r] / have[r] for r in have if more_total[r] > budget * have[r]}}
 
 
 def engine_clock(engine: str, params: dict, table: dict | None = None):

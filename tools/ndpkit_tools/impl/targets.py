@@ -130,9 +130,11 @@ NOTES = {
                                    "RAM output word, selected by the unpacker's pair position, into the pairs "
                                    "queue's distributed-RAM write in one cycle. Next: the selected pair "
                                    "registered before the queue.",
-    ("decomp", "max", "levels"): "9 levels: the scatter writes' W valid, driven from the engine's state, "
-                                 "through the interconnect's W route to its route FIFO's level in one cycle. "
-                                 "Next: the scatter's W channel from a register stage (a skid buffer).",
+    ("decomp", "max", "levels"): "9 levels: the pair unpacker's value position compared for the word's last "
+                                 "pair (16 fp32 or 32 fp16 pairs a 512-bit word), with the pair's take, into the "
+                                 "value reader's ready and through it the read buffer's level count (a carry "
+                                 "chain) in one cycle (block.unpacker.val_pos -> read_val.buffer.inner_level). "
+                                 "Next: the word's last-pair flag registered a pair ahead, as the position steps.",
     ("decomp", "max", "routing"): "6.5k LUT4 placed, routing not converged in 45 min (router2; 512-bit words "
                                   "into 46 block RAMs in a few columns: congestion). Next: more seeds and a "
                                   "longer budget, or the read buffers' words split across RAM columns.",
