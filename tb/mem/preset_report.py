@@ -76,6 +76,14 @@ def main() -> int:
         for f in run["fits"]:
             lines.append(f"| {f['group']} | {f['steady_state_efficiency']:.3f} | {f['fixed_cycles_per_command']:.0f} | "
                          f"{', '.join(map(str, f['from_contexts']))} |")
+        calib = _load(docs / "dram_calibration.json")
+        if calib and name in calib["presets"]:
+            seq = max(r["gbs"] for r in calib["presets"][name]["points"]
+                      if r["pattern"] == "read" and r["stride"] == r["burst"]) / calib["presets"][name]["peak_gbs"]
+            best = max(r["of_memory"] for r in run["engine"])
+            binds = "the port, not the memory, binds" if best < seq else "the memory binds"
+            lines += ["", f"The best row uses {best:.3f} of the memory's peak; the preset gives sequential reads "
+                          f"{seq:.3f} of it (dram_calibration.json): at {run['engine_mhz']} MHz {binds}."]
         if attn_ideal:
             lines += ["", f"Ideal memory, for comparison: {attn_ideal['engine']}, {attn_ideal['problem']}: "
                           f"{attn_ideal['efficiency']:.3f} of the port."]
