@@ -10,10 +10,11 @@ PYTEST := $(VPY) -m pytest -n $(JOBS) --dist loadgroup
 export NDPKIT_BUILD_DIR := $(CURDIR)/build
 
 IMPL_STAMP := $(VENV)/.ndpkit-impl-installed
+DEEPSPEED_STAMP := $(VENV)/.ndpkit-deepspeed-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
 BOARDS_STAMP := $(VENV)/.ndpkit-boards-installed
 
-.PHONY: all venv test sim formal lint fusesoc-lint bitstream demo perf bench impl impl-report regs soak clean distclean
+.PHONY: deepspeed all venv test sim formal lint fusesoc-lint bitstream demo perf bench impl impl-report regs soak clean distclean
 
 all: test
 
@@ -88,6 +89,17 @@ $(FORMAL_STAMP): $(STAMP)
 
 $(BOARDS_STAMP): $(STAMP)
 	$(VPY) -m pip install --quiet -e '.[boards]'
+	touch $@
+
+# NearStorageAdam inside DeepSpeed: installs the `deepspeed` extra (its ops JIT-compiled on
+# first use, cached in ~/.cache/torch_extensions), runs the ZeRO matrix against torch's
+# AdamW and the example on the model card.
+deepspeed: $(DEEPSPEED_STAMP)
+	DS_ACCELERATOR=cpu $(VPY) -m pytest -n 0 -m long tb/engines/adam/test_deepspeed.py
+	DS_ACCELERATOR=cpu $(VPY) examples/deepspeed_train.py
+
+$(DEEPSPEED_STAMP): $(STAMP)
+	DS_BUILD_OPS=0 $(VPY) -m pip install --quiet -e '.[deepspeed]'
 	touch $@
 
 $(IMPL_STAMP): $(STAMP)
