@@ -151,6 +151,21 @@ class AxiMemoryModel(wiring.Component):
             m.d.comb += resp.eq(Mux(self.error_decerr, AxiResp.DECERR, AxiResp.SLVERR))
         return resp
 
+    def _controller_queue(self, m, name, push, addr, length, valid, head_addr, head_beats, pop):
+        """The DRAM controller's own copy of one direction's requests: those it has not
+        scheduled yet (it runs ahead of the data path's queue); returns its room."""
+        queue = fifo.SyncFIFO(width=self.addr_width + 8, depth=self.max_outstanding)
+        m.submodules[name] = queue
+        m.d.comb += [
+            queue.w_en.eq(push),
+            queue.w_data.eq(Cat(addr, length)),
+            valid.eq(queue.r_rdy),
+            head_addr.eq(queue.r_data[:self.addr_width]),
+            head_beats.eq(queue.r_data[self.addr_width:] + 1),
+            queue.r_en.eq(pop),
+        ]
+        return queue.w_rdy
+
     def _word_index(self, addr):
         return (addr - self.base)[self.word_shift:]
 
@@ -192,17 +207,9 @@ class AxiMemoryModel(wiring.Component):
         m.submodules.ar_queue = ar_queue = fifo.SyncFIFO(width=req_width, depth=self.max_outstanding)
         ar_room = ar_queue.w_rdy
         if dram is not None:
-            # the controller's view: requests it has not scheduled yet (ahead of the data)
-            m.submodules.ar_sched = ar_sched = fifo.SyncFIFO(width=aw_width + 8, depth=self.max_outstanding)
-            ar_room = ar_queue.w_rdy & ar_sched.w_rdy
-            m.d.comb += [
-                ar_sched.w_en.eq(bus.arvalid & bus.arready),
-                ar_sched.w_data.eq(Cat(bus.araddr, bus.arlen)),
-                dram.rd_valid.eq(ar_sched.r_rdy),
-                dram.rd_addr.eq(ar_sched.r_data[:aw_width]),
-                dram.rd_beats.eq(ar_sched.r_data[aw_width:] + 1),
-                ar_sched.r_en.eq(dram.rd_pop),
-            ]
+            ar_room = ar_queue.w_rdy & self._controller_queue(
+                m, "ar_sched", bus.arvalid & bus.arready, bus.araddr, bus.arlen,
+                dram.rd_valid, dram.rd_addr, dram.rd_beats, dram.rd_pop)
         m.d.comb += [
             bus.arready.eq(ar_room & ~stall["ar"]),
             ar_queue.w_en.eq(bus.arvalid & bus.arready),
@@ -252,16 +259,10 @@ class AxiMemoryModel(wiring.Component):
                                                        depth=self.max_outstanding)
         aw_room, w_room = aw_queue.w_rdy, Const(1)
         if dram is not None:
-            m.submodules.aw_sched = aw_sched = fifo.SyncFIFO(width=aw_width + 8, depth=self.max_outstanding)
-            aw_room, w_room = aw_queue.w_rdy & aw_sched.w_rdy, dram.wr_space
-            m.d.comb += [
-                aw_sched.w_en.eq(bus.awvalid & bus.awready),
-                aw_sched.w_data.eq(Cat(bus.awaddr, bus.awlen)),
-                dram.wr_valid.eq(aw_sched.r_rdy),
-                dram.wr_addr.eq(aw_sched.r_data[:aw_width]),
-                dram.wr_beats.eq(aw_sched.r_data[aw_width:] + 1),
-                aw_sched.r_en.eq(dram.wr_pop),
-            ]
+            aw_room = aw_queue.w_rdy & self._controller_queue(
+                m, "aw_sched", bus.awvalid & bus.awready, bus.awaddr, bus.awlen,
+                dram.wr_valid, dram.wr_addr, dram.wr_beats, dram.wr_pop)
+            w_room = dram.wr_space
         m.d.comb += [
             bus.awready.eq(aw_room & ~stall["aw"]),
             aw_queue.w_en.eq(bus.awvalid & bus.awready),
