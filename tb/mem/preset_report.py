@@ -2,7 +2,7 @@
 benches' preset runs (``MEMORY=<preset> python -m tb.engines.adam.adam_bench`` and
 ``... attention_bench``, build/perf/*-<preset>.json) and the ideal figures of
 docs/bench/bench.json, copies the runs to docs/bench/presets/ and writes
-docs/bench/memory_presets.md.  Every figure in it is read from those files."""
+docs/bench/memory_presets.md, with the simulation speed of ``tb.mem.sim_speed``.  Every figure in it is read from those files."""
 from __future__ import annotations
 
 import json
@@ -87,6 +87,20 @@ def main() -> int:
         if attn_ideal:
             lines += ["", f"Ideal memory, for comparison: {attn_ideal['engine']}, {attn_ideal['problem']}: "
                           f"{attn_ideal['efficiency']:.3f} of the port."]
+        lines.append("")
+    speed = _load(perf / "sim_speed.json")
+    if speed:
+        shutil.copy(perf / "sim_speed.json", docs / "presets" / "sim_speed.json")
+        lines += ["## The simulated card on each memory (`python -m tb.mem.sim_speed`)", "",
+                  "A copy on `ndpkit.open(\"sim?memory=...\")` (dma_copy, 512-bit, 250 MHz engines), one timed run "
+                  "after a warm-up: the copy's cycles, and Verilator's device cycles a wall-clock second against "
+                  "the ideal memory's.", "",
+                  "| memory | bytes | cycles | bytes (read + written) / cycle | sim cycles / s | vs ideal |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for r in speed:
+            lines.append(f"| {r['memory']} | {r['bytes']} | {r['command_cycles']} | "
+                         f"{2 * r['bytes'] / r['command_cycles']:.1f} | {r['cycles_per_second']:,.0f} | "
+                         f"{r['vs_ideal']:.2f} |")
         lines.append("")
     out = docs / "memory_presets.md"
     out.write_text("\n".join(lines))
