@@ -88,6 +88,23 @@ def main() -> int:
             lines += ["", f"Ideal memory, for comparison: {attn_ideal['engine']}, {attn_ideal['problem']}: "
                           f"{attn_ideal['efficiency']:.3f} of the port."]
         lines.append("")
+    for name in PRESETS:
+        run = _load(perf / f"sg-{name}.json")
+        if run is None:
+            continue
+        shutil.copy(perf / f"sg-{name}.json", docs / "presets" / f"sg-{name}.json")
+        lines += [f"## sg unit on {name} (`MEMORY={name} python -m tb.engines.sg.sg_bench`)", "",
+                  "Random 4-byte elements of a 1 MiB table; row gathers (Piccolo mode) against 64-byte line "
+                  "reads, over the 16 B/cycle link. Link bytes are Piccolo's in-DRAM scenario; at the memory port "
+                  "both modes read the same 64-byte words (the unit's column accesses), so on a card the gain "
+                  "is the link's, not the DRAM's.", "",
+                  "| elements / row | mode | elements / cycle | speed-up vs line | link B / element | "
+                  "column accesses / element |", "|---:|---|---:|---:|---:|---:|"]
+        for r in run:
+            lines.append(f"| {r['elements_per_row']} | {r['mode']} | {r['elements_per_cycle']:.3f} | "
+                         f"{r['speedup_vs_line']:.2f} | {r['link_bytes'] / r['elements']:.1f} | "
+                         f"{r['column_accesses'] / r['elements']:.2f} |")
+        lines.append("")
     speed = _load(perf / "sim_speed.json")
     if speed:
         shutil.copy(perf / "sim_speed.json", docs / "presets" / "sim_speed.json")

@@ -93,15 +93,17 @@ def main() -> int:
     from ndpkit_hw.engines.sg.harness import SgHarness
     from ndpkit_hw.engines.sg.unit import SgUnit
     quick = os.environ.get("QUICK", "0") not in ("", "0")
-    out = build_root() / "perf" / OUT_NAME
+    memory = os.environ.get("MEMORY") or None        # a DRAM preset: one run, the latency ports unused
+    out = build_root() / "perf" / (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    params = {"latencies": [64, 200], "densities": [1, 4, 16] if quick else [1, 2, 4, 8, 16],
+    params = {"latencies": [0] if memory else [64, 200], "densities": [1, 4, 16] if quick else [1, 2, 4, 8, 16],
               "link_bytes": LINK_BYTES, "out": str(out)}
     # enough requests in flight to cover a 200-cycle latency at the link's rate, and a
     # memory that queues as many column reads (a DRAM's banks work in parallel)
     unit = SgUnit(row_bytes=ROW, link_bytes=LINK_BYTES, max_inflight=64)
-    run_bench(Design(SgHarness(unit, mem_size=TABLE, max_outstanding=256), "sg_unit_perf",
-                     key=f"perf {ROW} {LINK_BYTES} 64 256 {TABLE}"), "tb.engines.sg.sg_bench", params=params)
+    run_bench(Design(SgHarness(unit, mem_size=TABLE, max_outstanding=256, memory=memory),
+                     "sg_unit_perf" if memory is None else f"sg_unit_perf_{memory}",
+                     key=f"perf {ROW} {LINK_BYTES} 64 256 {TABLE} {memory}"), "tb.engines.sg.sg_bench", params=params)
     rows = json.loads(out.read_text())
     print(f"\nscatter-gather unit: random 4-byte elements of a 1 MiB table, 2 KiB rows, link {LINK_BYTES} B/cycle "
           f"each way (peak {LINK_BYTES // 4} elements/cycle)")
