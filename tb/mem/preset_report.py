@@ -17,6 +17,15 @@ def _load(path: Path):
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _runs(perf: Path, docs: Path, bench: str):
+    """(preset, run) for each preset ``bench`` ran on, each run copied beside the document."""
+    for name in PRESETS:
+        path = perf / f"{bench}-{name}.json"
+        if path.exists():
+            shutil.copy(path, docs / "presets" / path.name)
+            yield name, json.loads(path.read_text())
+
+
 def main() -> int:
     perf, docs = build_root() / "perf", source_root() / "docs" / "bench"
     (docs / "presets").mkdir(parents=True, exist_ok=True)
@@ -27,13 +36,7 @@ def main() -> int:
              "[dram_calibration.md](dram_calibration.md). Engines at the boards' 200 MHz behind the card's "
              "clock crossing, 512-bit ports; the ideal rows at the 200-cycle ideal latency.", ""]
     adam_ideal = next((e for k, e in ideal.items() if k.startswith("adam (dense")), None)
-    rows = []
-    for name in PRESETS:
-        run = _load(perf / f"adam-{name}.json")
-        if run is None:
-            continue
-        shutil.copy(perf / f"adam-{name}.json", docs / "presets" / f"adam-{name}.json")
-        rows.append((name, run))
+    rows = list(_runs(perf, docs, "adam"))
     if rows:
         lines += ["## adam (4 lanes, 512-bit port)", "",
                   "Reads p, m, v and the gradient (16 B an element, fp32) and writes p, m, v (12 B): on a channel "
@@ -60,11 +63,7 @@ def main() -> int:
                   f"for a memory that moves reads and writes at once; at these rates {lanes_needed:.0f} lanes would "
                   "not bind (an inference, not a measured build: the lane count still follows the port).", ""]
     attn_ideal = next((e for k, e in ideal.items() if k.startswith("attention")), None)
-    for name in PRESETS:
-        run = _load(perf / f"attention-{name}.json")
-        if run is None:
-            continue
-        shutil.copy(perf / f"attention-{name}.json", docs / "presets" / f"attention-{name}.json")
+    for name, run in _runs(perf, docs, "attention"):
         lines += [f"## attention (32 MAC lanes, 512-bit port) on {name}", "",
                   "| G | context | cycles | KV bytes / cycle | of the port | of the memory |",
                   "|---:|---:|---:|---:|---:|---:|"]
@@ -88,11 +87,7 @@ def main() -> int:
             lines += ["", f"Ideal memory, for comparison: {attn_ideal['engine']}, {attn_ideal['problem']}: "
                           f"{attn_ideal['efficiency']:.3f} of the port."]
         lines.append("")
-    for name in PRESETS:
-        run = _load(perf / f"sg-{name}.json")
-        if run is None:
-            continue
-        shutil.copy(perf / f"sg-{name}.json", docs / "presets" / f"sg-{name}.json")
+    for name, run in _runs(perf, docs, "sg"):
         lines += [f"## sg unit on {name} (`MEMORY={name} python -m tb.engines.sg.sg_bench`)", "",
                   "Random 4-byte elements of a 1 MiB table; row gathers (Piccolo mode) against 64-byte line "
                   "reads, over the 16 B/cycle link. Link bytes are Piccolo's in-DRAM scenario; at the memory port "
