@@ -25,14 +25,16 @@ Requests are cut into *units* of ``max(beat, column)`` bytes: a unit is one or m
 column commands (a 64-byte beat on a 32-byte HBM column: two) or one column shared by
 several beats (16-byte beats on a 64-byte DDR4 column).  Up to ``units_per_cycle`` units
 of one direction are scheduled a cycle (enough to run ahead of the memory's peak), a
-read unit's data time goes into a record buffer (the controller's read queue: its
-depth bounds how far ahead the calendar runs) and the read path releases a beat once
-its record's time has come.  A read's latency is its data's end plus the fixed
+read unit's data time goes into a record buffer (the controller's read queue) and the
+read path releases a beat once its record's time has come.  The calendar runs at most
+``LOOKAHEAD_COLUMNS`` column slots ahead of now (the controller's command queue; posted
+writes leave the write buffer only that early).  A read's latency is its data's end plus the fixed
 controller/PHY pipeline (fitted to Shuhai's page-hit latency) plus ``crossing`` engine
 cycles (the clock crossing between the engines and the memory's port).
 
-What it leaves out, stated: request reordering across AXI IDs (the engines' reads come
-back in order as if the controller kept one ID's order), the command bus (one command a
+What it leaves out, stated: request reordering (each direction is scheduled in order;
+the AMD HBM controller reorders within its queue, which is where the model's random
+128-byte reads fall short of AMD's figure: docs/architecture.md), the command bus (one command a
 tCK is never the bound at these burst lengths), per-bank refresh, and the AXI port's
 own rate (the HBM port's 256 bits at 450 MHz and the MIG's 512 bits at 300 MHz equal
 the DRAM's peak).
