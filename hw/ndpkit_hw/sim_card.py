@@ -38,10 +38,6 @@ class SimCard(wiring.Component):
         d = self.device
         timing = None if mem_timing in (None, IDEAL) else preset(mem_timing)
         self.mem_timing = timing
-        if mem_max_outstanding is None:
-            # the ideal memory's queue; a DRAM port queues 64 requests (the depth AMD's HBM
-            # random-access figures use), enough for single-beat traffic at its latency
-            mem_max_outstanding = 16 if timing is None else 64
         self.memories = [AxiMemoryModel(size=d.region(p)[1], base=d.region(p)[0], addr_width=d.addr_width,
                                         data_width=d.data_width, id_width=d.mem_id_width,
                                         max_outstanding=mem_max_outstanding, bytes_per_cycle=mem_bytes_per_cycle,

@@ -133,7 +133,8 @@ _CARD = {
                            doc="memory regions (ports), each instance working in one; sim: one memory model each"),
     "queue_depth": Option(_integer, "an integer", 1, 64, doc="commands each engine queues"),
     "clock_mhz": Option(_integer, "an integer", 1, 1000, doc="the engines' clock in MHz, for per-second figures"),
-    "mem_queue": Option(_integer, "an integer", 1, 4096, doc="memory requests in flight"),
+    "mem_queue": Option(_integer, "an integer", 1, 4096,
+                        doc="memory requests in flight (default 16; 64 with a DRAM preset)"),
     "memory": Option(str, "a memory name", choices=(IDEAL, *PRESETS),
                      doc="the card memory's timing: `ideal` (fixed latency, each direction at full rate) or a "
                          "DRAM preset (`hbm2_pc`: a U55C/U280 HBM2 pseudo-channel a port, `ddr4_2400`: the "

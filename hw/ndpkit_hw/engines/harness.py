@@ -20,13 +20,12 @@ __all__ = ["EngineHarness"]
 
 class EngineHarness(wiring.Component):
     def __init__(self, engine, *, mem_size: int = 1 << 20, stall_per_256: int = 0, seed: int = 1,
-                 max_outstanding: int = 16, memory: str | None = None, engine_mhz: float = 200.0):
+                 max_outstanding: int | None = None, memory: str | None = None, engine_mhz: float = 200.0):
         self.engine = engine
         timing = None if memory in (None, IDEAL) else preset(memory)
         if timing is not None:
             # a power-of-two memory, as a DRAM's rows and banks cut it
             mem_size = 1 << (mem_size - 1).bit_length()
-            max_outstanding = max(max_outstanding, 64)
         self.memory = AxiMemoryModel(size=mem_size, addr_width=len(engine.bus.araddr),
                                      data_width=len(engine.bus.rdata), id_width=len(engine.bus.arid),
                                      stall_per_256=stall_per_256, seed=seed, latency_ports=True,

@@ -50,7 +50,11 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.dram import DramTiming, parse_mapping
 
-__all__ = ["DramChannel", "TIME_BITS", "CROSSING_CYCLES"]
+__all__ = ["DramChannel", "TIME_BITS", "CROSSING_CYCLES", "DRAM_PORT_QUEUE"]
+
+#: requests a DRAM port queues by default: enough for single-beat reads at its latency
+#: (the depth AMD's HBM random-access figures use)
+DRAM_PORT_QUEUE = 64
 
 #: engine-clock cycles a read spends in the clock crossing between the engines and the
 #: memory's port on a card, there and back (the board designs' SmartConnect/XPM

@@ -7,7 +7,8 @@ It stands where the MIG DDR4 / HBM controller stands on a card.  Parameters:
 - ``read_latency``: cycles from the AR handshake to the first R beat offered
   (at least 2: the request queue and the synchronous RAM take one each);
   ``write_latency``: cycles from the last W handshake to B offered (at least 1);
-- ``max_outstanding``: AR and AW requests it queues (further ones wait on READY);
+- ``max_outstanding``: AR and AW requests it queues (further ones wait on READY;
+  default 16, or :data:`~ndpkit_hw.mem.dram.DRAM_PORT_QUEUE` with a DRAM timing model);
 - ``bytes_per_cycle``: sustained bandwidth of each direction (a token bucket; a
   value of at least the bus width means one beat per cycle);
 - ``latency_ports=True`` replaces the two latencies by input ports, so one build
@@ -40,7 +41,7 @@ from amaranth.lib.wiring import In
 
 from ndpkit_spec.codes import AxiResp
 from ndpkit_hw.bus.axi import AXI4Signature, log2_exact
-from ndpkit_hw.mem.dram import DramChannel
+from ndpkit_hw.mem.dram import DRAM_PORT_QUEUE, DramChannel
 
 __all__ = ["AxiMemoryModel"]
 
@@ -91,7 +92,7 @@ class _RamPort:
 class AxiMemoryModel(wiring.Component):
     def __init__(self, *, size: int = 1 << 20, base: int = 0, addr_width: int = 32,
                  data_width: int = 512, id_width: int = 4, read_latency: int = 16,
-                 write_latency: int = 16, max_outstanding: int = 16, bytes_per_cycle: int | None = None,
+                 write_latency: int = 16, max_outstanding: int | None = None, bytes_per_cycle: int | None = None,
                  stall_per_256: int = 0, seed: int = 1, latency_ports: bool = False, dram=None,
                  engine_mhz: float = 250.0, mapping: str | None = None, crossing: int = 0):
         self.data_bytes = data_width // 8
@@ -110,6 +111,8 @@ class AxiMemoryModel(wiring.Component):
         self.size, self.base, self.addr_width, self.data_width, self.id_width = \
             size, base, addr_width, data_width, id_width
         self.read_latency_cycles, self.write_latency_cycles = read_latency, write_latency
+        if max_outstanding is None:
+            max_outstanding = 16 if dram is None else DRAM_PORT_QUEUE
         self.max_outstanding = max_outstanding
         self.bytes_per_cycle = bytes_per_cycle if bytes_per_cycle is not None else self.data_bytes
         if self.bytes_per_cycle < 1:

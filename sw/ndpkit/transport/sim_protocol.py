@@ -37,7 +37,7 @@ DEFAULTS = {
     "data_width": 512, "mem_base": 0, "mem_size": 16 << 20, "engines": ["dma_copy"], "queue_depth": 4,
     "clock_mhz": 250, "read_latency": 64, "write_latency": 32, "dma": "backdoor", "waves": None,
     "link": {}, "storage": {}, "attention_lanes": None,
-    "mem_queue": 16,       # requests the memory model queues (a DRAM controller with more banks: more)
+    "mem_queue": None,     # requests the memory model queues (None: 16, or a DRAM preset's port queue)
     "memory_ports": 1,     # memory regions, one memory model each (HBM pseudo-channels)
     "memory": "ideal",     # the memory's timing: "ideal" or a DRAM preset of ndpkit_spec.dram.PRESETS
 }

@@ -28,7 +28,7 @@ def card_params(config: dict) -> dict:
               "engines": engines, "queue_depth": config["queue_depth"],
               "clock_mhz": config["clock_mhz"], "attention_lanes": config["attention_lanes"]}
     # (only when not the default, so the default builds keep their cache key)
-    if config["mem_queue"] != DEFAULTS["mem_queue"]:
+    if config["mem_queue"] is not None:
         params["mem_max_outstanding"] = config["mem_queue"]
     if config["memory_ports"] != DEFAULTS["memory_ports"]:
         params["memory_ports"] = config["memory_ports"]

@@ -19,7 +19,7 @@ __all__ = ["SgHarness"]
 
 class SgHarness(wiring.Component):
     def __init__(self, unit: SgUnit, *, mem_size: int = 1 << 20, stall_per_256: int = 0, seed: int = 1,
-                 max_outstanding: int = 16, memory: str | None = None, engine_mhz: float = 200.0):
+                 max_outstanding: int | None = None, memory: str | None = None, engine_mhz: float = 200.0):
         self.unit = unit
         timing = None if memory in (None, IDEAL) else preset(memory)
         self.memory = AxiMemoryModel(size=mem_size, addr_width=unit.addr_width, data_width=512,
