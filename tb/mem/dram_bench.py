@@ -18,6 +18,7 @@ import cocotb
 from cocotb.triggers import RisingEdge, ReadOnly
 
 from ndpkit_tools.sim.bench import bench_params, start_clock_and_reset
+from tb.mem.test_memory_model import first_beat_latency
 
 
 def _idle(dut):
@@ -30,23 +31,9 @@ def _idle(dut):
 
 
 async def _read_latency(dut, addr, word):
-    dut.bus_arid.value = 0
-    dut.bus_araddr.value = addr
-    dut.bus_arlen.value = 0
-    dut.bus_arsize.value = word.bit_length() - 1
-    dut.bus_arburst.value = 1
-    dut.bus_arvalid.value = 1
-    await RisingEdge(dut.clk)
-    while not int(dut.bus_arready.value):
-        await RisingEdge(dut.clk)
-    dut.bus_arvalid.value = 0
-    cycles = 0
-    while True:
-        await RisingEdge(dut.clk)
-        cycles += 1
-        if int(dut.bus_rvalid.value):
-            break
-    for _ in range(300):            # let the memory go idle again
+    """One single-beat read's latency, then the memory left idle again."""
+    cycles = await first_beat_latency(dut, addr, 0, word)
+    for _ in range(300):
         await RisingEdge(dut.clk)
     return cycles
 

@@ -76,6 +76,27 @@ async def error_windows(dut):
         assert res.resp == AxiResp.DECERR
 
 
+async def first_beat_latency(dut, addr: int, arlen: int, word: int) -> int:
+    """Drive one read burst on AR by hand; cycles from its handshake to the first R beat."""
+    dut.bus_arid.value = 0
+    dut.bus_araddr.value = addr
+    dut.bus_arlen.value = arlen
+    dut.bus_arsize.value = word.bit_length() - 1
+    dut.bus_arburst.value = 1
+    dut.bus_rready.value = 1
+    dut.bus_arvalid.value = 1
+    await RisingEdge(dut.clk)
+    while not int(dut.bus_arready.value):
+        await RisingEdge(dut.clk)
+    dut.bus_arvalid.value = 0        # the handshake happened at this edge
+    latency = 0
+    while True:
+        await RisingEdge(dut.clk)
+        latency += 1
+        if int(dut.bus_rvalid.value):
+            return latency
+
+
 async def _cycles_until(dut, signal, start_cycles=0):
     n = start_cycles
     while not int(signal.value):
@@ -93,24 +114,7 @@ async def latency_and_bandwidth(dut):
     await start_clock_and_reset(dut)
     word = p["data_width"] // 8
     base = p["base"]
-    # Drive AR by hand to count cycles from the handshake to the first R beat.
-    dut.bus_arid.value = 0
-    dut.bus_araddr.value = base
-    dut.bus_arlen.value = 255
-    dut.bus_arsize.value = (word).bit_length() - 1
-    dut.bus_arburst.value = 1
-    dut.bus_rready.value = 1
-    dut.bus_arvalid.value = 1
-    await RisingEdge(dut.clk)
-    while not int(dut.bus_arready.value):
-        await RisingEdge(dut.clk)
-    dut.bus_arvalid.value = 0        # the handshake happened at this edge
-    latency = 0
-    while True:
-        await RisingEdge(dut.clk)
-        latency += 1
-        if int(dut.bus_rvalid.value):
-            break
+    latency = await first_beat_latency(dut, base, 255, word)
     assert latency == p["read_latency"], f"read latency {latency}, expected {p['read_latency']}"
     beats, cycles = 1, 0
     while beats < 256:
