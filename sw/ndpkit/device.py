@@ -15,7 +15,9 @@ URIs: ``model``, ``sim``, ``xdma:/dev/xdma0`` (or just ``/dev/xdma0``),
 optional ``?key=value&...`` options: for ``model`` and ``sim`` ``mem_size`` (``16M``,
 ``1G``), ``engines`` (comma list), ``queue_depth``, ``data_width``; for ``sim`` also
 ``read_latency``, ``write_latency``, ``waves`` (a .fst/.vcd path), ``dma``
-(``backdoor`` or ``axi``); for ``xdma`` ``channel`` and ``events`` (see
+(``backdoor`` or ``axi``), ``memory`` (``ideal`` or a DRAM preset), ``board`` (simulate a
+board's build: ``sim?board=alveo_u55c`` runs on its DRAM preset, at its engine clock and
+width, :func:`ndpkit.options.board_defaults`); for ``xdma`` ``channel`` and ``events`` (see
 :mod:`ndpkit.transport.xdma`); for ``uart`` ``baud`` and ``timeout``; for every kind ``guard`` (bytes of guard region
 around every buffer, see :class:`Device`).
 """
@@ -64,7 +66,10 @@ def open_device(uri: str = "sim", **options) -> "Device":
     """Open a card.  ``options`` add to (and override) the URI's query options; both are
     checked against :data:`ndpkit.options.OPTIONS` (an :class:`~ndpkit.options.OptionError`
     names a bad one).  A ``model`` card carries every engine its bus width allows unless
-    ``engines`` says otherwise."""
+    ``engines`` says otherwise.  ``sim?board=<name>`` simulates that board's build: its DRAM
+    preset, engine clock and bus width are the defaults, which the options given override;
+    its engine list is not taken (the sim card keeps ``dma_copy`` unless ``engines`` names
+    others: :func:`ndpkit.options.board_defaults`)."""
     kind, path, query = parse_uri(uri)
     query.update(options)
     schema = "uart-model" if kind == "uart" and path == "model" else kind

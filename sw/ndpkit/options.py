@@ -9,11 +9,22 @@ with what is allowed (:class:`OptionError`), never as a failure deep inside a tr
 Traceback (most recent call last):
     ...
 ndpkit.options.OptionError: mem_size: 'abc' is not a size (bytes: an integer, or with a unit: 64K, 16M, 1G)
+
+``sim?board=<name>`` simulates a board's build (:func:`board_defaults`): the board's DRAM
+preset, engine clock and bus width become the defaults, the options given win:
+
+>>> check_options("sim", {"board": "alveo_u55c"})
+{'board': 'alveo_u55c', 'memory': 'hbm2_pc', 'clock_mhz': 200, 'data_width': 512}
+>>> check_options("sim", {"board": "alveo_u55c", "memory": "ideal"})["memory"]
+'ideal'
 """
 from __future__ import annotations
 
+import importlib.util
 import re
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from ndpkit.errors import NdpkitError
@@ -22,7 +33,7 @@ from ndpkit_spec.dram import IDEAL, PRESETS
 from ndpkit_spec.registry import REGISTRY
 
 __all__ = ["OptionError", "Option", "OPTIONS", "check_options", "size", "default_engines", "options_table",
-           "DEFAULT_WIDTH"]
+           "DEFAULT_WIDTH", "board_files", "board_defaults"]
 
 #: the bus width of a model or sim card that names none (the transports' default)
 DEFAULT_WIDTH = DEFAULTS["data_width"]
@@ -87,24 +98,30 @@ class Option:
     kind: str                       # what the value is, for messages
     low: float | None = None
     high: float | None = None
-    choices: tuple = ()
+    #: the values allowed, or a function giving them (the boards: read when asked)
+    choices: tuple | Callable[[], tuple] = ()
     doc: str = ""
+
+    def values(self) -> tuple:
+        """The values allowed (empty: any the conversion takes)."""
+        return tuple(self.choices()) if callable(self.choices) else self.choices
 
     def check(self, name: str, value):
         try:
             out = self.convert(value)
         except (TypeError, ValueError):
             raise OptionError(name, f"{value!r} is not {self.kind}") from None
-        if self.choices and out not in self.choices:
-            raise OptionError(name, f"{out!r} is not one of {', '.join(map(str, self.choices))}")
+        choices = self.values()
+        if choices and out not in choices or callable(self.choices) and not choices:
+            raise OptionError(name, f"{out!r} is not one of {', '.join(map(str, choices)) or '(none installed)'}")
         if self.low is not None and out < self.low or self.high is not None and out > self.high:
             raise OptionError(name, f"{value!r} is outside {self._range()}")
         return out
 
     def allowed(self) -> str:
         """What the option takes, for the documentation."""
-        if self.choices:
-            return " / ".join(f"`{c}`" for c in self.choices)
+        if self.values():
+            return " / ".join(f"`{c}`" for c in self.values())
         if self.low is not None:
             return self._range()
         return self.kind
@@ -138,7 +155,8 @@ _CARD = {
     "memory": Option(str, "a memory name", choices=(IDEAL, *PRESETS),
                      doc="the card memory's timing: `ideal` (fixed latency, each direction at full rate) or a "
                          "DRAM preset (`hbm2_pc`: a U55C/U280 HBM2 pseudo-channel a port, `ddr4_2400`: the "
-                         "SmartSSD's DDR4); sim only, the model has no timing"),
+                         "SmartSSD's DDR4); sim only, the model has no timing; with `board=` the board's preset "
+                         "by default"),
     "link": Option(dict, "a dict of PCIe link parameters", doc="modelled PCIe link"),
     "storage": Option(dict, "a dict of storage link parameters", doc="modelled SSD link"),
 }
@@ -155,6 +173,11 @@ OPTIONS: dict[str, dict[str, Option]] = {
             "dma": Option(str, "a string", choices=("backdoor", "axi"), doc="host DMA path"),
             "attention_lanes": Option(_integer, "an integer", 4, 1024,
                                       doc="attention MAC lanes (default: the port rate, data_width / 8)"),
+            "board": Option(str, "a board name", choices=lambda: tuple(board_files()),
+                            doc="simulate a board's build (tools/ndpkit_tools/boards/): its DRAM preset "
+                                "(`memory`), engine clock, bus width and attention lanes by default, the options "
+                                "given win; not its engines (`engines=` names them: "
+                                "`ndpkit.options.board_defaults`)"),
             "start_timeout": Option(_number, "a number", 1, 1e6, doc="seconds to wait for the simulator"),
             "reply_timeout": Option(_number, "a number", 1, 1e6, doc="seconds to wait for a reply")},
     "xdma": {**_COMMON, "channel": Option(_integer, "an integer", 0, 3, doc="XDMA H2C/C2H channel")},
@@ -174,6 +197,8 @@ def check_options(kind: str, options: dict) -> dict:
         if name not in schema:
             raise OptionError(name, f"not an option of a {kind} card; options: {', '.join(sorted(schema))}")
         out[name] = schema[name].check(name, value)
+    from_board = board_defaults(out["board"], out) if "board" in out else {}
+    out.update(from_board)
     if "engines" in out:
         from ndpkit_spec.registry import instance_counts
         from ndpkit_spec.shell import slot_layout
@@ -195,6 +220,10 @@ def check_options(kind: str, options: dict) -> dict:
     if out.get("memory", IDEAL) != IDEAL:
         timed = [k for k in ("read_latency", "write_latency") if k in out]
         if timed:
+            if "memory" in from_board:
+                raise OptionError(timed[0], f"sets the ideal memory's latency; memory={out['memory']} (board "
+                                            f"{out['board']}'s preset) times every access itself (banks, rows, "
+                                            f"refresh), leave {timed[0]} out or give memory=ideal")
             raise OptionError(timed[0], f"sets the ideal memory's latency; memory={out['memory']} times every "
                                         f"access itself (banks, rows, refresh), leave {timed[0]} out")
     width = out.get("data_width", DEFAULT_WIDTH)
@@ -208,6 +237,82 @@ def check_options(kind: str, options: dict) -> dict:
         if mem_size % ports or region & (region - 1) or mem_base % region:
             raise OptionError("memory_ports", f"{ports} does not cut mem_size {mem_size} (at mem_base {mem_base}) "
                                               f"into equal power-of-two regions aligned to their size")
+    return out
+
+
+def board_files() -> dict[str, Path]:
+    """Each board's ``board.toml`` by name: the boards ``make bitstream`` builds
+    (``tools/ndpkit_tools/boards/<name>/``).  They are the tools package's data, found
+    without importing it (the driver imports no tools module: sw/tests/test_package_layers.py;
+    the sim card runs in the tools' device server anyway)."""
+    spec = importlib.util.find_spec("ndpkit_tools")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    root = Path(next(iter(spec.submodule_search_locations)), "boards")
+    return {path.parent.name: path for path in sorted(root.glob("*/board.toml"))}
+
+
+def board_defaults(board: str, given: dict | None = None) -> dict:
+    """The sim card options ``sim?board=<board>`` adds to the (checked) options ``given``,
+    which win (none of theirs is in the answer): the simulated card of the board's build,
+    as far as a small simulation goes, from the board's ``board.toml``:
+
+    - ``memory``: its DRAM preset, ``[memory] sim_preset`` (``hbm2_pc`` on the Alveo
+      U55C and U280, ``ddr4_2400`` on the SmartSSD); a board with none (the ECP5's block
+      RAM) keeps the ideal memory;
+    - ``clock_mhz``: the engines' clock of the build (``[device]``), the clock the DRAM
+      preset's timing is counted in;
+    - ``data_width``: the build's, where the sim card takes it (128, 256, 512: not the
+      ECP5's 64 bits, whose sim card keeps 512);
+    - ``attention_lanes``: the build's, when the engines given include attention and the
+      width is the build's.
+
+    Not the board's engines: ``engines`` stays the sim card's (``dma_copy``) unless given.
+    A board's default list is what fills its part (21 attention instances on the U55C, 19
+    with Adam and the decompressor on the U280, all four engines at 512 bits on the
+    SmartSSD), and each engine a simulated card carries is minutes more of Verilator build
+    on two cores (Adam's and attention's 512-bit datapaths the most) and a slower
+    simulation, 21 attention instances far more: name the ones to simulate
+    (``sim?board=alveo_u55c&engines=dma_copy,attention``).  Nor its memory
+    size (the simulated memory is host RAM: ``mem_size``, 16 MiB by default) or its memory
+    ports (one unless ``memory_ports`` is given; the HBM builds put each engine instance on
+    a pseudo-channel of its own, which ``memory_ports`` = the instances does).
+    """
+    given = given or {}
+    files = board_files()
+    if board not in files:
+        raise OptionError("board", f"{board!r} is not one of {', '.join(files) or '(none installed)'}")
+    path = files[board]
+    try:
+        spec = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise OptionError("board", f"{board}: {path}: {e}") from None
+    memory, device = spec.get("memory", {}), spec.get("device", {})
+    sim = OPTIONS["sim"]
+    found = {}
+    preset = memory.get("sim_preset")
+    if preset is not None:
+        if preset not in PRESETS:
+            raise OptionError("board", f"{board}: {path}: [memory] sim_preset {preset!r} is not a DRAM preset; "
+                                       f"presets: {', '.join(PRESETS)} (leave the key out for the ideal memory)")
+        found["memory"] = preset
+    if "clock_mhz" in device:
+        found["clock_mhz"] = device["clock_mhz"]
+    if device.get("data_width") in sim["data_width"].values():
+        found["data_width"] = device["data_width"]
+    width = given.get("data_width", found.get("data_width", DEFAULT_WIDTH))
+    engines = given.get("engines", DEFAULTS["engines"])
+    if device.get("attention_lanes") is not None and width == device.get("data_width") and \
+            "attention" in {e.split("*")[0].strip() for e in engines}:
+        found["attention_lanes"] = device["attention_lanes"]
+    out = {}
+    for name, value in found.items():
+        if name not in given:
+            try:
+                out[name] = sim[name].check(name, value)
+            except OptionError as e:
+                section = "memory" if name == "memory" else "device"
+                raise OptionError("board", f"{board}: {path}: [{section}] {e}") from None
     return out
 
 

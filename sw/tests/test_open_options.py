@@ -1,5 +1,6 @@
 """``ndpkit.open`` checks every option against its schema (type, range, size units) and
-names the bad one; the default model card carries every engine; the CLI defaults to the
+names the bad one; ``sim?board=<name>`` takes the board's DRAM preset, clock and width,
+the options given winning; the default model card carries every engine; the CLI defaults to the
 model card, reports errors in one line, has ``--version``; the sim transport says when it
 builds a card and how long the last build took."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 import ndpkit
 from ndpkit.cli import main
-from ndpkit.options import OPTIONS, OptionError, size
+from ndpkit.options import OPTIONS, OptionError, board_defaults, check_options, size
 from ndpkit_spec.registry import REGISTRY
 
 
@@ -51,12 +52,92 @@ def test_a_size_option_with_units_opens_the_card():
     ("xdma:/dev/xdma0?channel=9", {}, "channel", "outside 0..3"),
     ("xdma:/dev/xdma0?mem_size=1M", {}, "mem_size", "not an option of a xdma card"),
     ("uart:/dev/ttyUSB0?baud=0", {}, "baud", "outside 300..100000000"),
+    ("sim?board=alveo_u56c", {}, "board", "'alveo_u56c' is not one of alveo_u280, alveo_u55c, ecp5_5g, smartssd"),
+    ("sim", {"board": "u55c"}, "board", "'u55c' is not one of alveo_u280, alveo_u55c, ecp5_5g, smartssd"),
+    ("model?board=alveo_u55c", {}, "board", "not an option of a model card"),
+    # the board's preset times every access: a latency is for the ideal memory, given explicitly
+    ("sim?board=alveo_u55c&read_latency=10", {}, "read_latency",
+     r"memory=hbm2_pc \(board alveo_u55c's preset\) times every access itself .* or give memory=ideal"),
+    ("sim?board=smartssd&memory=hbm3", {}, "memory", "'hbm3' is not one of ideal, hbm2_pc, ddr4_2400"),
 ])
 def test_bad_options_are_named_before_anything_starts(uri, options, option, message):
     with pytest.raises(OptionError, match=message) as e:
         ndpkit.open(uri, **options)
     assert e.value.option == option and str(e.value).startswith(f"{option}: ")
     assert isinstance(e.value, ValueError) and isinstance(e.value, ndpkit.NdpkitError)
+
+
+#: what ``sim?board=<name>`` adds, from each board.toml: the DRAM preset ([memory] sim_preset),
+#: the engines' clock and the bus width ([device]); the ECP5 has no preset (block RAM) and a
+#: width the sim card does not take (64)
+BOARD_SIM = {
+    "alveo_u55c": {"memory": "hbm2_pc", "clock_mhz": 200, "data_width": 512},
+    "alveo_u280": {"memory": "hbm2_pc", "clock_mhz": 200, "data_width": 512},
+    "smartssd": {"memory": "ddr4_2400", "clock_mhz": 200, "data_width": 512},
+    "ecp5_5g": {"clock_mhz": 48},
+}
+
+
+@pytest.mark.parametrize("board", sorted(BOARD_SIM))
+def test_a_board_gives_the_sim_card_its_preset_clock_and_width(board):
+    # (not the board's engines, attention*21 on the U55C: the sim card keeps its dma_copy)
+    assert check_options("sim", {"board": board}) == {"board": board, **BOARD_SIM[board]}
+
+
+def test_options_given_win_over_the_board():
+    assert check_options("sim", {"board": "alveo_u55c", "memory": "ideal"})["memory"] == "ideal"
+    assert check_options("sim", {"board": "smartssd", "memory": "hbm2_pc"})["memory"] == "hbm2_pc"
+    given = check_options("sim", {"board": "alveo_u55c", "clock_mhz": "250", "data_width": "256"})
+    assert given == {"board": "alveo_u55c", "clock_mhz": 250, "data_width": 256, "memory": "hbm2_pc"}
+    # on the ideal memory its latencies may be set again
+    ideal = check_options("sim", {"board": "alveo_u55c", "memory": "ideal", "read_latency": "10"})
+    assert ideal["memory"] == "ideal" and ideal["read_latency"] == 10
+    # the same through ndpkit.open's keyword arguments (checked before anything starts)
+    with pytest.raises(OptionError, match="board: 'nope' is not one of"):
+        ndpkit.open("sim?memory=ideal", board="nope")
+    assert board_defaults("alveo_u55c", {"memory": "ideal", "clock_mhz": 100}) == {"data_width": 512}
+
+
+def test_a_board_with_attention_named_gives_its_lanes():
+    """Only the engines named are on the card; with attention among them at the board's
+    width, the build's MAC lanes (32 on every Xilinx board, not the sim's data_width / 8)."""
+    named = check_options("sim", {"board": "alveo_u55c", "engines": "dma_copy,attention*2"})
+    assert named["engines"] == ["dma_copy", "attention*2"] and named["attention_lanes"] == 32
+    assert "attention_lanes" not in check_options("sim", {"board": "alveo_u55c", "engines": "attention",
+                                                          "data_width": "256"})
+    assert check_options("sim", {"board": "smartssd", "engines": "attention", "attention_lanes": "16"}
+                         )["attention_lanes"] == 16
+    assert "attention_lanes" not in check_options("sim", {"board": "smartssd", "engines": "adam"})
+
+
+def test_a_board_file_with_an_unknown_preset_is_named(tmp_path, monkeypatch):
+    import ndpkit.options
+    path = tmp_path / "fake" / "board.toml"
+    path.parent.mkdir()
+    path.write_text('name = "fake"\n[memory]\nsim_preset = "hbm3"\n[device]\nclock_mhz = 100\n')
+    monkeypatch.setattr(ndpkit.options, "board_files", lambda: {"fake": path})
+    with pytest.raises(OptionError, match=rf"board: fake: {path}: \[memory\] sim_preset 'hbm3' is not a DRAM preset; "
+                                          r"presets: hbm2_pc, ddr4_2400") as e:
+        check_options("sim", {"board": "fake"})
+    assert e.value.option == "board"
+    path.write_text('name = "fake"\n[memory]\n[device]\nclock_mhz = 5000\n')
+    with pytest.raises(OptionError, match=r"board: fake: .*\[device\] clock_mhz: 5000 is outside 1..1000"):
+        check_options("sim", {"board": "fake"})
+    path.write_text('name = "fake"\n[memory]\n[device]\nclock_mhz = 100\n')
+    assert check_options("sim", {"board": "fake"}) == {"board": "fake", "clock_mhz": 100}     # ideal memory
+    monkeypatch.setattr(ndpkit.options, "board_files", lambda: {})
+    with pytest.raises(OptionError, match=r"board: 'alveo_u55c' is not one of \(none installed\)"):
+        check_options("sim", {"board": "alveo_u55c"})
+
+
+def test_board_lookup_imports_no_tool():
+    """The driver reads the board files as the tools package's data, never importing it
+    (sw/tests/test_package_layers.py)."""
+    code = ("import sys, ndpkit.options as o; o.check_options('sim', {'board': 'alveo_u55c'}); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ndpkit_tools', 'ndpkit_hw', 'amaranth')))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
 
 
 def test_bad_uris():

@@ -50,6 +50,40 @@ def test_every_board_loads():
         assert (board.folder / "README.md").exists() and board.file("constraints").exists()
 
 
+#: the DRAM preset each board's memory is simulated on (None: the ideal memory, the ECP5's block RAM)
+SIM_PRESETS = {"alveo_u55c": "hbm2_pc", "alveo_u280": "hbm2_pc", "smartssd": "ddr4_2400", "ecp5_5g": None}
+
+
+@pytest.mark.parametrize("name", sorted(SIM_PRESETS))
+def test_every_board_names_the_preset_its_simulation_runs_on(name):
+    """``[memory] sim_preset``, and ``ndpkit.open("sim?board=<name>")`` taking it with the
+    build's engine clock (the driver reads the same board file without importing the tools)."""
+    from ndpkit.options import check_options
+    board = load_board(name)
+    assert board.sim_preset == SIM_PRESETS[name]
+    sim = check_options("sim", {"board": name})
+    assert sim.get("memory", "ideal") == (board.sim_preset or "ideal")
+    assert sim["clock_mhz"] == device_options(board)["clock_mhz"]
+    assert "engines" not in sim            # the build's engines fill the part: the sim card keeps its own
+    assert set(SIM_PRESETS) == set(board_names())
+
+
+def test_an_unknown_sim_preset_is_refused_naming_the_key_and_the_file(tmp_path, monkeypatch):
+    import ndpkit_tools.boards as boards
+    for name in ("alveo_u55c", "ecp5_5g"):
+        shutil.copytree(BOARDS_DIR / name, tmp_path / name)
+    toml = tmp_path / "alveo_u55c" / "board.toml"
+    toml.write_text(toml.read_text().replace('sim_preset = "hbm2_pc"', 'sim_preset = "hbm3"'))
+    monkeypatch.setattr(boards, "BOARDS_DIR", tmp_path)
+    with pytest.raises(BoardError, match=re.escape(f"{toml}: [memory] sim_preset 'hbm3' is not a DRAM preset; "
+                                                   f"presets: hbm2_pc, ddr4_2400")):
+        load_board("alveo_u55c")
+    toml.write_text(toml.read_text().replace('sim_preset = "hbm3"', 'sim_preset = "ideal"'))
+    with pytest.raises(BoardError, match="leave the key out for the ideal memory"):
+        load_board("alveo_u55c")
+    assert load_board("ecp5_5g").sim_preset is None
+
+
 @pytest.mark.parametrize("name, overrides, message", [
     ("alveo_u281", {}, "unknown board 'alveo_u281'; boards: "),
     ("alveo_u280", {"memory_ports": 33, "engines": ",".join(["dma_copy"])}, "memory_ports=33 but the board has 32 HBM"),

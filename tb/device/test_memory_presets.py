@@ -44,3 +44,25 @@ def test_copy_on_hbm2_pc_against_ideal(cards):
     assert cycles["hbm2_pc"] > cycles["ideal"]
     with pytest.raises(ValueError, match="read_latency.*hbm2_pc"):
         dev.transport.set_memory(read_latency=5)
+
+
+@pytest.mark.sim
+def test_a_board_build_simulates_on_its_preset(cards):
+    """``sim?board=alveo_u55c``: the card on the U55C's DRAM preset (one HBM2
+    pseudo-channel).  At 250 MHz here, the clock given winning over the board's 200: the
+    same card, and Verilator build, as ``sim?memory=hbm2_pc`` above."""
+    dev = cards("sim?board=alveo_u55c&clock_mhz=250")
+    info = dev.info()
+    assert (info["board"], info["memory"], info["clock_mhz"], info["engines"]) == \
+        ("alveo_u55c", "hbm2_pc", 250, ["dma_copy"])       # not the board's attention*21
+    length = 64 << 10
+    data = np.frombuffer(random.Random(3).randbytes(length), np.uint8)
+    src, dst = dev.upload(data), dev.alloc(length)
+    done = dev.copy(dst, src, length)
+    assert done.ok and np.array_equal(dst.download(np.uint8, count=length), data)
+    # the pseudo-channel's one data bus, not the ideal memory's two directions at 64 B a cycle each
+    assert 2 * length / done.cycles <= PRESETS["hbm2_pc"].peak_bytes_per_s / (dev.clock_mhz * 1e6)
+    src.free()
+    dst.free()
+    with pytest.raises(ValueError, match="read_latency.*hbm2_pc"):
+        dev.transport.set_memory(read_latency=5)

@@ -209,7 +209,8 @@ class SimTransport(Transport):
 
     def describe(self):
         c = self.config
-        return {"transport": "sim", "mem_size": c["mem_size"], "clock_mhz": c["clock_mhz"], "memory": c["memory"],
+        return {"transport": "sim", "board": c["board"], "mem_size": c["mem_size"], "clock_mhz": c["clock_mhz"],
+                "memory": c["memory"],
                 "memory_latency": [c["read_latency"], c["write_latency"]], "dma": c["dma"],
                 "link": self.link.describe(), "storage": StorageLink(**c["storage"]).describe(),
                 "server_pid": self.proc.pid}

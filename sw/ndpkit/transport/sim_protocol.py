@@ -40,6 +40,8 @@ DEFAULTS = {
     "mem_queue": None,     # requests the memory model queues (None: 16, or a DRAM preset's port queue)
     "memory_ports": 1,     # memory regions, one memory model each (HBM pseudo-channels)
     "memory": "ideal",     # the memory's timing: "ideal" or a DRAM preset of ndpkit_spec.dram.PRESETS
+    "board": None,         # the board whose build this card simulates (ndpkit.options.board_defaults has put its
+                           # preset, clock and width in the keys above; the server does not read it)
 }
 
 HEADER = struct.Struct("<IB")

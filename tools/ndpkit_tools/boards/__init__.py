@@ -1,8 +1,8 @@
 """Boards: what `make bitstream BOARD=<name>` builds for.
 
-Each board is a folder beside this module (``tools/ndpkit_tools/boards/<name>/``) with ``board.toml`` (part, PCIe, memory,
-flash, the part's resources, the device defaults), its constraints and a README
-citing the vendor documents.  :func:`load_board` reads and checks one;
+Each board is a folder beside this module (``tools/ndpkit_tools/boards/<name>/``) with ``board.toml`` (part, PCIe,
+memory and the DRAM preset its simulation runs on, flash, the part's resources, the device defaults), its
+constraints and a README citing the vendor documents.  :func:`load_board` reads and checks one;
 :func:`device_options` merges the board's device defaults with the user's
 overrides and rejects what the board cannot hold, before any long step starts.
 """
@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 from ndpkit.options import size
+from ndpkit_spec.dram import PRESETS
 
 __all__ = ["BOARDS_DIR", "BoardError", "Board", "board_names", "load_board", "device_options", "channels_per_port",
            "card_memory"]
@@ -50,6 +51,12 @@ class Board:
         return self.spec["memory"]
 
     @property
+    def sim_preset(self) -> str | None:
+        """The DRAM preset (:data:`ndpkit_spec.dram.PRESETS`) the simulated card runs the board's
+        memory on (``ndpkit.open("sim?board=<name>")``); None: the ideal memory."""
+        return self.memory.get("sim_preset")
+
+    @property
     def memory_bytes(self) -> int:
         return _size(self.memory["size"])
 
@@ -78,6 +85,11 @@ def load_board(name: str) -> Board:
         raise BoardError(f"{folder / 'board.toml'}: name {spec['name']!r} is not the folder's name {name!r}")
     if spec["vendor"] not in ("xilinx", "lattice"):
         raise BoardError(f"{folder / 'board.toml'}: vendor must be 'xilinx' or 'lattice'")
+    sim_preset = spec["memory"].get("sim_preset")
+    if sim_preset is not None and sim_preset not in PRESETS:
+        # the DRAM preset ndpkit.open("sim?board=<name>") simulates the board's memory on (left out: ideal)
+        raise BoardError(f"{folder / 'board.toml'}: [memory] sim_preset {sim_preset!r} is not a DRAM preset; "
+                         f"presets: {', '.join(PRESETS)} (leave the key out for the ideal memory)")
     if spec["vendor"] == "xilinx":
         pcie = spec.get("pcie", {})
         if pcie.get("ip") != "xdma":
