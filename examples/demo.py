@@ -11,8 +11,9 @@ storage (:mod:`examples.demo_training`), and a third card with the attention
 engine runs the decode loop of a small transformer layer
 (:mod:`examples.demo_decode`), and a fourth with the graph engine runs PageRank and
 BFS on a Kronecker graph in Piccolo and baseline modes
-(:mod:`examples.demo_graph`).  ``--device model`` runs them all on the
-behavioural model.
+(:mod:`examples.demo_graph`).  Each simulated card runs on the memory of the board it
+stands for (``sim?board=``: the SmartSSD's DDR4 for training, a U55C HBM pseudo-channel
+for the others).  ``--device model`` runs them all on the behavioural model.
 """
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def session(dev, seed: int) -> tuple[list, dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="sim", help="device URI (default: sim)")
+    ap.add_argument("--device", default="sim", help="device URI (default: sim, each card on the memory of the "
+                                                     "board it stands for: sim?board=...)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-training", action="store_true", help="skip the training part")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode (attention) part")
@@ -100,11 +102,11 @@ def main(argv=None) -> int:
     print(f"ndpkit demo on '{args.device}' (seed {seed}); the first run builds the simulated card, "
           f"about half a minute ...", flush=True)
     started = time.perf_counter()
-    with ndpkit.open(args.device) as dev:
+    with ndpkit.open(on_board(args.device, "alveo_u55c")) as dev:
         info = dev.info()
         print(f"opened in {time.perf_counter() - started:.1f} s: {info['transport']} card, "
               f"{info['mem_size'] >> 20} MiB memory, {info['word_bytes'] * 8}-bit port, engines "
-              f"{', '.join(info['engines'])}, {info.get('link', '')}")
+              f"{', '.join(info['engines'])}, memory {info.get('memory', 'model')}, {info.get('link', '')}")
         c0 = dev.cycles()
         rows, stats = session(dev, seed)
         cycles = dev.cycles() - c0
@@ -129,10 +131,20 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
-def run_part(device: str, uri: str, what: str, build_note: str, session, report) -> bool:
+def on_board(uri: str, board: str) -> str:
+    """``uri`` on ``board``'s memory (``sim?board=``: its DRAM preset and engine clock) when
+    it is a simulated card that names neither a board nor a memory."""
+    name, _, query = uri.partition("?")
+    if name != "sim" or "board=" in query or "memory=" in query:
+        return uri
+    return f"sim?{query + '&' if query else ''}board={board}"
+
+
+def run_part(device: str, uri: str, what: str, build_note: str, session, report, board: str = "alveo_u55c") -> bool:
     """One part of the demo on its own card: ``uri`` (a "sim?..." URI; ``device``'s
-    transport replaces "sim"), ``session(dev) -> result``, ``report(result) -> ok``."""
-    uri = uri.replace("sim", device.split("?")[0], 1)
+    transport replaces "sim"; a simulated card on ``board``'s memory),
+    ``session(dev) -> result``, ``report(result) -> ok``."""
+    uri = on_board(uri.replace("sim", device.split("?")[0], 1), board)
     print(f"\nopening {uri} for the {what} part (the first run builds it, {build_note}) ...", flush=True)
     started = time.perf_counter()
     with ndpkit.open(uri) as dev:
@@ -149,7 +161,8 @@ def _training(device: str) -> bool:
     except ImportError:
         print("\n(training part skipped: PyTorch is not installed; pip install 'ndpkit[torch]')")
         return True
-    return run_part(device, TRAINING_URI, "training", "about three minutes", training_session, print_training)
+    return run_part(device, TRAINING_URI, "training", "about three minutes", training_session, print_training,
+                    board="smartssd")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-__all__ = ["DramTiming", "PRESETS", "SOURCES", "MAPPING_FIELDS", "preset", "parse_mapping", "IDEAL"]
+__all__ = ["DramTiming", "PRESETS", "SOURCES", "MAPPING_FIELDS", "preset", "parse_mapping", "decode_address", "IDEAL"]
 
 IDEAL = "ideal"
 MAPPING_FIELDS = ("row", "bg", "ba", "co")
@@ -227,6 +227,23 @@ def parse_mapping(spec: str, timing: DramTiming, size: int | None) -> list[tuple
         runs = [(n, lo, row_bits if n == "row" else w) for n, lo, w in runs]
         runs = [r for r in runs if r[2] > 0]
     return runs
+
+
+def decode_address(runs: list[tuple[str, int, int]], column_bytes: int, offset: int) -> dict[str, int]:
+    """The fields (``bg``, ``ba``, ``co``, ``row``) of byte ``offset`` under ``runs``
+    (:func:`parse_mapping` with a size), as the gateware model decodes it.
+
+    >>> t = PRESETS["hbm2_pc"]
+    >>> runs = parse_mapping(t.mapping_spec(None), t, 1 << 20)
+    >>> decode_address(runs, t.column_bytes, 32), decode_address(runs, t.column_bytes, 64)["bg"]
+    ({'bg': 1, 'ba': 0, 'co': 0, 'row': 0}, 0)
+    """
+    fields = {"bg": 0, "ba": 0, "co": 0, "row": 0}
+    bit = _log2(column_bytes)
+    for name, lo, width in runs:
+        fields[name] |= ((offset >> bit) & ((1 << width) - 1)) << lo
+        bit += width
+    return fields
 
 
 def _log2(n: int) -> int:

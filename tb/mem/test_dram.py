@@ -34,7 +34,7 @@ def bench_config(name, *, engine_mhz, data_width, size=1 << 20, crossing=0, mapp
                   peak_bytes_per_cycle=min(data_width // 8, timing.peak_bytes_per_s / (engine_mhz * 1e6)),
                   expected_latency={"hit": d.read_latency_cycles(0), "closed": d.read_latency_cycles(timing.tRCD_RD),
                                     "miss": d.read_latency_cycles(timing.tRP + timing.tRCD_RD)},
-                  hit_offset=next_column(timing), **extra)
+                  hit_offset=next_column(timing), preset=name, mapping=mapping, **extra)
     return model, params
 
 

@@ -50,7 +50,7 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.dram import DramTiming, parse_mapping
 
-__all__ = ["DramChannel", "TIME_BITS", "CROSSING_CYCLES", "DRAM_PORT_QUEUE"]
+__all__ = ["DramChannel", "calendar_units", "TIME_BITS", "CROSSING_CYCLES", "DRAM_PORT_QUEUE"]
 
 #: requests a DRAM port queues by default: enough for single-beat reads at its latency
 #: (the depth AMD's HBM random-access figures use)
@@ -64,6 +64,17 @@ CROSSING_CYCLES = 8
 TIME_BITS = 48     # DRAM time in units; no wrap in any simulation (2^48 units)
 #: how far (column slots) the calendar may run ahead of now: the controller's command queue
 LOOKAHEAD_COLUMNS = 32
+
+
+def calendar_units(dram_mhz: float, engine_mhz: float) -> tuple[int, int]:
+    """The exact calendar's units: (units a DRAM clock, units an engine cycle).
+
+    >>> calendar_units(900, 200)
+    (2, 9)
+    """
+    dram_khz, eng_khz = round(dram_mhz * 1000), round(engine_mhz * 1000)
+    g = math.gcd(dram_khz, eng_khz)
+    return eng_khz // g, dram_khz // g
 
 
 def _vmax(m, *values):
@@ -98,9 +109,7 @@ class DramChannel(wiring.Component):
         self.mapping = timing.mapping_spec(mapping)
         if engine_mhz <= 0:
             raise ValueError(f"engine_mhz must be positive, not {engine_mhz}")
-        dram_khz, eng_khz = round(timing.clock_mhz * 1000), round(engine_mhz * 1000)
-        g = math.gcd(dram_khz, eng_khz)
-        self.u_per_tck, self.u_per_cycle = eng_khz // g, dram_khz // g
+        self.u_per_tck, self.u_per_cycle = calendar_units(timing.clock_mhz, engine_mhz)
         self.engine_mhz, self.beat_bytes, self.base, self.size = engine_mhz, beat_bytes, base, size
         self.addr_width, self.crossing = addr_width, crossing
         col = timing.column_bytes
@@ -112,6 +121,10 @@ class DramChannel(wiring.Component):
         self.units_per_cycle = max(1, math.ceil(peak / self.unit_bytes))
         self.read_queue = max(read_queue, 2 * self.units_per_cycle)
         self.write_buffer_beats = max(timing.write_buffer // beat_bytes, self.beats_per_unit)
+        #: bench statistics: activates issued, and data-bus time used (calendar units;
+        #: ``u_per_cycle`` to an engine cycle)
+        self.stat_activations = Signal(40, name="stat_activations")
+        self.stat_bus_units = Signal(TIME_BITS, name="stat_bus_units")
         super().__init__({
             "rd_valid": In(1), "rd_addr": In(addr_width), "rd_beats": In(9), "rd_pop": Out(1),
             "wr_valid": In(1), "wr_addr": In(addr_width), "wr_beats": In(9), "wr_pop": Out(1),
@@ -169,6 +182,8 @@ class DramChannel(wiring.Component):
         pre_after = Mux(is_wr, data_end + u(t.tWR), col + u(t.tRTP))
         new_pre = _vmax(self._m, Mux(hit, Array(st["pre_ok"])[bank], act + u(t.tRAS)), pre_after)
         miss = valid & ~hit
+        self._activations.append(miss)
+        self._columns.append(valid)
         out = dict(st)
         sel = [valid & (bank == b) for b in range(t.banks)]
         out["open"] = [Mux(s, 1, o) for s, o in zip(sel, st["open"])]
@@ -206,6 +221,7 @@ class DramChannel(wiring.Component):
         m = self._m = Module()
         t = self.timing
         TW = TIME_BITS
+        self._activations, self._columns = [], []     # per column command: its ACT, its issue
 
         def regs(name, n=None, width=TW):
             if n is None:
@@ -302,6 +318,12 @@ class DramChannel(wiring.Component):
             for c in range(self.cols_per_unit):
                 st, end = self._column(st, uvalid, writing, urel + c * t.column_bytes, now)
             dues.append((uvalid & ~writing, end))
+
+        # statistics for the benches (cocotb reads them by name): activates, and the data
+        # bus's busy time in calendar units (a column's burst each)
+        m.d.sync += [self.stat_activations.eq(self.stat_activations + sum(Mux(a, 1, 0) for a in self._activations)),
+                     self.stat_bus_units.eq(self.stat_bus_units
+                                            + sum(Mux(c, 1, 0) for c in self._columns) * self.u(t.tBURST))]
 
         # refresh: close every bank once it may be precharged, then tRFC
         ready_after = _vmax(m, next_ref, *state["pre_ok"]) + self.u(t.tRP + t.tRFC)

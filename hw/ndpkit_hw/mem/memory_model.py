@@ -129,6 +129,9 @@ class AxiMemoryModel(wiring.Component):
                                     addr_width=addr_width, mapping=mapping, crossing=crossing,
                                     read_queue=max(32, 2 * max_outstanding))
             self.bytes_per_cycle = self.data_bytes
+        #: bench statistics: R and W beats through the port
+        self.stat_read_beats = Signal(40, name="stat_read_beats")
+        self.stat_write_beats = Signal(40, name="stat_write_beats")
         members = {
             "bus": In(AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
             "error_base": In(addr_width),
@@ -309,4 +312,7 @@ class AxiMemoryModel(wiring.Component):
             b_queue.r_en.eq(bus.bvalid & bus.bready),
         ]
         m.d.sync += offered.eq(bus.bvalid & ~bus.bready)
+        # bench statistics (cocotb reads them by name): beats through the AXI port
+        m.d.sync += [self.stat_read_beats.eq(self.stat_read_beats + advance),
+                     self.stat_write_beats.eq(self.stat_write_beats + w_fire)]
         return m

@@ -56,6 +56,8 @@ async def adam_throughput(dut):
     cases = [(grad, copy, None) for grad, copy in ((Format.FP32, 0), (Format.FP16, Format.FP16),
                                                   (Format.BF16, Format.BF16))]
     cases += [(Format.FP32, 0, d) for d in DENSITIES] + [(Format.FP16, 0, 0.05), (Format.FP32, Format.FP16, 0.05)]
+    if p.get("dense_only"):
+        cases = cases[:1]
     # the dense fp32 update over the latency sweep, then every case at the main latency
     jobs = [(lat, cases[0]) for lat in p.get("sweep_latencies", ()) if lat != p["latency"]]
     for latency, (grad, copy, density) in jobs + [(p["latency"], c) for c in cases]:
@@ -206,11 +208,29 @@ def memory_main(memory: str, width: int, lanes: int, params: dict, out) -> int:
     from ndpkit_spec.dram import preset
     timing = preset(memory)
     mem = params["elements"] * 24 + (1 << 16)
-    run_bench(Design(EngineHarness(AdamEngine(data_width=width), mem_size=mem, memory=memory, engine_mhz=ENGINE_MHZ),
-                     f"adam_engine_{width}_{memory}", key=f"w{width} x{lanes} {params['elements']} {memory}"),
-              "tb.engines.adam.adam_bench", params=params)
-    rows = json.loads(out.read_text())
     bus = timing.peak_bytes_per_s / (ENGINE_MHZ * 1e6)           # the shared bus, bytes an engine cycle
+    # the lane sweep: the port-sized engine, then half its lanes (lanes are a power of two),
+    # the dense fp32 update only: where the memory, not the lanes, binds
+    sweep = []
+    for n in [x for x in (lanes // 2, lanes) if x >= 1]:
+        part = out.with_name(out.stem + f"-x{n}.json")
+        only = dict(params, lanes=n, out=str(part), dense_only=n != lanes)
+        run_bench(Design(EngineHarness(AdamEngine(data_width=width, lanes=n), mem_size=mem, memory=memory,
+                                       engine_mhz=ENGINE_MHZ),
+                         f"adam_engine_{width}_x{n}_{memory}", key=f"w{width} x{n} {params['elements']} {memory}"),
+                  "tb.engines.adam.adam_bench", params=only)
+        got = json.loads(part.read_text())
+        part.unlink()
+        dense = next(r for r in got if r["density"] is None and r["grad"] == "FP32" and r["copy"] == "none")
+        feeds = bus / (dense["read_bytes_per_element"] + dense["write_bytes_per_element"])
+        sweep.append({"lanes": n, "elements_per_cycle": dense["elements_per_cycle"], "memory_bound": feeds,
+                      "binds": "lanes" if n < feeds and dense["elements_per_cycle"] > 0.9 * n else "memory"})
+        if n == lanes:
+            rows = got
+    print(f"\nadam dense fp32 on {memory}: lanes against what the memory feeds ({sweep[0]['memory_bound']:.2f} "
+          "elements a cycle on its shared bus)")
+    for r in sweep:
+        print(f"  {r['lanes']} lanes: {r['elements_per_cycle']:.3f} elements/cycle, {r['binds']} bind")
     print(f"\nadam engine, {width}-bit port, {lanes} lanes, on {memory} ({timing.peak_bytes_per_s / 1e9:.1f} GB/s, "
           f"{bus:.1f} B per {ENGINE_MHZ} MHz cycle, reads and writes together)")
     print(f"{'grad':>6} {'copy':>6} {'density':>8} {'elem/cycle':>11} {'lanes/port':>11} {'memory':>7} "
@@ -223,7 +243,7 @@ def memory_main(memory: str, width: int, lanes: int, params: dict, out) -> int:
         print(f"{r['grad']:>6} {r['copy']:>6} {dens:>8} {r['elements_per_cycle']:>11.3f} {r['bound']:>11.2f} "
               f"{r['memory_bound']:>7.2f} {r['of_memory_bound']:>16.3f} {r['memory_bound']:>23.2f}")
     out.write_text(json.dumps({"engine": rows, "memory": memory, "engine_mhz": ENGINE_MHZ,
-                               "memory_bytes_per_cycle": bus}, indent=2))
+                               "memory_bytes_per_cycle": bus, "lane_sweep": sweep}, indent=2))
     print(f"wrote {out}")
     return 0
 

@@ -18,6 +18,8 @@ the simulated card through the public driver API.
    host-DMA MB/s of wall time through the sim transport.
 
 Prints tables and writes build/perf/device_copy.json.  QUICK=1 trims the sizes.
+MEMORY=hbm2_pc (or ddr4_2400): the copies and host DMA on that DRAM preset
+(build/perf/device_copy-<preset>.json).
 """
 from __future__ import annotations
 
@@ -31,13 +33,46 @@ from ndpkit_tools.paths import build_root
 OUT = build_root() / "perf" / "device_copy.json"
 
 
+def memory_main(memory: str, sizes, dma_sizes) -> int:
+    """The copies and host DMA on a DRAM preset (``MEMORY=hbm2_pc``): the copy's bytes
+    read and written a cycle against the channel's peak, both directions on one bus."""
+    from ndpkit_spec.dram import preset
+    out = OUT.with_name(f"device_copy-{memory}.json")
+    with ndpkit.open(f"sim?mem_size=32M&queue_depth=16&memory={memory}") as dev:
+        rows = copy_efficiency(dev, sizes, None, memory)
+        dma = host_dma(dev, dma_sizes)
+        clock, word_bytes = dev.clock_mhz, dev.word_bytes
+    peak = preset(memory).peak_bytes_per_s / (clock * 1e6)      # the channel, bytes a device cycle
+    for r in rows:
+        for mode in ("single", "batch", "driver_loop"):
+            r[f"{mode}_of_memory"] = 2 * r["bytes"] * (r["commands"] if mode != "single" else 1) \
+                / r[f"{mode}_cycles"] / peak
+    print(f"\ndma_copy on {memory} ({peak:.1f} B per {clock} MHz cycle, reads and writes on one bus): "
+          "bytes/cycle of the port's one direction, and bytes read + written of the channel's peak")
+    print(f"{'bytes':>9} {'single cyc':>11} {'single':>7} {'batch cyc':>10} {'batch':>7} {'of memory':>10} "
+          f"{'loop cyc':>10} {'loop':>7}")
+    for r in rows:
+        print(f"{r['bytes']:>9} {r['single_cycles']:>11} {r['single_efficiency']:>7.3f} {r['batch_cycles']:>10} "
+              f"{r['batch_efficiency']:>7.3f} {r['batch_of_memory']:>10.3f} {r['driver_loop_cycles']:>10} "
+              f"{r['driver_loop_efficiency']:>7.3f}")
+    print(f"host DMA into {memory}: " + ", ".join(f"{r['bytes']} B H2C {r['h2c_gbps']:.2f} C2H {r['c2h_gbps']:.2f} GB/s"
+                                                 for r in dma))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"copy": rows, "host_dma": dma, "memory": memory, "clock_mhz": clock,
+                               "memory_bytes_per_cycle": peak, "word_bytes": word_bytes}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
 def _span(done):
     """Cycles from the first command's start to the last one's completion."""
     return (done[-1].start + done[-1].cycles - done[0].start) & 0xFFFF_FFFF
 
 
-def copy_efficiency(dev, sizes, latency):
-    dev.transport.set_memory(read_latency=latency, write_latency=latency)
+def copy_efficiency(dev, sizes, latency, memory=None):
+    """``latency``: the ideal memory's (cycles), or None on a DRAM preset ``memory``."""
+    if memory is None:
+        dev.transport.set_memory(read_latency=latency, write_latency=latency)
     port, count = dev.word_bytes, dev.queue_depth
     rows = []
     src = dev.alloc(max(sizes) * count)
@@ -51,7 +86,7 @@ def copy_efficiency(dev, sizes, latency):
         # the driver submitting as it goes (register writes and completion reads in between)
         cmds = [dev.copy(dst.address + i * size, src.address + i * size, size, wait=False) for i in range(count)]
         loop = _span([c.wait() for c in cmds])
-        rows.append({"latency": latency, "bytes": size, "commands": count, "single_cycles": single.cycles,
+        rows.append({"latency": latency if memory is None else memory, "bytes": size, "commands": count, "single_cycles": single.cycles,
                      "single_efficiency": size / single.cycles / port,
                      "batch_cycles": batch, "batch_efficiency": count * size / batch / port,
                      "driver_loop_cycles": loop, "driver_loop_efficiency": count * size / loop / port})
@@ -98,6 +133,9 @@ def main() -> int:
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     sizes = [4 << 10, 64 << 10, 256 << 10] if quick else [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
     dma_sizes = [4 << 10, 1 << 20] if quick else [4 << 10, 64 << 10, 1 << 20, 8 << 20]
+    memory = os.environ.get("MEMORY") or None
+    if memory:
+        return memory_main(memory, sizes, dma_sizes)
     with ndpkit.open("sim?mem_size=32M&queue_depth=16") as dev:
         rows = copy_efficiency(dev, sizes, 64) + copy_efficiency(dev, sizes, 200)
         dma = host_dma(dev, dma_sizes)

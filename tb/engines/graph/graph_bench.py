@@ -30,7 +30,8 @@ import numpy as np
 from ndpkit.engines.graph import golden
 from ndpkit.engines.graph.golden import Program
 from ndpkit_spec.engines.graph import BLOCK as GRAPH
-from ndpkit_tools.sim.bench import BulkBackdoor, StreamSink, StreamSource, bench_params, start_clock_and_reset, unpack
+from ndpkit_tools.sim.bench import (BulkBackdoor, StreamSink, StreamSource, bench_params, memory_stats,
+                                   start_clock_and_reset, stats_delta, unpack)
 
 MEM = 32 << 20
 OUT_NAME = "graph.json"
@@ -97,6 +98,7 @@ async def graph_throughput(dut):
         for mode in ("piccolo", "baseline"):
             await memory.write(0, image.tobytes())
             before = unpack(counters, int(dut.link.value))
+            port_before = memory_stats(dut.memory, preset=p.get("memory"))
             fields = {"format_program": int(program), "format_mode": 0 if mode == "piccolo" else 1, "n": n,
                       "edges": e, "rowptr": layout["rowptr"], "col": layout["col"], "val": layout["val"],
                       "a": layout["a"], "b": layout["b"], "max_iterations": 1, "tag": 1}
@@ -113,12 +115,13 @@ async def graph_throughput(dut):
             assert np.array_equal(got, want), f"{name} {mode}: result differs from the golden model"
             after = unpack(counters, int(dut.link.value))
             delta = {k: after[k] - before[k] for k in after}
+            real = stats_delta(memory_stats(dut.memory, preset=p.get("memory")), port_before)
             rows.append({"graph": name, "kernel": kernel, "mode": mode, "vertices": n, "edges": e, "cycles": cycles,
                          "edges_per_cycle": e / cycles, "link_bytes": delta["link_bytes"],
                          "requests": delta["requests"], "useful_bytes": 4 * e,
                          "useful_fraction": 4 * e / max(1, delta["link_bytes"]),
                          "activations": delta["activations"], "column_accesses": delta["column_accesses"],
-                         "sim_cycles_per_second": cycles / seconds})
+                         "sim_cycles_per_second": cycles / seconds, **real})
             dut._log.info(f"{name} {kernel} {mode}: {cycles} cycles, {delta['link_bytes']} link bytes")
     with open(p["out"], "w") as f:
         json.dump(rows, f, indent=1)
@@ -130,22 +133,26 @@ def main() -> int:
     from ndpkit_hw.engines.graph.engine import GraphEngine
     from ndpkit_hw.engines.harness import EngineHarness
     quick = os.environ.get("QUICK", "0") not in ("", "0")
-    out = build_root() / "perf" / OUT_NAME
+    memory = os.environ.get("MEMORY") or None        # a DRAM preset: the latency ports unused
+    out = build_root() / "perf" / (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     mem = memory_bytes(quick)
-    params = {"latency": 200, "scales": list(scales(quick)), "out": str(out), "mem": mem}
+    params = {"latency": 200, "scales": list(scales(quick)), "out": str(out), "mem": mem, "memory": memory}
     print(f"graph benchmark: {len(list(workloads(scales(quick))))} graphs, Piccolo and baseline modes (the first build "
           "takes minutes)")
     # a memory controller that queues as many requests as a DRAM's banks serve in parallel (the
     # default 16 would let the streams' bursts starve the unit's single-column reads)
     engine = GraphEngine()
-    run_bench(Design(EngineHarness(engine, mem_size=mem, max_outstanding=256), "graph_engine_perf",
-                     key=f"perf {mem} 256"), "tb.engines.graph.graph_bench", params=params)
+    run_bench(Design(EngineHarness(engine, mem_size=mem, max_outstanding=256, memory=memory),
+                     "graph_engine_perf" if memory is None else f"graph_engine_perf_{memory}",
+                     key=f"perf {mem} 256 {memory}"), "tb.engines.graph.graph_bench", params=params)
     rows = json.loads(out.read_text())
     print("\ngraph engine: one connected-components iteration (cc) and one PageRank iteration (pagerank), "
-          "512-bit port, latency 200, link 16 B/cycle, 2 KiB rows, 4 KiB source-value cache")
+          f"512-bit port, {'latency 200' if memory is None else memory + ' at 200 MHz'}, link 16 B/cycle, "
+          "2 KiB rows, 4 KiB source-value cache; AXI B/edge: bytes through the memory port (both ways)")
     print(f"{'graph':>16} {'kernel':>8} {'vertices':>8} {'edges':>8} {'mode':>9} {'cycles':>9} {'edges/cyc':>9} {'link B':>10} "
-          f"{'useful/link':>11} {'activations':>11} {'speed-up':>8}")
+          f"{'useful/link':>11} {'activations':>11} {'speed-up':>8} {'AXI B/edge':>10}"
+          + (f" {'DRAM ns/edge':>12} {'ACT/edge':>8}" if memory else ""))
     cache_values = 16 * engine.cache_lines
     speedups, beyond = [], []
     for r in rows:
@@ -158,7 +165,9 @@ def main() -> int:
                 beyond.append(r["speedup_vs_baseline"])
         print(f"{r['graph']:>16} {r['kernel']:>8} {r['vertices']:>8} {r['edges']:>8} {r['mode']:>9} {r['cycles']:>9} "
               f"{r['edges_per_cycle']:>9.3f} {r['link_bytes']:>10} {r['useful_fraction']:>11.3f} "
-              f"{r['activations']:>11} {r['speedup_vs_baseline']:>7.2f}x")
+              f"{r['activations']:>11} {r['speedup_vs_baseline']:>7.2f}x "
+              f"{(r['axi_read_bytes'] + r['axi_write_bytes']) / r['edges']:>10.1f}"
+              + (f" {r['dram_bus_ns'] / r['edges']:>12.3f} {r['dram_activations'] / r['edges']:>8.3f}" if memory else ""))
     def geometric_mean(values):
         return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
     geomean, geomean_beyond = geometric_mean(speedups), geometric_mean(beyond)
@@ -166,7 +175,8 @@ def main() -> int:
           + (f"{geomean_beyond:.2f}x over the graphs larger than the {cache_values}-value cache, " if beyond else "")
           + f"max {max(speedups):.2f}x (Piccolo, HPCA 2025: 1.62x geomean, 3.28x max)")
     out.write_text(json.dumps({"rows": rows, "geomean": geomean, "geomean_beyond_cache": geomean_beyond,
-                               "cache_values": cache_values, "max": max(speedups)}, indent=1))
+                               "cache_values": cache_values, "max": max(speedups), "memory": memory,
+                               "engine_mhz": 200}, indent=1))
     print(f"wrote {out}")
     return 0
 

@@ -22,7 +22,8 @@ import numpy as np
 from cocotb.triggers import RisingEdge
 
 from ndpkit.engines.sg import golden
-from ndpkit_tools.sim.bench import StreamSink, StreamSource, bench_params, start_clock_and_reset, unpack
+from ndpkit_tools.sim.bench import (StreamSink, StreamSource, bench_params, memory_stats, start_clock_and_reset,
+                                   stats_delta, unpack)
 
 TABLE = 1 << 20
 ROW = 2048
@@ -64,6 +65,7 @@ async def sg_throughput(dut):
                 dut.clear.value = 1
                 await RisingEdge(dut.clk)
                 dut.clear.value = 0
+                before = memory_stats(dut.memory, preset=p.get("memory"))
                 for r in reqs:
                     source.send(r)
                 cycles = 0
@@ -73,6 +75,7 @@ async def sg_throughput(dut):
                 assert all(item["error"] == 0 for item in sink.items)
                 sink.items.clear()
                 c = unpack(counter_layout, int(dut.counters.value))
+                real = stats_delta(memory_stats(dut.memory, preset=p.get("memory")), before)
                 useful = 4 * len(indices)
                 rows.append({"mode": mode, "latency": latency, "elements_per_row": density,
                              "elements": len(indices), "requests": len(reqs), "cycles": cycles,
@@ -80,7 +83,7 @@ async def sg_throughput(dut):
                              "useful_fraction": useful / c["link_bytes"], "activations": c["activations"],
                              "column_accesses": c["column_accesses"], "elements_per_cycle": len(indices) / cycles,
                              "link_peak_elements_per_cycle": p["link_bytes"] / 4,
-                             "link_efficiency": len(indices) / cycles / (p["link_bytes"] / 4)})
+                             "link_efficiency": len(indices) / cycles / (p["link_bytes"] / 4), **real})
                 dut._log.info(f"{mode} L={latency} {density}/row: {cycles} cycles, "
                               f"{rows[-1]['elements_per_cycle']:.3f} elements/cycle")
     with open(p["out"], "w") as f:
@@ -97,7 +100,7 @@ def main() -> int:
     out = build_root() / "perf" / (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     params = {"latencies": [0] if memory else [64, 200], "densities": [1, 4, 16] if quick else [1, 2, 4, 8, 16],
-              "link_bytes": LINK_BYTES, "out": str(out)}
+              "link_bytes": LINK_BYTES, "out": str(out), "memory": memory}
     # enough requests in flight to cover a 200-cycle latency at the link's rate, and a
     # memory that queues as many column reads (a DRAM's banks work in parallel)
     unit = SgUnit(row_bytes=ROW, link_bytes=LINK_BYTES, max_inflight=64)
@@ -108,7 +111,8 @@ def main() -> int:
     print(f"\nscatter-gather unit: random 4-byte elements of a 1 MiB table, 2 KiB rows, link {LINK_BYTES} B/cycle "
           f"each way (peak {LINK_BYTES // 4} elements/cycle)")
     print(f"{'latency':>7} {'el/row':>6} {'mode':>6} {'requests':>8} {'cycles':>8} {'el/cycle':>9} {'of peak':>8} "
-          f"{'link B':>9} {'useful/link':>11} {'activations':>11} {'speed-up':>8}")
+          f"{'link B':>9} {'useful/link':>11} {'activations':>11} {'speed-up':>8} {'AXI B/el':>9}"
+          + (f" {'DRAM ns/el':>10} {'ACT/el':>7}" if memory else ""))
     for r in rows:
         other = next(x for x in rows if x["latency"] == r["latency"] and
                      x["elements_per_row"] == r["elements_per_row"] and x["mode"] == "line")
@@ -116,7 +120,10 @@ def main() -> int:
         r["speedup_vs_line"] = speedup
         print(f"{r['latency']:>7} {r['elements_per_row']:>6} {r['mode']:>6} {r['requests']:>8} {r['cycles']:>8} "
               f"{r['elements_per_cycle']:>9.3f} {r['link_efficiency']:>8.3f} {r['link_bytes']:>9} "
-              f"{r['useful_fraction']:>11.3f} {r['activations']:>11} {speedup:>7.2f}x")
+              f"{r['useful_fraction']:>11.3f} {r['activations']:>11} {speedup:>7.2f}x "
+              f"{(r['axi_read_bytes'] + r['axi_write_bytes']) / r['elements']:>9.1f}"
+              + (f" {r['dram_bus_ns'] / r['elements']:>10.2f} {r['dram_activations'] / r['elements']:>7.3f}"
+                 if memory else ""))
     out.write_text(json.dumps(rows, indent=1))
     print(f"wrote {out}")
     return 0

@@ -60,11 +60,20 @@ def _load(path: Path):
         return None
 
 
+#: input name -> the file stem its benchmark writes (``<stem>.json``, ``<stem>-<preset>.json``)
+STEMS = {"dma": "dma_efficiency", "copy": "device_copy", "adam": "adam", "attention": "attention", "sg": "sg",
+         "graph": "graph", "scaling": "scaling"}
+
+
 def load_inputs(perf: Path, impl: Path) -> dict:
-    return {"dma": _load(perf / "dma_efficiency.json"), "copy": _load(perf / "device_copy.json"),
-            "adam": _load(perf / "adam.json"), "attention": _load(perf / "attention.json"),
-            "sg": _load(perf / "sg.json"), "graph": _load(perf / "graph.json"), "impl": _load(impl),
-            "scaling": _load(perf / "scaling.json")}
+    """The benchmarks' JSON on the ideal memory, ``impl``, and under ``"on"`` the runs on
+    the DRAM presets: ``{(input name, preset): data}``."""
+    from ndpkit_spec.dram import PRESETS
+    inputs = {name: _load(perf / f"{stem}.json") for name, stem in STEMS.items()}
+    inputs["impl"] = _load(impl)
+    inputs["on"] = {(name, preset): data for name, stem in STEMS.items() for preset in PRESETS
+                    if (data := _load(perf / f"{stem}-{preset}.json")) is not None}
+    return inputs
 
 
 def _clocks(impl, engine: str, params: dict) -> dict:
@@ -138,6 +147,7 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "implemented": ("adam", {"data_width": r["data_width"]}),
                          "sim_cycles_per_second": r.get("sim_cycles_per_second"),
                          "cpu": f"PyTorch AdamW ({best_cpu['impl']})" if best_cpu else None,
+                         "cpu_per_second": best_cpu["elements_per_second"] if best_cpu else None,
                          "cpu_ratio": per_second / best_cpu["elements_per_second"] if best_cpu else None,
                          "cpu_load": best_cpu.get("load_average") if best_cpu else None})
     att = inputs["attention"]
@@ -188,7 +198,110 @@ def engine_rows(inputs: dict) -> list[dict]:
     return rows
 
 
+def _memory_peak(preset: str, mhz: float) -> float:
+    """The DRAM preset's peak (reads and writes together), bytes an engine cycle at ``mhz``."""
+    from ndpkit_spec.dram import preset as timing_of
+    return timing_of(preset).peak_bytes_per_s / (mhz * 1e6)
+
+
+def board_rows(inputs: dict, ideal_rows: list[dict]) -> list[dict]:
+    """The README's engine table: each engine measured on its boards' DRAM preset (the
+    ``<bench>@<preset>`` steps of ``make bench``), the fraction of the channel's peak it
+    uses, its rate at the clock the run simulated (the board builds' engine clock, at or
+    below what its logic depth supports), and the same engine's port efficiency on the
+    ideal memory beside it."""
+    on, impl = inputs.get("on") or {}, inputs["impl"]
+    ideal = {r["engine"]: r for r in ideal_rows}
+    rows = []
+
+    def add(row, ideal_name=None, ideal_efficiency=None):
+        if ideal_efficiency is None and ideal_name in ideal:
+            ideal_efficiency = ideal[ideal_name]["efficiency"]
+        row.update(ideal_efficiency=ideal_efficiency, per_second=row["work_per_cycle"] * row["clock_mhz"] * 1e6)
+        row.setdefault("cpu", None)
+        row.setdefault("cpu_ratio", None)
+        row.setdefault("sim_cycles_per_second", None)
+        engine, params = row.pop("implemented")
+        row["implemented"] = {"engine": engine, "params": params}
+        clocks = _clocks(impl, engine, params)
+        row.update(depth_levels=clocks["depth_levels"], depth_clock_mhz=clocks["depth_clock_mhz"])
+        rows.append(row)
+
+    for (name, memory), data in on.items():
+        if name != "copy":
+            continue
+        best = max(data["copy"], key=lambda r: r["bytes"])
+        word = data.get("word_bytes", 64)
+        add({"engine": "dma_copy (device, batch of 16)", "port_bits": 8 * word, "memory": memory,
+             "problem": f"{best['bytes'] >> 10} KiB x {best['commands']}", "efficiency": best["batch_efficiency"],
+             "of_memory": best["batch_of_memory"], "work": "bytes", "work_per_cycle": best["batch_efficiency"] * word,
+             "clock_mhz": data["clock_mhz"], "implemented": ("dma_copy", {"data_width": 8 * word})},
+            "dma_copy (device, batch of 16)")
+    for (name, memory), data in on.items():
+        if name != "adam":
+            continue
+        for label, pick in (("adam (dense fp32 gradient)", lambda r: r["density"] is None and r["grad"] == "FP32"
+                             and r["copy"] == "none"),
+                            ("adam + decompression (1 % fp32 pairs)", lambda r: r["density"] == 0.01)):
+            r = next((r for r in data["engine"] if pick(r)), None)
+            if r is None:
+                continue
+            cpu = ideal.get(label, {})
+            per_second = r["elements_per_cycle"] * data["engine_mhz"] * 1e6
+            add({"engine": label, "port_bits": r["data_width"], "memory": memory,
+                 "cpu": cpu.get("cpu"), "cpu_ratio": per_second / cpu["cpu_per_second"]
+                 if cpu.get("cpu_per_second") else None,
+                 "problem": f"{r['elements']:,} elements", "efficiency": r["efficiency"],
+                 "of_memory": r["elements_per_cycle"] / r["memory_bound"], "work": "elements",
+                 "work_per_cycle": r["elements_per_cycle"], "clock_mhz": data["engine_mhz"],
+                 "sim_cycles_per_second": r.get("sim_cycles_per_second"),
+                 "implemented": ("adam", {"data_width": r["data_width"]})}, label)
+    ideal_att = (inputs.get("attention") or {}).get("engine", [])
+    for (name, memory), data in on.items():
+        if name != "attention":
+            continue
+        for group in sorted({r["group"] for r in data["engine"]}):
+            r = max((r for r in data["engine"] if r["group"] == group), key=lambda r: r["context"])
+            same = next((x["efficiency"] for x in ideal_att if (x["group"], x["context"], x["requests"],
+                         x["kv_heads"], x["latency"]) == (group, r["context"], r["requests"], r["kv_heads"], 200)),
+                        None)
+            add({"engine": f"attention ({r['lanes']} MAC lanes, G = {group})", "port_bits": r["data_width"],
+                 "memory": memory, "problem": f"context {r['context']}, {r['requests']} x {r['kv_heads']} heads",
+                 "efficiency": r["efficiency"], "of_memory": r["of_memory"], "work": "KV bytes",
+                 "work_per_cycle": r["kv_bytes_per_cycle"], "clock_mhz": data["engine_mhz"],
+                 "sim_cycles_per_second": r.get("sim_cycles_per_second"),
+                 "implemented": ("attention", {"data_width": r["data_width"], "lanes": r["lanes"]})},
+                ideal_efficiency=same)
+    for (name, memory), data in on.items():
+        if name != "sg":
+            continue
+        r = max((r for r in data if r["mode"] == "gather"), key=lambda r: r["elements_per_row"])
+        mhz = r.get("engine_mhz", 200)
+        axi = r["axi_read_bytes"] + r["axi_write_bytes"]
+        add({"engine": "sg unit (row gathers)", "port_bits": 8 * LINK_REPORT_BYTES, "port_what": "link",
+             "memory": memory, "problem": f"{r['elements']:,} random 4 B elements, {r['elements_per_row']} per row",
+             "efficiency": r["link_efficiency"], "of_memory": axi / r["cycles"] / _memory_peak(memory, mhz),
+             "work": "elements", "work_per_cycle": r["elements_per_cycle"], "clock_mhz": mhz,
+             "implemented": ("sg", {"data_width": 512})}, "sg unit (row gathers)")
+    for (name, memory), data in on.items():
+        if name != "graph":
+            continue
+        big = max((r for r in data["rows"] if r["mode"] == "piccolo" and r.get("kernel", "cc") == "cc"),
+                  key=lambda r: r["edges"])
+        mhz = data.get("engine_mhz", 200)
+        axi = big["axi_read_bytes"] + big["axi_write_bytes"]
+        add({"engine": "graph (Piccolo mode, CC iteration)", "port_bits": 512, "memory": memory,
+             "problem": f"{big['graph']}, {big['edges']:,} edges", "efficiency": big["useful_fraction"],
+             "of_memory": axi / big["cycles"] / _memory_peak(memory, mhz), "work": "edges",
+             "work_per_cycle": big["edges_per_cycle"], "clock_mhz": mhz,
+             "sim_cycles_per_second": big.get("sim_cycles_per_second"),
+             "implemented": ("graph", {"data_width": 512})}, "graph (Piccolo mode, CC iteration)")
+    return rows
+
+
 OFFLOAD_BOARD = "smartssd"      # Smart-Infinity's card: the updater runs at this board's engine clock
+OFFLOAD_MEMORY = "ddr4_2400"    # its memory's preset
+DECODE_MEMORY = "hbm2_pc"       # the U55C's pseudo-channel
 
 
 def offload_section(inputs: dict) -> dict:
@@ -197,9 +310,17 @@ def offload_section(inputs: dict) -> dict:
     SmartSSD build's engine clock (its board file)."""
     setup = model.OffloadSetup()
     source = "assumed 4 elements/cycle (no adam benchmark in this run)"
+    on = (inputs.get("on") or {}).get(("adam", OFFLOAD_MEMORY))
     adam = (inputs.get("adam") or {}).get("engine", [])
     dense = [r for r in adam if r["density"] is None and r["grad"] == "FP32" and r["copy"] == "none"]
-    if dense:
+    measured = next((r for r in (on or {}).get("engine", []) if r["density"] is None and r["grad"] == "FP32"
+                     and r["copy"] == "none"), None)
+    if measured:
+        setup = replace(setup, engine_elements_per_cycle=measured["elements_per_cycle"])
+        source = (f"measured on the SmartSSD's DDR4 (`{OFFLOAD_MEMORY}` preset, {measured['data_width']}-bit port, "
+                  f"{on['engine_mhz']} MHz): {measured['elements_per_cycle']:.3f} elements/cycle, "
+                  f"{measured['elements_per_cycle'] / measured['memory_bound']:.3f} of what its shared bus feeds")
+    elif dense:
         r = max(dense, key=lambda r: r["latency"])
         per_cycle = r["efficiency"] * 64 / max(r["read_bytes_per_element"], r["write_bytes_per_element"])
         setup = replace(setup, engine_elements_per_cycle=per_cycle)
@@ -265,8 +386,17 @@ def decode_section(inputs: dict) -> dict:
                     clock=card["clock_mhz"] * 1e6, card_memory=card["card_memory"])
     source = "assumed (no attention benchmark in this run)"
     att = inputs.get("attention") or {}
+    on = (inputs.get("on") or {}).get(("attention", DECODE_MEMORY))
     mha = next((s for s in att.get("steady_state", []) if s["group"] == 1), None)
-    if mha:
+    fit = next((f for f in (on or {}).get("fits", []) if f["group"] == 1), None)
+    if fit:
+        setup = replace(setup, steady_efficiency=min(1.0, fit["steady_state_efficiency"]),
+                        fixed_cycles=fit["fixed_cycles_per_command"])
+        source = (f"measured on the `{DECODE_MEMORY}` preset at {on['engine_mhz']} MHz: steady-state efficiency "
+                  f"{fit['steady_state_efficiency']:.3f} (the slope) and {fit['fixed_cycles_per_command']:.0f} "
+                  f"fixed cycles per command (the intercept) of a straight-line fit over contexts "
+                  f"{', '.join(map(str, fit['from_contexts']))}, 512-bit engine")
+    elif mha:
         # the card build's 512-bit engines: the efficiency and the fixed cost are what the
         # benchmark measured (on whatever width it ran)
         setup = replace(setup, steady_efficiency=min(1.0, mha["steady_state_efficiency"]),
@@ -276,11 +406,14 @@ def decode_section(inputs: dict) -> dict:
                   f"{mha['fixed_cycles_per_command']:.0f} fixed cycles per command "
                   f"(contexts {mha['from_contexts'][0]} and {mha['from_contexts'][1]}, {width}-bit engine), "
                   "applied to 512-bit engines")
-    scaling = [r["scaling"] for r in (inputs.get("scaling") or {}).get("rows", [])
+    scaled = (inputs.get("on") or {}).get(("scaling", DECODE_MEMORY))
+    scaling = [r["scaling"] for r in (scaled or inputs.get("scaling") or {}).get("rows", [])
                if r["engine"] == "attention" and r["group"] == 1 and r["instances"] > 1]
     if scaling:
         setup = replace(setup, scaling=min(1.0, min(scaling)))
-        source += f"; {min(scaling):.3f} measured scaling of 2-8 instances at once (the worst, G = 1)"
+        source += (f"; {min(scaling):.3f} measured scaling of 2-8 instances at once (the worst, G = 1"
+                   + (f", each on a `{DECODE_MEMORY}` channel, with and without host DMA into the same channels)"
+                      if scaled else ")"))
     source += (f"; the card: the U55C default build ({card['engines']}: {card['attention_instances']} attention "
                f"instances at {card['clock_mhz']} MHz, each on its own memory region and pseudo-channel, "
                f"{card['fit']})")
@@ -329,14 +462,24 @@ def build(inputs: dict) -> dict:
          "theirs": PUBLISHED["hpu"]["ratio"], "ours": decode["ratio"]},
         {"paper": "Piccolo (HPCA 2025)", "claim": "graph kernel, Piccolo mode vs baseline mode, geomean over the "
                                                   "graphs larger than the cache",
-         "theirs": PUBLISHED["piccolo"]["geomean"],
-         "ours": (inputs.get("graph") or {}).get("geomean_beyond_cache", (inputs.get("graph") or {}).get("geomean"))},
+         "theirs": PUBLISHED["piccolo"]["geomean"], "ours": piccolo_ours(inputs)},
     ]
+    ideal = engine_rows(inputs)
     return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": platform.processor()},
-            "versions": versions, "present": {k: v is not None for k, v in inputs.items()},
-            "engines": engine_rows(inputs), "offload": offload, "decode": decode, "gather": gather,
-            "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
+            "versions": versions, "present": {k: v is not None for k, v in inputs.items() if k != "on"},
+            "preset_runs": sorted(f"{name}@{memory}" for name, memory in (inputs.get("on") or {})),
+            "engines": board_rows(inputs, ideal), "engines_ideal": ideal, "offload": offload, "decode": decode,
+            "gather": gather, "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
+            "scaling_on": {memory: scaling_section({"scaling": data})
+                           for (name, memory), data in (inputs.get("on") or {}).items() if name == "scaling"},
             "headline": headline}
+
+
+def piccolo_ours(inputs: dict):
+    """The headline's Piccolo figure: the graph engine's geomean over the graphs beyond its
+    cache, on the HBM preset where that run is present (else the ideal memory's)."""
+    graph = (inputs.get("on") or {}).get(("graph", DECODE_MEMORY)) or inputs.get("graph") or {}
+    return graph.get("geomean_beyond_cache", graph.get("geomean"))
 
 
 def smart_infinity_ours(offload: dict) -> float:
@@ -350,9 +493,13 @@ def rerender(report: dict, impl) -> dict:
     configuration), and the offload model re-computed from the updater input it records
     (at the SmartSSD build's engine clock).  The decode model, the measured figures and
     the machine stay as recorded."""
-    for row in report["engines"]:
+    for row in report.get("engines_ideal", []):
         if "implemented" in row:
             engine_clocks(row, impl)
+    for row in report["engines"]:
+        if "memory" in row:
+            clocks = _clocks(impl, row["implemented"]["engine"], row["implemented"]["params"])
+            row.update(depth_levels=clocks["depth_levels"], depth_clock_mhz=clocks["depth_clock_mhz"])
     off = report["offload"]
     report["offload"] = offload_figures(model.OffloadSetup(**off["setup"]), off["engine_source"],
                                         off.get("engine_board", OFFLOAD_BOARD))
@@ -410,11 +557,32 @@ EARLIER_NETLIST = ("†: the ECP5 Fmax of an earlier netlist of that configurati
                    "UltraScale+ columns were re-measured alone, its ECP5 place and route was not re-run).")
 
 
+def board_engine_table(report: dict) -> str:
+    """The engines on their boards' DRAM presets (README and docs/bench)."""
+    lines = ["| engine | port | memory | problem | port efficiency | of the memory's peak | work / cycle | "
+             "per s (engine clock) | ideal memory: port efficiency | sim cycles/s | CPU alternative | engine ÷ CPU |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in report["engines"]:
+        ideal = "–" if r["ideal_efficiency"] is None else f"{r['ideal_efficiency']:.3f}"
+        lines.append(f"| {r['engine']} | {r['port_bits']}-bit {r.get('port_what', '')}".rstrip() +
+                     f" | {r['memory']} | {r['problem']} | {r['efficiency']:.3f} | {r['of_memory']:.3f} | "
+                     f"{fmt(r['work_per_cycle'])} {r['work']} | {r['per_second']:.3g} ({fmt(r['clock_mhz'])} MHz) | "
+                     f"{ideal} | {fmt(r['sim_cycles_per_second'])} | {r['cpu'] or '–'} | {ratio(r['cpu_ratio'])} |")
+    clocks = sorted({(r["implemented"]["engine"], r["depth_levels"], r["depth_clock_mhz"]) for r in report["engines"]
+                     if r["depth_clock_mhz"]})
+    lines += ["", "Each rate is at the clock the run simulated (the board builds' engine clock; the copy runs on the "
+              "simulated card's 250 MHz), at or below what the engine's logic depth supports: "
+              + ", ".join(f"{e} {fmt(lv)} levels ≈ {mhz} MHz" for e, lv, mhz in clocks)
+              + " (a depth model of the UltraScale+ netlists, not a routed figure)."]
+    return "\n".join(lines)
+
+
 def engine_table(report: dict) -> str:
+    """The engines on the ideal memory (docs/bench)."""
     lines = ["| engine | port | latency | problem | port efficiency | work / cycle | per s at ECP5 Fmax (routed) | "
              "per s at US+ depth clock | sim cycles/s | CPU alternative | engine ÷ CPU |",
              "|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|"]
-    for r in report["engines"]:
+    for r in report.get("engines_ideal", report["engines"]):
         mark = " †" if r.get("fmax_earlier_netlist") else ""
         routed = f"{r['per_second_at_fmax']:.3g} ({fmt(r['fmax_mhz'])} MHz{mark})" if r["per_second_at_fmax"] else "–"
         depth = (f"{r['per_second_at_depth_clock']:.3g} ({r['depth_clock_mhz']} MHz, {fmt(r['depth_levels'])} levels)"
@@ -423,9 +591,10 @@ def engine_table(report: dict) -> str:
                      f" | {r['latency']} | {r['problem']} | "
                      f"{r['efficiency']:.3f} | {fmt(r['work_per_cycle'])} {r['work']} | {routed} | {depth} | "
                      f"{fmt(r['sim_cycles_per_second'])} | {r['cpu'] or '–'} | {ratio(r['cpu_ratio'])} |")
-    if any(r.get("fmax_earlier_netlist") and r["per_second_at_fmax"] for r in report["engines"]):
+    rows = report.get("engines_ideal", report["engines"])
+    if any(r.get("fmax_earlier_netlist") and r["per_second_at_fmax"] for r in rows):
         lines += ["", EARLIER_NETLIST]
-    loads = [r["cpu_load"] for r in report["engines"] if r.get("cpu_load") is not None]
+    loads = [r["cpu_load"] for r in rows if r.get("cpu_load") is not None]
     if loads:
         cores = report["machine"]["cpus"]
         lines += ["", f"The CPU alternatives ran at a 1-minute load average of up to {max(loads):.1f} on {cores} "
@@ -450,7 +619,15 @@ def markdown(report: dict) -> str:
              f"Machine: {report['machine']['platform']}, {report['machine']['cpus']} CPUs. Versions: "
              + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v) + ".", "",
              "## Headline", "", headline_table(report), "",
-             "## Engines", "",
+             "## Engines on their boards' memories", "",
+             "Each engine on the DRAM timing of the memory its board build puts it next to (`make bench`'s "
+             "`<bench>@<preset>` steps; the presets and their calibration against published U280 measurements: "
+             "[dram_calibration.md](dram_calibration.md); every preset table: [memory_presets.md](memory_presets.md)). "
+             "Port efficiency as below; of the memory's peak = bytes through the memory port (read and written) per "
+             "cycle ÷ the channel's peak, both directions sharing its bus.", "",
+             board_engine_table(report), "",
+             "## Engines on the ideal memory", "",
+             "Each direction at full rate behind a fixed latency: an upper bound, kept for the latency sweeps.", "",
              "Port efficiency = bytes moved per cycle ÷ the port's peak (one bus word per cycle); the Adam row's "
              "efficiency is against its port bound (the busier AXI direction); the sg unit's is its elements per "
              "cycle ÷ the link's peak, the graph engine's its useful bytes ÷ link bytes. Per second at two clocks with evidence, "
@@ -519,6 +696,11 @@ def markdown(report: dict) -> str:
                   f"rate), goal ≥ 0.9. Worst: **{sc['worst']:.3f}**.", "", scaling_table(sc), ""]
     else:
         lines += ["(no scaling bench in this run: `make bench` runs `tb/device/scaling_bench.py`)", ""]
+    for memory, section in (report.get("scaling_on") or {}).items():
+        lines += [f"The same on the `{memory}` preset (`MEMORY={memory} python -m tb.device.scaling_bench`): each "
+                  f"region's memory a {memory} channel, each case alone and with the host writing and reading back "
+                  f"data in every running instance's region meanwhile. Worst: **{section['worst']:.3f}**.", "",
+                  scaling_table(section), ""]
     lines += ["## Memory-side gather (Piccolo)", ""]
     if report["gather"]:
         lines += ["The scatter-gather unit alone (`tb/engines/sg/sg_bench.py`): random 4-byte elements of a 1 MiB table, "
@@ -571,8 +753,9 @@ def markdown(report: dict) -> str:
 
 def readme_section(report: dict) -> str:
     return "\n".join([README_BEGIN, "", headline_table(report), "",
-                      "Engine port efficiency, measured in simulation (details and every assumption: "
-                      "[docs/bench](docs/bench/README.md)):", "", engine_table(report), "",
+                      "Engines on their boards' memories, measured in simulation (the ideal memory's figures, "
+                      "details and every assumption: [docs/bench](docs/bench/README.md)):", "",
+                      board_engine_table(report), "",
                       "![decode throughput](docs/bench/decode.png)", "", README_END])
 
 
@@ -697,6 +880,8 @@ def main(argv=None) -> int:
     if args.readme:
         update_readme(Path(args.readme), readme_section(report))
     print(headline_table(report))
+    print()
+    print(board_engine_table(report))
     print()
     print(engine_table(report))
     print(f"\nwrote {args.out / 'README.md'}, {args.out / 'bench.json'}, " + ", ".join(p.name for p in images))

@@ -10,11 +10,14 @@ build/bench/<step>.log, its table echoed when it ends):
 5. ``sg``: the scatter-gather unit, row gathers vs line reads at several densities
 6. ``graph``: the graph engine in Piccolo and baseline modes on Kronecker, uniform and real graphs
 7. ``scaling``: N = 1, 2, 4, 8 attention and Adam instances at once, each on its own memory region
-8. ``report``: ``ndpkit_tools.bench.report`` (Markdown, plots, JSON, README section)
+8. ``<bench>@<preset>``: the benchmarks again on their boards' DRAM presets (:data:`BOARD_PRESETS`)
+9. ``sim_speed``: ``tb.mem.sim_speed``, the simulated card's speed on each memory
+10. ``report``: ``ndpkit_tools.bench.report`` (Markdown, plots, JSON, README section)
+11. ``presets``: ``tb.mem.preset_report`` (docs/bench/memory_presets.md, the runs in docs/bench/presets/)
 
 ``--quick`` (``make bench QUICK=1``): smaller problems and the 128-bit engines, a few
 minutes once the Verilator builds are cached (the first run builds them).
-``--steps adam,report`` runs a subset (the report uses whatever JSON is present).
+``--steps adam,adam@ddr4_2400,report`` runs a subset (the report uses whatever JSON is present).
 """
 from __future__ import annotations
 
@@ -44,14 +47,31 @@ def engine_benches() -> dict[str, str]:
             if (root / "tb" / "engines" / name / f"{name}_bench.py").exists()}
 
 
-def steps(quick: bool) -> dict[str, list[str]]:
+#: the DRAM presets each benchmark also runs on: its boards' memories (attention, sg and
+#: graph on the HBM cards, Adam on the U280's HBM and the SmartSSD's DDR4, the copy and
+#: the instance scaling on the U55C's pseudo-channels)
+BOARD_PRESETS = {"dma_copy": ("hbm2_pc",), "adam": ("hbm2_pc", "ddr4_2400"), "attention": ("hbm2_pc",),
+                 "sg": ("hbm2_pc",), "graph": ("hbm2_pc",), "scaling": ("hbm2_pc",)}
+
+
+def steps(quick: bool) -> dict[str, tuple[list[str], dict]]:
+    """Step name -> (command, extra environment); ``<bench>@<preset>`` runs a benchmark on
+    a DRAM preset (``MEMORY=<preset>``)."""
     py = sys.executable
-    return {
+    plain = {
         "dma": [py, "-m", "tb.bus.dma_perf_report", "--jobs", "2"] + (["--quick"] if quick else []),
         **{name: [py, "-m", module] for name, module in engine_benches().items()},
         "scaling": [py, "-m", "tb.device.scaling_bench"],
-        "report": [py, "-m", "ndpkit_tools.bench.report"],
     }
+    todo = {}
+    for name, cmd in plain.items():
+        todo[name] = (cmd, {})
+        for memory in BOARD_PRESETS.get(name, ()):
+            todo[f"{name}@{memory}"] = (cmd, {"MEMORY": memory})
+    todo["sim_speed"] = ([py, "-m", "tb.mem.sim_speed"], {})            # the simulated card on each memory
+    todo["report"] = ([py, "-m", "ndpkit_tools.bench.report"], {})
+    todo["presets"] = ([py, "-m", "tb.mem.preset_report"], {})        # reads the report's bench.json
+    return todo
 
 
 def main(argv=None) -> int:
@@ -71,12 +91,12 @@ def main(argv=None) -> int:
     env = dict(os.environ, QUICK="1" if args.quick else "0")
     failed = []
     with tqdm(total=len(todo), unit="step", desc="make bench", dynamic_ncols=True) as bar:
-        for name, cmd in todo.items():
+        for name, (cmd, extra) in todo.items():
             bar.set_postfix_str(f"{name} (log: {logs_dir() / (name + '.log')})")
-            log = logs_dir() / f"{name}.log"
+            log = logs_dir() / f"{name.replace('@', '-')}.log"
             t0 = time.monotonic()
             with open(log, "w") as f:
-                code = subprocess.call(cmd, cwd=source_root(), env=env, stdout=f, stderr=subprocess.STDOUT)
+                code = subprocess.call(cmd, cwd=source_root(), env=env | extra, stdout=f, stderr=subprocess.STDOUT)
             tail = "\n".join(log.read_text().splitlines()[-TAIL_LINES:])     # a step's tables come last
             bar.write(f"\n== {name}: {'ok' if code == 0 else f'FAILED (exit {code})'} in "
                       f"{time.monotonic() - t0:.0f} s ==\n{tail}")

@@ -7,7 +7,9 @@
   packed from dicts by the component's ``lib.data`` layout;
 - :class:`Backdoor`: fast preload/inspection of an ``AxiMemoryModel``'s storage;
 - :func:`pause_generator` / :func:`stall_axi`: random stalls on cocotbext-axi
-  models, so every AXI channel is exercised with gaps on both sides.
+  models, so every AXI channel is exercised with gaps on both sides;
+- :func:`memory_stats`: an ``AxiMemoryModel``'s counters (AXI beats, DRAM activates and
+  data-bus time), for the real-bytes columns of the sg and graph benches.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from cocotb.triggers import ClockCycles, Event, ReadOnly, RisingEdge, SimTimeout
 from cocotb.utils import get_sim_time
 
 __all__ = ["RegionBackdoor", "bench_params", "start_clock_and_reset", "engine_bench", "pack", "unpack", "StreamSource", "StreamSink",
-           "Backdoor", "BulkBackdoor", "pause_generator", "stall_axi", "wait_until"]
+           "Backdoor", "BulkBackdoor", "pause_generator", "stall_axi", "wait_until", "memory_stats", "stats_delta"]
 
 
 def bench_params() -> dict:
@@ -288,3 +290,25 @@ async def engine_bench(dut, cmd_layout, *, stall: float, read_latency: int = 40,
     memory = Backdoor(dut.memory.storage.mem, bench_params()["data_width"] // 8)
     await start_clock_and_reset(dut)
     return source, sink, memory
+
+
+def memory_stats(memory, *, beat_bytes: int = 64, preset: str | None = None, engine_mhz: float = 200.0) -> dict:
+    """Counters of the ``AxiMemoryModel`` at ``memory`` (a cocotb handle): bytes through its
+    AXI port each way and, on a DRAM preset (its name in ``preset``), activates and the
+    data bus's busy time in ns (column bursts, either direction).  Take two readings and
+    subtract (:func:`stats_delta`)."""
+    stats = {"axi_read_bytes": beat_bytes * int(memory.stat_read_beats.value),
+             "axi_write_bytes": beat_bytes * int(memory.stat_write_beats.value)}
+    if preset is not None:
+        from ndpkit_hw.mem.dram import calendar_units
+        from ndpkit_spec.dram import preset as timing_of
+        clock = timing_of(preset).clock_mhz
+        u_per_tck, _ = calendar_units(clock, engine_mhz)
+        stats["dram_activations"] = int(memory.dram.stat_activations.value)
+        stats["dram_bus_ns"] = int(memory.dram.stat_bus_units.value) / u_per_tck * 1000.0 / clock
+    return stats
+
+
+def stats_delta(after: dict, before: dict) -> dict:
+    """``after - before``, key by key."""
+    return {k: after[k] - before[k] for k in after}
