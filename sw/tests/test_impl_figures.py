@@ -28,12 +28,12 @@ def test_placed_fmax_is_the_post_placement_estimate():
 
 
 def _netlist(cells, netnames=None):
-    """A Yosys JSON module from (name, type, {port: (direction, [bits])}) tuples and
-    ``{net name: [bits]}``."""
+    """A Yosys JSON module from (name, type, {port: (direction, [bits])}[, {parameter: value}])
+    tuples and ``{net name: [bits]}``."""
     return {"modules": {"top": {"cells": {
         name: {"type": kind, "port_directions": {p: d for p, (d, _) in ports.items()},
-               "connections": {p: bits for p, (_, bits) in ports.items()}, "parameters": {}}
-        for name, kind, ports in cells},
+               "connections": {p: bits for p, (_, bits) in ports.items()}, "parameters": dict(*params)}
+        for name, kind, ports, *params in cells},
         "netnames": {n: {"bits": bits, "hide_name": int(n.startswith("$"))} for n, bits in (netnames or {}).items()}}}}
 
 
@@ -57,21 +57,133 @@ def test_logic_depth_counts_luts_muxes_and_carry8_equivalents():
     assert depth["between"] == ["count", "total"]
 
 
-def test_logic_depth_dsp_between_registers_is_a_stage_and_otherwise_a_level():
+_FF = lambda name, d, q: (name, "FDRE", {"D": ("input", [d]), "Q": ("output", [q])})
+_LUT = lambda name, i, o: (name, "LUT6", {"I": ("input", [i]), "O": ("output", [o])})
+
+
+def _dsp(name, ins, outs, params=None):
+    """A DSP48E2 cell: ``ins`` {port: [bits]} inputs (CLK from the clock port, bit 99),
+    ``outs`` {port: [bits]} outputs; Yosys' parameters: no register packed, multiplier used."""
+    ports = {"CLK": ("input", [99]), **{p: ("input", b) for p, b in ins.items()},
+             **{p: ("output", b) for p, b in outs.items()}}
+    return (name, "DSP48E2", ports, {"AREG": "0" * 32, "BREG": "0" * 32, "MREG": "0" * 32, "PREG": "0" * 32,
+                                     "USE_MULT": "MULTIPLY", "USE_DPORT": "FALSE", **(params or {})})
+
+
+def test_dsp48e2_delays_are_ds923s_register_to_register_periods_in_levels():
+    """DS923 (v1.20, DSP48 switching characteristics, -2 at 0.85 V): 544 MHz without MREG
+    is 1.838 ns, 7 levels of 0.27 ns; 410 MHz (pre-adder, no MREG/ADREG) 10; 775 MHz
+    (every register: the ALU stage) 5; a register-bounded DSP's 544 MHz needs no fabric level."""
+    from ndpkit_tools.impl.depth import DSP_FMAX_MHZ, DSP_LEVELS, dsp_clock_levels
+    assert DSP_FMAX_MHZ == {"all_registers": 775, "mult_no_mreg": 544, "preadd_no_adreg": 565, "no_pipeline": 410}
+    assert DSP_LEVELS == {"mult": 7, "preadd": 10, "alu": 5, "mult_stage": 5, "preadd_stage": 7}
+    assert dsp_clock_levels(544) == 0 and dsp_clock_levels(410) == 3 and dsp_clock_levels(775) == 0
+
+
+def test_logic_depth_dsp_between_registers_is_a_stage_and_otherwise_its_ds923_delay():
     from ndpkit_tools.impl.depth import logic_depth
-    registered = [("r0", "FDRE", {"D": ("input", [90]), "Q": ("output", [1])}),
-                  ("l0", "LUT6", {"I": ("input", [1]), "O": ("output", [2])}),
-                  ("r1", "FDRE", {"D": ("input", [2]), "Q": ("output", [3])}),
-                  ("dsp", "DSP48E2", {"A": ("input", [3]), "P": ("output", [4])}),
-                  ("r2", "FDRE", {"D": ("input", [4]), "Q": ("output", [5])}),
-                  ("l1", "LUT6", {"I": ("input", [5]), "O": ("output", [6])}),
-                  ("r3", "FDRE", {"D": ("input", [6]), "Q": ("output", [7])})]
-    assert logic_depth(_netlist(registered)) == {"levels": 1, "path": ["LUT6"], "between": ["?", "?"],
-                                                 "unregistered_dsps": 0}
-    # the DSP fed by a LUT: it is on the path
-    fed = [c if c[0] != "dsp" else ("dsp", "DSP48E2", {"A": ("input", [2]), "P": ("output", [4])}) for c in registered]
-    depth = logic_depth(_netlist(fed))
-    assert depth["levels"] == 2 and depth["unregistered_dsps"] == 1 and depth["path"] == ["LUT6", "DSP48E2"]
+    registered = [_FF("r0", 90, 1), _LUT("l0", 1, 2), _FF("r1", 2, 3),
+                  _dsp("dsp", {"A": [3], "B": ["0"]}, {"P": [4]}),
+                  _FF("r2", 4, 5), _LUT("l1", 5, 6), _FF("r3", 6, 7)]
+    names = {"a_reg": [3], "p_reg": [5], "x": [1], "y": [7]}
+    depth = logic_depth(_netlist(registered, names))
+    assert depth == {"levels": 1, "path": ["LUT6"], "between": ["x", "a_reg"], "unregistered_dsps": 0,
+                     "dsps": {"register_bounded": 1, "no_mreg": 1, "inputs_unregistered": 0,
+                              "outputs_unregistered": 0, "combinational": 0, "cascaded": 0},
+                     "fabric_levels": 1, "dsp_clock_mhz": 544, "limit": "fabric", "dsp_path_levels": None}
+    # inputs unregistered: the LUT into A, through the multiplier into the PREG (7 levels)
+    fed = [c if c[0] != "dsp" else _dsp("dsp", {"A": [2], "B": ["0"]}, {"P": [4]}) for c in registered]
+    depth = logic_depth(_netlist(fed, names))
+    assert depth["levels"] == 8 and depth["path"] == ["LUT6", "DSP48E2 A->P 7"]
+    assert depth["between"] == ["x", "p_reg"] and depth["unregistered_dsps"] == 1
+    assert depth["dsps"]["inputs_unregistered"] == 1 and depth["dsp_clock_mhz"] is None
+    # one port registered, the other not: A's register -> PREG is the DSP's own path (DS923's
+    # 544 MHz), the LUT into B runs through the multiplier into the PREG
+    mixed = [c if c[0] != "dsp" else _dsp("dsp", {"A": [3], "B": [2]}, {"P": [4]}) for c in registered]
+    depth = logic_depth(_netlist(mixed, names))
+    assert (depth["levels"], depth["path"], depth["dsp_clock_mhz"]) == (8, ["LUT6", "DSP48E2 B->P 7"], 544)
+    # the deepest path through a DSP, beside a deeper one in the fabric: reported apart
+    deeper = fed + [_FF("r4", 90, 20), *[_LUT(f"x{i}", 20 + i, 21 + i) for i in range(9)], _FF("r5", 29, 30)]
+    depth = logic_depth(_netlist(deeper))
+    assert (depth["levels"], depth["dsp_path_levels"], depth["limit"]) == (9, 8, "fabric")
+    # outputs unregistered: from the A register through the multiplier and the P output into a LUT
+    out = [_FF("r1", 90, 3), _dsp("dsp", {"A": [3], "B": ["0"]}, {"P": [4]}), _LUT("l1", 4, 5), _FF("r3", 5, 7)]
+    depth = logic_depth(_netlist(out, names))
+    assert (depth["levels"], depth["path"], depth["between"]) == (8, ["DSP48E2 A->P 7", "LUT6"], ["a_reg", "y"])
+    assert depth["dsps"]["outputs_unregistered"] == 1
+    # fully combinational: LUT, DSP, LUT
+    both = [_FF("r0", 90, 1), _LUT("l0", 1, 2), _dsp("dsp", {"A": [2], "B": [1]}, {"P": [4]}), _LUT("l1", 4, 5),
+            _FF("r3", 5, 7)]
+    depth = logic_depth(_netlist(both, names))
+    assert depth["levels"] == depth["dsp_path_levels"] == 9 and depth["path"] == ["LUT6", "DSP48E2 A->P 7", "LUT6"]
+    assert depth["between"] == ["x", "y"] and depth["dsps"]["combinational"] == 1
+    # a DSP's output into a block RAM: no PREG (a RAMB is no flip-flop), the path ends at the RAM;
+    # one from a block RAM's read port into A: no AREG
+    ram = lambda name, d, q: (name, "RAMB36E2", {"DINADIN": ("input", [d]), "DOUTADOUT": ("output", [q])})
+    to_ram = [_FF("r1", 90, 3), _dsp("dsp", {"A": [3], "B": ["0"]}, {"P": [4]}), ram("ram", 4, 8)]
+    assert logic_depth(_netlist(to_ram))["levels"] == 7
+    from_ram = [ram("ram", 90, 3), _dsp("dsp", {"A": [3], "B": ["0"]}, {"P": [4]}), _FF("r2", 4, 5)]
+    assert logic_depth(_netlist(from_ram))["dsps"]["inputs_unregistered"] == 1
+    # a shift register (SRL) on either side is a chain of registers: the one next to the DSP
+    # becomes its AREG / PREG, as Vivado synthesises it
+    srl = lambda name, d, q: (name, "SRL16E", {"D": ("input", [d]), "Q": ("output", [q])})
+    shifted = [srl("s0", 90, 3), _dsp("dsp", {"A": [3], "B": ["0"]}, {"P": [4]}), srl("s1", 4, 5), _FF("r2", 4, 6)]
+    depth = logic_depth(_netlist(shifted))
+    assert (depth["levels"], depth["dsps"]["register_bounded"], depth["dsp_path_levels"]) == (0, 1, None)
+
+
+def test_logic_depth_follows_dsp_cascades_and_chains():
+    """PCOUT -> PCIN (the ALU of the next DSP, 5 levels) and P routed into the next DSP's
+    multiplier (7): the path runs through every DSP of the chain."""
+    from ndpkit_tools.impl.depth import logic_depth
+    cascade = [_FF("ra", 90, 1), _FF("rb", 91, 2),
+               _dsp("low", {"A": [1], "B": [2]}, {"PCOUT": [10, 11]}),
+               _dsp("high", {"A": [1], "B": [2], "PCIN": [10, 11]}, {"P": [12]}),
+               _FF("rp", 12, 13)]
+    depth = logic_depth(_netlist(cascade, {"a": [1], "p": [13]}))
+    assert depth["levels"] == depth["dsp_path_levels"] == 12
+    assert depth["path"] == ["DSP48E2 A->P 7", "DSP48E2 PCIN->P 5"]
+    assert depth["between"] == ["a", "p"]
+    assert depth["dsps"] == {"register_bounded": 0, "no_mreg": 0, "inputs_unregistered": 1,
+                             "outputs_unregistered": 1, "combinational": 0, "cascaded": 1}
+    chained = [c if c[0] != "high" else _dsp("high", {"A": [10], "B": [2]}, {"P": [12]}) for c in cascade]
+    chained[2] = _dsp("low", {"A": [1], "B": [2]}, {"P": [10, 11]})
+    depth = logic_depth(_netlist(chained))
+    assert depth["levels"] == 14 and depth["path"] == ["DSP48E2 A->P 7", "DSP48E2 A->P 7"]
+
+
+def test_logic_depth_reads_a_dsps_own_registers_and_reports_its_internal_path():
+    from ndpkit_tools.impl.depth import logic_depth
+    one = "0" * 31 + "1"
+    # the cell's own AREG/PREG: a LUT into A ends there; the DSP is register-bounded
+    own = [_FF("r0", 90, 1), _LUT("l0", 1, 2),
+           _dsp("dsp", {"A": [2], "B": ["0"]}, {"P": [4]}, {"AREG": one, "BREG": one, "PREG": one}),
+           _LUT("l1", 4, 5), _FF("r3", 5, 7)]
+    depth = logic_depth(_netlist(own))
+    assert depth["levels"] == 1 and depth["dsps"]["register_bounded"] == 1 and depth["dsp_clock_mhz"] == 544
+    # MREG used, PREG packed from the flip-flop after it: a LUT into A ends at the MREG
+    # (the multiplier stage, 5 levels); MREG -> ALU -> PREG is a path of its own
+    mreg = [_FF("r0", 90, 1), _LUT("l0", 1, 2), _dsp("dsp", {"A": [2], "B": ["0"]}, {"P": [4]}, {"MREG": one}),
+            _FF("r2", 4, 5)]
+    depth = logic_depth(_netlist(mreg))
+    assert depth["levels"] == 6 and depth["path"] == ["LUT6", "DSP48E2 A->MREG 5"]
+    # the pre-adder, input unregistered: D -> pre-adder -> multiplier -> ALU -> P, 10 levels
+    preadd = [_FF("r0", 90, 1), _LUT("l0", 1, 2),
+              _dsp("dsp", {"A": [1], "D": [2], "B": ["0"]}, {"P": [4]}, {"USE_DPORT": "TRUE"}), _FF("r2", 4, 5)]
+    assert logic_depth(_netlist(preadd))["path"] == ["LUT6", "DSP48E2 D->P 10"]
+    assert logic_depth(_netlist(preadd))["levels"] == 11
+    # register-bounded with the pre-adder, no MREG: DS923's 410 MHz is below a one-level
+    # path's 474 MHz, so the DSP's own path is the result (3 levels' worth)
+    bounded = [_FF("r0", 90, 1), _FF("r1", 91, 2), _LUT("l0", 1, 3), _FF("r2", 3, 6),
+               _dsp("dsp", {"A": [1], "D": [2], "B": ["0"]}, {"P": [4]}, {"USE_DPORT": "TRUE"}), _FF("r3", 4, 5)]
+    depth = logic_depth(_netlist(bounded, {"a": [1], "p": [5]}))
+    assert (depth["levels"], depth["fabric_levels"], depth["limit"]) == (3, 1, "dsp")
+    assert depth["path"] == ["DSP48E2 internal 410 MHz"] and depth["between"] == ["a", "p"]
+    # with the MREG it supports 775 MHz: the fabric's path stands
+    bounded[4] = _dsp("dsp", {"A": [1], "D": [2], "B": ["0"]}, {"P": [4]},
+                      {"USE_DPORT": "TRUE", "MREG": one, "ADREG": one})
+    depth = logic_depth(_netlist(bounded))
+    assert (depth["levels"], depth["limit"], depth["dsp_clock_mhz"], depth["dsps"]["no_mreg"]) == (1, "fabric", 775, 0)
 
 
 def test_logic_depth_reads_a_distributed_ram_as_a_level_and_ends_at_its_write():

@@ -7,7 +7,10 @@ the impl report and re-exports these names), so neither package imports the othe
 it.  The model: :data:`FIXED_NS` + :data:`NS_PER_LEVEL` per level (clock-to-out, setup
 and skew, then about 0.27 ns a LUT level with its routing: public verilog-axi timing
 reports on UltraScale+; 8 levels ≈ 250 MHz).  It is an estimate from logic depth, not a
-routed figure, and :attr:`ClockEvidence.text` says so.
+routed figure, and :attr:`ClockEvidence.text` says so.  The levels count a DSP48E2 short of
+its registers by its AMD DS923 delay in these units (:data:`NS_PER_LEVEL` a level), and a
+register-bounded DSP whose own path supports less than the fabric's deepest path by the
+levels of a fabric path of that clock (:mod:`ndpkit_tools.impl.depth`).
 
 >>> round(depth_clock_mhz(8)), round(depth_clock_mhz(18))
 (250, 149)

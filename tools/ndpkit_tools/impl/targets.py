@@ -96,9 +96,13 @@ NOTES = {
                                     "(block.datapath.kv_format -> row_dot0.pass1_s3; before, an 11-level path "
                                     "from RowDot's result into the score scaling multiply). Next: the first "
                                     "pass's decoded exponents registered before the maximum's tree",
-    ("attention", "ecp5", "levels"): "11 levels on a netlist before the conversions' change: the "
-                                     "final narrowing conversion's first stage (5 levels alone now). Next: "
-                                     "re-measure (the default configuration's path applies).",
+    ("attention", "ecp5", "levels"): "11 levels (re-measured; 11 before on a netlist before the conversions' "
+                                     "change, then the final narrowing conversion's first stage): RowDot's "
+                                     "normalisation before its rounding, the sticky bit: the row sum's 46-bit "
+                                     "magnitude masked by compares of the registered 7-bit shift amount and ORed "
+                                     "(block.datapath.row_dot0.round_s4_4 -> round_s5_0). Next: the mask (a "
+                                     "thermometer code of the amount) registered beside the amount, a stage "
+                                     "earlier",
     ("attention", "max", "area"): "34.8k LUT at 32 lanes (36.7k before the softmax maxima, denominators and "
                                   "light readers' buffers moved to distributed RAM; by block, docs/engines/"
                                   "attention.md: the MAC lanes' RowDot and RunningSums are 14k of it). "
