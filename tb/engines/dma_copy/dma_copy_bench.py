@@ -31,6 +31,7 @@ import ndpkit
 from ndpkit_tools.paths import build_root
 
 OUT = build_root() / "perf" / "device_copy.json"
+BOARD_MHZ = 200         # the Alveo and SmartSSD builds' engine clock
 
 
 def memory_main(memory: str, sizes, dma_sizes) -> int:
@@ -38,7 +39,8 @@ def memory_main(memory: str, sizes, dma_sizes) -> int:
     read and written a cycle against the channel's peak, both directions on one bus."""
     from ndpkit_spec.dram import preset
     out = OUT.with_name(f"device_copy-{memory}.json")
-    with ndpkit.open(f"sim?mem_size=32M&queue_depth=16&memory={memory}") as dev:
+    # at the board builds' engine clock, as the other engines' preset runs
+    with ndpkit.open(f"sim?mem_size=32M&queue_depth=16&memory={memory}&clock_mhz={BOARD_MHZ}") as dev:
         rows = copy_efficiency(dev, sizes, None, memory)
         dma = host_dma(dev, dma_sizes)
         clock, word_bytes = dev.clock_mhz, dev.word_bytes

@@ -570,8 +570,8 @@ def board_engine_table(report: dict) -> str:
                      f"{ideal} | {fmt(r['sim_cycles_per_second'])} | {r['cpu'] or '–'} | {ratio(r['cpu_ratio'])} |")
     clocks = sorted({(r["implemented"]["engine"], r["depth_levels"], r["depth_clock_mhz"]) for r in report["engines"]
                      if r["depth_clock_mhz"]})
-    lines += ["", "Each rate is at the clock the run simulated (the board builds' engine clock; the copy runs on the "
-              "simulated card's 250 MHz), at or below what the engine's logic depth supports: "
+    lines += ["", "Each rate is at the clock the run simulated (the board builds' engine clock), at or below what "
+              "the engine's logic depth supports: "
               + ", ".join(f"{e} {fmt(lv)} levels ≈ {mhz} MHz" for e, lv, mhz in clocks)
               + " (a depth model of the UltraScale+ netlists, not a routed figure)."]
     return "\n".join(lines)
