@@ -3,6 +3,11 @@ documented there): fixed-point range reduction with a 40-bit log2(e), a 256 x 32
 table of 2**(i/256) (one block RAM per lane) and a degree-2 polynomial, then one RNE
 rounding through the shared round/pack path (each product's partials summed over two stages).
 Latency 20, II=1 per lane.
+
+The first product, significand x log2(e), multiplies only the 23 fraction bits in the DSPs
+(the unit's input bits, no logic in front of the DSPs): the hidden bit (``e != 0``, two
+LUT levels of the exponent) travels in a register beside the partial products and adds
+its term, ``hidden * (LOG2E_Q39 << 23)``, where they are summed (:func:`_significand_product`).
 """
 from amaranth.hdl import Signal, Cat, Const, Mux, signed
 from amaranth.lib.memory import Memory
@@ -13,6 +18,63 @@ from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize, round_bits, round_
 __all__ = ["FpExp"]
 
 
+def _significand_product(m, pipe, frac, hidden, carry=()):
+    """``Cat(frac, hidden) * LOG2E_Q39`` (64 bits) over three stages, as
+    ``staged_product(..., sum_stages=2)`` would compute it, with the hidden bit kept out
+    of the multipliers.
+
+    ``Cat(frac, hidden) = frac + hidden * 2**23``, so the product is
+    ``frac * C + hidden * (C << 23)``: the DSPs take ``frac`` only (its slices straight
+    from the unit's input, no LUT in front of them), ``hidden`` is registered beside their partial products and
+    its term, ``C << 23`` gated by it, is one more addend of their sum.  Every term is
+    non-negative and the whole is below ``2**24 * C < 2**64``, so no partial sum wraps:
+    the 64-bit result equals ``sig * C`` for every input.  Terms whose bit ranges do not
+    overlap are concatenated (no adder), then summed in two halves, registered, and the
+    halves added: on the DSP48E2 shape ``Cat(P0, P3) + P1`` and ``H + P2``, each a
+    two-operand adder, as before."""
+    const = Const(LOG2E_Q39, 40)
+    a_bits, b_bits = pipe.multiplier
+
+    def slices(v, piece):
+        return [(lo, v[lo:min(lo + piece, len(v))]) for lo in range(0, len(v), piece)]
+    partial = []
+    for lo_a, part_a in slices(const, a_bits):         # the wider operand on the wider port
+        for lo_b, part_b in slices(frac, b_bits):
+            p = Signal(len(part_a) + len(part_b))
+            m.d.comb += p.eq(part_a * part_b)
+            partial.append((lo_a + lo_b, p))
+    staged = pipe.stage(*[p for _, p in partial], hidden, *carry)
+    registered, hidden, carried = staged[:len(partial)], staged[len(partial)], list(staged[len(partial) + 1:])
+    low = (LOG2E_Q39 & -LOG2E_Q39).bit_length() - 1  # C's trailing zeros: the term's lowest set bit
+    hidden_term = Signal(LOG2E_Q39.bit_length() - low)
+    m.d.comb += hidden_term.eq(Mux(hidden, LOG2E_Q39 >> low, 0))
+    terms = sorted([(shift, value) for (shift, _), value in zip(partial, registered)]
+                   + [(len(frac) + low, hidden_term)], key=lambda t: t[0])
+    rows = []                                          # [[(lo, value), ...]]: disjoint bit ranges
+    for lo, value in terms:
+        row = next((r for r in rows if r[-1][0] + len(r[-1][1]) <= lo), None)
+        if row is None:
+            rows.append([(lo, value)])
+        else:
+            row.append((lo, value))
+    operands = []
+    for row in rows:
+        parts, at = [], 0
+        for lo, value in row:
+            parts += [Const(0, lo - at), value] if lo > at else [value]
+            at = lo + len(value)
+        operands.append(Cat(*parts))
+    width = len(const) + len(frac) + 1
+    half = (len(operands) + 1) // 2
+    sums = [Signal(width) for _ in range(2)]
+    m.d.comb += [sums[0].eq(sum(operands[1:half], operands[0])),
+                 sums[1].eq(sum(operands[half + 1:], operands[half]) if len(operands) > half else 0)]
+    staged = pipe.stage(*sums, *carried)
+    product = Signal(width)
+    m.d.comb += product.eq(staged[0] + staged[1])
+    return product, list(staged[2:])
+
+
 class FpExp(FpUnit):
     operands = {"a": 32}
     latency = 20
@@ -21,14 +83,14 @@ class FpExp(FpUnit):
         x = inputs["a"]
         sign, e, frac = x[31], x[23:31], x[:23]
         e_eff = Mux(e == 0, 1, e)
-        sig = Cat(frac, e != 0)
         nan = (e == 255) & (frac != 0)
         pos_inf = (e == 255) & (frac == 0) & ~sign
         big = e_eff >= 134                                  # |x| >= 128: saturate
         shift = Signal(6)
         m.d.comb += shift.eq(Mux(e_eff > 149 - 63, 149 - e_eff, 63))
-        product, (shift, sign, nan, pos_inf, big) = staged_product(
-            m, pipe, sig, Const(LOG2E_Q39, 40), carry=(shift, sign, nan, pos_inf, big), sum_stages=2)
+        # the hidden bit (e != 0) beside the multipliers, not in front of them
+        product, (shift, sign, nan, pos_inf, big) = _significand_product(
+            m, pipe, frac, e != 0, carry=(shift, sign, nan, pos_inf, big))
         product, shift, sign, nan, pos_inf, big = pipe.stage(product[:64], shift, sign, nan, pos_inf, big)
 
         y_abs = Signal(49)
