@@ -137,3 +137,36 @@ UNITS: dict[str, UnitSpec] = {
     "fp32_to_int32": UnitSpec("fp32_to_int32",
                               lambda o, c: fp.fp32_to_int32(o["a"]).view(np.uint32), _unary_f32),
 }
+
+
+def run_one_lane(unit, operands: dict, platform=None) -> list[int]:
+    """Push ``operands`` (name -> array) through lane 0 of ``unit`` one a cycle in Amaranth's
+    simulator, the unit elaborated for ``platform`` (its multiplier shape: None the
+    DSP48E2's); the lane's outputs in order."""
+    from amaranth.hdl import Elaboratable
+    from amaranth.sim import Simulator
+
+    class OnPlatform(Elaboratable):
+        def elaborate(self, _):
+            return unit.elaborate(platform)
+
+    n = len(next(iter(operands.values())))
+    got = []
+
+    async def bench(ctx):
+        for i in range(n + unit.latency):
+            if i < n:
+                for k, v in operands.items():
+                    ctx.set(getattr(unit.i.payload, k)[0], int(v[i]))
+                ctx.set(unit.i.valid, 1)
+            else:
+                ctx.set(unit.i.valid, 0)
+            await ctx.tick()
+            if ctx.get(unit.o.valid):
+                got.append(ctx.get(unit.o.payload[0]))
+
+    sim = Simulator(OnPlatform())
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return got

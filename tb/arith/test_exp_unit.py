@@ -19,7 +19,7 @@ from ndpkit_hw.arith.exp import FpExp, _significand_product
 from ndpkit_hw.arith.fp_common import DSP48E2_SHAPE, MULT18_SHAPE, Pipeline
 from ndpkit_spec.exp import LOG2E_Q39
 from ndpkit_tools.impl.flow import ECP5_DEVICE
-from tb.arith.fp_units import UNITS
+from tb.arith.fp_units import UNITS, run_one_lane
 
 SHAPES = {"dsp48e2": (DSP48E2_SHAPE, None), "ecp5": (MULT18_SHAPE, ECP5_DEVICE)}
 
@@ -77,14 +77,6 @@ def test_significand_product_with_the_hidden_bit_beside(shape):
     assert len(got) == len(vectors) and not bad, f"{len(bad)} differ, first {bad[:3]}"
 
 
-class _OnPlatform(Elaboratable):
-    def __init__(self, unit, platform):
-        self.unit, self.platform = unit, platform
-
-    def elaborate(self, platform):
-        return self.unit.elaborate(self.platform)
-
-
 def _every_exponent(rng):
     """Every exponent, both signs, fractions 0, 1, half, all ones and two random."""
     e = np.repeat(np.arange(256, dtype=np.uint64), 6)
@@ -99,24 +91,7 @@ def _every_exponent(rng):
 def test_exp_every_exponent_bit_exact(shape):
     operands = _every_exponent(np.random.default_rng(5))
     want = UNITS["exp"].golden({"a": operands}, {}) & np.uint64(0xFFFFFFFF)
-    unit = FpExp(lanes=1)
-    got = []
-
-    async def bench(ctx):
-        for i in range(len(operands) + unit.latency):
-            if i < len(operands):
-                ctx.set(unit.i.payload.a[0], int(operands[i]))
-                ctx.set(unit.i.valid, 1)
-            else:
-                ctx.set(unit.i.valid, 0)
-            await ctx.tick()
-            if ctx.get(unit.o.valid):
-                got.append(ctx.get(unit.o.payload[0]))
-
-    sim = Simulator(_OnPlatform(unit, SHAPES[shape][1]))
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    got = run_one_lane(FpExp(lanes=1), {"a": operands}, SHAPES[shape][1])
     assert len(got) == len(want)
     bad = [(hex(int(a)), hex(g), hex(int(w))) for a, g, w in zip(operands, got, want) if g != int(w)]
     assert not bad, f"{len(bad)} differ, first {bad[:3]}"

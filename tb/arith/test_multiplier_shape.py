@@ -5,22 +5,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from amaranth.hdl import Elaboratable
-from amaranth.sim import Simulator
 
 from ndpkit_hw.arith.fp_common import DSP48E2_SHAPE, MULT18_SHAPE, multiplier_shape
 from ndpkit_tools.impl.flow import ECP5_DEVICE as ECP5
-from tb.arith.fp_units import UNITS
-
-
-class _OnPlatform(Elaboratable):
-    """Elaborate ``unit`` for ``platform`` (the simulator passes none)."""
-
-    def __init__(self, unit, platform):
-        self.unit, self.platform = unit, platform
-
-    def elaborate(self, platform):
-        return self.unit.elaborate(self.platform)
+from tb.arith.fp_units import UNITS, run_one_lane
 
 
 def test_shape_follows_the_device():
@@ -35,25 +23,7 @@ def test_ecp5_shaped_products_are_bit_exact(name):
     rng = np.random.default_rng(7)
     operands = {k: np.asarray(v)[:300] for k, v in spec.generate(rng, 300).items()}
     want = spec.golden(operands, {}) & np.uint64(0xFFFFFFFF)
-    unit = spec.build(1)
-    got = []
-
-    async def bench(ctx):
-        for i in range(len(want) + unit.latency):
-            if i < len(want):
-                for k, v in operands.items():
-                    ctx.set(getattr(unit.i.payload, k)[0], int(v[i]))
-                ctx.set(unit.i.valid, 1)
-            else:
-                ctx.set(unit.i.valid, 0)
-            await ctx.tick()
-            if ctx.get(unit.o.valid):
-                got.append(ctx.get(unit.o.payload[0]))
-
-    sim = Simulator(_OnPlatform(unit, ECP5))
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    got = run_one_lane(spec.build(1), operands, ECP5)
     assert len(got) == len(want)
     bad = [(i, hex(g), hex(int(w))) for i, (g, w) in enumerate(zip(got, want)) if g != int(w)]
     assert not bad, f"{len(bad)} differ, first {bad[:3]}"
