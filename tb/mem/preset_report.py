@@ -157,6 +157,13 @@ def main() -> int:
         lines += ["", f"Piccolo mode over baseline mode: {run['geomean']:.2f}× geomean over every (graph, kernel), "
                       + (f"{beyond:.2f}× over the graphs beyond the cache, " if beyond else "")
                       + f"max {run['max']:.2f}×.", ""]
+    for name, run in _runs(perf, docs, "scaling"):       # its table is in docs/bench/README.md
+        worst = min(r["scaling"] for r in run["rows"])
+        lines += [f"## Instance scaling on {name} (`MEMORY={name} python -m tb.device.scaling_bench`)", "",
+                  f"N = 1, 2, 4, 8 instances at once, each region on its own {name} channel, alone and with host "
+                  f"DMA into the running instances' regions: worst scaling {worst:.3f} (the table: "
+                  "[README.md](README.md#card-scale-instances-on-their-own-memory-regions)). The 128-bit engines "
+                  "use a fraction of a channel, so the host's traffic finds room beside them.", ""]
     speed = _load(perf / "sim_speed.json")
     if speed:
         shutil.copy(perf / "sim_speed.json", docs / "presets" / "sim_speed.json")

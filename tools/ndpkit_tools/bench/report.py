@@ -470,6 +470,7 @@ def build(inputs: dict) -> dict:
             "preset_runs": sorted(f"{name}@{memory}" for name, memory in (inputs.get("on") or {})),
             "engines": board_rows(inputs, ideal), "engines_ideal": ideal, "offload": offload, "decode": decode,
             "gather": gather, "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
+            "graph_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items() if name == "graph"},
             "scaling_on": {memory: scaling_section({"scaling": data})
                            for (name, memory), data in (inputs.get("on") or {}).items() if name == "scaling"},
             "headline": headline}
