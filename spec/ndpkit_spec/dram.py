@@ -115,6 +115,15 @@ class DramTiming:
     def peak_bytes_per_s(self) -> float:
         return self.data_bits / 8 * 2 * self.clock_mhz * 1e6
 
+    def peak_bytes_per_cycle(self, engine_mhz: float) -> float:
+        """The peak (reads and writes together, one data bus) in bytes a cycle of an
+        ``engine_mhz`` clock.
+
+        >>> PRESETS["hbm2_pc"].peak_bytes_per_cycle(200)
+        72.0
+        """
+        return self.peak_bytes_per_s / (engine_mhz * 1e6)
+
     def timings(self) -> dict:
         return {name: getattr(self, name) for name in TIMING_FIELDS}
 

@@ -61,7 +61,7 @@ def test_a_board_build_simulates_on_its_preset(cards):
     done = dev.copy(dst, src, length)
     assert done.ok and np.array_equal(dst.download(np.uint8, count=length), data)
     # the pseudo-channel's one data bus, not the ideal memory's two directions at 64 B a cycle each
-    assert 2 * length / done.cycles <= PRESETS["hbm2_pc"].peak_bytes_per_s / (dev.clock_mhz * 1e6)
+    assert 2 * length / done.cycles <= PRESETS["hbm2_pc"].peak_bytes_per_cycle(dev.clock_mhz)
     src.free()
     dst.free()
     with pytest.raises(ValueError, match="read_latency.*hbm2_pc"):

@@ -31,7 +31,7 @@ def bench_config(name, *, engine_mhz, data_width, size=1 << 20, crossing=0, mapp
                            seed=extra.get("seed", 1))
     d = model.dram
     params = dict(size=size, base=0, data_width=data_width, span=size, row_stride=row_stride(timing),
-                  peak_bytes_per_cycle=min(data_width // 8, timing.peak_bytes_per_s / (engine_mhz * 1e6)),
+                  peak_bytes_per_cycle=min(data_width // 8, timing.peak_bytes_per_cycle(engine_mhz)),
                   expected_latency={"hit": d.read_latency_cycles(0), "closed": d.read_latency_cycles(timing.tRCD_RD),
                                     "miss": d.read_latency_cycles(timing.tRP + timing.tRCD_RD)},
                   hit_offset=next_column(timing), preset=name, mapping=mapping, **extra)

@@ -117,7 +117,7 @@ class DramChannel(wiring.Component):
         self.cols_per_unit = self.unit_bytes // col
         self.beats_per_unit = self.unit_bytes // beat_bytes
         # units a cycle: enough to outpace the memory's peak (bytes an engine cycle)
-        peak = timing.peak_bytes_per_s / (engine_mhz * 1e6)
+        peak = timing.peak_bytes_per_cycle(engine_mhz)
         self.units_per_cycle = max(1, math.ceil(peak / self.unit_bytes))
         self.read_queue = max(read_queue, 2 * self.units_per_cycle)
         self.write_buffer_beats = max(timing.write_buffer // beat_bytes, self.beats_per_unit)

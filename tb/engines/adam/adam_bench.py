@@ -208,7 +208,7 @@ def memory_main(memory: str, width: int, lanes: int, params: dict, out) -> int:
     from ndpkit_spec.dram import preset
     timing = preset(memory)
     mem = params["elements"] * 24 + (1 << 16)
-    bus = timing.peak_bytes_per_s / (ENGINE_MHZ * 1e6)           # the shared bus, bytes an engine cycle
+    bus = timing.peak_bytes_per_cycle(ENGINE_MHZ)           # the shared bus, bytes an engine cycle
     # the lane sweep: the port-sized engine, then half its lanes (lanes are a power of two),
     # the dense fp32 update only: where the memory, not the lanes, binds
     sweep = []

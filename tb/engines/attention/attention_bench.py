@@ -148,7 +148,7 @@ def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out
                      f"attention_engine_{width}_{memory}", key=f"w{width} l{lanes} {mem} {memory}"),
               "tb.engines.attention.attention_bench", params=params)
     rows = json.loads(out.read_text())
-    bus = timing.peak_bytes_per_s / (ENGINE_MHZ * 1e6)
+    bus = timing.peak_bytes_per_cycle(ENGINE_MHZ)
     print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {lanes} MAC lanes, on {memory} "
           f"({bus:.1f} B per {ENGINE_MHZ} MHz cycle)")
     print(f"{'G':>3} {'context':>8} {'cycles':>9} {'KV B/cycle':>11} {'of port':>8} {'of memory':>10}")

@@ -44,7 +44,7 @@ def memory_main(memory: str, sizes, dma_sizes) -> int:
         rows = copy_efficiency(dev, sizes, None, memory)
         dma = host_dma(dev, dma_sizes)
         clock, word_bytes = dev.clock_mhz, dev.word_bytes
-    peak = preset(memory).peak_bytes_per_s / (clock * 1e6)      # the channel, bytes a device cycle
+    peak = preset(memory).peak_bytes_per_cycle(clock)      # the channel, bytes a device cycle
     for r in rows:
         for mode in ("single", "batch", "driver_loop"):
             r[f"{mode}_of_memory"] = 2 * r["bytes"] * (r["commands"] if mode != "single" else 1) \

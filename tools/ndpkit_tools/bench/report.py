@@ -201,7 +201,7 @@ def engine_rows(inputs: dict) -> list[dict]:
 def _memory_peak(preset: str, mhz: float) -> float:
     """The DRAM preset's peak (reads and writes together), bytes an engine cycle at ``mhz``."""
     from ndpkit_spec.dram import preset as timing_of
-    return timing_of(preset).peak_bytes_per_s / (mhz * 1e6)
+    return timing_of(preset).peak_bytes_per_cycle(mhz)
 
 
 def board_rows(inputs: dict, ideal_rows: list[dict]) -> list[dict]:
@@ -217,14 +217,18 @@ def board_rows(inputs: dict, ideal_rows: list[dict]) -> list[dict]:
     def add(row, ideal_name=None, ideal_efficiency=None):
         if ideal_efficiency is None and ideal_name in ideal:
             ideal_efficiency = ideal[ideal_name]["efficiency"]
-        row.update(ideal_efficiency=ideal_efficiency, per_second=row["work_per_cycle"] * row["clock_mhz"] * 1e6)
+        row["ideal_efficiency"] = ideal_efficiency
         row.setdefault("cpu", None)
-        row.setdefault("cpu_ratio", None)
         row.setdefault("sim_cycles_per_second", None)
         engine, params = row.pop("implemented")
         row["implemented"] = {"engine": engine, "params": params}
         clocks = _clocks(impl, engine, params)
         row.update(depth_levels=clocks["depth_levels"], depth_clock_mhz=clocks["depth_clock_mhz"])
+        # a rate a second only at a clock the configuration's logic depth supports
+        evidence = row["depth_clock_mhz"] is not None and row["clock_mhz"] <= row["depth_clock_mhz"]
+        row["per_second"] = row["work_per_cycle"] * row["clock_mhz"] * 1e6 if evidence else None
+        cpu = row.pop("cpu_per_second", None)
+        row["cpu_ratio"] = row["per_second"] / cpu if cpu and row["per_second"] else None
         rows.append(row)
 
     for (name, memory), data in on.items():
@@ -247,10 +251,8 @@ def board_rows(inputs: dict, ideal_rows: list[dict]) -> list[dict]:
             if r is None:
                 continue
             cpu = ideal.get(label, {})
-            per_second = r["elements_per_cycle"] * data["engine_mhz"] * 1e6
             add({"engine": label, "port_bits": r["data_width"], "memory": memory,
-                 "cpu": cpu.get("cpu"), "cpu_ratio": per_second / cpu["cpu_per_second"]
-                 if cpu.get("cpu_per_second") else None,
+                 "cpu": cpu.get("cpu"), "cpu_per_second": cpu.get("cpu_per_second"),
                  "problem": f"{r['elements']:,} elements", "efficiency": r["efficiency"],
                  "of_memory": r["elements_per_cycle"] / r["memory_bound"], "work": "elements",
                  "work_per_cycle": r["elements_per_cycle"], "clock_mhz": data["engine_mhz"],
@@ -558,6 +560,13 @@ EARLIER_NETLIST = ("†: the ECP5 Fmax of an earlier netlist of that configurati
                    "UltraScale+ columns were re-measured alone, its ECP5 place and route was not re-run).")
 
 
+def _per_second(row: dict) -> str:
+    """A board row's rate a second at its clock, or why there is none."""
+    if row["per_second"] is None:
+        return f"– (no depth evidence for {fmt(row['clock_mhz'])} MHz)"
+    return f"{row['per_second']:.3g} ({fmt(row['clock_mhz'])} MHz)"
+
+
 def board_engine_table(report: dict) -> str:
     """The engines on their boards' DRAM presets (README and docs/bench)."""
     lines = ["| engine | port | memory | problem | port efficiency | of the memory's peak | work / cycle | "
@@ -567,7 +576,7 @@ def board_engine_table(report: dict) -> str:
         ideal = "–" if r["ideal_efficiency"] is None else f"{r['ideal_efficiency']:.3f}"
         lines.append(f"| {r['engine']} | {r['port_bits']}-bit {r.get('port_what', '')}".rstrip() +
                      f" | {r['memory']} | {r['problem']} | {r['efficiency']:.3f} | {r['of_memory']:.3f} | "
-                     f"{fmt(r['work_per_cycle'])} {r['work']} | {r['per_second']:.3g} ({fmt(r['clock_mhz'])} MHz) | "
+                     f"{fmt(r['work_per_cycle'])} {r['work']} | {_per_second(r)} | "
                      f"{ideal} | {fmt(r['sim_cycles_per_second'])} | {r['cpu'] or '–'} | {ratio(r['cpu_ratio'])} |")
     clocks = sorted({(r["implemented"]["engine"], r["depth_levels"], r["depth_clock_mhz"]) for r in report["engines"]
                      if r["depth_clock_mhz"]})
