@@ -95,16 +95,17 @@ async def _stream(dut, direction, base, burst, stride, count, word, span, done, 
         bus.bus_arburst.value = 1
         rng = random.Random(1)
         recent = []
+        offset = None          # the request on the bus: drawn once, held until accepted
         while issued < count:
-            if stride <= 0:
-                offset = _random_offset(rng, span, burst, -stride, recent, bank, word)
-            else:
-                offset = (issued * stride) % span
+            if offset is None:
+                offset = (_random_offset(rng, span, burst, -stride, recent, bank, word) if stride <= 0
+                          else (issued * stride) % span)
             bus.bus_araddr.value = base + offset
             bus.bus_arvalid.value = 1
             await RisingEdge(dut.clk)
             if int(bus.bus_arready.value):
                 issued += 1
+                offset = None
         bus.bus_arvalid.value = 0
     else:
         bus.bus_awid.value = 0
