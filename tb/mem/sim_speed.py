@@ -17,13 +17,13 @@ from ndpkit_tools.paths import build_root
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--mib", type=int, default=4)
+    ap.add_argument("--mib", type=int, default=16)
     args = ap.parse_args(argv)
     length = args.mib << 20
     data = np.random.default_rng(1).integers(0, 256, length, dtype=np.uint8)
     rows = []
     for memory in ("ideal", *PRESETS):
-        with ndpkit.open(f"sim?memory={memory}&mem_size=16M") as dev:
+        with ndpkit.open(f"sim?memory={memory}&mem_size=64M") as dev:
             src, dst = dev.upload(data), dev.alloc(length)
             dev.copy(dst, src, length)                         # warm up
             t0, c0 = time.perf_counter(), dev.cycles()

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from functools import reduce
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, Cat
+from amaranth.hdl import Array, Const, Module, Mux, ResetSignal, Signal, Cat
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -223,10 +223,16 @@ class DramChannel(wiring.Component):
         TW = TIME_BITS
         self._activations, self._columns = [], []     # per column command: its ACT, its issue
 
+        # The calendar's state and the read records have no reset of their own: a register
+        # with one depends on the top-level ``rst``, so Verilator evaluates its next-state
+        # logic on every input change (twice a clock) rather than once a cycle -- most of
+        # the model's simulation time.  The state is cleared by ``rst`` a cycle late
+        # instead (the same state at the end of any reset: no request reaches the
+        # calendar in the cycle after one); the records need none (their pointers reset).
         def regs(name, n=None, width=TW):
             if n is None:
-                return Signal(width, name=name)
-            return [Signal(width, name=f"{name}{i}") for i in range(n)]
+                return Signal(width, name=name, reset_less=True)
+            return [Signal(width, name=f"{name}{i}", reset_less=True) for i in range(n)]
 
         nb, ng = t.banks, t.bank_groups
         row_bits = sum(w for name, _, w in self.runs if name == "row") or 1
@@ -327,7 +333,13 @@ class DramChannel(wiring.Component):
 
         # refresh: close every bank once it may be precharged, then tRFC
         ready_after = _vmax(m, next_ref, *state["pre_ok"]) + self.u(t.tRP + t.tRFC)
-        with m.If(refresh):
+        clear = Signal(init=1, reset_less=True)
+        m.d.sync += clear.eq(ResetSignal())
+        with m.If(clear):
+            for value in state.values():
+                for reg in value if isinstance(value, list) else [value]:
+                    m.d.sync += reg.eq(reg.init)
+        with m.Elif(refresh):
             m.d.sync += next_ref.eq(next_ref + self.u(t.tREFI))
             for b in range(nb):
                 m.d.sync += [state["open"][b].eq(0), state["act_ok"][b].eq(ready_after)]
