@@ -351,7 +351,7 @@
 #define NDPKIT_ADAM_IDX_VALUE_SHIFT 0u
 #define NDPKIT_ADAM_IDX_VALUE_MASK 0xffffffffu  /* RW */
 
-/* attention: Decode attention over a card-resident KV cache for a batch of requests (one query token each, GQA), one pass over K and V with block online softmax, bit-exact to ndpkit.engines.attention.golden. Whole-command checks (formats, shape, requests, table) fail the command with nothing written; a request that fails its own checks gets its code in its status word and the rest of the batch runs; cpl_aux counts the failed requests. */
+/* attention: Decode attention over a card-resident KV cache for a batch of requests (one query token each, GQA), one pass over K and V with block online softmax, bit-exact to ndpkit.engines.attention.golden. The cache is contiguous slots (shape.block_size 0) or paged: per layer a K and a V pool of blocks, row(h, id, t) = pool + ((h * pool_blocks + id) * block_size + t) * head_dim * 2, each request naming its block ids (vLLM's block tables). Whole-command checks (formats, shape, requests, table) fail the command with nothing written; a request that fails its own checks gets its code in its status word and the rest of the batch runs; cpl_aux counts the failed requests. */
 #define NDPKIT_ATTENTION_SIZE 0x1000u
 #define NDPKIT_ATTENTION_KIND_OFFSET 0x0000u
 #define NDPKIT_ATTENTION_KIND_RESET 0x00000000u
@@ -455,6 +455,8 @@
 #define NDPKIT_ATTENTION_SHAPE_GROUP_MASK 0x0000ff00u  /* RW */
 #define NDPKIT_ATTENTION_SHAPE_KV_HEADS_SHIFT 16u
 #define NDPKIT_ATTENTION_SHAPE_KV_HEADS_MASK 0x00ff0000u  /* RW */
+#define NDPKIT_ATTENTION_SHAPE_BLOCK_SIZE_SHIFT 24u
+#define NDPKIT_ATTENTION_SHAPE_BLOCK_SIZE_MASK 0xff000000u  /* RW */
 #define NDPKIT_ATTENTION_SCALE_OFFSET 0x0050u
 #define NDPKIT_ATTENTION_SCALE_RESET 0x00000000u
 #define NDPKIT_ATTENTION_SCALE_VALUE_SHIFT 0u

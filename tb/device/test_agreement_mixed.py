@@ -63,7 +63,8 @@ def _attention_args(dev, base, spec):
                          "window": min(r["window"], r["length"]), "flags": r["flags"]})
     args = {k: spec[k] for k in ("format_q", "format_kv", "format_out", "shape_head_dim", "shape_group",
                                  "shape_kv_heads")}
-    args.update(table=base, requests=len(requests), scale=int(np.float32(spec["scale"]).view(np.uint32)))
+    args.update(table=base, requests=len(requests), shape_block_size=0,
+                scale=int(np.float32(spec["scale"]).view(np.uint32)))
     return args, pack_descriptors(requests)
 
 

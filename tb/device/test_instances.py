@@ -226,7 +226,7 @@ def test_every_engine_instance_refuses_another_region(cards, kind):
                  **scalars_for_step(1, lr=1e-3).bits()},
         "decomp": {"format": 0, "count": 256, "pairs": 16, "idx": a, "val": a + 4096, "dst": b},
         "attention": {"format_q": 1, "format_kv": 1, "format_out": 0, "table": b, "requests": 1,
-                      "shape_head_dim": 64, "shape_group": 1, "shape_kv_heads": 1,
+                      "shape_head_dim": 64, "shape_group": 1, "shape_kv_heads": 1, "shape_block_size": 0,
                       "scale": int(np.float32(0.125).view(np.uint32))},
     }
     for name, args in commands.items():

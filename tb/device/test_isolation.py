@@ -57,7 +57,8 @@ def _attention_commands(inside, outside, word):
     k_in, v_in = a + 8192, a + 16384
     req = {"q": q, "out": out, "k": k_in, "v": v_in, "length": 10, "capacity": 16, "window": 0, "flags": 0}
     args = {"format_q": 1, "format_kv": 1, "format_out": 0, "table": table, "requests": 1, "shape_head_dim": d,
-            "shape_group": g, "shape_kv_heads": 1, "scale": int(np.float32(0.125).view(np.uint32))}
+            "shape_group": g, "shape_kv_heads": 1, "shape_block_size": 0,
+            "scale": int(np.float32(0.125).view(np.uint32))}
     return args, req, [{**req, "k": b}, {**req, "v": b + 4096}, {**req, "out": b}]
 
 

@@ -83,7 +83,8 @@ async def attention_throughput(dut):
         await memory.write(q_base, q.tobytes())
         await memory.write(table, golden.pack_descriptors(descs))
         fields = {"format_q": 1, "format_kv": 1, "format_out": 0, "table": table, "requests": REQUESTS,
-                  "shape_head_dim": D, "shape_group": group, "shape_kv_heads": KV_HEADS, "tag": 1,
+                  "shape_head_dim": D, "shape_group": group, "shape_kv_heads": KV_HEADS,
+                  "shape_block_size": 0, "tag": 1,
                   "scale": int(np.float32(1 / np.sqrt(D)).view(np.uint32))}
         t0 = time.perf_counter()
         source.send(fields)

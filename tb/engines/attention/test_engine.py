@@ -69,6 +69,7 @@ def _batch(rng, word, *, group, d, kv_heads, q_fmt, kv_fmt, out_fmt, requests):
     image[table:table + len(raw)] = np.frombuffer(raw, np.uint8)
     fields = {"format_q": int(q_fmt), "format_kv": int(kv_fmt), "format_out": int(out_fmt), "table": table,
               "requests": requests, "shape_head_dim": d, "shape_group": group, "shape_kv_heads": kv_heads,
+              "shape_block_size": 0,
               "scale": int(np.float32(1 / np.sqrt(d)).view(np.uint32))}
     return fields, image[:lay.next + 4096].copy(), descs
 

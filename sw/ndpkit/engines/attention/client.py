@@ -7,7 +7,7 @@ import numpy as np
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.engine import EngineClient
-from ndpkit.errors import DeviceError
+from ndpkit.errors import DeviceError, NdpkitError
 from ndpkit.engines.attention import golden
 from ndpkit.arith import fp
 from ndpkit.engines.attention.golden import KvFormat
@@ -43,10 +43,10 @@ class AttentionClient(EngineClient):
     last = None
 
     def decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
-               q_format: str = "fp32", out_format: str = "fp32", window: int = 0):
+               q_format: str = "fp32", out_format: str = "fp32", window: int = 0, slot_mapping=None):
         """One decode step for a batch (:meth:`start_decode` then ``finish()``)."""
         return self.start_decode(q, k_new, v_new, cache, layer, slots, scale=scale, q_format=q_format,
-                                 out_format=out_format, window=window).finish()
+                                 out_format=out_format, window=window, slot_mapping=slot_mapping).finish()
 
     def start_decode(self, q, k_new, v_new, cache: KVCache, layer: int, slots, **options):
         """:meth:`decode` in two halves: this one checks, stages and submits the
@@ -60,13 +60,21 @@ class AttentionClient(EngineClient):
         return start_decode(q, k_new, v_new, cache, layer, slots, **options)
 
     def _start(self, q, k_new, v_new, cache: KVCache, layer: int, slots, *, scale: float | None = None,
-               q_format: str = "fp32", out_format: str = "fp32", window: int = 0) -> "PendingDecode":
+               q_format: str = "fp32", out_format: str = "fp32", window: int = 0,
+               slot_mapping=None) -> "PendingDecode":
         """One decode step for a batch: ``q`` (B, H, d) floats; ``k_new``, ``v_new``
         (B, Hkv, d) floats to append at each request's current length (or None: attend
         over the cache as it is); ``slots`` the B cache slots.  Returns (B, H, d)
         float32 (``out_format`` 'fp16'/'bf16': rounded there, returned as float32).
         ``scale`` defaults to 1/sqrt(d); ``window`` > 0 attends over the last ``window``
-        tokens only (sliding-window attention)."""
+        tokens only (sliding-window attention).
+
+        A paged cache: with driver-managed blocks an append first reserves the block its
+        token goes to (:class:`~ndpkit.errors.NdpkitError`, nothing changed, when too few
+        are free); ``slot_mapping`` (B slot numbers, a serving engine's) is checked
+        against where each new token goes (``table[length // bs] * bs + length % bs``).
+        A block a request appends to must not be in another request's table of the
+        batch (ValueError)."""
         dev = self.device
         slots = [int(s) for s in np.atleast_1d(slots)]
         q = np.asarray(q, dtype=np.float32)
@@ -82,65 +90,128 @@ class AttentionClient(EngineClient):
             raise ValueError("slots must be distinct within a batch")
         heads = q.shape[1]
         group = heads // hkv
+        if not 1 <= group <= golden.MAX_GROUP:
+            raise ValueError(f"group must be 1..{golden.MAX_GROUP} (query heads per KV head: {heads} query heads "
+                             f"over {hkv} KV heads), not {group}")
         qf, of = _fmt(q_format, "q_format"), _fmt(out_format, "out_format")
         append = k_new is not None
         if append != (v_new is not None):
             raise ValueError("k_new and v_new go together")
         if window < 0:
             raise ValueError(f"window must be >= 0, not {window}")
+        bs = cache.block_size or 0
+        lengths = [int(cache.lengths[layer, s]) for s in slots]
+        if append:
+            kn, vn = (to_bits16(np.asarray(x, dtype=np.float32), cache.format) for x in (k_new, v_new))
+            if kn.shape != (batch, hkv, d) or vn.shape != kn.shape:
+                raise ValueError(f"k_new and v_new must be (batch={batch}, kv_heads={hkv}, head_dim={d})")
+        if slot_mapping is not None:
+            slot_mapping = np.asarray(slot_mapping)
+            if not (bs and append):
+                raise ValueError("slot_mapping is for an append to a paged cache (block_size, k_new and v_new)")
+            if slot_mapping.shape != (batch,) or slot_mapping.dtype.kind not in "iu":
+                raise ValueError(f"slot_mapping must be {batch} integers (one a request), not "
+                                 f"{slot_mapping.dtype} {slot_mapping.shape}")
+        if bs and append and cache.manage_blocks:    # the blocks the new tokens go to (nothing changed on refusal)
+            grow = [(s, n + 1) for s, n in zip(slots, lengths) if n + 1 <= cache.capacity]   # (beyond: the engine's)
+            need = sum(cache.blocks_needed(s, n) for s, n in grow)
+            if need > cache.free_blocks:
+                raise NdpkitError(f"the KV cache's {cache.num_blocks} blocks: this step needs {need} more, "
+                                  f"{cache.free_blocks} are free; free a request first")
+            for s, n in grow:
+                cache.reserve(s, n)
+        tables = [cache.block_table(s) for s in slots] if bs else [None] * batch
+        if bs and append:
+            _check_append_blocks(tables, lengths, bs, slot_mapping)
         scale = 1 / math.sqrt(d) if scale is None else scale
         qbytes = heads * d * (4 if qf == KvFormat.FP32 else 2)
         obytes = heads * d * (4 if of == KvFormat.FP32 else 2)
         row = d * 2
         q_bits = fp.bits(q) if qf == KvFormat.FP32 else to_bits16(q, qf)
         region = cache.region             # the staging sits where the instance works, beside the cache
-        staging = [dev.alloc(batch * golden.DESCRIPTOR_BYTES, region=region), dev.alloc(batch * qbytes, region=region),
-                   dev.alloc(batch * obytes, region=region)]
-        table, qbuf, obuf = staging
+        staging = []                      # (each allocation joins it at once: freed on any error)
         submitted = False
         try:
+            for nbytes in (batch * golden.DESCRIPTOR_BYTES, batch * qbytes, batch * obytes):
+                staging.append(dev.alloc(nbytes, region=region))
+            table, qbuf, obuf = staging
             if append:
-                kn, vn = (to_bits16(np.asarray(x, dtype=np.float32), cache.format) for x in (k_new, v_new))
-                if kn.shape != (batch, hkv, d) or vn.shape != kn.shape:
-                    raise ValueError(f"k_new and v_new must be (batch={batch}, kv_heads={hkv}, head_dim={d})")
-                knbuf, vnbuf = dev.upload(kn, region=region), dev.upload(vn, region=region)
-                staging += [knbuf, vnbuf]
+                for x in (kn, vn):
+                    staging.append(dev.upload(x, region=region))
+                knbuf, vnbuf = staging[3:5]
+            if bs:                        # the block tables, each in whole 64-byte units from a 64-byte boundary
+                spans = [golden.table_range_bytes(max(1, len(t))) for t in tables]
+                staging.append(dev.alloc(sum(spans), 64, region=region))
+                tbuf = staging[-1]
+                starts = np.cumsum([0] + spans[:-1])
+                image = np.zeros(sum(spans) // 4, dtype=np.uint32)
+                for t, at in zip(tables, starts):
+                    image[at // 4:at // 4 + len(t)] = t
+                tbuf.write(image)
             qbuf.write(q_bits)
             requests = []
             for i, s in enumerate(slots):
-                requests.append({
-                    "q": qbuf.address + i * qbytes, "out": obuf.address + i * obytes,
-                    "k": cache.k_addr(layer, s), "v": cache.v_addr(layer, s),
-                    "k_new": knbuf.address + i * hkv * row if append else 0,
-                    "v_new": vnbuf.address + i * hkv * row if append else 0,
-                    "length": int(cache.lengths[layer, s]), "capacity": cache.capacity, "window": window,
-                    "flags": golden.FLAG_APPEND if append else 0})
+                r = {"q": qbuf.address + i * qbytes, "out": obuf.address + i * obytes,
+                     "k": cache.k_addr(layer, s), "v": cache.v_addr(layer, s),
+                     "k_new": knbuf.address + i * hkv * row if append else 0,
+                     "v_new": vnbuf.address + i * hkv * row if append else 0,
+                     "length": lengths[i], "capacity": 0 if bs else cache.capacity, "window": window,
+                     "flags": golden.FLAG_APPEND if append else 0}
+                if bs:
+                    r.update(block_table=tbuf.address + int(starts[i]), blocks=len(tables[i]),
+                             pool_blocks=cache.num_blocks)
+                requests.append(r)
             if cache.region is not None:        # the addresses as the instance names them (a card > 4 GiB)
                 view = lambda a: dev.engine_address(a, cache.region) if a else 0
-                requests = [dict(r, **{f: view(r[f]) for f in ("q", "out", "k", "v", "k_new", "v_new")})
-                            for r in requests]
+                requests = [dict(r, **{f: view(r[f]) for f in _ADDRESSES if f in r}) for r in requests]
             table.write(golden.pack_descriptors(requests))
             args = {"format_q": int(qf), "format_kv": int(cache.format), "format_out": int(of),
                     "table": table.address, "requests": batch, "shape_head_dim": d, "shape_group": group,
-                    "shape_kv_heads": hkv, "scale": int(np.float32(scale).view(np.uint32))}
-            tokens = sum(int(cache.lengths[layer, s]) + append for s in slots)
+                    "shape_kv_heads": hkv, "shape_block_size": bs, "scale": int(np.float32(scale).view(np.uint32))}
+            tokens = sum(n + append for n in lengths)
             command = self.submit(args, work_bytes=2 * tokens * hkv * row + batch * (qbytes + obytes))
             submitted = True
             return PendingDecode(self, command, cache, layer, slots, requests, args, staging, (batch, heads, d), of,
-                                 append)
+                                 append, tables)
         finally:
             if not submitted:
                 for b in staging:
                     b.free()
 
 
+#: the descriptor fields that hold card addresses
+_ADDRESSES = ("q", "out", "k", "v", "k_new", "v_new", "block_table")
+
+
+def _check_append_blocks(tables, lengths, bs, slot_mapping) -> None:
+    """A paged batch's appends: each new token's block written by one request only (the
+    engine overlaps a batch's requests), and where a serving engine's ``slot_mapping``
+    says it goes."""
+    owner = {}
+    for i, (t, n) in enumerate(zip(tables, lengths)):
+        for block in t[:-(-(n + 1) // bs)]:
+            owner.setdefault(int(block), set()).add(i)
+    for i, (t, n) in enumerate(zip(tables, lengths)):
+        target = int(t[n // bs]) * bs + n % bs if n // bs < len(t) else None
+        if slot_mapping is not None and target != int(slot_mapping[i]):
+            where = f"slot {target}" if target is not None else "no block (its table is too short)"
+            raise ValueError(f"slot_mapping: request {i}'s new token goes to {where} by its block table, not "
+                             f"{int(slot_mapping[i])}")
+        if target is not None and owner[target // bs] != {i}:
+            others = sorted(owner[target // bs] - {i})
+            raise ValueError(f"block_table: request {i} appends to block {target // bs}, which request(s) {others} "
+                             f"of the batch also use; a block written in a step must be one request's")
+
+
 class PendingDecode:
     """A submitted decode batch; :meth:`finish` waits for it and returns the outputs."""
 
-    def __init__(self, client, command, cache, layer, slots, requests, args, staging, shape, out_format, append):
+    def __init__(self, client, command, cache, layer, slots, requests, args, staging, shape, out_format, append,
+                 tables=None):
         self.client, self.command, self.cache, self.layer, self.slots = client, command, cache, layer, slots
         self.requests, self.args, self.staging, self.shape = requests, args, staging, shape
         self.out_format, self.append = out_format, append
+        self.tables = tables if tables is not None else [None] * len(slots)     # (paged: the ids uploaded)
 
     def finish(self):
         dev, cache, layer, of = self.client.device, self.cache, self.layer, self.out_format
@@ -158,7 +229,8 @@ class PendingDecode:
                 code = ErrorCode(r["status"] & 0xFF)
                 if code:
                     _, field = golden.request_check(self.args, dict(self.requests[i]), word_bytes=dev.word_bytes,
-                                                    window_base=window[0], window_size=window[1])
+                                                    window_base=window[0], window_size=window[1],
+                                                    entries=self.tables[i])
                     failures[i] = (code, field)
                     out[i] = np.nan
                 elif self.append:
@@ -224,8 +296,11 @@ def start_decode(q, k_new, v_new, cache, layer: int, slots, **options):
             shard = cache.shards[index]
             local = [cache.locate(slots[i])[1] for i in members]
             pick = (lambda x: None if x is None else np.asarray(x, dtype=np.float32)[members])
+            part = dict(options)
+            if part.get("slot_mapping") is not None:        # (slot numbers in the request's shard's pools)
+                part["slot_mapping"] = np.asarray(part["slot_mapping"])[members]
             pending.append((members, start_decode(q[members], pick(k_new), pick(v_new), shard, layer, local,
-                                                  **options)))
+                                                  **part)))
     except BaseException:
         for _, p in pending:
             try:

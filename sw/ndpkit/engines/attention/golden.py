@@ -37,6 +37,18 @@ rescaled when the max grows), ordered for a pipelined datapath; the weights are 
 same ``pk`` in the numerator and the denominator, so they stay normalised.
 :func:`reference` (float64) and PyTorch's SDPA are the outside checks
 (docs/engines/attention.md gives the measured errors).
+
+**The command** (:func:`check`, :func:`request_check`, :func:`execute`) names a table of
+64-byte request descriptors.  The KV cache a request reads is either a contiguous slot
+(``shape_block_size`` 0: ``kv_heads x capacity`` rows from the descriptor's ``k``/``v``)
+or **paged** (``shape_block_size`` ``bs`` in :data:`BLOCK_SIZES`): ``k`` and ``v`` are the
+layer's block pools, ``[kv_heads, pool_blocks, bs, head_dim]`` 16-bit elements, and the
+request's ``blocks`` uint32 block ids at ``block_table`` map its token ``t`` to
+
+    row(h, t) = pool + ((h * pool_blocks + table[t // bs]) * bs + t % bs) * head_dim * 2
+
+(:func:`cache_row`; ``table[t // bs] * bs + t % bs`` is vLLM's slot number).  The data
+the arithmetic sees, and so the output, is the same bit for bit in both layouts.
 """
 from __future__ import annotations
 
@@ -46,14 +58,15 @@ import numpy as np
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.arith import blockfloat, fp
 from ndpkit.transfer import check_ranges, default_window, transfer_check
-from ndpkit_spec.engines.attention import (DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS,
-                                           MAX_GROUP, MAX_KV_HEADS, SOFTMAX_BLOCK, STATUS_DONE,
-                                           KvFormat)
+from ndpkit_spec.engines.attention import (BLOCK_SIZES, DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND,
+                                           HEAD_DIMS, MAX_GROUP, MAX_KV_HEADS, MAX_TABLE_ENTRIES, SOFTMAX_BLOCK,
+                                           STATUS_DONE, KvFormat)
 from ndpkit.arith.exp import exp as fp_exp
 
 __all__ = ["KvFormat", "BLOCK", "decode", "decode_group", "reference", "widen", "narrow",
            "DESCRIPTOR_FIELDS", "DESCRIPTOR_BYTES", "FLAG_APPEND", "STATUS_DONE", "pack_descriptors",
-           "unpack_descriptors", "check", "request_check", "request_ranges", "execute"]
+           "unpack_descriptors", "check", "request_check", "request_ranges", "execute", "BLOCK_SIZES",
+           "MAX_TABLE_ENTRIES", "table_range_bytes", "table_read_bytes", "cache_row"]
 
 #: tokens per online-softmax block
 BLOCK = SOFTMAX_BLOCK
@@ -204,6 +217,8 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
         return ErrorCode.BAD_FIELD, "group"
     if not 1 <= cmd["shape_kv_heads"] <= MAX_KV_HEADS:
         return ErrorCode.BAD_FIELD, "kv_heads"
+    if _block_size(cmd) not in (0, *BLOCK_SIZES):
+        return ErrorCode.BAD_FIELD, "block_size"
     if cmd["requests"] == 0:
         return ErrorCode.ZERO_LENGTH, "requests"
     code = transfer_check(*command_ranges(cmd, word_bytes)["table"], word_bytes, window_base, window_size)
@@ -216,48 +231,137 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
     return {"table": (cmd["table"], -(-cmd["requests"] * DESCRIPTOR_BYTES // word_bytes) * word_bytes)}
 
 
+def _block_size(cmd: dict) -> int:
+    """The command's tokens per block (0: contiguous slots)."""
+    return cmd.get("shape_block_size", 0)
+
+
+def table_range_bytes(blocks: int) -> int:
+    """The bytes a paged request's ``block_table`` range covers: its ``blocks`` uint32
+    entries in whole 64-byte units (one range whatever the bus width up to 512 bits)."""
+    return -(-blocks * 4 // 64) * 64
+
+
+def table_read_bytes(cmd: dict, r: dict, word_bytes: int) -> int:
+    """The bytes of ``block_table`` the engine reads for a paged request that passed its
+    range checks: the entries of the first ``ceil(needed / bs)`` blocks (from entry 0,
+    whole bus words); 0 in a contiguous command."""
+    bs = _block_size(cmd)
+    if not bs:
+        return 0
+    entries = -(-(r["length"] + (r["flags"] & FLAG_APPEND)) // bs)
+    return -(-entries * 4 // word_bytes) * word_bytes
+
+
+def cache_row(cmd: dict, r: dict, head: int, token: int, table=None) -> int:
+    """The card address of row ``token`` of KV head ``head`` in request ``r``'s K cache
+    (``r["v"] - r["k"]`` more for V): contiguous, ``k + (head * capacity + token) * row``;
+    paged (``table``: the request's block ids), ``k + ((head * pool_blocks +
+    table[token // bs]) * bs + token % bs) * row``."""
+    row = cmd["shape_head_dim"] * 2
+    bs = _block_size(cmd)
+    if not bs:
+        return r["k"] + (head * r["capacity"] + token) * row
+    return r["k"] + ((head * r.get("pool_blocks", 0) + int(table[token // bs])) * bs + token % bs) * row
+
+
 def request_ranges(cmd: dict, r: dict) -> dict[str, tuple[int, int]]:
-    """(address, bytes) of everything request ``r`` reads or writes (whole rows; the
-    cache regions are kv_heads x capacity rows each)."""
+    """(address, bytes) of everything request ``r`` reads or writes, in the order the
+    engine checks them (whole rows; a contiguous cache region is kv_heads x capacity
+    rows, a paged pool kv_heads x pool_blocks x block_size rows; a paged request's
+    ``block_table`` is :func:`table_range_bytes`)."""
     d, g, hkv = cmd["shape_head_dim"], cmd["shape_group"], cmd["shape_kv_heads"]
     heads = g * hkv
     row = d * 2
+    bs = _block_size(cmd)
+    rows = r.get("pool_blocks", 0) * bs if bs else r["capacity"]      # rows a head, in the region or pool
     ranges = {"q": (r["q"], heads * d * _size(cmd["format_q"])), "out": (r["out"], heads * d * _size(cmd["format_out"])),
-              "k": (r["k"], hkv * r["capacity"] * row), "v": (r["v"], hkv * r["capacity"] * row)}
+              "k": (r["k"], hkv * rows * row), "v": (r["v"], hkv * rows * row)}
     if r["flags"] & FLAG_APPEND:
         ranges["k_new"] = (r["k_new"], hkv * row)
         ranges["v_new"] = (r["v_new"], hkv * row)
+    if bs:
+        ranges["block_table"] = (r.get("block_table", 0), table_range_bytes(r.get("blocks", 0)))
     return ranges
 
 
-def request_check(cmd: dict, r: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+def request_check(cmd: dict, r: dict, *, word_bytes: int, window_base: int, window_size: int,
+                  entries=None) -> tuple[int, str | None]:
     """One request's checks, in the engine's order: a failing request is skipped (its
-    status word says why), the rest of the batch runs."""
+    status word says why), the rest of the batch runs.
+
+    In order: flags (BAD_FIELD); nothing to attend over (ZERO_LENGTH "length"); paged:
+    ``blocks`` > :data:`MAX_TABLE_ENTRIES` (BAD_FIELD "blocks"); the cache too small,
+    ``length + append`` > capacity (contiguous: or capacity 0) or > ``blocks *
+    block_size`` (paged: or blocks 0) (OUT_OF_WINDOW "length"); the ranges of
+    :func:`request_ranges` (out first, then q, k, v, k_new, v_new, block_table) by the
+    transfer rule, then any two of them overlapping (OVERLAP); out over the
+    descriptor table (OVERLAP "out"); paged: block_table over the descriptor table
+    (OVERLAP "block_table"); last, paged only, the block ids the engine reads — any of
+    the first ``ceil((length + append) / block_size)`` ``entries`` >= ``pool_blocks``
+    (BAD_INDEX "block_table").  ``entries``: the request's block ids (at least that
+    many), needed for a paged request that reaches the last check (ValueError
+    otherwise)."""
+    code, name = _request_fields_and_ranges(cmd, r, word_bytes, window_base, window_size)
+    if code or not _block_size(cmd):
+        return code, name
+    if entries is None:
+        raise ValueError("a paged request's check needs its block table: pass entries=")
+    return _request_entries(cmd, r, entries)
+
+
+def _request_fields_and_ranges(cmd, r, word_bytes, window_base, window_size):
+    """:func:`request_check` up to the block ids (what the engine knows from the
+    descriptor alone)."""
     append = r["flags"] & FLAG_APPEND
+    bs = _block_size(cmd)
     if r["flags"] & ~FLAG_APPEND:
         return ErrorCode.BAD_FIELD, "flags"
-    if r["length"] + append == 0:
+    needed = r["length"] + append
+    if needed == 0:
         return ErrorCode.ZERO_LENGTH, "length"
-    if r["capacity"] == 0 or r["length"] + append > r["capacity"]:
+    if bs:
+        blocks = r.get("blocks", 0)
+        if blocks > MAX_TABLE_ENTRIES:
+            return ErrorCode.BAD_FIELD, "blocks"
+        if blocks == 0 or needed > blocks * bs:
+            return ErrorCode.OUT_OF_WINDOW, "length"
+    elif r["capacity"] == 0 or needed > r["capacity"]:
         return ErrorCode.OUT_OF_WINDOW, "length"
     ranges = request_ranges(cmd, r)
     ranges = {"out": ranges.pop("out"), **ranges}          # the output's problems are reported first
     code, name = check_ranges(ranges, word_bytes, window_base, window_size)
     if code:
         return code, name
-    (xo, lo), xt, lt = ranges["out"], cmd["table"], cmd["requests"] * DESCRIPTOR_BYTES
-    if xo < xt + lt and xt < xo + lo:
-        return ErrorCode.OVERLAP, "out"
+    xt, lt = cmd["table"], cmd["requests"] * DESCRIPTOR_BYTES
+    for name in ("out", "block_table") if bs else ("out",):
+        xo, lo = ranges[name]
+        if xo < xt + lt and xt < xo + lo:
+            return ErrorCode.OVERLAP, name
+    return ErrorCode.OK, None
+
+
+def _request_entries(cmd, r, entries):
+    """:func:`request_check`'s last check: the block ids a paged request uses."""
+    bs = _block_size(cmd)
+    count = -(-(r["length"] + (r["flags"] & FLAG_APPEND)) // bs)
+    used = np.asarray(entries, dtype=np.int64).reshape(-1)[:count]
+    if len(used) < count:
+        raise ValueError(f"entries: {len(used)} block ids given, the request uses {count}")
+    if (used >= r.get("pool_blocks", 0)).any():
+        return ErrorCode.BAD_INDEX, "block_table"
     return ErrorCode.OK, None
 
 
 def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window_base: int | None = None,
             window_size: int | None = None) -> tuple[int, int, int, int]:
     """Run an accepted command on ``memory`` (uint8 from card address ``base``): for each
-    request in order, its checks, then (append) k_new/v_new into row ``length`` of the
-    cache, attention over the last ``window`` (0: all) of the ``length + append``
-    tokens, the output, and the status word.  Returns (error, bytes read, bytes
-    written, failed requests)."""
+    request in order, its checks (a paged request's block ids are read once its ranges
+    pass: :func:`table_read_bytes`, counted as read whether its ids pass or not), then
+    (append) k_new/v_new into row ``length`` of the cache, attention over the last
+    ``window`` (0: all) of the ``length + append`` tokens, the output, and the status
+    word.  Rows are :func:`cache_row`'s.  Returns (error, bytes read, bytes written,
+    failed requests)."""
     window_base, window_size = default_window(memory, base, window_base, window_size)
     def at(addr, nbytes):
         return memory[addr - base:addr - base + nbytes]
@@ -266,29 +370,36 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     kv_fmt, q_fmt, out_fmt = KvFormat(cmd["format_kv"]), KvFormat(cmd["format_q"]), KvFormat(cmd["format_out"])
     scale = float(np.uint32(cmd["scale"]).view(np.float32))
     n = cmd["requests"]
+    bs = _block_size(cmd)
     table_bytes = -(-n * DESCRIPTOR_BYTES // word_bytes) * word_bytes
     read, written, failed = table_bytes, 0, 0
     row = d * 2
     for i, r in enumerate(unpack_descriptors(at(cmd["table"], n * DESCRIPTOR_BYTES).tobytes(), n)):
-        code, _ = request_check(cmd, r, word_bytes=word_bytes, window_base=window_base, window_size=window_size)
+        ids = None
+        code, _ = _request_fields_and_ranges(cmd, r, word_bytes, window_base, window_size)
+        if bs and not code:                     # the ranges passed: the engine reads the ids
+            nbytes = table_read_bytes(cmd, r, word_bytes)
+            ids = at(r["block_table"], nbytes).view(np.uint32).copy()
+            read += nbytes
+            code, _ = _request_entries(cmd, r, ids)
         status_addr = cmd["table"] + i * DESCRIPTOR_BYTES + 4 * DESCRIPTOR_FIELDS.index("status")
         if code:
             failed += 1
         else:
             length = r["length"]
+            rows = {name: (lambda h, t, name=name: cache_row(cmd, {**r, "k": r[name]}, h, t, ids))
+                    for name in ("k", "v")}
             if r["flags"] & FLAG_APPEND:
                 for h in range(hkv):
                     for name, new in (("k", "k_new"), ("v", "v_new")):
-                        at(r[name] + (h * r["capacity"] + length) * row, row)[:] = at(r[new] + h * row, row)
+                        at(rows[name](h, length), row)[:] = at(r[new] + h * row, row)
                 written += 2 * hkv * row      # (the new rows are read once, as the last rows attended)
                 length += 1
             first = max(0, length - r["window"]) if r["window"] else 0
             tokens = length - first
             q = at(r["q"], g * hkv * d * _size(q_fmt)).view(np.uint32 if q_fmt == KvFormat.FP32 else np.uint16)
-            k = np.stack([at(r["k"] + (h * r["capacity"] + first) * row, tokens * row).view(np.uint16)
-                          for h in range(hkv)]).reshape(hkv, tokens, d)
-            v = np.stack([at(r["v"] + (h * r["capacity"] + first) * row, tokens * row).view(np.uint16)
-                          for h in range(hkv)]).reshape(hkv, tokens, d)
+            k, v = (np.stack([_gather(at, rows[name], h, first, length, bs, row) for h in range(hkv)])
+                    .reshape(hkv, tokens, d) for name in ("k", "v"))
             out = decode(q.reshape(g * hkv, d), k, v, scale=scale, q_format=q_fmt, kv_format=kv_fmt,
                          out_format=out_fmt)
             raw = out.tobytes()
@@ -298,3 +409,16 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
         at(status_addr, 4)[:] = np.frombuffer(np.uint32(STATUS_DONE | int(code)).tobytes(), np.uint8)
         written += 4
     return 0, read, written, failed
+
+
+def _gather(at, row_of, head: int, first: int, last: int, bs: int, row: int) -> np.ndarray:
+    """Rows ``[first, last)`` of one head as uint16 patterns: one run contiguous, paged
+    one run per block (the pieces the engine's transfers read)."""
+    if not bs:
+        return at(row_of(head, first), (last - first) * row).view(np.uint16)
+    parts, t = [], first
+    while t < last:
+        n = min(bs - t % bs, last - t)
+        parts.append(at(row_of(head, t), n * row).view(np.uint16))
+        t += n
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
