@@ -29,8 +29,8 @@ CHECK = textwrap.dedent("""
         root = importlib.import_module(package)
         assert "site-packages" in root.__file__, root.__file__
         for info in pkgutil.walk_packages(root.__path__, package + "."):
-            if info.name.endswith((".torch", ".hf")):   # the PyTorch/transformers glue: the torch, llm extras
-                continue
+            if info.name.endswith((".torch", ".hf", ".vllm.backend")):
+                continue    # the PyTorch / transformers / vLLM glue: the torch, llm, vllm extras
             importlib.import_module(info.name)
     from amaranth.hdl import Fragment
     from ndpkit_spec.registry import REGISTRY

@@ -44,7 +44,7 @@ from ndpkit.errors import CacheClosed, NdpkitError
 from ndpkit.engines.attention.golden import (BLOCK_SIZES, HEAD_DIMS, MAX_KV_HEADS, MAX_TABLE_ENTRIES, KvFormat,
                                              widen)
 
-__all__ = ["ShardedKVCache", "KVCache", "to_bits16"]
+__all__ = ["ShardedKVCache", "KVCache", "to_bits16", "golden_outputs"]
 
 #: pools start on a 4 KiB boundary: one block of one head is then one burst (<= 4 KiB at
 #: block_size 16) that never crosses a 4 KiB boundary
@@ -460,6 +460,20 @@ class _Lengths:
         layer, slot = key
         shard, local = self.cache.locate(slot)
         shard.lengths[layer, local] = value
+
+
+def golden_outputs(cache, layer: int, slots, q, scale: float) -> np.ndarray:
+    """What the golden model answers for a decode of ``q`` (B, heads, d) float32 over
+    ``slots`` of ``cache`` as read back from the card (after the step: the new token's
+    key and value in place), (B, heads, d) float32: the reference a card's outputs must
+    equal bit for bit."""
+    from ndpkit.arith import fp
+    from ndpkit.engines.attention.golden import decode
+    out = []
+    for b, slot in enumerate(slots):
+        k, v = cache.read(layer, slot)
+        out.append(fp.floats(decode(q[b], k, v, scale=scale, q_format=KvFormat.FP32, kv_format=cache.format)))
+    return np.stack(out).astype(np.float32)
 
 
 class ShardedKVCache:
