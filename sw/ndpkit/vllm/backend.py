@@ -37,24 +37,32 @@ def card() -> CardAttention | None:
     return _CARD.get("card")
 
 
-def _open_card(kv_cache: torch.Tensor, impl: "NdpkitAttentionImpl") -> CardAttention:
+def _open_card(*, num_blocks: int, kv_heads: int, block_size: int, num_heads: int, head_dim: int,
+               layers: int, max_requests: int, max_model_len: int) -> CardAttention:
+    """This process's card and its cache (made once; a budget the card cannot hold is
+    refused here, naming the numbers)."""
     if "card" in _CARD:
         return _CARD["card"]
     import ndpkit
     from ndpkit.vllm import DEVICE_ENV, VERIFY_ENV
-    num_blocks, kv_heads, block_size, _ = kv_cache.shape
     spec = os.environ.get(DEVICE_ENV, "model?engines=attention")
     dev = ndpkit.open(spec)
     try:
-        state = CardAttention(
-            dev, num_heads=impl.num_heads, kv_heads=kv_heads, head_dim=impl.head_size, block_size=block_size,
-            num_blocks=num_blocks, **impl.card_args, verify=os.environ.get(VERIFY_ENV, "0") not in ("", "0"))
+        state = CardAttention(dev, layers=layers, num_heads=num_heads, kv_heads=kv_heads, head_dim=head_dim,
+                              block_size=block_size, num_blocks=num_blocks, max_requests=max_requests,
+                              max_model_len=max_model_len, verify=os.environ.get(VERIFY_ENV, "0") not in ("", "0"))
     except BaseException:
         dev.close()
         raise
     _CARD.update(card=state, dev=dev)
     atexit.register(_close)
     return state
+
+
+def _card_args(vllm_config) -> dict:
+    return dict(layers=vllm_config.model_config.get_num_layers(vllm_config.parallel_config),
+                max_requests=vllm_config.scheduler_config.max_num_seqs,
+                max_model_len=vllm_config.model_config.max_model_len)
 
 
 def _close() -> None:
@@ -78,29 +86,39 @@ class NdpkitMetadata:
     block_table: np.ndarray       # (num_decodes, max blocks)
     slot_mapping: np.ndarray      # (num_actual_tokens,)
     prefill: CPUAttentionMetadata | None
+    prefill_first_block: np.ndarray | None    # each prompt token's request's first block id
 
 
 class NdpkitMetadataBuilder(CPUAttentionMetadataBuilder):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self._init_reorder_batch_threshold(1)
+        # vLLM makes the builders once it has sized the KV cache: open the card now, so a
+        # budget it cannot hold stops vLLM at start-up
+        blocks = vllm_config.cache_config.num_gpu_blocks or vllm_config.cache_config.num_gpu_blocks_override
+        if blocks:
+            _open_card(num_blocks=blocks, kv_heads=self.num_kv_heads, block_size=self.block_size,
+                       num_heads=self.num_heads, head_dim=self.head_dim, **_card_args(vllm_config))
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False) -> NdpkitMetadata:
         cm = common_attn_metadata
         tokens = int(cm.query_start_loc_cpu[cm.num_reqs])
         decodes, prefills, decode_tokens, _ = split_decodes_and_prefills(cm, decode_threshold=1)
-        prefill = None
+        prefill = first_block = None
         if prefills:
             if cm.seq_lens_cpu_upper_bound is None:
                 cm = cm.replace(seq_lens_cpu_upper_bound=cm.seq_lens.cpu())
             part = _make_metadata_with_slice(UBatchSlice(slice(decodes, cm.num_reqs), slice(decode_tokens, tokens)),
                                              cm)
             prefill = super().build(0, part, fast_build)
+            first_block = np.repeat(part.block_table_tensor[:, 0].cpu().numpy(),
+                                    np.diff(part.query_start_loc_cpu.numpy()))
         return NdpkitMetadata(
             num_decodes=decodes, num_decode_tokens=decode_tokens, num_actual_tokens=tokens,
             seq_lens=cm.seq_lens[:decodes].cpu().numpy().astype(np.int64),
             block_table=cm.block_table_tensor[:decodes].cpu().numpy(),
-            slot_mapping=cm.slot_mapping[:tokens].cpu().numpy().astype(np.int64), prefill=prefill)
+            slot_mapping=cm.slot_mapping[:tokens].cpu().numpy().astype(np.int64), prefill=prefill,
+            prefill_first_block=first_block)
 
 
 class NdpkitAttentionImpl(CPUAttentionBackendImpl):
@@ -118,10 +136,8 @@ class NdpkitAttentionImpl(CPUAttentionBackendImpl):
                                       f"(decoder self-attention of a plain softmax only)")
         config = get_current_vllm_config()       # (set while vLLM builds the model, not at forward)
         block_size = config.cache_config.block_size
-        #: what the card's cache is sized by besides the KV cache tensor (at the first step)
-        self.card_args = dict(layers=config.model_config.get_num_layers(config.parallel_config),
-                              max_requests=config.scheduler_config.max_num_seqs,
-                              max_model_len=config.model_config.max_model_len)
+        #: what the card's cache is sized by besides the KV cache tensor
+        self.card_args = _card_args(config)
         check_shape(num_heads=num_heads, kv_heads=num_kv_heads, head_dim=head_size,
                     block_size=block_size if block_size is not None else BLOCK_SIZES[-1])
         super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
@@ -129,18 +145,24 @@ class NdpkitAttentionImpl(CPUAttentionBackendImpl):
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):
-        if attn_metadata is None:            # vLLM's warm-up and profiling runs
+        if attn_metadata is None:            # vLLM's profiling and warm-up runs
             return output
         if output_scale is not None or output_block_scale is not None:
             raise NotImplementedError("ndpkit's attention backend: fused output quantization is not supported")
         md: NdpkitMetadata = attn_metadata
-        state = _open_card(kv_cache, self)
+        num_blocks, kv_heads, block_size, _ = kv_cache.shape
+        state = _open_card(num_blocks=num_blocks, kv_heads=kv_heads, block_size=block_size, num_heads=self.num_heads,
+                           head_dim=self.head_size, **self.card_args)
+        if state.shards[0][0].num_blocks != num_blocks:
+            raise ValueError(f"num_blocks: vLLM's KV cache has {num_blocks} blocks, the card's was made for "
+                             f"{state.shards[0][0].num_blocks}")
         index = extract_layer_index(layer.layer_name)
         first, end = md.num_decode_tokens, md.num_actual_tokens
         if md.prefill is not None:
             super().forward(layer, query[first:end], key[first:end], value[first:end], kv_cache, md.prefill,
                             output[first:end])
-            state.prefill(index, md.slot_mapping[first:end], _numpy(key[first:end]), _numpy(value[first:end]))
+            state.prefill(index, md.slot_mapping[first:end], _numpy(key[first:end]), _numpy(value[first:end]),
+                          md.prefill_first_block)
         if md.num_decodes:
             n = md.num_decode_tokens
             out = state.decode(index, _numpy(query[:n]), _numpy(key[:n]), _numpy(value[:n]), md.block_table,

@@ -37,13 +37,27 @@ def _kv_bytes_per_block(layers: int, kv_heads: int, head_dim: int, block_size: i
     return 2 * layers * kv_heads * block_size * head_dim * 2        # K and V, 16-bit
 
 
-def blocks_that_fit(dev, *, layers: int, kv_heads: int, head_dim: int, block_size: int) -> int:
-    """How many vLLM blocks of ``block_size`` tokens one attention instance of ``dev``
-    holds for a model of ``layers`` layers (K and V, 16-bit, every layer), leaving room
-    for the commands' staging: the value to give vLLM as ``num_gpu_blocks_override``."""
-    client = dev.attention
-    _, size = dev.region(client.region)
-    return max(0, (size - STAGING_BYTES) // _kv_bytes_per_block(layers, kv_heads, head_dim, block_size) - 1)
+def _instances(devices) -> list[tuple[object, int, object]]:
+    """(device, instance index, client) of every attention instance of ``devices``."""
+    devices = list(devices) if isinstance(devices, (list, tuple)) else [devices]
+    out = []
+    for dev in devices:
+        clients = dev.instances.get("attention")
+        if not clients:
+            dev.engine("attention")                  # raises, naming what the card has
+        out += [(dev, i, c) for i, c in enumerate(clients)]
+    return out
+
+
+def blocks_that_fit(devices, *, layers: int, kv_heads: int, head_dim: int, block_size: int) -> int:
+    """How many vLLM blocks of ``block_size`` tokens every attention instance of
+    ``devices`` (one card or a list) holds for a model of ``layers`` layers (K and V,
+    16-bit, every layer), leaving room for the commands' staging: the value to give vLLM
+    as ``num_gpu_blocks_override`` (each instance holds the whole pool: any block may
+    belong to a request it serves)."""
+    per_block = _kv_bytes_per_block(layers, kv_heads, head_dim, block_size)
+    return min(max(0, (dev.region(client.region)[1] - STAGING_BYTES) // per_block - 1)
+               for dev, _, client in _instances(devices))
 
 
 def check_shape(*, num_heads: int, kv_heads: int, head_dim: int, block_size: int) -> None:
@@ -61,68 +75,112 @@ def check_shape(*, num_heads: int, kv_heads: int, head_dim: int, block_size: int
 
 
 class CardAttention:
-    """Decode attention on ``dev`` over a paged KV cache mirroring vLLM's ``num_blocks``
-    blocks of ``block_size`` tokens for ``layers`` layers; ``max_requests`` decode
-    requests a step at most, ``max_model_len`` tokens a request at most.  ``verify``:
-    every card output is checked bit for bit against the golden model on the cache read
-    back (``mismatches`` counts those that differ).  Counters: ``decode_steps`` (engine
-    commands), ``decode_tokens`` (request-layers run on the card), ``prefill_tokens``
-    (token-layers written to the card), ``cycles`` (each command's engine cycles)."""
+    """Decode attention on the attention instances of ``devices`` (one card or a list of
+    cards) over paged KV caches mirroring vLLM's ``num_blocks`` blocks of ``block_size``
+    tokens for ``layers`` layers; ``max_requests`` decode requests a step at most,
+    ``max_model_len`` tokens a request at most.
 
-    def __init__(self, dev, *, layers: int, num_heads: int, kv_heads: int, head_dim: int, block_size: int,
+    With several instances each request is served by one of them, chosen by its first
+    block id (vLLM keeps a running request's blocks, and requests sharing a prefix share
+    its first block), so its prompt, its appended tokens and its decode steps all land
+    there; the instances of a step run at the same time.  ``verify``: every output is
+    checked bit for bit against the golden model on the cache read back (``mismatches``
+    counts those that differ).  Counters: ``decode_steps`` (decode steps a layer),
+    ``decode_tokens`` (request-layers run on the card), ``prefill_tokens`` (token-layers
+    written to the card), ``cycles`` (each step's engine cycles, the slowest instance's)."""
+
+    def __init__(self, devices, *, layers: int, num_heads: int, kv_heads: int, head_dim: int, block_size: int,
                  num_blocks: int, max_requests: int, max_model_len: int, fmt: str = "fp16", verify: bool = False):
         check_shape(num_heads=num_heads, kv_heads=kv_heads, head_dim=head_dim, block_size=block_size)
-        fit = blocks_that_fit(dev, layers=layers, kv_heads=kv_heads, head_dim=head_dim, block_size=block_size)
+        instances = _instances(devices)
+        fit = blocks_that_fit(devices, layers=layers, kv_heads=kv_heads, head_dim=head_dim, block_size=block_size)
         if num_blocks > fit:
             need = num_blocks * _kv_bytes_per_block(layers, kv_heads, head_dim, block_size)
             raise ValueError(f"num_blocks: vLLM's KV cache has {num_blocks} blocks of {block_size} tokens "
-                             f"({need / 2**20:.1f} MiB on the card for {layers} layers); the card's attention "
-                             f"instance holds {fit} (region of {dev.region(dev.attention.region)[1] / 2**20:.1f} "
-                             f"MiB): start vLLM with num_gpu_blocks_override={fit} or fewer")
-        self.dev, self.layers, self.block_size, self.verify = dev, layers, block_size, verify
+                             f"({need / 2**20:.1f} MiB on the card for {layers} layers); an attention instance "
+                             f"holds {fit}: start vLLM with num_gpu_blocks_override={fit} or fewer")
+        self.layers, self.block_size, self.verify = layers, block_size, verify
         self.num_heads, self.kv_heads, self.head_dim = num_heads, kv_heads, head_dim
-        self.kv = KVCache(dev, layers=layers, slots=max_requests, kv_heads=kv_heads, head_dim=head_dim,
-                          capacity=max_model_len, fmt=fmt, block_size=block_size, num_blocks=num_blocks,
-                          manage_blocks=False)
-        # slot i: the i-th decode request of a step (its table and length set each step)
-        self.slots = [self.kv.new_request() for _ in range(max_requests)]
+        self.max_requests = max_requests
+        self.shards = []             # (cache, its slots: slot i = the i-th request of a step it serves)
+        try:
+            for dev, index, _ in instances:
+                kv = KVCache(dev, layers=layers, slots=max_requests, kv_heads=kv_heads, head_dim=head_dim,
+                             capacity=max_model_len, fmt=fmt, block_size=block_size, num_blocks=num_blocks,
+                             manage_blocks=False, instance=index if len(dev.instances["attention"]) > 1 else None)
+                self.shards.append((kv, [kv.new_request() for _ in range(max_requests)]))
+        except BaseException:
+            self.close()
+            raise
         self.decode_steps = self.decode_tokens = self.prefill_tokens = self.mismatches = 0
         self.cycles: list[int] = []
 
-    def prefill(self, layer: int, slot_mapping, k, v) -> None:
+    def shard_of(self, first_block) -> np.ndarray:
+        """The instance (index into ``shards``) serving the requests whose first block ids
+        are ``first_block``."""
+        return np.asarray(first_block, dtype=np.int64) % len(self.shards)
+
+    def prefill(self, layer: int, slot_mapping, k, v, first_block=None) -> None:
         """Write ``k``, ``v`` (T, kv_heads, head_dim) of T prompt tokens to the card at
-        vLLM's ``slot_mapping`` (T slots; negative: padding, skipped)."""
+        vLLM's ``slot_mapping`` (T slots; negative: padding, skipped); ``first_block``
+        (T): the first block id of each token's request (needed with several instances)."""
         slot_mapping = np.asarray(slot_mapping)
-        self.kv.write_slots(layer, slot_mapping, k, v)
+        if len(self.shards) == 1:
+            self.shards[0][0].write_slots(layer, slot_mapping, k, v)
+        else:
+            if first_block is None or np.shape(first_block) != slot_mapping.shape:
+                raise ValueError(f"first_block: one block id a token ({slot_mapping.shape[0]}) with "
+                                 f"{len(self.shards)} attention instances")
+            owner = self.shard_of(first_block)
+            k, v = np.asarray(k), np.asarray(v)
+            for s, (kv, _) in enumerate(self.shards):
+                mine = np.flatnonzero(owner == s)
+                if mine.size:
+                    kv.write_slots(layer, slot_mapping[mine], k[mine], v[mine])
         self.prefill_tokens += int((slot_mapping >= 0).sum())
 
     def decode(self, layer: int, q, k_new, v_new, block_tables, seq_lens, slot_mapping, *, scale: float):
-        """One decode step of B requests on the card: ``q`` (B, heads, d), ``k_new`` and
-        ``v_new`` (B, kv_heads, d) the new token's (appended by the engine at
-        ``slot_mapping``), ``block_tables`` (B, ≥ blocks) vLLM's block ids,
-        ``seq_lens`` (B) each request's tokens with the new one.  Returns (B, heads, d)
-        float32."""
+        """One decode step of B requests: ``q`` (B, heads, d), ``k_new`` and ``v_new``
+        (B, kv_heads, d) the new token's (appended by the engine at ``slot_mapping``),
+        ``block_tables`` (B, ≥ blocks) vLLM's block ids, ``seq_lens`` (B) each request's
+        tokens with the new one.  Returns (B, heads, d) float32."""
+        from ndpkit.engines.attention.client import start_decode
         seq_lens = np.asarray(seq_lens, dtype=np.int64)
         block_tables = np.asarray(block_tables)
+        q, k_new, v_new = (np.asarray(x, dtype=np.float32) for x in (q, k_new, v_new))
+        slot_mapping = np.asarray(slot_mapping, dtype=np.int64)
         batch = len(seq_lens)
-        if batch > self.kv.slots:
-            raise ValueError(f"a decode step of {batch} requests; the card cache was made for "
-                             f"max_requests={self.kv.slots}")
+        owner = self.shard_of(block_tables[:, 0]) if batch else np.zeros(0, np.int64)
         bs = self.block_size
-        for i, n in enumerate(seq_lens):
-            self.kv.set_block_table(self.slots[i], block_tables[i, :math.ceil(int(n) / bs)])
-            self.kv.set_length(layer, self.slots[i], int(n) - 1)
-        out = self.dev.attention.decode(q, k_new, v_new, self.kv, layer, self.slots[:batch], scale=scale,
-                                        slot_mapping=np.asarray(slot_mapping, dtype=np.int64))
-        last = self.dev.attention.last
-        self.cycles.append((last.cycles or 0) if last is not None else 0)
+        parts = []
+        for s, (kv, slots) in enumerate(self.shards):
+            mine = np.flatnonzero(owner == s)
+            if not mine.size:
+                continue
+            if mine.size > self.max_requests:
+                raise ValueError(f"a decode step of {mine.size} requests on one instance; the card cache was made "
+                                 f"for max_requests={self.max_requests}")
+            for i, b in enumerate(mine):
+                kv.set_block_table(slots[i], block_tables[b, :math.ceil(int(seq_lens[b]) / bs)])
+                kv.set_length(layer, slots[i], int(seq_lens[b]) - 1)
+            parts.append((kv, slots[:mine.size], mine,
+                          start_decode(q[mine], k_new[mine], v_new[mine], kv, layer, slots[:mine.size], scale=scale,
+                                       slot_mapping=slot_mapping[mine])))
+        out = np.empty(q.shape, np.float32)
+        spent = 0
+        for kv, slots, mine, pending in parts:
+            out[mine] = pending.finish()
+            last = (kv.client or kv.dev.attention).last
+            spent = max(spent, (last.cycles or 0) if last is not None else 0)
+            if self.verify:
+                want = golden_outputs(kv, layer, slots, q[mine], scale)
+                self.mismatches += int((want.view(np.uint32) != out[mine].view(np.uint32))
+                                       .reshape(mine.size, -1).any(axis=1).sum())
+        self.cycles.append(spent)
         self.decode_steps += 1
         self.decode_tokens += batch
-        if self.verify:
-            want = golden_outputs(self.kv, layer, self.slots[:batch], np.asarray(q, dtype=np.float32), scale)
-            self.mismatches += int((want.view(np.uint32) != out.astype(np.float32).view(np.uint32))
-                                   .reshape(batch, -1).any(axis=1).sum())
         return out
 
     def close(self) -> None:
-        self.kv.close()
+        for kv, _ in self.shards:
+            kv.close()

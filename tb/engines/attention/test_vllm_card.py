@@ -30,20 +30,25 @@ def _reference(q, k, v, scale):
     return out
 
 
-@pytest.mark.parametrize("block_size", [32, 128])
-def test_requests_arrive_and_finish_over_vllm_blocks(block_size):
+@pytest.mark.parametrize("block_size, instances", [(32, 1), (128, 1), (32, 2)])
+def test_requests_arrive_and_finish_over_vllm_blocks(block_size, instances):
+    """With two attention instances each request is served by the one its first block
+    picks; the outputs are those of one card (the contiguous reference)."""
     seed = 1234 + block_size
     print("seed", seed)
     rng = np.random.default_rng(seed)
     layers, heads, hkv, d = 2, 6, 2, 64
     scale = 1 / math.sqrt(d)
     num_blocks = 24
-    with ndpkit.open("model", **SPEC) as dev:
+    spec = dict(SPEC, engines=f"attention*{instances}", memory_ports=instances) if instances > 1 else SPEC
+    with ndpkit.open("model", **spec) as dev:
         card = CardAttention(dev, layers=layers, num_heads=heads, kv_heads=hkv, head_dim=d, block_size=block_size,
                              num_blocks=num_blocks, max_requests=4, max_model_len=512, verify=True)
-        flat = KVCache(dev, layers=layers, slots=4, kv_heads=hkv, head_dim=d, capacity=512)   # the same, contiguous
+        flat = KVCache(dev, layers=layers, slots=4, kv_heads=hkv, head_dim=d, capacity=512,   # the same, contiguous
+                       instance=0 if instances > 1 else None)
         free = list(rng.permutation(num_blocks))              # vLLM's free block queue
         live = {}                                              # request -> (blocks, tokens, contiguous slot)
+        served = set()                                         # the instances that ran decode steps
 
         def grow(r, tokens):
             blocks, _, slot = live[r]
@@ -60,7 +65,7 @@ def test_requests_arrive_and_finish_over_vllm_blocks(block_size):
             grow(r, prompt)
             for layer in range(layers):
                 k, v = rng.standard_normal((2, prompt, hkv, d)).astype(np.float32)
-                card.prefill(layer, slots_of(r, 0, prompt), k, v)
+                card.prefill(layer, slots_of(r, 0, prompt), k, v, np.full(prompt, live[r][0][0]))
                 flat.prefill(layer, live[r][2], k.transpose(1, 0, 2), v.transpose(1, 0, 2))
 
         def step():
@@ -72,6 +77,7 @@ def test_requests_arrive_and_finish_over_vllm_blocks(block_size):
                 tables[i, :len(live[r][0])] = live[r][0]
             seq_lens = np.array([live[r][1] for r in order])
             mapping = np.array([slots_of(r, live[r][1] - 1, 1)[0] for r in order])
+            served.update(card.shard_of(tables[:, 0]).tolist())
             for layer in range(layers):
                 q = rng.standard_normal((len(order), heads, d)).astype(np.float32)
                 kn, vn = rng.standard_normal((2, len(order), hkv, d)).astype(np.float32)
@@ -98,6 +104,7 @@ def test_requests_arrive_and_finish_over_vllm_blocks(block_size):
         for _ in range(3):
             step()
         assert card.mismatches == 0
+        assert len(card.shards) == instances and served == set(range(instances))
         assert card.decode_steps == 6 * layers
         assert card.decode_tokens == (1 + 2 + 2 + 3 * 2) * layers
         assert card.prefill_tokens == (40 + block_size - 1 + 2 * block_size) * layers
