@@ -27,10 +27,14 @@ import time
 PROMPTS = [("The capital of France is", 8), ("One, two, three,", 12), ("def fibonacci(n):", 10),
            ("The largest planet in the solar system is", 6), ("Water boils at", 9)]
 ARRIVALS = [0, 0, 2, 5, 5]
-#: the card each ``--device`` opens; its KV blocks (vLLM's num_gpu_blocks_override, 128 tokens each)
-DEVICES = {"model": "model?engines=attention&mem_size=64M", "sim": "sim?engines=attention&mem_size=64M"}
-BLOCKS = 16
-MAX_MODEL_LEN = 512
+#: the card each ``--device`` opens and vLLM's KV cache on it: blocks (num_gpu_blocks_override,
+#: within what the card holds: ndpkit.vllm.card_blocks), tokens a block, tokens a request.  The
+#: simulated card is the tests' 128-bit build with 8 MiB of memory (one Verilator build).
+DEVICES = {
+    "model": dict(spec="model?engines=attention&mem_size=64M", blocks=16, block_size=128, max_model_len=512),
+    "sim": dict(spec="sim?engines=attention&data_width=128&mem_size=8M", blocks=8, block_size=32,
+                max_model_len=256),
+}
 
 
 def run_vllm(device: str) -> dict:
@@ -39,14 +43,16 @@ def run_vllm(device: str) -> dict:
     report = None
     if device != "none":
         report = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
-        os.environ.update(NDPKIT_VLLM_DEVICE=DEVICES[device], NDPKIT_VLLM_VERIFY="1", NDPKIT_VLLM_REPORT=report)
+        os.environ.update(NDPKIT_VLLM_DEVICE=DEVICES[device]["spec"], NDPKIT_VLLM_VERIFY="1",
+                          NDPKIT_VLLM_REPORT=report)
     else:
         os.environ.pop("NDPKIT_VLLM_DEVICE", None)
     from vllm import LLM, SamplingParams
 
     from ndpkit.vllm.model import smollm2_folder
-    llm = LLM(model=smollm2_folder(), dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN,
-              num_gpu_blocks_override=BLOCKS, max_num_seqs=8, seed=0)
+    card = DEVICES.get(device, DEVICES["model"])
+    llm = LLM(model=smollm2_folder(), dtype="float32", enforce_eager=True, max_model_len=card["max_model_len"],
+              num_gpu_blocks_override=card["blocks"], block_size=card["block_size"], max_num_seqs=8, seed=0)
     engine = llm.llm_engine
     tokens: dict[int, list[int]] = {}
     waiting = list(range(len(PROMPTS)))
@@ -126,9 +132,18 @@ def main(argv=None) -> int:
         for d in ["none", "eager", *devices]:
             run = result["runs"][d]
             card = run.get("card")
-            extra = (f"; on the card: {card['decode_steps']} decode commands, {card['decode_tokens']} request-layers, "
-                     f"{card['prefill_tokens']} prompt token-layers written, {card['engine_cycles']} engine cycles, "
-                     f"{card['mismatches']} outputs differing from the golden model" if card else "")
+            extra = ""
+            if card:
+                extra = (f"; on the card: {card['decode_steps']} decode commands, {card['decode_tokens']} request-layers, "
+                         f"{card['prefill_tokens']} prompt token-layers written, {card['mismatches']} outputs differing "
+                         f"from the golden model")
+                if card["engine_cycles"]:
+                    per_command = card["engine_cycles"] / card["decode_steps"]
+                    # the attention of this run's decode tokens at the boards' 200 MHz engine clock
+                    projected = card["decode_tokens"] / card["layers"] / (card["engine_cycles"] / 200e6)
+                    run.update(cycles_per_decode_command=per_command, projected_decode_tokens_per_second=projected)
+                    extra += (f"; {per_command:,.0f} engine cycles a decode command, so at 200 MHz the card's "
+                              f"attention alone would take {projected:,.0f} decode tokens/s at these batches")
             print(f"{d:>6}: {run['tokens_per_second']:.2f} tokens/s ({run['seconds']:.1f} s){extra}")
         ok = all(all(v for k, v in r.items() if k.endswith(("_equals_vllm_cpu",))) for r in result["rows"]) and \
             all(result["runs"][d]["card"]["mismatches"] == 0 for d in devices)

