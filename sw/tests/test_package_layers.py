@@ -75,12 +75,14 @@ def test_gateware_loads_neither_numpy_nor_the_driver():
 
 
 GLUE = "ndpkit.engines.adam.torch,ndpkit.engines.attention.torch,ndpkit.torch,ndpkit.engines.attention.hf,ndpkit.hf"
+#: vLLM's backend imports vLLM, whose CPU build lives in its own environment (the vllm extra)
+VLLM_GLUE = "ndpkit.vllm.backend"
 
 
-@pytest.mark.parametrize("skip", [GLUE, ""], ids=["without-torch-glue", "with-torch-glue"])
+@pytest.mark.parametrize("skip", [f"{GLUE},{VLLM_GLUE}", VLLM_GLUE], ids=["without-torch-glue", "with-torch-glue"])
 def test_driver_loads_neither_gateware_nor_tools(skip):
     """With and without the PyTorch and transformers glue (the torch and llm extras)."""
-    if not skip:
+    if skip == VLLM_GLUE:
         pytest.importorskip("torch")
         pytest.importorskip("transformers")
     count, loaded = _loaded("ndpkit", skip)
