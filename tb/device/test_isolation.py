@@ -62,6 +62,21 @@ def _attention_commands(inside, outside, word):
     return args, req, [{**req, "k": b}, {**req, "v": b + 4096}, {**req, "out": b}]
 
 
+def _attention_paged(inside, outside, args):
+    """The attention engine's paged mode (block size 16, a pool of 2 blocks, the request in
+    block 1): (command args, the good request and its block ids, [(a bad request, its block ids,
+    the code)]) — a pool or the block table outside the window, an id past the pool."""
+    a, b = inside.address, outside.address
+    req = {"q": a + 1024, "out": a + 2048, "k": a + 8192, "v": a + 16384, "length": 10, "capacity": 0,
+           "window": 0, "flags": 1, "k_new": a + 6144, "v_new": a + 6400, "block_table": a + 4096, "blocks": 1,
+           "pool_blocks": 2}
+    bad = [({**req, "k": b}, [1], ErrorCode.OUT_OF_WINDOW), ({**req, "v": b + 4096}, [1], ErrorCode.OUT_OF_WINDOW),
+           ({**req, "block_table": b}, [1], ErrorCode.OUT_OF_WINDOW),
+           ({**req, "block_table": a + ARENA - 32}, [1], ErrorCode.OUT_OF_WINDOW),
+           (req, [2], ErrorCode.BAD_INDEX)]
+    return {**args, "shape_block_size": 16}, (req, [1]), bad
+
+
 @pytest.mark.parametrize("transport, engine", list(_cases()))
 def test_engine_cannot_leave_its_window(transport, engine):
     rng = np.random.default_rng(11)
@@ -98,6 +113,22 @@ def test_engine_cannot_leave_its_window(transport, engine):
                 assert status == attention_golden.STATUS_DONE | ErrorCode.OUT_OF_WINDOW, hex(status)
                 image[inside][table_at + 40:table_at + 44] = np.frombuffer(np.uint32(status).tobytes(), np.uint8)
                 unchanged()
+            # paged: a pool or the block table outside, an id past the pool (BAD_INDEX)
+            paged_args, (paged_req, paged_ids), paged_bad = _attention_paged(inside, outside, args)
+            for req, ids, code in paged_bad + [(paged_req, paged_ids, ErrorCode.OK)]:
+                raw = attention_golden.pack_descriptors([req])
+                entries = np.array(ids, np.uint32).tobytes()
+                ids_at = paged_req["block_table"] - inside.address
+                for at, data in ((table_at, raw), (ids_at, entries)):
+                    inside.write(data, at)
+                    image[inside][at:at + len(data)] = np.frombuffer(data, np.uint8)
+                done = client.submit(paged_args).wait(check=False)
+                assert done.error == ErrorCode.OK and done.aux == int(code != ErrorCode.OK), (done, code)
+                status = attention_golden.unpack_descriptors(inside.read(64, table_at), 1)[0]["status"]
+                assert status == attention_golden.STATUS_DONE | code, (hex(status), code)
+                image[inside][table_at + 40:table_at + 44] = np.frombuffer(np.uint32(status).tobytes(), np.uint8)
+                if code != ErrorCode.OK:
+                    unchanged()
             inside.write(attention_golden.pack_descriptors([good_req]), table_at)
             done = client.submit(args).wait(check=False)
             assert done.error == ErrorCode.OK and done.aux == 0, done

@@ -352,12 +352,14 @@ class _DmaEngine(wiring.Component):
         """The AR or AW register stage, fed by the splitter.
 
         A burst loads when the stage is empty, fewer than ``max_outstanding`` bursts
-        are in flight and ``room(beats)`` held the cycle before (the engine's buffer
-        rule, registered: a load leaves the stage full for at least the next cycle, so
-        the registered test always sees the counters after the previous load; data
-        moving since can only add room).  At most a burst per two cycles.  Returns
-        (outstanding counter, load strobe, handshake strobe, the burst's last-of-command
-        flag as it stands on the bus); the caller decrements ``outstanding`` itself.
+        are in flight and ``room(beats)`` held the cycle before for the same burst (the
+        engine's buffer rule, registered: a load leaves the stage full for at least the
+        next cycle, so the registered test always sees the counters after the previous
+        load; data moving since can only add room; a burst the splitter offers after its
+        output was empty waits a cycle, its test having been of the last burst's beats).
+        At most a burst per two cycles.  Returns (outstanding counter, load strobe,
+        handshake strobe, the burst's last-of-command flag as it stands on the bus); the
+        caller decrements ``outstanding`` itself.
         """
         p, bus = self.params, self.bus
         valid, ready = getattr(bus, f"{prefix}valid"), getattr(bus, f"{prefix}ready")
@@ -366,7 +368,9 @@ class _DmaEngine(wiring.Component):
         last = Signal(name=f"{prefix}_last_of_command")
         load = Signal(name=f"{prefix}_load")
         has_room = Signal(name=f"{prefix}_room")
-        m.d.sync += has_room.eq(room(burst.len + 1) & (outstanding < p.max_outstanding))
+        # (only for a burst the splitter already offered: when its output was empty the payload
+        # was the last burst's, and a larger new one could load with another's room)
+        m.d.sync += has_room.eq(room(burst.len + 1) & (outstanding < p.max_outstanding) & splitter.burst.valid)
         m.d.comb += [
             load.eq(splitter.burst.valid & ~valid & has_room),
             splitter.burst.ready.eq(load),

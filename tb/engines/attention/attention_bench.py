@@ -16,6 +16,14 @@ shell).  Writes build/perf/attention.json.  Contexts 128, 512, 2048 for every G,
 (the full run only; ATTN_LONG=0 leaves it out).  QUICK=1: G = 1 and 4; ATTN_GROUPS=1,8 runs only
 those group sizes.
 
+**Paged KV cache** (the full run; ATTN_PAGED=0 leaves it out, ATTN_PAGED=only runs only it):
+G = 1, 2 x 2 heads, block size 16, one K and one V pool (4 KiB aligned) holding the two
+requests' blocks in a random permutation, each request's table 64-byte aligned: contexts
+128, 512 and 2048 at d = 128 and context 512 at d = 64, each beside the same case on
+contiguous slots; the paged / contiguous ratio of the efficiencies (of the cycles, the
+KV bytes being the same) and of the steady states of the two fits.  Written to the JSON's
+``paged`` entry (the ``engine`` rows stay the contiguous sweep).
+
 MEMORY=hbm2_pc: the 2 x 2 cases at contexts 128, 512 and 2048 on that DRAM preset (the
 engine at the boards' 200 MHz behind the card's clock crossing), written to
 attention-<preset>.json with the fixed cost and steady state of a straight-line fit
@@ -49,8 +57,24 @@ def cases(quick: bool, groups=(1, 4, 8)):
     return [(g, n, 2, 2) for g in groups for n in contexts] + long + [(g, 512, 4, 4) for g in groups]
 
 
+#: the paged comparison's block size
+PAGED_BLOCK = 16
+
+
+def paged_cases():
+    """(G, L, requests, KV heads, block size, d) of the paged comparison: each paged case
+    (block size 16) beside the same case on contiguous slots (block size 0)."""
+    shapes = [(n, D) for n in (128, 512, 2048)] + [(512, 64)]
+    return [(1, n, 2, 2, bs, d) for n, d in shapes for bs in (0, PAGED_BLOCK)]
+
+
+def _case(c):
+    """A case as (G, L, requests, KV heads, block size, d)."""
+    return tuple(c) + (0, D)[len(c) - 4:] if len(c) < 6 else tuple(c)
+
+
 def memory_bytes(todo) -> int:
-    need = max(2 * r * h * n * 2 * D for _, n, r, h in todo) + (1 << 20)
+    need = max(2 * c[2] * c[3] * c[1] * 2 * _case(c)[5] for c in todo) + (1 << 20)
     return max(1 << 24, 1 << (need - 1).bit_length())
 
 
@@ -65,39 +89,61 @@ async def attention_throughput(dut):
     memory = BulkBackdoor(dut.memory.storage, dut.clk, word)
     rng = np.random.default_rng(1)
     rows = []
-    row = 2 * D
     # G = 1 at context 512 over the latency sweep, then every case at the main latency
     jobs = [(lat, (1, 512, 2, 2)) for lat in p.get("sweep_latencies", ()) if lat != p["latency"]]
-    for latency, (group, length, REQUESTS, KV_HEADS) in jobs + [(p["latency"], c) for c in p["cases"]]:
+    for latency, case in jobs + [(p["latency"], c) for c in p["cases"]]:
+        group, length, REQUESTS, KV_HEADS, block, d = _case(case)
         dut.read_latency.value = latency
         dut.write_latency.value = latency
         heads = group * KV_HEADS
-        table, q_base, out_base = 0, 4096, 4096 + REQUESTS * heads * D * 2
-        cache = out_base + REQUESTS * heads * D * 4
+        row = 2 * d
+        table, q_base, out_base = 0, 4096, 4096 + REQUESTS * heads * d * 2
+        cache = out_base + REQUESTS * heads * d * 4
         region = KV_HEADS * length * row
-        descs = [{"q": q_base + i * heads * D * 2, "out": out_base + i * heads * D * 4,
-                  "k": cache + 2 * i * region, "v": cache + (2 * i + 1) * region, "length": length,
-                  "capacity": length} for i in range(REQUESTS)]
-        q = golden.narrow(rng.standard_normal(REQUESTS * heads * D).astype(np.float32).view(np.uint32),
+        if block:
+            # one K and one V pool (4 KiB aligned) of the requests' blocks, in a random order;
+            # each request's table 64-byte aligned, after the descriptors
+            per = -(-length // block)
+            pool_blocks = REQUESTS * per
+            cache = -(-cache // 4096) * 4096
+            pool_bytes = -(-KV_HEADS * pool_blocks * block * row // 4096) * 4096
+            ids = rng.permutation(pool_blocks).astype(np.uint32)
+            stride = -(-per * 4 // 64) * 64
+            assert 1024 + REQUESTS * stride <= q_base
+            descs = [{"q": q_base + i * heads * d * 2, "out": out_base + i * heads * d * 4, "k": cache,
+                      "v": cache + pool_bytes, "length": length, "capacity": 0,
+                      "block_table": 1024 + i * stride, "blocks": per, "pool_blocks": pool_blocks}
+                     for i in range(REQUESTS)]
+            for i, r in enumerate(descs):                  # (zero-padded to whole 64-byte units)
+                entries = np.zeros(stride // 4, np.uint32)
+                entries[:per] = ids[i * per:(i + 1) * per]
+                await memory.write(r["block_table"], entries.tobytes())
+        else:
+            descs = [{"q": q_base + i * heads * d * 2, "out": out_base + i * heads * d * 4,
+                      "k": cache + 2 * i * region, "v": cache + (2 * i + 1) * region, "length": length,
+                      "capacity": length} for i in range(REQUESTS)]
+        q = golden.narrow(rng.standard_normal(REQUESTS * heads * d).astype(np.float32).view(np.uint32),
                           golden.KvFormat.FP16)
         await memory.write(q_base, q.tobytes())
         await memory.write(table, golden.pack_descriptors(descs))
         fields = {"format_q": 1, "format_kv": 1, "format_out": 0, "table": table, "requests": REQUESTS,
-                  "shape_head_dim": D, "shape_group": group, "shape_kv_heads": KV_HEADS,
-                  "shape_block_size": 0, "tag": 1,
-                  "scale": int(np.float32(1 / np.sqrt(D)).view(np.uint32))}
+                  "shape_head_dim": d, "shape_group": group, "shape_kv_heads": KV_HEADS,
+                  "shape_block_size": block, "tag": 1,
+                  "scale": int(np.float32(1 / np.sqrt(d)).view(np.uint32))}
         t0 = time.perf_counter()
         source.send(fields)
         cpl, cycles = await sink.timed_receive()
         seconds = time.perf_counter() - t0
         assert cpl["error"] == 0 and cpl["aux"] == 0, cpl
         kv_bytes = REQUESTS * 2 * region
-        rows.append({"group": group, "context": length, "head_dim": D, "requests": REQUESTS, "kv_heads": KV_HEADS,
+        rows.append({"group": group, "context": length, "head_dim": d, "requests": REQUESTS, "kv_heads": KV_HEADS,
+                     "block_size": block, "paged_comparison": len(case) == 6,
                      "cycles": cycles, "kv_bytes": kv_bytes, "kv_bytes_per_cycle": kv_bytes / cycles,
                      "port_bytes_per_cycle": word, "efficiency": kv_bytes / cycles / word,
                      "bytes_read": cpl["bytes_read"], "latency": latency, "data_width": p["data_width"],
                      "lanes": p["lanes"], "sim_cycles_per_second": cycles / seconds})
-        dut._log.info(f"G={group} L={length} {REQUESTS}x{KV_HEADS}: {cycles} cycles, "
+        dut._log.info(f"G={group} L={length} d={d} {REQUESTS}x{KV_HEADS}"
+                      f"{f' paged bs {block}' if block else ''}: {cycles} cycles, "
                       f"efficiency {rows[-1]['efficiency']:.3f}")
     with open(p["out"], "w") as f:
         json.dump(rows, f, indent=2)
@@ -136,6 +182,46 @@ def fit_contexts(rows, port_bytes_per_cycle: float) -> dict:
     return {"fixed_cycles_per_command": float(intercept),
             "steady_state_efficiency": float(1 / slope / port_bytes_per_cycle),
             "from_contexts": [r["context"] for r in rows]}
+
+
+def paged_report(rows, width: int, lanes: int) -> dict | None:
+    """The paged comparison: each paged case's efficiency against the same contiguous case
+    (their ratio), and the two straight-line fits over the d = 128 contexts (the ratio of
+    the steady states; the paged fixed cost's excess)."""
+    if not rows:
+        return None
+    key = lambda r: (r["head_dim"], r["context"])
+    flat = {key(r): r for r in rows if not r["block_size"]}
+    pairs = []
+    print(f"\npaged KV cache (block size {PAGED_BLOCK}, a random permutation of the pools' blocks) against "
+          f"contiguous slots: {width}-bit port, {lanes} MAC lanes, G = 1, 2 x 2 heads, latency 200")
+    print(f"{'d':>4} {'context':>8} {'contiguous cycles':>18} {'paged cycles':>13} {'contiguous eff.':>16} "
+          f"{'paged eff.':>11} {'paged / contiguous':>19}")
+    for r in sorted((r for r in rows if r["block_size"]), key=key):
+        c = flat[key(r)]
+        pairs.append({"head_dim": r["head_dim"], "context": r["context"], "block_size": r["block_size"],
+                      "contiguous_cycles": c["cycles"], "paged_cycles": r["cycles"],
+                      "contiguous_efficiency": c["efficiency"], "paged_efficiency": r["efficiency"],
+                      "ratio": r["efficiency"] / c["efficiency"], "paged_bytes_read": r["bytes_read"],
+                      "contiguous_bytes_read": c["bytes_read"]})
+        p = pairs[-1]
+        print(f"{p['head_dim']:>4} {p['context']:>8} {p['contiguous_cycles']:>18} {p['paged_cycles']:>13} "
+              f"{p['contiguous_efficiency']:>16.3f} {p['paged_efficiency']:>11.3f} {p['ratio']:>19.3f}")
+    fits = {}
+    for name, paged in (("contiguous", False), ("paged", True)):
+        sweep = sorted((r for r in rows if bool(r["block_size"]) == paged and r["head_dim"] == D), key=key)
+        if len(sweep) >= 3:
+            fits[name] = fit_contexts(sweep, sweep[0]["port_bytes_per_cycle"])
+    if len(fits) == 2:
+        fits["steady_state_ratio"] = fits["paged"]["steady_state_efficiency"] / \
+            fits["contiguous"]["steady_state_efficiency"]
+        fits["extra_fixed_cycles"] = fits["paged"]["fixed_cycles_per_command"] - \
+            fits["contiguous"]["fixed_cycles_per_command"]
+        print(f"steady state (fit over d = {D}, contexts 128-2048): contiguous "
+              f"{fits['contiguous']['steady_state_efficiency']:.3f}, paged {fits['paged']['steady_state_efficiency']:.3f}"
+              f" (ratio {fits['steady_state_ratio']:.3f}); fixed cycles a command: contiguous "
+              f"{fits['contiguous']['fixed_cycles_per_command']:.0f}, paged {fits['paged']['fixed_cycles_per_command']:.0f}")
+    return {"pairs": pairs, "fits": fits, "rows": rows}
 
 
 def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out) -> int:
@@ -182,13 +268,16 @@ def main() -> int:
     out = build_root() / "perf" / (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4" if quick else "1,4,8").split(","))
-    todo = cases(quick, groups)
+    paged = os.environ.get("ATTN_PAGED", "1")
+    todo = [] if paged == "only" and not memory else cases(quick, groups)
     if memory:
         todo = [c for c in todo if c[2:] == (2, 2) and c[1] <= 2048]
+    elif paged != "0":
+        todo += paged_cases()
     mem = memory_bytes(todo)
     width, lanes = (128, 16) if quick else (512, int(os.environ.get("ATTN_LANES", "32")))
-    params = {"data_width": width, "lanes": lanes, "latency": 200, "sweep_latencies": [] if memory else [2, 64],
-              "cases": todo, "out": str(out)}
+    params = {"data_width": width, "lanes": lanes, "latency": 200,
+              "sweep_latencies": [] if memory or paged == "only" else [2, 64], "cases": todo, "out": str(out)}
     if memory:
         return memory_main(memory, width, lanes, mem, params, out)
     print(f"attention benchmark: building the {width}-bit engine ({lanes} MAC lanes) once")
@@ -196,6 +285,12 @@ def main() -> int:
     run_bench(Design(EngineHarness(engine, mem_size=mem), f"attention_engine_{width}",
                      key=f"w{width} l{lanes} {mem}"), "tb.engines.attention.attention_bench", params=params)
     every = json.loads(out.read_text())
+    comparison = paged_report([r for r in every if r.get("paged_comparison")], width, lanes)
+    every = [r for r in every if not r.get("paged_comparison")]
+    if not every:
+        out.write_text(json.dumps({"engine": [], "params": {k: v for k, v in params.items() if k != "out"},
+                                   "paged": comparison}, indent=2))
+        return 0
     rows = [r for r in every if r["latency"] == params["latency"]]
     print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {lanes} MAC lanes, d = {D}, fp16 cache, "
           f"memory latency {params['latency']} cycles")
@@ -227,7 +322,7 @@ def main() -> int:
     except LookupError as e:           # a lane count the impl report has not measured: no per-second figures
         print(f"\nno per-second figures: {e}")
         out.write_text(json.dumps({"engine": every, "params": {k: v for k, v in params.items() if k != "out"},
-                                   "steady_state": steady}, indent=2))
+                                   "steady_state": steady, "paged": comparison}, indent=2))
         return 0
     print(f"\nclock for per-second figures: {clock.text}")
     contexts = sorted({r["context"] for r in rows})
@@ -251,7 +346,7 @@ def main() -> int:
         print(f"{s['context']:>8} {s['batch']:>6} {s['card_tokens_per_second']:>11.1f} "
               f"{(f'{cpu:.1f}' if cpu else '-'):>10} {ratio:>7}")
     out.write_text(json.dumps({"engine": every, "params": {k: v for k, v in params.items() if k != "out"},
-                               "clock_mhz": clock.mhz, "clock_evidence": clock.text, "steady_state": steady, "llama_decode": system}, indent=2))
+                               "paged": comparison, "clock_mhz": clock.mhz, "clock_evidence": clock.text, "steady_state": steady, "llama_decode": system}, indent=2))
     return 0
 
 

@@ -1,8 +1,7 @@
 """The attention engine through the driver on the behavioural model
 (tb/engines/attention/test_device_sim.py runs them on the RTL): a decode loop over a KV cache with prefill, appends, GQA
 and slot reuse, bit-exact to the golden model; torch SDPA equivalence; per-request
-and whole-command errors.  The paged KV cache (driver and handed-in block ids) on the
-model card only, until the RTL's paged mode is built."""
+and whole-command errors; the paged KV cache (driver and handed-in block ids)."""
 import numpy as np
 import pytest
 
@@ -244,8 +243,8 @@ def test_a_closed_cache_says_so(sharded, monkeypatch):
         fresh.close()
 
 
-# ---- the paged KV cache (model card; the RTL's paged mode is not built yet, so
-# test_device_sim.py has no wrappers for these) ----------------------------------------------
+# ---- the paged KV cache (test_device_sim.py runs the decode loop, the window, the bad
+# inputs, the sharded and the two-instance checks on the RTL too) ---------------------------
 
 def _slot_numbers(table, tokens, bs):
     """vLLM's slot numbers of ``tokens`` through a block table."""
@@ -367,30 +366,34 @@ def test_paged_sharded_equals_one_card():
 def test_paged_over_instances():
     """KVCache(block_size=) on a card with two attention instances: paged shards, one per
     instance, the blocks split as the slots are; bit-identical to a one-instance card."""
-    from ndpkit.engines.attention.kvcache import ShardedKVCache
-    rng = np.random.default_rng(23)
     two_uri = "model?engines=attention*2&memory_ports=2&mem_size=32M"
     with ndpkit.open(two_uri) as two, ndpkit.open(URI) as one:
-        many = KVCache(two, layers=1, slots=3, kv_heads=2, head_dim=64, capacity=64, block_size=16, num_blocks=13)
-        single = KVCache(one, layers=1, slots=3, kv_heads=2, head_dim=64, capacity=64)
-        try:
-            assert isinstance(many, ShardedKVCache) and [s.num_blocks for s in many.shards] == [7, 6]
-            assert [s.region for s in many.shards] == [0, 1]
-            sm, so = [many.new_request() for _ in range(3)], [single.new_request() for _ in range(3)]
-            for i, n in enumerate((15, 16, 40)):
-                k, v = rng.normal(0, 1, (2, 2, n, 64))
-                many.prefill(0, sm[i], k, v)
-                single.prefill(0, so[i], k, v)
-            for _ in range(2):
-                q = rng.normal(0, 1, (3, 4, 64)).astype(np.float32)
-                kn, vn = rng.normal(0, 1, (2, 3, 2, 64)).astype(np.float32)
-                got = dev_decode(q, kn, vn, many, sm)
-                want = dev_decode(q, kn, vn, single, so)
-                assert np.array_equal(fp.bits(got), fp.bits(want))
-            assert many.free_blocks == 13 - sum(len(many.block_table(s)) for s in sm)
-        finally:
-            many.close()
-            single.close()
+        check_paged_over_instances(two, one, np.random.default_rng(23))
+
+
+def check_paged_over_instances(two, one, rng):
+    """``two``: a card with two attention instances, ``one`` a card with one."""
+    from ndpkit.engines.attention.kvcache import ShardedKVCache
+    many = KVCache(two, layers=1, slots=3, kv_heads=2, head_dim=64, capacity=64, block_size=16, num_blocks=13)
+    single = KVCache(one, layers=1, slots=3, kv_heads=2, head_dim=64, capacity=64)
+    try:
+        assert isinstance(many, ShardedKVCache) and [s.num_blocks for s in many.shards] == [7, 6]
+        assert [s.region for s in many.shards] == [0, 1]
+        sm, so = [many.new_request() for _ in range(3)], [single.new_request() for _ in range(3)]
+        for i, n in enumerate((15, 16, 40)):
+            k, v = rng.normal(0, 1, (2, 2, n, 64))
+            many.prefill(0, sm[i], k, v)
+            single.prefill(0, so[i], k, v)
+        for _ in range(2):
+            q = rng.normal(0, 1, (3, 4, 64)).astype(np.float32)
+            kn, vn = rng.normal(0, 1, (2, 3, 2, 64)).astype(np.float32)
+            got = dev_decode(q, kn, vn, many, sm)
+            want = dev_decode(q, kn, vn, single, so)
+            assert np.array_equal(fp.bits(got), fp.bits(want))
+        assert many.free_blocks == 13 - sum(len(many.block_table(s)) for s in sm)
+    finally:
+        many.close()
+        single.close()
 
 
 def dev_decode(q, kn, vn, cache, slots, layer=0):

@@ -1,7 +1,9 @@
 """The attention engine's device tests on the RTL (sim transport, 128-bit card, 16 MAC
 lanes: one query head at a time, so G > 1 takes several passes): the decode loop, sliding
 window and 16-bit output, per-request and whole-command errors, torch SDPA and
-multi-card sharding — the same checks as on the behavioural model."""
+multi-card sharding, the paged KV cache (decode loops on contiguous, driver-paged and
+handed-in-paged caches bit-identical, windows mid-block, BAD_INDEX and the other bad
+inputs, paged shards, two instances) — the same checks as on the behavioural model."""
 import numpy as np
 import pytest
 
@@ -47,3 +49,29 @@ def test_torch_sdpa_equivalence(dev):
 def test_sharded_two_cards(dev):
     with ndpkit.open(URI) as second:
         on_model.check_sharded(dev, [dev, second], np.random.default_rng(8))
+
+
+@pytest.mark.parametrize("fmt, group, d, bs", [("fp16", 4, 64, 16),
+                                               pytest.param("bf16", 1, 128, 32, marks=pytest.mark.long)])
+def test_paged_decode_loop_bit_exact(dev, fmt, group, d, bs):
+    on_model.test_paged_decode_loop_bit_exact(dev, fmt, group, d, bs, steps=2, layers=1)
+
+
+def test_paged_window_and_no_append(dev):
+    on_model.test_paged_window_and_no_append(dev)
+
+
+def test_paged_bad_inputs(dev):
+    on_model.test_paged_bad_inputs(dev)
+
+
+@pytest.mark.long
+def test_paged_sharded_two_cards(dev):
+    with ndpkit.open(URI) as second:
+        on_model.check_sharded(dev, [dev, second], np.random.default_rng(17), block_size=16)
+
+
+@pytest.mark.long
+def test_paged_over_instances(dev):
+    with ndpkit.open("sim?data_width=128&engines=attention*2&memory_ports=2&mem_size=8M") as two:
+        on_model.check_paged_over_instances(two, dev, np.random.default_rng(23))

@@ -5,7 +5,9 @@ heads, formats, lengths, windows, appends) laid out with random guard bytes betw
 every buffer; after the completion the whole memory must equal the golden model's
 ``execute`` on the same image (outputs, appended cache rows, status words,
 and nothing else), and the completion's code, byte counts and failed-request count
-must match.  Random stalls on every AXI channel and on cmd/cpl; the seed is printed.
+must match.  Paged batches too: block sizes 16 and 128 at lengths around block
+boundaries, bad paged requests, random paged batches with a random fault a request.
+Random stalls on every AXI channel and on cmd/cpl; the seed is printed.
 """
 import cocotb
 import numpy as np
@@ -36,8 +38,21 @@ class Layout:
         return addr
 
 
-def _batch(rng, word, *, group, d, kv_heads, q_fmt, kv_fmt, out_fmt, requests):
-    """A command (fields) and a memory image with its table and buffers."""
+def _values(rng, image, addr, count, fmt):
+    """``count`` small normal numbers in ``fmt`` at ``addr`` (random bit patterns would be
+    mostly NaN-free noise of huge range; stress inputs are in the golden tests)."""
+    bits = golden.narrow(fp.bits(rng.standard_normal(count).astype(np.float32)), fmt) \
+        if fmt != golden.KvFormat.FP32 else fp.bits(rng.standard_normal(count).astype(np.float32))
+    raw = np.asarray(bits).tobytes()
+    image[addr:addr + len(raw)] = np.frombuffer(raw, np.uint8)
+
+
+def _batch(rng, word, *, group, d, kv_heads, q_fmt, kv_fmt, out_fmt, requests, block_size=0, lengths=None,
+           windows=(0, 0, 0, 1, 7, 130), append=None):
+    """A command (fields) and a memory image with its table and buffers.  ``block_size``:
+    a paged command, the requests' blocks a random permutation of one K and one V pool
+    (a few spare blocks), each table a few entries longer than the request uses (those
+    past the used ones hold ids past the pool: never read as ids, never checked)."""
     image = np.frombuffer(rng.bytes(MEM), dtype=np.uint8).copy()      # (cut to the used span at the end)
     lay = Layout(rng, word)
     row = 2 * d
@@ -46,32 +61,100 @@ def _batch(rng, word, *, group, d, kv_heads, q_fmt, kv_fmt, out_fmt, requests):
     heads = group * kv_heads
     table = lay.take(requests * golden.DESCRIPTOR_BYTES)
     descs = []
-    for _ in range(requests):
-        length = int(rng.choice([0, 1, 5, 127, 128, 129, 200, 300]))
-        append = int(rng.random() < 0.6) if length else 1
-        capacity = length + append + int(rng.integers(0, 3))
-        window = int(rng.choice([0, 0, 0, 1, 7, 130]))
-        r = {"length": length, "capacity": capacity, "window": window, "flags": append}
-        for name, nbytes in (("q", heads * d * qsize), ("out", heads * d * osize), ("k", kv_heads * capacity * row),
-                             ("v", kv_heads * capacity * row), ("k_new", kv_heads * row), ("v_new", kv_heads * row)):
+    for i in range(requests):
+        length = int(lengths[i]) if lengths is not None else int(rng.choice([0, 1, 5, 127, 128, 129, 200, 300]))
+        flags = int(rng.random() < 0.6) if append is None else int(append)
+        flags = flags if length else 1
+        window = int(rng.choice(windows))
+        r = {"length": length, "window": window, "flags": flags}
+        if block_size:
+            r["used"] = -(-(length + flags) // block_size)
+            r["blocks"] = r["used"] + int(rng.integers(0, 3))
+            r["capacity"] = 0
+        else:
+            r["capacity"] = length + flags + int(rng.integers(0, 3))
+        names = [("q", heads * d * qsize), ("out", heads * d * osize), ("k_new", kv_heads * row),
+                 ("v_new", kv_heads * row)]
+        if not block_size:
+            names += [("k", kv_heads * r["capacity"] * row), ("v", kv_heads * r["capacity"] * row)]
+        for name, nbytes in names:
             r[name] = lay.take(nbytes)
-        # values: small normal numbers (random bit patterns would be mostly NaN-free noise
-        # of huge range; stress inputs are in the golden tests)
-        for name, count, fmt in (("q", heads * d, q_fmt), ("k", kv_heads * capacity * d, kv_fmt),
-                                 ("v", kv_heads * capacity * d, kv_fmt), ("k_new", kv_heads * d, kv_fmt),
+        for name, count, fmt in (("q", heads * d, q_fmt), ("k_new", kv_heads * d, kv_fmt),
                                  ("v_new", kv_heads * d, kv_fmt)):
-            bits = golden.narrow(fp.bits(rng.standard_normal(count).astype(np.float32)), fmt) \
-                if fmt != golden.KvFormat.FP32 else fp.bits(rng.standard_normal(count).astype(np.float32))
-            raw = np.asarray(bits).tobytes()
-            image[r[name]:r[name] + len(raw)] = np.frombuffer(raw, np.uint8)
+            _values(rng, image, r[name], count, fmt)
+        if not block_size:
+            for name in ("k", "v"):
+                _values(rng, image, r[name], kv_heads * r["capacity"] * d, kv_fmt)
         descs.append(r)
+    if block_size:
+        pool_blocks = sum(r["used"] for r in descs) + int(rng.integers(0, 3))
+        ids = rng.permutation(pool_blocks)
+        pools = {name: lay.take(kv_heads * pool_blocks * block_size * row) for name in ("k", "v")}
+        for name, addr in pools.items():
+            _values(rng, image, addr, kv_heads * pool_blocks * block_size * d, kv_fmt)
+        taken = 0
+        for r in descs:
+            used = r.pop("used")
+            entries = np.concatenate([ids[taken:taken + used],
+                                      rng.integers(pool_blocks, 1 << 32, r["blocks"] - used)]).astype(np.uint32)
+            taken += used
+            r.update(k=pools["k"], v=pools["v"], pool_blocks=pool_blocks,
+                     block_table=lay.take(golden.table_range_bytes(r["blocks"])))
+            image[r["block_table"]:r["block_table"] + 4 * r["blocks"]] = np.frombuffer(entries.tobytes(), np.uint8)
     raw = golden.pack_descriptors(descs)
     image[table:table + len(raw)] = np.frombuffer(raw, np.uint8)
     fields = {"format_q": int(q_fmt), "format_kv": int(kv_fmt), "format_out": int(out_fmt), "table": table,
               "requests": requests, "shape_head_dim": d, "shape_group": group, "shape_kv_heads": kv_heads,
-              "shape_block_size": 0,
+              "shape_block_size": block_size,
               "scale": int(np.float32(1 / np.sqrt(d)).view(np.uint32))}
     return fields, image[:lay.next + 4096].copy(), descs
+
+
+PAGED_FAULTS = ("bad_id", "late_id", "unaligned", "blocks0", "blocks_big", "pool0", "pool_huge", "short",
+                "out_on_table_ids", "ids_on_descriptors", "flags", "ids_past_end")
+
+
+def _faulty_paged_batch(rng, word):
+    """A paged batch of 1-4 requests of random shape, each with one of PAGED_FAULTS or none:
+    an id past the pool among the used ones (BAD_INDEX) or after them (not read), the ids
+    unaligned, 0 or too many blocks, an empty or a 2^32-byte pool, too few blocks, the
+    output over the ids, the ids over the descriptors, a bad flag, the ids past the window."""
+    F = golden.KvFormat
+    bs = int(rng.choice(golden.BLOCK_SIZES))
+    n = int(rng.integers(1, 5))
+    lengths = [int(rng.choice([0, 1, bs - 1, bs, bs + 1, 2 * bs, 3 * bs - 1, 70])) for _ in range(n)]
+    fields, image, descs = _batch(rng, word, group=int(rng.choice([1, 2, 3])), d=int(rng.choice([64, 128])),
+                                  kv_heads=int(rng.integers(1, 3)), q_fmt=F.FP16, kv_fmt=F.FP16, out_fmt=F.FP32,
+                                  requests=n, block_size=bs, lengths=lengths, windows=(0, 0, 1, 5, 17, 40))
+    for r in descs:
+        fault = rng.choice(["none"] * 5 + list(PAGED_FAULTS))
+        used = -(-(r["length"] + (r["flags"] & 1)) // bs)
+        if fault in ("bad_id", "late_id") and (fault == "bad_id" or r["blocks"] > used):
+            at = r["block_table"] + 4 * (int(rng.integers(0, used)) if fault == "bad_id" else used)
+            image[at:at + 4] = np.frombuffer(np.uint32(r["pool_blocks"] + int(rng.integers(0, 9))).tobytes(), np.uint8)
+        elif fault == "unaligned":
+            r["block_table"] += 4
+        elif fault == "blocks0":
+            r["blocks"] = 0
+        elif fault == "blocks_big":
+            r["blocks"] = int(rng.choice([1025, 1 << 31]))
+        elif fault == "pool0":
+            r["pool_blocks"] = 0
+        elif fault == "pool_huge":
+            r["pool_blocks"] = int(rng.choice([1 << 26, (1 << 32) - 1]))
+        elif fault == "short":
+            r["blocks"] = used - 1
+        elif fault == "out_on_table_ids":
+            r["out"] = r["block_table"]
+        elif fault == "ids_on_descriptors":
+            r["block_table"] = fields["table"]
+        elif fault == "flags":
+            r["flags"] |= 4
+        elif fault == "ids_past_end":
+            r["block_table"] = MEM - 32 * int(rng.integers(0, 2))
+    raw = golden.pack_descriptors(descs)
+    image[fields["table"]:fields["table"] + len(raw)] = np.frombuffer(raw, np.uint8)
+    return fields, image
 
 
 async def _run(p, source, sink, memory, fields, image, tag, expect=ErrorCode.OK, expect_failed=None):
@@ -138,6 +221,18 @@ async def attention_engine(dut):
         await _run(p, source, sink, memory, fields, image, tag)
         dut._log.info(f"{shape}: ok")
         tag += 1
+    # paged: block sizes 16 and 128, lengths at and around block boundaries (appends into a
+    # block's last and first rows), windows starting mid-block
+    lengths = [15, 16, 17, 127, 128, 300]
+    for shape in (dict(group=2, d=128, kv_heads=2, q_fmt=F.FP16, kv_fmt=F.FP16, out_fmt=F.FP32, block_size=16),
+                  dict(group=1, d=64, kv_heads=1, q_fmt=F.FP32, kv_fmt=F.BF16, out_fmt=F.BF16, block_size=128),
+                  dict(group=3, d=64, kv_heads=2, q_fmt=F.BF16, kv_fmt=F.FP16, out_fmt=F.FP16, block_size=16)):
+        order = [int(x) for x in rng.permutation(lengths)]
+        fields, image, _ = _batch(rng, word, **shape, requests=len(order), lengths=order,
+                                  windows=(0, 0, 1, 20, 33, 130))
+        await _run(p, source, sink, memory, fields, image, tag)
+        dut._log.info(f"paged {shape} lengths {order}: ok")
+        tag += 1
     # bad requests inside a batch: the others run
     fields, image, descs = _batch(rng, word, group=2, d=64, kv_heads=1, q_fmt=F.FP16, kv_fmt=F.FP16,
                                   out_fmt=F.FP32, requests=4)
@@ -148,6 +243,30 @@ async def attention_engine(dut):
     image[fields["table"]:fields["table"] + len(raw)] = np.frombuffer(raw, np.uint8)
     await _run(p, source, sink, memory, fields, image, tag, expect_failed=3)
     tag += 1
+    # paged bad requests among good ones (appending, so a skipped one would show): an id past the
+    # pool (BAD_INDEX), the table outside the window, more than 1024 blocks, out on a pool
+    fields, image, descs = _batch(rng, word, group=2, d=64, kv_heads=2, q_fmt=F.FP16, kv_fmt=F.FP16,
+                                  out_fmt=F.FP32, requests=6, block_size=16, lengths=[40, 17, 16, 5, 33, 15],
+                                  append=True)
+    entry = descs[1]["block_table"] + 4 * 1                   # request 1's second block: the one it appends to
+    image[entry:entry + 4] = np.frombuffer(np.uint32(descs[1]["pool_blocks"] + 5).tobytes(), np.uint8)
+    descs[2]["block_table"] = MEM - 32
+    descs[3]["blocks"] = 1025
+    descs[4]["out"] = descs[4]["v"] + 256
+    raw = golden.pack_descriptors(descs)
+    image[fields["table"]:fields["table"] + len(raw)] = np.frombuffer(raw, np.uint8)
+    entries = [np.frombuffer(image[r["block_table"]:r["block_table"] + 4 * min(r["blocks"], 8)].tobytes(), np.uint32)
+               for r in descs]
+    want = [golden.request_check(fields, r, word_bytes=word, window_base=0, window_size=MEM, entries=e)[0]
+            for r, e in zip(descs, entries)]
+    assert want == [0, ErrorCode.BAD_INDEX, ErrorCode.OUT_OF_WINDOW, ErrorCode.BAD_FIELD, ErrorCode.OVERLAP, 0], want
+    await _run(p, source, sink, memory, fields, image, tag, expect_failed=4)
+    tag += 1
+    # random paged batches, each request with a random fault or none (block sizes 16..128)
+    for _ in range(10):
+        fields, image = _faulty_paged_batch(rng, word)
+        await _run(p, source, sink, memory, fields, image, tag)
+        tag += 1
     # whole-command errors: nothing written, the next command works
     fields, image, _ = _batch(rng, word, group=1, d=64, kv_heads=1, q_fmt=F.FP16, kv_fmt=F.FP16,
                               out_fmt=F.FP32, requests=1)
@@ -156,6 +275,15 @@ async def attention_engine(dut):
                          ({"table": fields["table"] + 4}, ErrorCode.UNALIGNED),
                          ({"table": MEM - 32}, ErrorCode.OUT_OF_WINDOW)):
         await _run(p, source, sink, memory, {**fields, **change}, image, tag, expect=code)
+        tag += 1
+    await _run(p, source, sink, memory, fields, image, tag)
+    tag += 1
+    # a paged command's block size outside (0,) 16, 32, 64, 128: BAD_FIELD; then a good paged one
+    fields, image, _ = _batch(rng, word, group=1, d=64, kv_heads=1, q_fmt=F.FP16, kv_fmt=F.FP16,
+                              out_fmt=F.FP32, requests=2, block_size=32, lengths=[31, 70])
+    for size in (8, 200):
+        await _run(p, source, sink, memory, {**fields, "shape_block_size": size}, image, tag,
+                   expect=ErrorCode.BAD_FIELD)
         tag += 1
     await _run(p, source, sink, memory, fields, image, tag)
 

@@ -14,8 +14,18 @@ its code in its status word and nothing else; a good one is issued head by head:
 - the same for V,
 - the output rows from the datapath to ``out``.
 
+Paged commands (``shape.block_size`` 16..128): ``k`` and ``v`` are block pools; a request
+that passes its checks first reads the ids of the blocks it uses (``block_table``, on
+its own light reader) into the ids RAM, checking each against ``pool_blocks`` (BAD_INDEX:
+retired, nothing issued); its K and V parts are then one transfer per block piece (a
+window's first block from its offset, whole blocks, a partial last one), the new row
+goes to row ``length mod block_size`` of block ``table[length / block_size]``.  The
+datapath sees the same words as from a contiguous slot.
+
 Issuing runs ahead of the data (each reader and writer queues transfers), so the
-next head's and the next request's reads overlap this one's arithmetic; a request's
+next head's and the next request's reads overlap this one's arithmetic; what issuing
+uses of a request is held from its first cycle, so the next request's descriptor,
+checks and block-id read overlap this one's issuing too; a request's
 status word (bit 31 done, bits 0-7 its code) is written once its output writes are
 acknowledged.  A bus error (SLVERR/DECERR) on any transfer is the command's error.
 ``cpl_aux`` counts the failed requests.
@@ -24,10 +34,11 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Signal, Cat, Const, Mux
 from amaranth.lib import data, fifo
+from amaranth.lib.memory import Memory
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit_spec.engines.attention import DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS, MAX_KV_HEADS, \
-    STATUS_DONE, KvFormat
+from ndpkit_spec.engines.attention import BLOCK_SIZES, DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS, \
+    MAX_KV_HEADS, MAX_TABLE_ENTRIES, STATUS_DONE, KvFormat
 from ndpkit_spec.engines.attention import BLOCK as ATTENTION
 from ndpkit_hw.bus.dma import Transfer
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
@@ -35,11 +46,13 @@ from ndpkit_hw.engines.attention.datapath import MAX_GROUP, AttentionDatapath
 
 __all__ = ["AttentionEngine"]
 
-READS = ("table", "q", "k", "v")
+READS = ("table", "q", "k", "v", "blocks")
 WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interconnect port i with reader i
-# the readers of little data (64-byte descriptors, a head's q rows), fetched ahead of their use:
-# short bursts into a distributed-RAM buffer (K and V stream through full-burst block-RAM ones)
-LIGHT = ("table", "q")
+# the readers of little data (64-byte descriptors, a head's q rows, a paged request's block ids),
+# fetched ahead of their use or once a request: short bursts into a distributed-RAM buffer (K and V
+# stream through full-burst block-RAM ones)
+LIGHT = ("table", "q", "blocks")
+assert BLOCK_SIZES == (16, 32, 64, 128)                # a block's shift is 4 + a 2-bit amount
 STATUS_OFFSET = 4 * DESCRIPTOR_FIELDS.index("status")
 
 Descriptor = data.StructLayout({**{name: 32 for name in DESCRIPTOR_FIELDS},
@@ -58,7 +71,8 @@ class _Issuer:
         m.d.comb += self.fire.eq(engine_cmd.valid & engine_cmd.ready)
         with m.If(start):
             m.d.sync += [self.head.eq(0), self.done.eq(~enabled)]
-        self.active = ~self.done & ~start
+        # (``done`` is high when a request starts: the one before it is issued, or none was)
+        self.active = ~self.done
 
 
 class AttentionEngine(CommandEngine):
@@ -76,6 +90,8 @@ class AttentionEngine(CommandEngine):
         desc_words = DESCRIPTOR_BYTES // wb
         m.submodules.datapath = dp = self.datapath
         self.elaborate_ports(m)
+        port = self.ports.port(READS.index("blocks"))      # the block-id reader has no writer beside it
+        m.d.comb += [port.awvalid.eq(0), port.wvalid.eq(0), port.bready.eq(1)]
         # ---- the command ----------------------------------------------------------------
         ctl = CommandControl(m, self)
         cmd = ctl.cmd
@@ -95,6 +111,8 @@ class AttentionEngine(CommandEngine):
         checks.require((cmd.shape_head_dim != HEAD_DIMS[0]) & (cmd.shape_head_dim != HEAD_DIMS[1]))
         checks.require((G == 0) | (G > MAX_GROUP))
         checks.require((hkv == 0) | (hkv > MAX_KV_HEADS))
+        bs = cmd.shape_block_size
+        checks.require(~Cat(*[bs == size for size in (0, *BLOCK_SIZES)]).any())
         checks.require(cmd.requests == 0, ErrorCode.ZERO_LENGTH)
         checks.ranges({"table": table}, wide={"table": table_bytes})
         # the command's sizes, registered while its checks settle (no multiplier on a request's path)
@@ -106,6 +124,21 @@ class AttentionEngine(CommandEngine):
         new_bytes = checks.derive(hkv << row_shift, "new_row_bytes")               # one row a head
         row_bytes = checks.derive(1 << row_shift, "row_bytes")
         last_request = checks.derive(cmd.requests - 1, "last_request")            # (0 requests: rejected)
+        # paged (block_size 16..128): a block is 1 << (4 + shift) rows; shifts by it are a 4-way mux
+        paged = checks.derive(bs != 0, "paged")
+        block_shift = checks.derive(Mux(bs[7], 3, Mux(bs[6], 2, Mux(bs[5], 1, 0))), "block_shift")
+        block_shift = block_shift[:2]
+        block_mask = checks.derive((bs - 1)[:7], "block_mask")                      # (block_size 0: unused)
+        block_rows = checks.derive(bs, "block_rows")
+
+        def blocks_to_rows(x):
+            return (x << block_shift) << 4
+
+        def rows_to_blocks(x):
+            return (x >> 4) >> block_shift
+
+        def rows_to_bytes(x):
+            return Mux(d128, x << 8, x << 7)
         # the shape and formats reach the datapath registered from the latched command (static
         # while it runs, settled during the checks): no path from the command's decode into it
         m.d.sync += [dp.head_dim128.eq(d128), dp.group.eq(G), dp.q_format.eq(cmd.format_q),
@@ -121,26 +154,63 @@ class AttentionEngine(CommandEngine):
                                 "tokens", after=request.after(needed))                             # (window 0: all)
         cache_rows = request.derive(tokens - append, "cache_rows", after=request.after(tokens))
         first_row = request.derive(needed - tokens, "first_row", after=request.after(tokens))
-        region_step = request.derive(desc.capacity << row_shift, "region_step")   # one head's region of the slot
-        slot_rows = request.derive_product(desc.capacity, hkv[:7], "slot_rows")   # kv_heads x capacity rows
+        # a head's rows in the cache region: the slot's capacity, or (paged) the pool's blocks x block_size
+        head_rows = request.derive(Mux(paged, blocks_to_rows(desc.pool_blocks), desc.capacity), "head_rows")
+        region_step = request.derive((head_rows << row_shift)[:self.addr_width], "region_step",    # one head's region of the slot
+                                     after=request.after(head_rows))           # (or pool)
+        slot_rows = request.derive_product(head_rows, hkv[:7], "slot_rows",   # kv_heads x those rows
+                                           after=request.after(head_rows))
         slot_bytes = request.derive(slot_rows << row_shift, "slot_bytes", after=request.after(slot_rows))
+        # the rows the request may hold: its capacity, or (paged) its table's blocks x block_size
+        room_rows = request.derive(Mux(paged, blocks_to_rows(desc.blocks), desc.capacity), "room_rows")
+        # a paged request's block_table range: its entries in whole 64-byte units (> 1024 entries: rejected first)
+        table_range = request.derive(((desc.blocks[:11] + 15) >> 4) << 6, "block_table_bytes")
         request.require((desc.flags & ~FLAG_APPEND & 0xFFFF_FFFF) != 0)
         request.require(needed == 0, ErrorCode.ZERO_LENGTH)
-        request.require((desc.capacity == 0) | (needed > desc.capacity), ErrorCode.OUT_OF_WINDOW)
+        request.require(paged & (desc.blocks > MAX_TABLE_ENTRIES))
+        request.require(needed > room_rows, ErrorCode.OUT_OF_WINDOW)          # (capacity or blocks 0: needed > 0)
         request.ranges({"out": Transfer(desc.out, out_bytes), "q": Transfer(desc.q, q_bytes),
                         "k": Transfer(desc.k, slot_bytes[:32]), "v": Transfer(desc.v, slot_bytes[:32]),
                         "k_new": Transfer(desc.k_new, new_bytes), "v_new": Transfer(desc.v_new, new_bytes),
-                        "table": table},
-                       active={"k_new": append, "v_new": append}, wide={"k": slot_bytes, "v": slot_bytes})
-        request.disjoint(["out", "q", "k", "v", "k_new", "v_new"])
+                        "block_table": Transfer(desc.block_table, table_range), "table": table},
+                       active={"k_new": append, "v_new": append, "block_table": paged},
+                       wide={"k": slot_bytes, "v": slot_bytes})
+        request.disjoint(["out", "q", "k", "v", "k_new", "v_new", "block_table"])
         request.disjoint(["out", "table"])
+        request.disjoint(["block_table", "table"])
         # what the request moves (the command's counters), and where its K/V parts start
         kv_rows = request.derive_product(tokens, hkv[:7], "kv_rows", after=request.after(tokens))
         request_read = request.derive(q_bytes + (kv_rows << (row_shift + 1)), "request_read",
                                       after=request.after(kv_rows))
         request_written = request.derive(4 + out_bytes + Mux(append, new_bytes << 1, 0), "request_written")
         cache_offset = request.derive(first_row << row_shift, "cache_offset", after=request.after(first_row))
-        append_offset = request.derive(desc.length << row_shift, "append_offset")
+        # paged: the block ids read (entries [0, last_entry]: ceil(needed / block_size) of them, whole
+        # bus words), the entry the new row goes to, and a head's cache rows [first_row, length) as
+        # pieces of blocks: the first from first_offset (to_end rows, or all cache_rows when it is the
+        # only one), then whole blocks, then last_rows of block last_block
+        entry_bits = (MAX_TABLE_ENTRIES - 1).bit_length()
+        entries_per_word = wb // 4
+        needed_less = request.derive(needed - 1, "needed_less_one", after=request.after(needed))
+        last_entry = request.derive(rows_to_blocks(needed_less)[:entry_bits], "last_entry",
+                                    after=request.after(needed_less))
+        table_read = request.derive(((last_entry >> (entries_per_word.bit_length() - 1)) + 1) << word_shift,
+                                    "table_read_bytes", after=request.after(last_entry))
+        append_entry = request.derive(rows_to_blocks(desc.length)[:entry_bits], "append_entry")
+        append_row = request.derive(desc.length[:7] & block_mask, "append_row")       # in its block
+        first_block = request.derive(rows_to_blocks(first_row)[:entry_bits], "first_block",
+                                     after=request.after(first_row))
+        first_offset = request.derive(first_row[:7] & block_mask, "first_offset", after=request.after(first_row))
+        to_end = request.derive(block_rows - first_offset, "to_end", after=request.after(first_offset))
+        length_less = request.derive(desc.length - 1, "length_less_one")             # the last cache row
+        last_block = request.derive(rows_to_blocks(length_less)[:entry_bits], "last_block",
+                                    after=request.after(length_less))
+        last_rows = request.derive((length_less[:7] & block_mask) + 1, "last_rows", after=request.after(length_less))
+        later_blocks = request.derive(last_block - first_block, "later_blocks",   # a head's pieces after the first
+                                      after=request.after(last_block, first_block))
+        # the new row's offset in its head's region (paged: from the block id read, append_id)
+        append_id = Signal(32)
+        append_offset = request.derive(Mux(paged, rows_to_bytes(blocks_to_rows(append_id) | append_row),
+                                           desc.length << row_shift)[:self.addr_width], "append_offset")
         request_check = request.code()                 # (after the last derived value: it waits for them all)
 
         # ---- issuing a good request, head by head ------------------------------------------
@@ -155,6 +225,21 @@ class AttentionEngine(CommandEngine):
         ka_iss = _Issuer(m, "k_append_issue", wr["k_append"].cmd, start, append)
         va_iss = _Issuer(m, "v_append_issue", wr["v_append"].cmd, start, append)
         issuers = [q_iss, out_iss, head_iss, k_iss, v_iss, ka_iss, va_iss]
+        # what issuing reads of the request after its first cycle, held from ``start``: the next
+        # request's descriptor is read, checked and (paged) its block ids fetched meanwhile
+
+        def held(value, name):
+            reg = Signal.like(value, name=f"issue_{name}")
+            with m.If(start):
+                m.d.sync += reg.eq(value)
+            return reg
+
+        i_region_step, i_tokens, i_cache_rows = held(region_step, "region_step"), held(tokens, "tokens"), \
+            held(cache_rows, "cache_rows")
+        i_append, i_has_cache = held(append, "append"), held(cache_rows != 0, "has_cache")
+        i_first_block, i_later_blocks = held(first_block, "first_block"), held(later_blocks, "later_blocks")
+        i_first_offset, i_to_end, i_last_rows = held(first_offset, "first_offset"), held(to_end, "to_end"), \
+            held(last_rows, "last_rows")
 
         def simple(iss, base, step, length):
             """One transfer a head: ``length`` bytes from ``base``, ``step`` apart."""
@@ -170,38 +255,78 @@ class AttentionEngine(CommandEngine):
 
         simple(q_iss, desc.q, q_head, q_head)
         simple(out_iss, desc.out, out_head, out_head)
-        simple(ka_iss, desc.k + append_offset, region_step, row_bytes)
-        simple(va_iss, desc.v + append_offset, region_step, row_bytes)
-        m.d.comb += [dp.head.payload.eq(tokens), dp.head.valid.eq(head_iss.active)]
+        simple(ka_iss, desc.k + append_offset, i_region_step, row_bytes)
+        simple(va_iss, desc.v + append_offset, i_region_step, row_bytes)
+        m.d.comb += [dp.head.payload.eq(i_tokens), dp.head.valid.eq(head_iss.active)]
         with m.If(head_iss.fire):
             m.d.sync += head_iss.head.eq(head_iss.head + 1)
             with m.If(head_iss.head == hkv - 1):
                 m.d.sync += head_iss.done.eq(1)
 
         # K and V: per head the cache part (when not empty), then the new row (append);
-        # each transfer's "is the new row" flag goes to the fork in transfer order
+        # each transfer's "is the new row" flag goes to the fork in transfer order.  Contiguous:
+        # the cache part is one transfer.  Paged: one transfer a block piece, its address from the
+        # block id (the ids RAM, filled in state BLOCKS), one register stage an adder: the id
+        # read, the piece's row in the pool, its address; then it is offered.
+        ids = Memory(shape=32, depth=MAX_TABLE_ENTRIES, init=[])
+        m.submodules.block_ids = ids
+        ids_write = ids.write_port()
         forks = {}
+        has_cache = cache_rows != 0
         for name, iss, cache_base, new_base in (("k", k_iss, desc.k, desc.k_new), ("v", v_iss, desc.v, desc.v_new)):
             cache_addr = Signal(self.addr_width, name=f"{name}_cache_addr")
             new_addr = Signal(self.addr_width, name=f"{name}_new_addr")
             part = Signal(name=f"{name}_part")             # 0: the cache rows, 1: the new row
-            flags = fifo.SyncFIFO(width=1, depth=8)
+            flags = fifo.SyncFIFO(width=1, depth=16)
             m.submodules[f"{name}_fork_flags"] = flags
-            has_cache = cache_rows != 0
+            # the paged generator
+            ids_read = ids.read_port()
+            phase = Signal(2, name=f"{name}_piece_phase")  # 0: the id read, 1: its row, 2: its address, 3: offered
+            block = Signal(entry_bits, name=f"{name}_piece_block")
+            later = Signal(entry_bits, name=f"{name}_pieces_later")   # the head's pieces after this one
+            first = Signal(name=f"{name}_piece_first")
+            head_base = Signal(self.addr_width, name=f"{name}_head_base")
+            piece_row = Signal(self.addr_width, name=f"{name}_piece_row")     # in the head's pool region
+            piece_rows = Signal(8, name=f"{name}_piece_rows")
+            piece_addr = Signal(self.addr_width, name=f"{name}_piece_addr")
+            piece_bytes = Signal(16, name=f"{name}_piece_bytes")
+            only = later == 0
+            m.d.comb += ids_read.addr.eq(block)
+
             with m.If(start):
                 m.d.sync += [cache_addr.eq(cache_base + cache_offset), new_addr.eq(new_base),
-                             part.eq(~has_cache)]
-            on_new = part
-            m.d.comb += [iss.cmd.valid.eq(iss.active & flags.w_rdy),
-                         iss.cmd.payload.addr.eq(Mux(on_new, new_addr, cache_addr)),
-                         iss.cmd.payload.length.eq(Mux(on_new, row_bytes, cache_rows << row_shift)),
+                             part.eq(~has_cache), head_base.eq(cache_base), block.eq(first_block),
+                             later.eq(later_blocks), first.eq(1), phase.eq(Mux(has_cache, 0, 3))]
+            on_new = part                                  # (paged: part is set on the head's last piece)
+            offered = ~paged | (phase == 3)
+            m.d.comb += [iss.cmd.valid.eq(iss.active & flags.w_rdy & offered),
+                         iss.cmd.payload.addr.eq(Mux(on_new, new_addr, Mux(paged, piece_addr, cache_addr))),
+                         iss.cmd.payload.length.eq(Mux(on_new, row_bytes,
+                                                       Mux(paged, piece_bytes, i_cache_rows << row_shift))),
                          flags.w_en.eq(iss.fire), flags.w_data.eq(on_new)]
+            with m.If(paged & iss.active & ~on_new):
+                with m.Switch(phase):
+                    with m.Case(0):
+                        m.d.sync += phase.eq(1)
+                    with m.Case(1):
+                        m.d.sync += [piece_row.eq(blocks_to_rows(ids_read.data) | Mux(first, i_first_offset, 0)),
+                                     piece_rows.eq(Mux(first, Mux(only, i_cache_rows[:8], i_to_end),
+                                                       Mux(only, i_last_rows, block_rows))),
+                                     phase.eq(2)]
+                    with m.Case(2):
+                        m.d.sync += [piece_addr.eq(head_base + rows_to_bytes(piece_row)),
+                                     piece_bytes.eq(rows_to_bytes(piece_rows)), phase.eq(3)]
+            next_head = [part.eq(~i_has_cache), cache_addr.eq(cache_addr + i_region_step),
+                         head_base.eq(head_base + i_region_step), block.eq(i_first_block),
+                         later.eq(i_later_blocks), first.eq(1), phase.eq(Mux(i_has_cache, 0, 3)),
+                         new_addr.eq(new_addr + row_bytes), iss.head.eq(iss.head + 1)]
             with m.If(iss.fire):
-                with m.If(~on_new & append):
+                with m.If(~on_new & paged & ~only):        # a paged head's next piece
+                    m.d.sync += [block.eq(block + 1), later.eq(later - 1), first.eq(0), phase.eq(0)]
+                with m.Elif(~on_new & i_append):
                     m.d.sync += part.eq(1)
                 with m.Else():
-                    m.d.sync += [part.eq(~has_cache), cache_addr.eq(cache_addr + region_step),
-                                 new_addr.eq(new_addr + row_bytes), iss.head.eq(iss.head + 1)]
+                    m.d.sync += next_head
                     with m.If(iss.head == hkv - 1):
                         m.d.sync += iss.done.eq(1)
             forks[name] = flags
@@ -224,6 +349,9 @@ class AttentionEngine(CommandEngine):
                      wr["out"].data.valid.eq(dp.out.valid), dp.out.ready.eq(wr["out"].data.ready)]
         issued = Signal()
         m.d.comb += issued.eq(Cat(*[i.done for i in issuers]).all() & ~start)
+        # K and V issued: the ids RAM is free for the next request's block ids
+        ids_free = Signal()
+        m.d.comb += ids_free.eq(k_iss.done & v_iss.done)          # (no request starts while they fill)
 
         # ---- statuses of every transfer; the first error is the command's -----------------
         bus_error = Signal(4)
@@ -273,6 +401,39 @@ class AttentionEngine(CommandEngine):
         bytes_read, bytes_written = Signal(32), Signal(32)
         all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & ~status_data.r_rdy & dp.idle
         table_data = rd["table"].data
+        # a paged request's block ids (state BLOCKS): one entry a cycle from the reader's words
+        # into the ids RAM, a registered stage later checked against pool_blocks and the new
+        # row's block taken; the entries after the last one used are dropped unread
+        ids_data = rd["blocks"].data
+        entry_index_bits = max(1, entries_per_word.bit_length() - 1)
+        fill_entry = Signal(entry_bits)            # the next entry's index
+        fill_sub = Signal(entry_index_bits)        # its place in the word
+        fill_sub_last = Signal()                   # the word's last entry
+        fill_left = Signal(entry_bits)             # entries used after it
+        fill_at_last = Signal()                    # it is the last entry used
+        fill_past = Signal()                       # the last entry used is taken: drop the rest
+        fill_take = Signal()
+        entry = Signal(32)
+        entry_valid, entry_append = Signal(), Signal()
+        entry_at = Signal(entry_bits)
+        bad_index = Signal()
+        blocks_settle = Signal(2)
+        issuing = Signal()                         # a request is being issued (its status not yet queued)
+        issue_status = Signal(self.addr_width)     # its status word's address
+        m.d.sync += entry_valid.eq(fill_take)
+        with m.If(fill_take):
+            m.d.sync += [entry.eq(ids_data.payload.data.word_select(fill_sub, 32)), entry_at.eq(fill_entry),
+                         entry_append.eq(append & (fill_entry == append_entry)),
+                         fill_entry.eq(fill_entry + 1), fill_left.eq(fill_left - 1), fill_at_last.eq(fill_left == 1),
+                         fill_sub.eq(fill_sub + 1), fill_sub_last.eq(fill_sub == entries_per_word - 2)]
+            with m.If(fill_at_last):
+                m.d.sync += fill_past.eq(1)
+        m.d.comb += [ids_write.addr.eq(entry_at), ids_write.data.eq(entry), ids_write.en.eq(entry_valid)]
+        with m.If(entry_valid):
+            with m.If(entry >= desc.pool_blocks):
+                m.d.sync += bad_index.eq(1)
+            with m.If(entry_append):
+                m.d.sync += append_id.eq(entry)
         with ctl.states(checks, first="TABLE", ready=dp.idle, start=[clear.eq(1)],
                         clear=[index.eq(0), desc_word.eq(0), desc_addr.eq(cmd.table), failed.eq(0),
                                bytes_read.eq(0), bytes_written.eq(0)]):
@@ -294,25 +455,54 @@ class AttentionEngine(CommandEngine):
             with m.State("REQUEST_SETTLE"):            # the request's checks run from registers
                 with m.If(request.settled):
                     m.next = "REQUEST"
+            # a request waits for the one before it to be issued (``issuing``) only to start or to
+            # retire: its descriptor, checks and (paged) block-id read overlap that one's issuing
             with m.State("REQUEST"):
                 m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
                              retire_in.code.eq(request_check), retire_in.outputs.eq(0)]
                 with m.If(request_check != 0):
-                    m.d.comb += retire.w_en.eq(retire.w_rdy)
-                    with m.If(retire.w_rdy):
-                        m.d.sync += [failed.eq(failed + 1), bytes_written.eq(bytes_written + 4)]
-                        m.next = "NEXT"
-                with m.Else():
+                    with m.If(~issuing):
+                        m.d.comb += retire.w_en.eq(retire.w_rdy)
+                        with m.If(retire.w_rdy):
+                            m.d.sync += [failed.eq(failed + 1), bytes_written.eq(bytes_written + 4)]
+                            m.next = "NEXT"
+                with m.Elif(paged):
+                    m.next = "BLOCKS"
+                with m.Elif(~issuing):
                     m.d.comb += start.eq(1)
                     m.d.sync += [bytes_read.eq(bytes_read + request_read),
                                  bytes_written.eq(bytes_written + request_written)]
-                    m.next = "ISSUE"
-            with m.State("ISSUE"):
+                    m.next = "NEXT"
+            with m.State("BLOCKS"):                    # paged: read the ids of the blocks used
+                m.d.comb += [rd["blocks"].cmd.valid.eq(1), rd["blocks"].cmd.payload.addr.eq(desc.block_table),
+                             rd["blocks"].cmd.payload.length.eq(table_read)]
+                with m.If(rd["blocks"].cmd.ready):
+                    m.d.sync += [bytes_read.eq(bytes_read + table_read), fill_entry.eq(0), fill_sub.eq(0),
+                                 fill_sub_last.eq(entries_per_word == 1), fill_left.eq(last_entry),
+                                 fill_at_last.eq(last_entry == 0), fill_past.eq(0), bad_index.eq(0)]
+                    m.next = "BLOCK_IDS"
+            with m.State("BLOCK_IDS"):                 # (once the request before has its K and V issued)
+                m.d.comb += [fill_take.eq(ids_data.valid & ~fill_past & ids_free),
+                             ids_data.ready.eq(ids_free & (fill_sub_last | fill_at_last | fill_past))]
+                with m.If(ids_data.valid & ids_data.ready & ids_data.payload.last):
+                    m.d.sync += blocks_settle.eq(0)
+                    m.next = "BLOCKS_CHECK"
+            with m.State("BLOCKS_CHECK"):              # the last id checked and taken, then the append offset
                 m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
-                             retire_in.code.eq(0), retire_in.outputs.eq(1)]
-                with m.If(issued):
-                    m.d.comb += retire.w_en.eq(retire.w_rdy)
-                    with m.If(retire.w_rdy):
+                             retire_in.code.eq(ErrorCode.BAD_INDEX), retire_in.outputs.eq(0)]
+                m.d.sync += blocks_settle.eq(blocks_settle + 1)
+                with m.If(blocks_settle == 2):
+                    m.d.sync += blocks_settle.eq(2)
+                with m.If((blocks_settle == 2) & ~issuing):
+                    with m.If(bad_index):
+                        m.d.comb += retire.w_en.eq(retire.w_rdy)
+                        with m.If(retire.w_rdy):
+                            m.d.sync += [failed.eq(failed + 1), bytes_written.eq(bytes_written + 4)]
+                            m.next = "NEXT"
+                    with m.Else():
+                        m.d.comb += start.eq(1)
+                        m.d.sync += [bytes_read.eq(bytes_read + request_read),
+                                     bytes_written.eq(bytes_written + request_written)]
                         m.next = "NEXT"
             with m.State("NEXT"):
                 m.d.sync += [index.eq(index + 1), desc_addr.eq(desc_addr + DESCRIPTOR_BYTES)]
@@ -321,7 +511,16 @@ class AttentionEngine(CommandEngine):
                 with m.Else():
                     m.next = "DESCRIPTOR"
             with m.State("FINISH"):
-                with m.If(all_done):
+                with m.If(all_done & ~issuing):
                     ctl.finish(bus_error)
+        # the request being issued: its status word is queued once all of it is issued (the
+        # front queues a failed request's only while none is being issued: one writer at a time)
+        with m.If(issuing & issued):
+            m.d.comb += [retire_in.addr.eq(issue_status), retire_in.code.eq(0), retire_in.outputs.eq(1),
+                         retire.w_en.eq(retire.w_rdy)]
+            with m.If(retire.w_rdy):
+                m.d.sync += issuing.eq(0)
+        with m.If(start):
+            m.d.sync += [issuing.eq(1), issue_status.eq(desc_addr + (STATUS_OFFSET - offset))]
         ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written, aux=failed)
         return m
