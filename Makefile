@@ -36,9 +36,11 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(PYTEST) -m "not long and not formal" --durations=15
 
-# The full cocotb regression: everything in `test` plus the long randomised runs.
+# The full cocotb regression: everything in `test` plus the long randomised runs, then
+# vLLM serving with its decode attention on the model and simulated cards (vllm-demo).
 sim: $(STAMP) $(FORMAL_STAMP) $(BOARDS_STAMP)
 	$(PYTEST) -m "sim or long or formal" -p no:cacheprovider
+	$(MAKE) vllm-demo
 
 # make bitstream BOARD=<name> [ENGINES=a,b] [MEMORY_PORTS=n] [CLOCK_MHZ=f]: the board's build (tools/ndpkit_tools/boards/<name>/).
 # Xilinx boards: the Vivado project, checked with the Tcl stubs, built if vivado is on
