@@ -95,10 +95,12 @@ def main(argv=None) -> int:
             same = got == expected
             ok &= same
             print(f"{prompt!r}: server {got!r}, eager {expected!r}: {'same' if same else 'DIFFERENT'}")
-        card = json.loads(Path(report).read_text())
-        print(f"on the card ({card['spec']}): {card['decode_steps']} decode commands, "
-              f"{card['decode_tokens']} request-layers, {card['mismatches']} outputs differing from the golden model")
-        ok &= card["decode_tokens"] == sum(n - 1 for _, n in PROMPTS) * card["layers"] and card["mismatches"] == 0
+        counters = json.loads(Path(report).read_text())
+        print(f"on the card ({card['spec']}): {counters['decode_steps']} decode commands, "
+              f"{counters['decode_tokens']} request-layers, {counters['mismatches']} outputs differing from the "
+              f"golden model")
+        ok &= (counters["decode_tokens"] == sum(n - 1 for _, n in PROMPTS) * counters["layers"]
+               and counters["mismatches"] == 0)
         return 0 if ok else 1
     finally:
         if server.poll() is None:
