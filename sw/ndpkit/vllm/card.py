@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from ndpkit.engines.attention.golden import BLOCK_SIZES, HEAD_DIMS, MAX_GROUP, MAX_KV_HEADS
-from ndpkit.engines.attention.kvcache import KVCache, golden_outputs
+from ndpkit.engines.attention.golden import BLOCK_SIZES
+from ndpkit.engines.attention.kvcache import KVCache, check_model_shape, golden_outputs
 
 __all__ = ["CardAttention", "blocks_that_fit", "STAGING_BYTES"]
 
@@ -62,13 +62,8 @@ def blocks_that_fit(devices, *, layers: int, kv_heads: int, head_dim: int, block
 
 def check_shape(*, num_heads: int, kv_heads: int, head_dim: int, block_size: int) -> None:
     """A model and block size the engine runs, or ValueError naming the field."""
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head_dim: the attention engine supports {HEAD_DIMS}, not {head_dim}")
-    if not 1 <= kv_heads <= MAX_KV_HEADS:
-        raise ValueError(f"num_kv_heads: the attention engine supports 1..{MAX_KV_HEADS}, not {kv_heads}")
-    if num_heads % kv_heads or not 1 <= num_heads // kv_heads <= MAX_GROUP:
-        raise ValueError(f"group: the attention engine takes 1..{MAX_GROUP} query heads per KV head, not "
-                         f"{num_heads} query heads over {kv_heads} KV heads")
+    check_model_shape(heads=num_heads, kv_heads=kv_heads, head_dim=head_dim,
+                      names=("head_dim", "num_kv_heads", "group (num_heads / num_kv_heads)"))
     if block_size not in BLOCK_SIZES:
         raise ValueError(f"block_size: the attention engine's paged cache takes {BLOCK_SIZES} tokens a block, "
                          f"not {block_size} (vLLM: block_size=...)")

@@ -41,15 +41,13 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from ndpkit.engines.attention.golden import HEAD_DIMS, MAX_KV_HEADS
-from ndpkit.engines.attention.kvcache import KVCache, ShardedKVCache
+from ndpkit.engines.attention.golden import MAX_GROUP  # noqa: F401  (the engine's group limit, re-exported)
+from ndpkit.engines.attention.kvcache import KVCache, ShardedKVCache, check_model_shape
 
 __all__ = ["ATTENTION", "register", "NdpkitCache", "load_smollm2", "smollm2_gguf", "check_config", "compare", "MAX_GROUP"]
 
 #: the ``attn_implementation`` name
 ATTENTION = "ndpkit"
-#: query heads per KV head the engine takes (its ``group`` field)
-MAX_GROUP = 16
 
 # the cache whose layer was updated last: LlamaAttention calls ``cache.update``
 # and then the attention function, which is not given the cache
@@ -75,15 +73,9 @@ def _shape(config) -> dict:
 def check_config(config) -> dict:
     """The model's attention shape, or ``ValueError`` naming the field the engine cannot take."""
     shape = _shape(config)
-    if shape["head_dim"] not in HEAD_DIMS:
-        raise ValueError(f"head_dim: the model's is {shape['head_dim']}; the attention engine supports "
-                         f"{', '.join(map(str, HEAD_DIMS))}")
-    kv, heads = shape["num_key_value_heads"], shape["num_attention_heads"]
-    if not 1 <= kv <= MAX_KV_HEADS:
-        raise ValueError(f"num_key_value_heads: the model's is {kv}; the attention engine supports 1..{MAX_KV_HEADS}")
-    if heads % kv or not 1 <= heads // kv <= MAX_GROUP:
-        raise ValueError(f"num_attention_heads / num_key_value_heads: the model groups {heads} query heads over {kv} "
-                         f"KV heads; the attention engine supports whole groups of 1..{MAX_GROUP}")
+    check_model_shape(heads=shape["num_attention_heads"], kv_heads=shape["num_key_value_heads"],
+                      head_dim=shape["head_dim"], names=("head_dim", "num_key_value_heads",
+                                                         "num_attention_heads / num_key_value_heads"))
     if getattr(config, "sliding_window", None) or getattr(config, "attn_logit_softcapping", None):
         raise ValueError("sliding_window / attn_logit_softcapping: not supported by the ndpkit attention path")
     return shape

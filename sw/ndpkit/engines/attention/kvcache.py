@@ -44,7 +44,7 @@ from ndpkit.errors import CacheClosed, NdpkitError
 from ndpkit.engines.attention.golden import (BLOCK_SIZES, HEAD_DIMS, MAX_KV_HEADS, MAX_TABLE_ENTRIES, KvFormat,
                                              widen)
 
-__all__ = ["ShardedKVCache", "KVCache", "to_bits16", "golden_outputs"]
+__all__ = ["ShardedKVCache", "KVCache", "to_bits16", "golden_outputs", "check_model_shape"]
 
 #: pools start on a 4 KiB boundary: one block of one head is then one burst (<= 4 KiB at
 #: block_size 16) that never crosses a 4 KiB boundary
@@ -460,6 +460,22 @@ class _Lengths:
         layer, slot = key
         shard, local = self.cache.locate(slot)
         shard.lengths[layer, local] = value
+
+
+def check_model_shape(*, heads: int, kv_heads: int, head_dim: int,
+                      names: tuple[str, str, str] = ("head_dim", "kv_heads", "group")) -> None:
+    """``ValueError`` when the engine cannot run a model's attention shape, naming the
+    field as the caller's framework does (``names``: head dim, KV heads, the group)."""
+    from ndpkit.engines.attention.golden import MAX_GROUP
+    head_name, kv_name, group_name = names
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"{head_name}: the model's is {head_dim}; the attention engine supports "
+                         f"{', '.join(map(str, HEAD_DIMS))}")
+    if not 1 <= kv_heads <= MAX_KV_HEADS:
+        raise ValueError(f"{kv_name}: the model's is {kv_heads}; the attention engine supports 1..{MAX_KV_HEADS}")
+    if heads % kv_heads or not 1 <= heads // kv_heads <= MAX_GROUP:
+        raise ValueError(f"{group_name}: the model groups {heads} query heads over {kv_heads} KV heads; the "
+                         f"attention engine supports whole groups of 1..{MAX_GROUP}")
 
 
 def golden_outputs(cache, layer: int, slots, q, scale: float) -> np.ndarray:
