@@ -15,15 +15,17 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
   products, the row's window sum, one rounding), ``s = dot * scale``; the scores of a
   block of 128 tokens go to a score bank with the running maximum; at the block's end
   the bank keeps ``m_new`` and the maximum before it.
-- **softmax sweep** (one exp unit): per bank, ``corr = exp(m_old - m_new)`` and
-  ``pk = exp(s - m_new)`` rounded to TF32, into the bank's weight memory.
+- **softmax sweep** (an exp unit per unit): per bank, ``corr = exp(m_old - m_new)``
+  and ``pk = exp(s - m_new)`` rounded to TF32, into the bank's weight memory, row by
+  row (a row's passes together): the value side follows a row behind.
 - **value side**: per unit a :class:`~ndpkit_hw.arith.blockfloat.RunningSums` of C + 1
   lanes (the last one sums ``pk * 1``: the denominator), four partial sums a block
   (token j -> partial j mod 4), in the RunningSums bank of the block's parity.
-- **epilogue** (one merge unit, one rounding, one fma, one divider, serial): per block
-  the partials are merged in order, rounded, and folded in with
-  ``o = fma(o, corr, ob)``, ``l = fma(l, corr, lb)``; after a head's last block
-  ``out = o / l``, narrowed, packed into output words.
+- **epilogue** (:class:`~ndpkit_hw.engines.attention.epilogue.Epilogue`): per block
+  and column group the four partials flushed into shift registers, merged in order,
+  rounded and folded in with ``o = fma(o, corr, ob)``, ``l = fma(l, corr, lb)``, ``E``
+  lanes a cycle (``E = max(1, L / 128)``: its cost per block below the value side's);
+  after a head's last block ``out = o / l``, narrowed, packed into output words.
 
 K of block n + 1 streams while V of block n is consumed and block n - 1's partials are
 merged, so the memory port, not the arithmetic, bounds the engine when G <= H.
@@ -37,10 +39,9 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
-from ndpkit_hw.arith.blockfloat import (REVISIT, ROOM_AHEAD, MergedState, RowDot, RunningSums,
-                                        merge_states, sum_to_fp32)
+from ndpkit_hw.arith.blockfloat import REVISIT, RowDot, RunningSums
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
-from ndpkit_hw.arith.fp_common import Pipeline
+from ndpkit_hw.engines.attention.epilogue import Epilogue, epilogue_width
 from ndpkit_hw.arith.minmax import minmax_value
 
 __all__ = ["AttentionDatapath", "lane_shape"]
@@ -114,6 +115,7 @@ class AttentionDatapath(wiring.Component):
 
     def __init__(self, *, data_width: int = 512, lanes: int = 32):
         self.columns, self.units = lane_shape(data_width, lanes)
+        self.epilogue_width = epilogue_width(lanes)
         self.data_width, self.lanes = data_width, lanes
         self.elements = data_width // 16                  # P
         self.row_words = MAX_DIM // self.elements          # R at d = 128 (twice R at d = 64)
@@ -222,10 +224,10 @@ class AttentionDatapath(wiring.Component):
         m.d.comb += q_loaded.eq(Mux(q_at["last"], 1 << q_at["bank"], 0))
 
         # ---- score banks ------------------------------------------------------------------
-        # per bank: free, the score side fills it, scored, the sweep computes its weights,
-        # weights ready, the value side reads it, merging (freed as the epilogue takes the
-        # block, its corr values copied)
-        FREE, FILLING, SCORED, SWEEPING, READY, STREAMING, MERGING = range(7)
+        # per bank: free, the score side fills it, scored, the sweep computes its weights
+        # (the value side follows it row by row), weights ready, merging (freed as the
+        # epilogue takes the block, its corr values copied)
+        FREE, FILLING, SCORED, SWEEPING, READY, MERGING = range(6)
         bank_state = Array(Signal(3, name=f"bank{b}_state") for b in range(2))
         bank_rows = Array(Signal(range(BLOCK + 1), name=f"bank{b}_rows") for b in range(2))
         bank_first = Array(Signal(name=f"bank{b}_first") for b in range(2))
@@ -328,59 +330,56 @@ class AttentionDatapath(wiring.Component):
         with m.If(scored):
             m.d.sync += bank_state[scored_bank].eq(SCORED)
 
-        # ---- softmax sweep: corr and the weights pk of a scored bank ---------------------
+        # ---- softmax sweep: corr and the weights pk of a scored bank -----------------------
+        # an exp unit per unit (its query heads of each pass); row by row, a row's passes
+        # together, so the value side follows a row behind (``swept``: the bank's rows done)
         sw_active, sw_b = Signal(), Signal()
-        sw_g, sw_t = Signal(range(MAX_GROUP)), Signal(range(BLOCK + 1))     # sw_t == 0: corr
+        sw_j, sw_t = Signal(range(PM)), Signal(range(BLOCK + 1))     # sw_t == 0: corr
         sw_issue, sw_end = Signal(), Signal()
-        m.d.comb += sw_end.eq(sw_issue & (sw_t == bank_rows[sw_b]) & (sw_g == G - 1))
+        swept = Array(Signal(range(BLOCK + 1), name=f"bank{b}_swept") for b in range(2))
+        m.d.comb += sw_end.eq(sw_issue & (sw_t == bank_rows[sw_b]) & (sw_j == passes - 1))
         with m.If(~sw_active):
             with m.If(bank_state[sw_b] == SCORED):
-                m.d.sync += [sw_active.eq(1), sw_g.eq(0), sw_t.eq(0), bank_state[sw_b].eq(SWEEPING)]
+                m.d.sync += [sw_active.eq(1), sw_j.eq(0), sw_t.eq(0), bank_state[sw_b].eq(SWEEPING),
+                             swept[sw_b].eq(0)]
         with m.Else():
             m.d.comb += sw_issue.eq(1)
-            m.d.sync += sw_t.eq(sw_t + 1)
-            with m.If(sw_t == bank_rows[sw_b]):
-                m.d.sync += [sw_t.eq(0), sw_g.eq(sw_g + 1)]
-                with m.If(sw_g == G - 1):
+            m.d.sync += sw_j.eq(sw_j + 1)
+            with m.If(sw_j == passes - 1):
+                m.d.sync += [sw_j.eq(0), sw_t.eq(sw_t + 1)]
+                with m.If(sw_t == bank_rows[sw_b]):
                     m.d.sync += sw_active.eq(0)
-        for h, rp in enumerate(score_rp):
-            m.d.comb += rp.addr.eq((sw_b * PM + (sw_g >> h_bits)) * BLOCK + (sw_t - 1))
-        xdf = Dataflow(m, "softmax", platform)
-        read_score = Array(rp.data for rp in score_rp)[xdf.at(xdf.input(unit_of(sw_g)), 1)] if H > 1 else \
-            score_rp[0].data
-        is_corr = sw_t == 0
-        for (_, new_rp), (_, old_rp) in zip(m_new_mem, m_old_mem):
-            # (the head's pass: its bits above the unit's; `>>` would keep the width and push the bank out)
-            m.d.comb += [new_rp.addr.eq(Cat(sw_g[h_bits:], sw_b)), old_rp.addr.eq(Cat(sw_g[h_bits:], sw_b))]
-        sw_old = Array(rp.data for _, rp in m_old_mem)[unit_of(sw_g)] if H > 1 else m_old_mem[0][1].data
-        sw_new = Array(rp.data for _, rp in m_new_mem)[unit_of(sw_g)] if H > 1 else m_new_mem[0][1].data
-        arg = Timed(Mux(xdf.at(xdf.input(is_corr), 1), xdf.at(xdf.input(sw_old), 1), read_score), 1)
-        mn = xdf.at(xdf.input(sw_new), 1)
-        e = xdf.op("exp", xdf.sub(arg, Timed(mn, 1)))
-        # pk: p rounded to TF32 (RNE at bit 13; p is +0..1 or NaN), its top 19 bits
-        pk_value = Signal(19)
-        p_nan = (e.value[23:31] == 0xFF) & (e.value[:23] != 0)
-        m.d.sync += pk_value.eq(Mux(p_nan, 0x7FC00000 >> 13, (e.value + 0xFFF + e.value[13])[13:32]))
-        pk = Timed(pk_value, e.time + 1)
-        x_time = pk.time
-        x_at = {name: xdf.at(xdf.input(v), x_time) for name, v in
-                (("valid", sw_issue), ("corr", is_corr), ("g", sw_g), ("t", sw_t - 1), ("b", sw_b),
-                 ("end", sw_end))}
-        pk_mem = [memory(f"pk_mem{h}", 19, 2 * PM * BLOCK) for h in range(H)]
-        for h, (wp, _) in enumerate(pk_mem):
-            m.d.comb += [wp.addr.eq((x_at["b"] * PM + (x_at["g"] >> h_bits)) * BLOCK + x_at["t"]),
-                         wp.data.eq(pk.value),
-                         wp.en.eq(x_at["valid"] & ~x_at["corr"] & (unit_of(x_at["g"]) == h))]
-        corr_we, corr_value = Signal(name="corr_we"), Signal(32, name="corr_value")
-        corr_at = Signal(5, name="corr_at")
-        m.d.comb += [corr_we.eq(x_at["valid"] & x_at["corr"]), corr_value.eq(xdf.at(e, x_time)),
-                     corr_at.eq(at_bank(x_at["b"], x_at["g"]))]
-        with m.If(corr_we):
-            m.d.sync += corr[corr_at].eq(corr_value)
-        with m.If(x_at["end"]):
-            m.d.sync += bank_state[x_at["b"]].eq(READY)
         with m.If(sw_end):
             m.d.sync += sw_b.eq(~sw_b)
+        is_corr = sw_t == 0
+        pk_mem = [memory(f"pk_mem{h}", 19, 2 * PM * BLOCK) for h in range(H)]
+        for h in range(H):
+            xdf = Dataflow(m, f"softmax{h}", platform)
+            (_, new_rp), (_, old_rp) = m_new_mem[h], m_old_mem[h]
+            m.d.comb += [score_rp[h].addr.eq((sw_b * PM + sw_j) * BLOCK + (sw_t - 1)),
+                         new_rp.addr.eq(Cat(sw_j, sw_b)), old_rp.addr.eq(Cat(sw_j, sw_b))]
+            arg = Timed(Mux(xdf.at(xdf.input(is_corr), 1), xdf.at(xdf.input(old_rp.data), 1), score_rp[h].data), 1)
+            e = xdf.op("exp", xdf.sub(arg, Timed(xdf.at(xdf.input(new_rp.data), 1), 1)))
+            # pk: p rounded to TF32 (RNE at bit 13; p is +0..1 or NaN), its top 19 bits
+            pk_value = Signal(19, name=f"pk{h}")
+            p_nan = (e.value[23:31] == 0xFF) & (e.value[:23] != 0)
+            m.d.sync += pk_value.eq(Mux(p_nan, 0x7FC00000 >> 13, (e.value + 0xFFF + e.value[13])[13:32]))
+            x_time = e.time + 1
+            x_at = {name: xdf.at(xdf.input(v), x_time) for name, v in
+                    (("valid", sw_issue), ("corr", is_corr), ("j", sw_j), ("t", sw_t - 1), ("b", sw_b),
+                     ("end", sw_end))}
+            wp, _ = pk_mem[h]
+            m.d.comb += [wp.addr.eq((x_at["b"] * PM + x_at["j"]) * BLOCK + x_at["t"]), wp.data.eq(pk_value),
+                         wp.en.eq(x_at["valid"] & ~x_at["corr"] & serves(x_at["j"], h))]
+            corr_value = xdf.at(e, x_time)
+            for g in range(h, MAX_GROUP, H):          # this unit's query heads: pass g // H
+                with m.If(x_at["valid"] & x_at["corr"] & (x_at["j"] == g >> h_bits)):
+                    m.d.sync += corr[at_bank(x_at["b"], Const(g, 4))].eq(corr_value)
+            if h == 0:
+                with m.If(x_at["valid"] & ~x_at["corr"] & (x_at["j"] == passes - 1)):
+                    m.d.sync += swept[x_at["b"]].eq(x_at["t"] + 1)
+                with m.If(x_at["end"]):
+                    m.d.sync += bank_state[x_at["b"]].eq(READY)
 
         # ---- value side ---------------------------------------------------------------------
         v_rows = _RowBuffer(m, "v", self.v, rows_words, R128, W)
@@ -409,11 +408,12 @@ class AttentionDatapath(wiring.Component):
                         m.next = "WAIT_BANK"
             with m.State("WAIT_BANK"):
                 # (and the epilogue has merged the block two back, which used the same sums bank)
-                with m.If((bank_state[v_b] == READY) & ~sums_busy.bit_select(v_b, 1)):
-                    m.d.sync += bank_state[v_b].eq(STREAMING)
+                with m.If(((bank_state[v_b] == SWEEPING) | (bank_state[v_b] == READY)) &
+                          ~sums_busy.bit_select(v_b, 1)):
                     m.next = "STREAM"
             with m.State("STREAM"):
-                m.d.comb += v_issue.eq(v_rows.ready)
+                # a row once the sweep has its weights
+                m.d.comb += v_issue.eq(v_rows.ready & (swept[v_b] > v_t))
                 with m.If(v_issue):
                     m.d.sync += v_c.eq(v_c + 1)
                     with m.If(v_c == S - 1):
@@ -458,191 +458,28 @@ class AttentionDatapath(wiring.Component):
                          unit.i.payload.slot.eq(vb.slot), unit.i.payload.bank.eq(vb.b),
                          unit.i.payload.fresh.eq(vb.fresh)]
 
-        # ---- epilogue: merge a block's partials, fold them into o and l -----------------------
-        job = Signal(data.StructLayout({"b": 1, "first": 1, "last": 1, "rows": 8}))
-        m.d.comb += job.as_value().eq(ends.r_data)
-        e_g, e_grp, e_r, e_lane = Signal(range(MAX_GROUP)), Signal(range(GROUPS)), Signal(range(PARTIALS + 1)), \
-            Signal(range(C + 2))
-        lanes_here = Signal(range(C + 2))
-        m.d.comb += lanes_here.eq(Mux(e_grp == 0, C + 1, C))         # the denominator lane with group 0
-        partials_here = Signal(range(PARTIALS + 1))
-        m.d.comb += partials_here.eq(Mux(job.rows < PARTIALS, job.rows, PARTIALS))
-        e_unit = unit_of(e_g)
-        flush = Signal()
+        # ---- epilogue: merge a block's partials, fold them into o and l; the division ----------
+        ep = Epilogue(data_width=W, columns=C, units=H, width=self.epilogue_width)
+        m.submodules.epilogue = ep
+        m.d.comb += [ep.job.valid.eq(ends.r_rdy), ep.job.payload.eq(ends.r_data), ends.r_en.eq(ep.job.ready),
+                     ep.head_dim128.eq(self.head_dim128), ep.group.eq(self.group), ep.out_format.eq(self.out_format),
+                     sums_clear.eq(Mux(ep.released, 1 << ep.released_bank, 0))]
+        with m.If(ep.job.valid & ep.job.ready):          # the block's scores and weights are no longer read
+            m.d.sync += bank_state[ep.job.payload.b].eq(FREE)
+        m.d.comb += [ep.corr[i].eq(corr[i]) for i in range(2 * MAX_GROUP)]
         for h, unit in enumerate(sums):
-            m.d.comb += [unit.flush.valid.eq(flush & (e_unit == h)),
-                         unit.flush.payload.slot.eq(slot_of(e_g >> h_bits, e_grp, e_r)),
-                         unit.flush.payload.bank.eq(job.b)]
-        flushed_valid = Cat(*[unit.state.valid for unit in sums]).any()       # one unit flushes at a time
-        flushed = data.View(sums[0].state.payload.shape(),
-                            Array(unit.state.payload.as_value() for unit in sums)[e_unit])
-        acc = [Signal(MergedState, name=f"acc{i}") for i in range(C + 1)]
-        part = [Signal(MergedState, name=f"part{i}") for i in range(C + 1)]
-        take_first, take_part = Signal(), Signal()
-        with m.If(flushed_valid):
-            for i in range(C + 1):
-                src = flushed[i]
-                value = Signal(MergedState, name=f"flushed{i}")
-                m.d.comb += [value.sum.eq(src.sum), value.exp.eq(src.exp), value.pos_inf.eq(src.pos_inf),
-                             value.neg_inf.eq(src.neg_inf), value.nan.eq(src.nan)]
-                with m.If(take_first):
-                    m.d.sync += acc[i].eq(value)
-                with m.If(take_part):
-                    m.d.sync += part[i].eq(value)
-        # the serial merge: lane by lane, acc = merge(acc, part)
-        # (the lane's states are selected into registers first: a 17-way select and the
-        # merge's or the rounding's first stage are never one cycle)
-        merge_issue = Signal()
-        acc_a, part_a = Array(acc), Array(part)
-        mpipe = Pipeline(m, merge_issue, "merge")
-        m_acc, m_part, m_lane = mpipe.stage(acc_a[e_lane], part_a[e_lane], e_lane)
-        m_acc, m_part = data.View(MergedState, m_acc), data.View(MergedState, m_part)
-        merged, (merged_lane,) = merge_states(m, mpipe, m_acc, m_part, carry=(m_lane,))
-        merge_drain = mpipe.depth + 1
-        with m.If(mpipe.valid):
-            for i in range(C + 1):
-                with m.If(merged_lane == i):
-                    m.d.sync += acc[i].eq(merged)
-        # rounding and folding: lane by lane, value = round(acc); o/l = fma(o/l, corr, value)
-        fold_issue = Signal()
-        rpipe = Pipeline(m, fold_issue, "fold_round")
-        chosen, out_of = rpipe.stage(acc_a[e_lane], Cat(e_g, e_grp, e_lane))
-        chosen = data.View(MergedState, chosen)
-        value, (fold_tag,) = sum_to_fp32(m, rpipe, chosen.sum, chosen.exp, chosen.nan, chosen.pos_inf,
-                                         chosen.neg_inf, carry=(out_of,))
-        f_g = fold_tag[:len(e_g)]
-        f_grp = fold_tag[len(e_g):len(e_g) + len(e_grp)]
-        f_lane = fold_tag[len(e_g) + len(e_grp):]
-        o_wp, o_rp = memory("o_mem", 32, MAX_GROUP * MAX_DIM)
-        # the heads' denominators: read by the fold and by the final division
-        l_wp, l_fold_rp, l_final_rp = small_memory("l_mem", 32, MAX_GROUP, reads=2)
-        final_g, final_i = Signal(range(MAX_GROUP)), Signal(range(MAX_DIM))
-        finishing = Signal()
-        is_l = f_lane == C
-        element = Cat(f_lane[:_log2(C)], f_grp)                   # grp * C + lane
-        m.d.comb += o_rp.addr.eq(Mux(finishing, final_g * MAX_DIM + final_i, f_g * MAX_DIM + element))
-        fdf = Dataflow(m, "fold", platform)
-        fold_valid = rpipe.valid
-        first = fdf.static(job.first)
-        m.d.comb += l_fold_rp.addr.eq(f_g)
-        old = Timed(Mux(fdf.at(fdf.input(is_l), 1), fdf.at(fdf.input(l_fold_rp.data), 1), o_rp.data), 1)
-        # the job's corr values, kept: its score bank is freed as the epilogue starts
-        e_corr = Array(Signal(32, name=f"e_corr{g}") for g in range(MAX_GROUP))
-        c_val = fdf.at(fdf.input(e_corr[f_g]), 1)
-        folded = fdf.op("fma", fdf.select(first, fdf.static(Const(0, 32)), old), Timed(c_val, 1),
-                        Timed(fdf.at(fdf.input(value), 1), 1))
-        fold_time = folded.time
-        fo = {name: fdf.at(fdf.input(v), fold_time) for name, v in
-              (("valid", fold_valid), ("l", is_l), ("g", f_g), ("element", element))}
-        m.d.comb += [o_wp.addr.eq(fo["g"] * MAX_DIM + fo["element"]), o_wp.data.eq(folded.value),
-                     o_wp.en.eq(fo["valid"] & ~fo["l"])]
-        m.d.comb += [l_wp.addr.eq(fo["g"]), l_wp.data.eq(folded.value), l_wp.en.eq(fo["valid"] & fo["l"])]
-        fold_drain = rpipe.depth + fold_time + 2
+            m.d.comb += [unit.flush.valid.eq(ep.flush.valid & (ep.flush.payload.unit == h)),
+                         unit.flush.payload.slot.eq(ep.flush.payload.slot),
+                         unit.flush.payload.bank.eq(ep.flush.payload.bank)]
+        # one unit's state at a time
+        state = Const(0, len(ep.state.payload.as_value()))
+        for unit in sums:
+            state = state | Mux(unit.state.valid, unit.state.payload.as_value(), 0)
+        m.d.comb += [ep.state.valid.eq(Cat(*[unit.state.valid for unit in sums]).any()), ep.state.payload.eq(state)]
+        wiring.connect(m, ep.out, wiring.flipped(self.out))
 
-        # the final division: out = o / l, narrowed, packed into words
-        final_issue = Signal()
-        ddf = Dataflow(m, "final", platform)
-        m.d.comb += l_final_rp.addr.eq(final_g)
-        quotient = ddf.op("div", Timed(o_rp.data, 1), Timed(ddf.at(ddf.input(l_final_rp.data), 1), 1))
-        narrow = ddf.select(ddf.static(self.out_format == KvFormat.BF16), ddf.op("fp32_to_bf16", quotient),
-                            ddf.op("fp32_to_fp16", quotient))
-        d_time = ddf.latency
-        d_valid = ddf.at(ddf.input(final_issue), d_time)
-        out32 = self.out_format == KvFormat.FP32
-        result = Mux(out32, ddf.at(quotient, d_time), ddf.at(narrow, d_time)[:16])
-        out_per_word = Mux(out32, P // 2, P)
-        pack = Signal(W)
-        pack_n = Signal(range(P + 1))
-        out_depth = 16
-        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=W, depth=out_depth)
-        packed_word = Mux(out32, Cat(pack[32:], result), Cat(pack[16:], result[:16]))
-        m.d.comb += [out_fifo.w_data.eq(packed_word), self.out.valid.eq(out_fifo.r_rdy),
-                     self.out.payload.eq(out_fifo.r_data), out_fifo.r_en.eq(self.out.ready)]
-        with m.If(d_valid):
-            m.d.sync += [pack.eq(packed_word), pack_n.eq(pack_n + 1)]
-            with m.If(pack_n == out_per_word - 1):
-                m.d.sync += pack_n.eq(0)
-                m.d.comb += out_fifo.w_en.eq(1)
-        # elements in flight: never more than the queue's room holds
-        in_flight = Signal(range(64 + P))
-        m.d.sync += in_flight.eq(in_flight + final_issue - d_valid)
-        words_ahead = Mux(out32, (in_flight + P // 2) >> _log2(P // 2), (in_flight + P) >> _log2(P))
-        room = out_fifo.level + words_ahead + 1 < out_depth
-
-        # ---- the epilogue's sequence -----------------------------------------------------------
-        wait = Signal(range(64))
-        m.d.comb += ends.r_en.eq(0)
-        with m.FSM(name="epilogue") as epilogue:
-            def after_partial(taken):
-                """The next partial's flush, or (all taken) the fold."""
-                with m.If(taken == partials_here):
-                    m.d.sync += e_lane.eq(0)
-                    m.next = "FOLD"
-                with m.Else():
-                    m.next = "FLUSH"
-
-            with m.State("IDLE"):
-                with m.If(ends.r_rdy):
-                    m.d.sync += [e_g.eq(0), e_grp.eq(0), e_r.eq(0), bank_state[job.b].eq(FREE)]
-                    m.d.sync += [e_corr[g].eq(corr[at_bank(job.b, Const(g, 4))]) for g in range(MAX_GROUP)]
-                    m.next = "FLUSH"
-            with m.State("FLUSH"):
-                m.d.comb += flush.eq(1)
-                m.d.sync += wait.eq(2)
-                m.next = "TAKE"
-            with m.State("TAKE"):
-                # the flushed states arrive two cycles after the flush
-                m.d.sync += wait.eq(wait - 1)
-                with m.If(wait == 1):
-                    with m.If(e_r == 0):
-                        m.d.comb += take_first.eq(1)
-                        m.d.sync += e_r.eq(1)
-                        after_partial(1)
-                    with m.Else():
-                        m.d.comb += take_part.eq(1)
-                        m.d.sync += e_lane.eq(0)
-                        m.next = "MERGE"
-            with m.State("MERGE"):
-                m.d.comb += merge_issue.eq(1)
-                m.d.sync += e_lane.eq(e_lane + 1)
-                with m.If(e_lane == lanes_here - 1):
-                    m.d.sync += [e_r.eq(e_r + 1), wait.eq(merge_drain)]
-                    m.next = "MERGE_DRAIN"
-            with m.State("MERGE_DRAIN"):
-                m.d.sync += wait.eq(wait - 1)
-                with m.If(wait == 0):
-                    after_partial(e_r)
-            with m.State("FOLD"):
-                m.d.comb += fold_issue.eq(1)
-                m.d.sync += e_lane.eq(e_lane + 1)
-                with m.If(e_lane == lanes_here - 1):
-                    m.d.sync += [e_r.eq(0), e_grp.eq(e_grp + 1)]
-                    m.next = "FLUSH"
-                    with m.If(e_grp == row_groups - 1):
-                        m.d.sync += [e_grp.eq(0), e_g.eq(e_g + 1)]
-                        with m.If(e_g == G - 1):
-                            m.d.sync += wait.eq(fold_drain)
-                            m.next = "FOLD_DRAIN"
-            with m.State("FOLD_DRAIN"):
-                m.d.sync += wait.eq(wait - 1)
-                with m.If(wait == 0):
-                    m.d.comb += [ends.r_en.eq(1), sums_clear.eq(1 << job.b)]
-                    m.d.sync += [final_g.eq(0), final_i.eq(0)]
-                    with m.If(job.last):
-                        m.next = "FINAL"
-                    with m.Else():
-                        m.next = "IDLE"
-            with m.State("FINAL"):
-                m.d.comb += [finishing.eq(1), final_issue.eq(room)]
-                with m.If(room):
-                    m.d.sync += final_i.eq(final_i + 1)
-                    with m.If(final_i == dim - 1):
-                        m.d.sync += [final_i.eq(0), final_g.eq(final_g + 1)]
-                        with m.If(final_g == G - 1):
-                            m.next = "IDLE"
         idle = Signal()
         m.d.comb += idle.eq(~k_active & ~k_jobs.r_rdy & ~v_jobs.r_rdy & value_fsm.ongoing("IDLE") &
-                            epilogue.ongoing("IDLE") & ~ends.r_rdy & (in_flight == 0) & (q_full == 0) &
-                            ~out_fifo.r_rdy & ~sw_active & ~q_held)
+                            ep.idle & ~ends.r_rdy & (q_full == 0) & ~sw_active & ~q_held)
         m.d.comb += self.idle.eq(idle)
         return m
