@@ -14,7 +14,7 @@ DEEPSPEED_STAMP := $(VENV)/.ndpkit-deepspeed-installed
 FORMAL_STAMP := $(VENV)/.ndpkit-formal-installed
 BOARDS_STAMP := $(VENV)/.ndpkit-boards-installed
 
-.PHONY: vllm-demo deepspeed all venv test sim formal lint fusesoc-lint bitstream demo perf bench impl impl-report regs soak clean distclean
+.PHONY: vllm-demo deepspeed all venv test sim formal lint fusesoc-lint bitstream demo perf bench bench-attention-lanes impl impl-report regs soak clean distclean
 
 all: test
 
@@ -79,6 +79,11 @@ perf: $(STAMP)
 	$(VPY) -m tb.bus.dma_perf_report $(if $(QUICK),--quick,)
 	for bench in $$($(VPY) -c 'from ndpkit_tools.bench.run import list_benches; list_benches()'); do \
 		QUICK=$(QUICK) $(VPY) -m $$bench || exit 1; done
+
+# The attention engine's MAC lanes x group size table on the HBM preset (L = 32..256,
+# G = 1, 2, 3, 4, 7, 8; about half an hour): docs/bench/attention_lanes.md.
+bench-attention-lanes: $(STAMP)
+	$(VPY) -m tb.engines.attention.lane_table
 
 # Mixed concurrent workloads on simulated cards against the model, with injected
 # errors and bus faults, for DURATION seconds (default 600): counts, mismatches, hangs.

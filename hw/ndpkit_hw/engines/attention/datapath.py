@@ -232,17 +232,13 @@ class AttentionDatapath(wiring.Component):
         bank_rows = Array(Signal(range(BLOCK + 1), name=f"bank{b}_rows") for b in range(2))
         bank_first = Array(Signal(name=f"bank{b}_first") for b in range(2))
         bank_last = Array(Signal(name=f"bank{b}_last") for b in range(2))
-        # per bank and query head, indexed by Cat(g, bank) (flat: Yosys writes an empty
-        # case for a nested Array's assignment, which Verilog rejects)
-        corr = Array(Signal(32, name=f"corr_b{b}_g{g}") for b in range(2) for g in range(MAX_GROUP))
+        # corr per bank and query head, at bank * MAX_GROUP + g (the epilogue copies a block's)
+        corr = [Signal(32, name=f"corr_b{b}_g{g}") for b in range(2) for g in range(MAX_GROUP)]
         # m_new / m_old of each bank's query heads: per unit (each writes its heads' at a
         # block's end, all units in one cycle) a small memory with an asynchronous read
         # (distributed RAM), addressed by (bank, pass): no register file and 32-way select
         m_new_mem = [small_memory(f"m_new{h}", 32, 2 * PM) for h in range(H)]
         m_old_mem = [small_memory(f"m_old{h}", 32, 2 * PM) for h in range(H)]
-
-        def at_bank(b, g):
-            return Cat(g[:_log2(MAX_GROUP)], b)
 
         # ---- score side ---------------------------------------------------------------------
         k_rows = _RowBuffer(m, "k", self.k, rows_words, R128, W)
@@ -372,9 +368,12 @@ class AttentionDatapath(wiring.Component):
             m.d.comb += [wp.addr.eq((x_at["b"] * PM + x_at["j"]) * BLOCK + x_at["t"]), wp.data.eq(pk_value),
                          wp.en.eq(x_at["valid"] & ~x_at["corr"] & serves(x_at["j"], h))]
             corr_value = xdf.at(e, x_time)
-            for g in range(h, MAX_GROUP, H):          # this unit's query heads: pass g // H
-                with m.If(x_at["valid"] & x_at["corr"] & (x_at["j"] == g >> h_bits)):
-                    m.d.sync += corr[at_bank(x_at["b"], Const(g, 4))].eq(corr_value)
+            # this unit's query heads (pass g // H), each bank's register by name (an Array
+            # assignment with a constant part leaves Yosys an empty case Verilog rejects)
+            for g in range(h, MAX_GROUP, H):
+                for b in range(2):
+                    with m.If(x_at["valid"] & x_at["corr"] & (x_at["j"] == g >> h_bits) & (x_at["b"] == b)):
+                        m.d.sync += corr[b * MAX_GROUP + g].eq(corr_value)
             if h == 0:
                 with m.If(x_at["valid"] & ~x_at["corr"] & (x_at["j"] == passes - 1)):
                     m.d.sync += swept[x_at["b"]].eq(x_at["t"] + 1)

@@ -1,0 +1,129 @@
+# amaranth: UnusedElaboratable=no
+"""The attention datapath's epilogue alone in Amaranth's simulator, bit for bit against
+the golden model's block step (``merge(merge(merge(s0, s1), s2), s3)`` rounded once,
+``o = fma(o, corr, ob)``, ``l`` likewise, ``out = div(o, l)`` narrowed): the RunningSums
+units modelled by the bench (each flushed slot's state two cycles later, from real
+running sums of random products; the slots of partials a short block never touched
+hold stale sums the epilogue must ignore), jobs arriving with random gaps, the output
+with random back-pressure (the ``rng`` fixture prints its seed; ``SEED=`` reproduces)."""
+import numpy as np
+import pytest
+
+from ndpkit.arith import blockfloat as bf
+from ndpkit.arith import fp
+from ndpkit.engines.attention import golden
+from ndpkit_hw.arith.blockfloat import NO_TERM
+from ndpkit_hw.engines.attention.epilogue import Epilogue
+from tb.amaranth_sim import run_to_end
+from tb.arith.test_blockfloat_units import _operands, _tf32
+
+F = golden.KvFormat
+WIDTH, C = 128, 8                      # a 128-bit port: 8 columns a beat
+GROUPS = 128 // C
+
+
+def _running_sum(nprng, lanes: int):
+    """A running sum's state per lane: up to 6 random TF32 x fp16 products accumulated."""
+    state = bf.empty(lanes)
+    for _ in range(nprng.integers(0, 7)):
+        p = bf.decompose(np.full(lanes, _tf32(nprng, (1,))[0], np.uint32), bf.TF32)
+        state = bf.accumulate(state, bf.multiply(p, bf.decompose(_operands(nprng, F.FP16, (lanes,)), F.FP16)))
+    return state
+
+
+def _payload(state):
+    S, E, special = state
+    return [{"sum": int(S[i]), "exp": int(E[i]) if E[i] != bf.EMPTY else NO_TERM,
+             "pos_inf": int(special[i] == bf.POS_INF), "neg_inf": int(special[i] == bf.NEG_INF),
+             "nan": int(special[i] == bf.NAN)} for i in range(len(S))]
+
+
+def _words(bits: np.ndarray) -> list[int]:
+    raw = np.ascontiguousarray(bits).tobytes()
+    return [int.from_bytes(raw[i:i + WIDTH // 8], "little") for i in range(0, len(raw), WIDTH // 8)]
+
+
+@pytest.mark.parametrize("units,width,group,d,out_fmt", [
+    (2, 1, 3, 64, F.FP16),              # two units (a flush names its unit), an odd group
+    (1, 2, 2, 128, F.FP32)])            # two lanes a cycle
+def test_epilogue_matches_golden(rng, units, width, group, d, out_fmt):
+    nprng = np.random.default_rng(rng.randrange(1 << 30))
+    heads = [[128, 3], [2], [1, 130 % 128]]             # each KV head's blocks (rows)
+    slots, jobs, want = {}, [], []
+    bank = 0
+    for blocks in heads:
+        o = np.zeros((group, d), np.uint32)
+        l = np.zeros(group, np.uint32)
+        for n, rows in enumerate(blocks):
+            corr = fp.bits(nprng.uniform(0.01, 1.0, group).astype(np.float32))
+            ob = np.zeros((group, d), np.uint32)
+            lb = np.zeros(group, np.uint32)
+            for g in range(group):
+                for grp in range(d // C):
+                    parts = [_running_sum(nprng, C + 1) for _ in range(bf.PARTIALS)]
+                    for r, part in enumerate(parts):
+                        slot = ((g // units * GROUPS + grp) << 2) + r
+                        slots[(len(jobs), g % units, slot)] = _payload(part)     # stale beyond the block's rows
+                    total = parts[0] if rows > 0 else bf.empty(C + 1)
+                    for part in parts[1:min(rows, bf.PARTIALS)]:
+                        total = bf.merge(total, part)
+                    value = bf.sum_fp32(total)
+                    ob[g, grp * C:(grp + 1) * C] = value[:C]
+                    if grp == 0:
+                        lb[g] = value[C]
+            first = n == 0
+            o = fp.fma(np.zeros_like(o) if first else o, np.broadcast_to(corr[:, None], o.shape), ob)
+            l = fp.fma(np.zeros_like(l) if first else l, corr, lb)
+            jobs.append({"job": {"b": bank, "first": int(first), "last": int(n == len(blocks) - 1), "rows": rows},
+                         "corr": corr})
+            bank ^= 1
+        want += _words(golden.narrow(fp.div(o, l[:, None]), out_fmt))
+    dut = Epilogue(data_width=WIDTH, columns=C, units=units, width=width)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.head_dim128, d == 128)
+        ctx.set(dut.group, group)
+        ctx.set(dut.out_format, out_fmt)
+        pending = {}                      # cycle -> the state the model gives then
+        job = 0
+        cycle = 0
+        taken_at = []
+        while len(got) < len(want):
+            cycle += 1
+            assert cycle < 100_000, f"stuck: {len(got)} of {len(want)} words, {job} jobs taken"
+            state = pending.pop(cycle, None)
+            ctx.set(dut.state.valid, state is not None)
+            if state is not None:
+                ctx.set(dut.state.payload, state)
+            offer = job < len(jobs) and rng.random() < 0.6
+            ctx.set(dut.job.valid, offer)
+            if offer:
+                ctx.set(dut.job.payload, jobs[job]["job"])
+                b = jobs[job]["job"]["b"]
+                corr = [0] * 32
+                for g, c in enumerate(jobs[job]["corr"]):
+                    corr[g + 16 * b] = int(c)
+                ctx.set(dut.corr, corr)
+            ready = rng.random() < 0.7
+            ctx.set(dut.out.ready, ready)
+            if ctx.get(dut.flush.valid):
+                f = ctx.get(dut.flush.payload)
+                assert f.bank == jobs[job - 1]["job"]["b"], "a flush of the other bank"
+                unit = f.unit if units > 1 else 0
+                pending[cycle + 2] = slots[(job - 1, unit, f.slot)]
+            if ctx.get(dut.released):
+                assert ctx.get(dut.released_bank) == jobs[job - 1]["job"]["b"]
+            if offer and ctx.get(dut.job.ready):
+                job += 1
+                taken_at.append(cycle)
+            if ready and ctx.get(dut.out.valid):
+                got.append(ctx.get(dut.out.payload))
+            await ctx.tick()
+        for _ in range(40):
+            await ctx.tick()
+        assert ctx.get(dut.idle)
+
+    run_to_end(dut, bench, deadline=120_000)
+    bad = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+    assert not bad, f"words {bad[:8]} of {len(want)} differ"
