@@ -34,6 +34,24 @@ def lane_bound(lanes: int, group: int) -> float:
     return min(1.0, lanes / (32 * group))
 
 
+def pass_bound(lanes: int, group: int) -> float:
+    """The bound of the pass structure: H units of C columns take the group's heads H at a
+    time, so ceil(G / H) passes a row (below the lane bound when H does not divide G)."""
+    units = units_of(lanes)
+    return min(1.0, lanes / (32 * units * -(-group // units)))
+
+
+def units_of(lanes: int) -> int:
+    from ndpkit_hw.engines.attention.datapath import lane_shape
+    return lane_shape(512, lanes)[1]
+
+
+def lane_shape_text(lanes: int) -> str:
+    from ndpkit_hw.engines.attention.datapath import lane_shape
+    columns, units = lane_shape(512, lanes)
+    return f"{units} unit{'s' if units > 1 else ''} of {columns} columns"
+
+
 def main() -> int:
     memory = os.environ.get("MEMORY", "hbm2_pc")
     lanes_list = tuple(int(x) for x in os.environ.get("ATTN_TABLE_LANES", ",".join(map(str, LANES))).split(","))
@@ -93,7 +111,15 @@ def report(result: dict) -> list[str]:
         lines.append(f"| {lanes} | " + " | ".join(cells) + " |")
     worst = min(table, key=lambda t: t["of_bound"])
     lines += ["", f"Lowest share of the bound: {worst['of_bound']:.3f} (L = {worst['lanes']}, G = {worst['group']}); "
-              f"{sum(t['meets'] for t in table)} of {len(table)} cells meet the target.", ""]
+              f"{sum(t['meets'] for t in table)} of {len(table)} cells meet the target."]
+    for t in table:
+        if not t["meets"]:
+            bound = pass_bound(t["lanes"], t["group"])
+            lines.append(f"- L = {t['lanes']}, G = {t['group']}: the {t['lanes'] // 2} lanes a side are "
+                         f"{lane_shape_text(t['lanes'])}; {t['group']} query heads take "
+                         f"{-(-t['group'] // units_of(t['lanes']))} passes a row, the last not full: the pass "
+                         f"structure bounds it at {bound:.3g}, of which it reaches {t['efficiency'] / bound:.2f}.")
+    lines.append("")
     (source_root() / "docs" / "bench" / "attention_lanes.md").write_text("\n".join(lines))
     return lines
 

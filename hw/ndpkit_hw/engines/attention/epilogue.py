@@ -8,9 +8,9 @@ and ``out[i] = div(o[i], l)`` narrowed to the output format.
 
 The work is per column group (a RunningSums slot of ``C + 1`` lanes: C value columns,
 and with group 0 the denominator): its four partials are flushed on four consecutive
-cycles into four shift registers, which then shift ``E`` lanes a cycle (``width``)
-into ``E`` merge chains (three merge units each, the later partials delayed to meet
-them), ``E`` roundings and ``E`` fmas.  The next group's flushes are issued so that
+cycles into four registers, read ``E`` lanes a cycle (``width``) into ``E`` merge
+chains (three merge units each, the later partials delayed to meet them), ``E``
+roundings and ``E`` fmas.  The next group's flushes are issued so that
 its states land as the last lanes leave: a group costs ``ceil(lanes / E)`` cycles,
 with no gap, so the epilogue keeps up with the value side whenever
 ``E >= lanes / 128`` (its cost per block and head ``(d + 1) / E`` cycles against the
@@ -125,18 +125,19 @@ class Epilogue(wiring.Component):
             responses.append(resp.valid)
         flushing = Cat(*[x.valid for x in f[1:]], *responses).any()     # a flush or its state in flight
 
-        # ---- four shift registers, E lanes a cycle ---------------------------------------------
+        # ---- four registers of C + 1 lanes, read E lanes a cycle -----------------------------
+        # (loaded whole, with an enable: no multiplexer in front of them; the lanes read
+        # through a select behind them, the partials a short block never touched replaced
+        # by empty sums there)
         empty = Const({"sum": 0, "exp": NO_TERM, "pos_inf": 0, "neg_inf": 0, "nan": 0}, SumState)
-        regs = [[Signal(SumState, name=f"part{r}_{i}") for i in range(NL)] for r in range(PARTIALS)]
+        regs = [[Signal(SumState, name=f"part{r}_{i}", reset_less=True) for i in range(NL)]
+                for r in range(PARTIALS)]
         for r in range(PARTIALS):
-            load = resp.valid & (resp.r == r)
-            for i in range(NL):
-                if i <= C:
-                    incoming = Mux(resp.r < partials, self.state.payload[i].as_value(), empty.as_value())
-                else:
-                    incoming = empty.as_value()
-                shifted = regs[r][i + E].as_value() if i + E < NL else empty.as_value()
-                m.d.sync += regs[r][i].eq(Mux(load, incoming, shifted))
+            with m.If(resp.valid & (resp.r == r)):
+                m.d.sync += [regs[r][i].eq(self.state.payload[i]) for i in range(C + 1)]
+        for r in range(PARTIALS):
+            for i in range(C + 1, NL):                  # the last chunk's padding: never used
+                m.d.comb += regs[r][i].eq(empty)
 
         # partial 0's lanes: chunks left, and the group they belong to
         left = Signal(range(chunks_all + 1))
@@ -163,19 +164,32 @@ class Epilogue(wiring.Component):
                 value = reg
             return value
 
+        # partial r's chunk is read r cycles after partial 0's, a register behind each select
+        chunk = [cur.k]
+        for r in range(1, PARTIALS):
+            chunk.append(delayed(chunk[-1], 1, f"chunk{r}"))
+        read = []                                       # read[r][e]: ready r + 1 cycles after the emission
+        for r in range(PARTIALS):
+            lanes = []
+            for e in range(E):
+                sel = Array(regs[r][c * E + e].as_value() for c in range(chunks_all))[chunk[r]]
+                reg = Signal(SumState, name=f"read{r}_{e}", reset_less=True)
+                m.d.sync += reg.eq(Mux(r < partials, sel, empty.as_value()) if r else sel)
+                lanes.append(reg)
+            read.append(lanes)
         first_stage = Pipeline(m, emit, "chain")
-        staged = first_stage.stage(cur.as_value(), *[regs[0][e].as_value() for e in range(E)])
-        tag, lanes0 = staged[0], staged[1:]             # partial 0 meets partial 1
+        tag = first_stage.stage(cur.as_value())
+        tag = first_stage.stage(tag)                    # partial 0 meets partial 1, two cycles on
         results = []
         for e in range(E):
             chain = Pipeline(m, first_stage.valid, f"chain{e}")
             chain.depth = first_stage.depth
-            merged, carry = merge_states(m, chain, data.View(SumState, lanes0[e]), regs[1][e],
-                                         carry=(tag,) if e == 0 else ())
-            # partial 2 left two cycles after partial 0, partial 3 three
-            p2 = data.View(SumState, delayed(regs[2][e].as_value(), chain.depth - 2, f"p2_{e}"))
+            p0 = data.View(SumState, delayed(read[0][e].as_value(), 1, f"p0_{e}"))
+            merged, carry = merge_states(m, chain, p0, read[1][e], carry=(tag,) if e == 0 else ())
+            # partial r's lanes are ready r + 1 cycles after the emission
+            p2 = data.View(SumState, delayed(read[2][e].as_value(), chain.depth - 3, f"p2_{e}"))
             merged, carry = merge_states(m, chain, data.View(MergedState, merged), p2, carry=carry)
-            p3 = data.View(SumState, delayed(regs[3][e].as_value(), chain.depth - 3, f"p3_{e}"))
+            p3 = data.View(SumState, delayed(read[3][e].as_value(), chain.depth - 4, f"p3_{e}"))
             merged, carry = merge_states(m, chain, data.View(MergedState, merged), p3, carry=carry)
             merged = data.View(MergedState, merged)
             value, carry = sum_to_fp32(m, chain, merged.sum, merged.exp, merged.nan, merged.pos_inf,
