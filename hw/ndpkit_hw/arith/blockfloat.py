@@ -199,10 +199,12 @@ class RowDot(wiring.Component):
             m.d.comb += e.eq(Mux(live, exp, NO_TERM))
             exps.append(e)
             flags.append(Cat(pos_inf, neg_inf, nan))
+        # the lanes' specials registered before their OR (the format's decode and a 16-way OR
+        # in one cycle were the engine's longest path)
+        staged = p1.stage(*exps, *flags, self.i.payload.last)
+        exps, flags, last = staged[:C], staged[C:2 * C], staged[2 * C]
         any_flags = Signal(3, name="p1_flags")
         m.d.comb += any_flags.eq(Cat(*[Cat(*[f[i] for f in flags]).any() for i in range(3)]))
-        staged = p1.stage(*exps, any_flags, self.i.payload.last)
-        exps, any_flags, last = staged[:C], staged[C], staged[C + 1]
         level = 0
         while len(exps) > 1:
             nxt = []

@@ -191,7 +191,9 @@ class Epilogue(wiring.Component):
             merged, carry = merge_states(m, chain, data.View(MergedState, merged), p2, carry=carry)
             p3 = data.View(SumState, delayed(read[3][e].as_value(), chain.depth - 4, f"p3_{e}"))
             merged, carry = merge_states(m, chain, data.View(MergedState, merged), p3, carry=carry)
-            merged = data.View(MergedState, merged)
+            # (the last merge's add and the rounding's negation are not one cycle)
+            staged = chain.stage(merged, *carry)
+            merged, carry = data.View(MergedState, staged[0] if carry else staged), staged[1:] if carry else []
             value, carry = sum_to_fp32(m, chain, merged.sum, merged.exp, merged.nan, merged.pos_inf,
                                        merged.neg_inf, carry=carry)
             results.append(value)
@@ -223,9 +225,11 @@ class Epilogue(wiring.Component):
         l_now = fdf.at(fdf.input(is_l), 1)
         folded = []
         for e in range(E):
-            old = Timed(Mux(l_now, l_old, o_rp.data.word_select(e, 32)) if e == 0 else
-                        o_rp.data.word_select(e, 32), 1)
-            folded.append(fdf.op("fma", fdf.select(first, fdf.static(Const(0, 32)), old), Timed(c_val, 1),
+            old = Mux(l_now, l_old, o_rp.data.word_select(e, 32)) if e == 0 else o_rp.data.word_select(e, 32)
+            # the accumulator operand selected and registered before the fma (the selects and
+            # the fma's operand decode were one 10-level path)
+            chosen = fdf.select(first, fdf.static(Const(0, 32)), Timed(old, 1))
+            folded.append(fdf.op("fma", Timed(fdf.at(chosen, 2), 2), Timed(c_val, 1),
                                  Timed(fdf.at(fdf.input(results[e]), 1), 1)))
         fold_time = max(x.time for x in folded)
         fo = {name: fdf.at(fdf.input(v), fold_time) for name, v in
