@@ -298,7 +298,9 @@ class AttentionDatapath(wiring.Component):
         scored = Signal()
         for h, dot in enumerate(dots):
             sdf = Dataflow(m, f"scale{h}", platform)
-            s = sdf.op("mul", sdf.input(dot.o.payload.value), sdf.static(self.scale))
+            # (the row's sum registered first: RowDot's rounding increment and the multiplier's
+            # operand decode were one 11-level path)
+            s = sdf.op("mul", Timed(sdf.at(sdf.input(dot.o.payload.value), 1), 1), sdf.static(self.scale))
             s_tag = data.View(ScoreTag, sdf.at(sdf.input(dot.o.payload.tag), s.time))
             s_valid = sdf.at(sdf.input(dot.o.valid), s.time)
             wp, rp = memory(f"score_mem{h}", 32, 2 * PM * BLOCK)
