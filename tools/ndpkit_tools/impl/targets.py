@@ -86,28 +86,27 @@ NOTES = {
                                  "output registered (the updater's inputs now are).",
     ("adam", "max", "ecp5"): "does not fit (97.6k LUT sites); the default configuration's 79.9 MHz stands for "
                              "the engine. Next: as the default's.",
-    ("attention", "default", "levels"): "11 levels (10 before the distributed-RAM change, 25 before the request checks were "
-                                        "staged): the K side's issue decision (the pass counter's compares, the "
-                                        "row buffer's, q bank's and RowDot's room, the bank's state) into the score "
-                                        "bank's state (block.datapath.k_j -> bank1_state). Next: the block-start "
-                                        "compare registered a cycle ahead, as the issue counters step",
-    ("attention", "max", "levels"): "11 levels: the KV format (registered) decoded in RowDot's first pass, "
-                                    "the products' exponents and their maximum in one cycle "
-                                    "(block.datapath.kv_format -> row_dot0.pass1_s3; before, an 11-level path "
-                                    "from RowDot's result into the score scaling multiply). Next: the first "
-                                    "pass's decoded exponents registered before the maximum's tree",
-    ("attention", "ecp5", "levels"): "11 levels (re-measured; 11 before on a netlist before the conversions' "
-                                     "change, then the final narrowing conversion's first stage): RowDot's "
-                                     "normalisation before its rounding, the sticky bit: the row sum's 46-bit "
-                                     "magnitude masked by compares of the registered 7-bit shift amount and ORed "
-                                     "(block.datapath.row_dot0.round_s4_4 -> round_s5_0). Next: the mask (a "
-                                     "thermometer code of the amount) registered beside the amount, a stage "
-                                     "earlier",
-    ("attention", "max", "area"): "34.8k LUT at 32 lanes (36.7k before the softmax maxima, denominators and "
-                                  "light readers' buffers moved to distributed RAM; by block, docs/engines/"
-                                  "attention.md: the MAC lanes' RowDot and RunningSums are 14k of it). "
-                                  "Next: the epilogue's 17-lane acc / part registers and their selects into a "
-                                  "rotating register file, the request-check stages shared with the command's",
+    ("attention", "default", "levels"): "9 levels (11 before the timing stages of 2026-11-26; 25 before the request "
+                                        "checks were staged): RowDot's normalisation before its rounding, the sticky "
+                                        "bit: the row sum's magnitude masked by compares of the registered shift "
+                                        "amount and ORed (block.datapath.row_dot0.round_s4_4 -> round_s5_0). Next: "
+                                        "the mask (a thermometer code of the amount) registered beside the amount",
+    ("attention", "max", "levels"): "10 levels (11 before 2026-11-26: RowDot's lane specials ORed in the decode's "
+                                    "cycle, then RowDot's rounding into the scale multiplier, both registered now): "
+                                    "the shared AXI port's read ID decoded for five readers, through the block-id "
+                                    "reader's burst completion into its status queue's count "
+                                    "(block.bus__rid -> read_blocks.status_queue.level). Next: the DMA tracker's "
+                                    "burst completion registered (every engine's status a cycle later)",
+    ("attention", "ecp5", "levels"): "9 levels (11 before 2026-11-26): as the default configuration's, RowDot's "
+                                     "normalisation before its rounding, the sticky bit (block.datapath.row_dot0."
+                                     "round_s4_4 -> round_s5_0). Next: the mask (a thermometer code of the amount) "
+                                     "registered beside the amount, a stage earlier",
+    ("attention", "max", "area"): "38.6k LUT at 32 lanes: 34.8k, then the paged mode's block-id reader and ids "
+                                  "RAM (+2.0k) and the lane-parallel epilogue's four partial registers and three "
+                                  "merge units (+1.8k, the GQA rate: docs/bench/attention_lanes.md). The MAC "
+                                  "lanes' RowDot and RunningSums are 14k of it (docs/engines/attention.md). Next: "
+                                  "the cheaper DSP MAC lane (issue 40), the request-check stages shared with the "
+                                  "command's",
     ("attention", "default", "ecp5"): "does not fit: 224 DP16KD > 208 (the buffers are sized by the largest "
                                       "query group and head dimension, not by the lanes); the ecp5 configuration "
                                       "(64-bit, 8 lanes, 202 DP16KD) is the one placed.",
