@@ -24,7 +24,7 @@ from ndpkit_spec.blockfloat import GUARD
 from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multiplier_shape, normalize_into_range, \
     round_bits, round_pack, select_result, staged_product
 
-__all__ = ["Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "RowDot", "RunningSums", "SumState", "TERM_BITS",
+__all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "RowDot", "RunningSums", "SumState", "TERM_BITS",
            "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
            "MERGE_LATENCY", "merge_states"]
 
@@ -303,6 +303,10 @@ class RowDot(wiring.Component):
         return m
 
 
+#: cycles from a :class:`RunningSums` flush to its state
+FLUSH_LATENCY = 2
+
+
 class RunningSums(wiring.Component):
     """Running sums like :func:`ndpkit.arith.blockfloat.accumulate`, ``lanes`` a beat.
 
@@ -405,6 +409,7 @@ class RunningSums(wiring.Component):
                          wp.en.eq(valid & this_bank)]
         # the flush: the read port's data a cycle later, registered once more
         out = flush_pipe.stage(flushed)
+        assert flush_pipe.depth == FLUSH_LATENCY
         m.d.comb += [self.state.valid.eq(flush_pipe.valid), self.state.payload.eq(out)]
         return m
 

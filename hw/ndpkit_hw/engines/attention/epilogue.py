@@ -31,18 +31,17 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS
-from ndpkit_spec.engines.attention import MAX_GROUP, KvFormat
-from ndpkit_hw.arith.blockfloat import NO_TERM, MergedState, SumState, merge_states, sum_to_fp32
+from ndpkit_spec.engines.attention import HEAD_DIMS, MAX_GROUP, KvFormat
+from ndpkit_hw.arith.blockfloat import (FLUSH_LATENCY, NO_TERM, MergedState, SumState, merge_states,
+                                        sum_to_fp32)
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
 
 __all__ = ["Epilogue", "epilogue_width", "EpilogueJob"]
 
-MAX_DIM = 128
+MAX_DIM = max(HEAD_DIMS)
 #: a block for the epilogue: its RunningSums bank, the head's first / last block, its rows
 EpilogueJob = data.StructLayout({"b": 1, "first": 1, "last": 1, "rows": 8})
-#: flush latency of a RunningSums unit (the state two cycles after the flush)
-FLUSH_LATENCY = 2
 
 
 def _log2(n: int) -> int:
@@ -123,7 +122,6 @@ class Epilogue(wiring.Component):
             m.d.sync += later.eq(resp)
             resp = later
             responses.append(resp.valid)
-        flushing = Cat(*[x.valid for x in f[1:]], *responses).any()     # a flush or its state in flight
 
         # ---- four registers of C + 1 lanes, read E lanes a cycle -----------------------------
         # (loaded whole, with an enable: no multiplexer in front of them; the lanes read
@@ -154,6 +152,7 @@ class Epilogue(wiring.Component):
         # + 1 cycles from now), and not while one is in flight
         in_flight = Cat(*[x.valid for x in f[1:]]).any()
         m.d.comb += issue.eq(issuing & (left <= FLUSH_LATENCY + 1) & ~in_flight)
+        flushing = in_flight | Cat(*responses).any()      # a flush or its state in flight
 
         # ---- the merge chains: ((p0 + p1) + p2) + p3, then rounding --------------------------
         # partial r's lanes leave r cycles after partial 0's

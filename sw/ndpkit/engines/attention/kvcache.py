@@ -41,8 +41,8 @@ import bisect
 import numpy as np
 
 from ndpkit.errors import CacheClosed, NdpkitError
-from ndpkit.engines.attention.golden import (BLOCK_SIZES, HEAD_DIMS, MAX_KV_HEADS, MAX_TABLE_ENTRIES, KvFormat,
-                                             widen)
+from ndpkit.engines.attention.golden import (BLOCK_SIZES, HEAD_DIMS, MAX_GROUP, MAX_KV_HEADS, MAX_TABLE_ENTRIES,
+                                             KvFormat, widen)
 
 __all__ = ["ShardedKVCache", "KVCache", "to_bits16", "golden_outputs", "check_model_shape"]
 
@@ -466,7 +466,6 @@ def check_model_shape(*, heads: int, kv_heads: int, head_dim: int,
                       names: tuple[str, str, str] = ("head_dim", "kv_heads", "group")) -> None:
     """``ValueError`` when the engine cannot run a model's attention shape, naming the
     field as the caller's framework does (``names``: head dim, KV heads, the group)."""
-    from ndpkit.engines.attention.golden import MAX_GROUP
     head_name, kv_name, group_name = names
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"{head_name}: the model's is {head_dim}; the attention engine supports "
