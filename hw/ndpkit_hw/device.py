@@ -99,7 +99,8 @@ class Device(wiring.Component):
                                 **{engine_kw: getattr(self, device_kw) for device_kw, engine_kw in spec.device_params.items()})
             frontend = EngineFrontend(spec.block, spec.kind, queue_depth=queue_depth,
                                       max_in_flight=spec.max_in_flight, instance=instance,
-                                      region=self.regions[name, instance])
+                                      region=self.regions[name, instance],
+                                      constants=getattr(core, "constants", {}))
             self.slots[name, instance] = (slot, core, frontend, self.regions[name, instance])
         #: the first instance of each engine, as (kind, core, frontend) (the single-instance view)
         self.engines = {name: (REGISTRY[name].kind, core, frontend)

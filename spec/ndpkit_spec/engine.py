@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ndpkit_spec.regs import RegisterBlock
+from ndpkit_spec.regs import Access, RegisterBlock
 from ndpkit_spec.shell import IRQ_LINES
 
 __all__ = ["EngineSpec", "resolve"]
@@ -69,6 +69,10 @@ class EngineSpec:
     #: ``fp32_lanes`` / ``fp16_lanes`` (the bus word's elements), or a function of the
     #: keywords for what a format string cannot say
     config_label: str | Callable[[dict], str] = "{data_width}-bit"
+    #: the default build's read-only argument registers (build constants the driver reads,
+    #: the graph engine's ``window_capacity``): ``{register: value}``; the model card reports
+    #: these, the gateware its own (``core.constants``)
+    constants: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
         if self.block.name != self.name:
@@ -77,6 +81,10 @@ class EngineSpec:
             raise ValueError(f"engine {self.name!r}: kind {self.kind} outside 1..{IRQ_LINES - 1} (one interrupt "
                              f"line each)")
         object.__setattr__(self, "device_params", MappingProxyType(dict(self.device_params)))
+        object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
+        for name in self.constants:
+            if self.block.register(name).fields[0].access is not Access.RO:
+                raise ValueError(f"engine {self.name!r}: constant {name!r} is not a read-only register")
         object.__setattr__(self, "configs", MappingProxyType({k: MappingProxyType(dict(v))
                                                               for k, v in dict(self.configs).items()}))
         if "default" not in self.configs:

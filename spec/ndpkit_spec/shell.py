@@ -150,6 +150,8 @@ def command_fields(block: RegisterBlock):
     The gateware's command layout and the model's command dict both use these names."""
     for reg in engine_args(block):
         for f in reg.fields:
+            if f.access is not Access.RW:       # a build constant the engine reports (engine_constants)
+                continue
             yield (reg.name if len(reg.fields) == 1 else f"{reg.name}_{f.name}"), reg, f
 
 

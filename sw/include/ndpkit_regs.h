@@ -697,6 +697,14 @@
 #define NDPKIT_GRAPH_TOLERANCE_RESET 0x00000000u
 #define NDPKIT_GRAPH_TOLERANCE_VALUE_SHIFT 0u
 #define NDPKIT_GRAPH_TOLERANCE_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_WINDOW_OFFSET 0x0078u
+#define NDPKIT_GRAPH_WINDOW_RESET 0x00000000u
+#define NDPKIT_GRAPH_WINDOW_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_WINDOW_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_WINDOW_CAPACITY_OFFSET 0x007cu
+#define NDPKIT_GRAPH_WINDOW_CAPACITY_RESET 0x00000000u
+#define NDPKIT_GRAPH_WINDOW_CAPACITY_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_WINDOW_CAPACITY_VALUE_MASK 0xffffffffu  /* RO */
 
 /* decomp: Scatter-mode gradient decompression (Smart-Infinity compatible): zero-fill the n-element destination, then write the k pairs in array order (a repeated index keeps the last value; index 0xFFFFFFFF is skipped). An index >= n (not the sentinel) stops the command with OUT_OF_WINDOW after the pairs before it were written. cpl_aux counts the pairs written. */
 #define NDPKIT_DECOMP_SIZE 0x1000u

@@ -64,11 +64,12 @@ def engine_members(block: RegisterBlock, *, addr_width: int, data_width: int, id
 
 class EngineFrontend(wiring.Component):
     def __init__(self, block: RegisterBlock, kind: int, *, queue_depth: int = 4, max_in_flight: int = 2,
-                 instance: int = 0, region: int = 0):
+                 instance: int = 0, region: int = 0, constants: dict | None = None):
         if queue_depth < 1 or max_in_flight < 1:
             raise ValueError("queue_depth and max_in_flight must be at least 1")
         self.block, self.kind, self.queue_depth = block, int(kind), queue_depth
         self.instance, self.region = instance, region       # what the place register reads
+        self.constants = dict(constants or {})               # the core's build constants: RO registers
         self.max_in_flight = max_in_flight
         self.csr = CSRBlock(block)
         super().__init__({
@@ -145,6 +146,7 @@ class EngineFrontend(wiring.Component):
             csr.kind_value.eq(self.kind),
             csr.place_instance.eq(self.instance),
             csr.place_region.eq(self.region),
+            *[getattr(csr, f"{name}_value").eq(value) for name, value in self.constants.items()],
             csr.status_busy.eq(running | commands.r_rdy),
             csr.status_queued.eq(commands.r_level),
             csr.status_completions.eq(completions.r_level),

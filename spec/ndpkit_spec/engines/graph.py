@@ -8,7 +8,8 @@ from ndpkit_spec.engine import EngineSpec
 from ndpkit_spec.regs import Access, Field, Register
 from ndpkit_spec.shell import engine_block
 
-__all__ = ["BLOCK", "ENGINE", "Program", "ACC_LANES", "MAX_VERTICES", "MODE_PICCOLO", "MODE_BASELINE", "CONVERGED"]
+__all__ = ["BLOCK", "ENGINE", "Program", "ACC_LANES", "MAX_VERTICES", "MODE_PICCOLO", "MODE_BASELINE", "CONVERGED",
+           "WINDOW_VERTICES"]
 
 
 class Program(enum.IntEnum):
@@ -24,6 +25,9 @@ ACC_LANES = 8
 MAX_VERTICES = 1 << 24              # vertex ids and degrees convert to fp32 exactly below this
 MODE_PICCOLO, MODE_BASELINE = 0, 1
 CONVERGED = 1 << 31                 # PageRank's cpl_aux: set when it stopped by its tolerance
+#: the default build's source window: source values of vertices 0 .. 16383 on chip
+#: (64 KiB: 16 BRAM36 at 512 x 1024), what the model card and the simulated card report
+WINDOW_VERTICES = 1 << 14
 
 BLOCK = engine_block("graph", [
     Register("format", 0x40, [
@@ -52,6 +56,12 @@ BLOCK = engine_block("graph", [
     Register.single("inv_n", 0x70, Access.RW, doc="PageRank: fp32 1 / n (spreads the dangling rank)."),
     Register.single("tolerance", 0x74, Access.RW, doc="PageRank: fp32 n x tol; converged when the iteration's L1 "
                     "change is below it.  Negative or NaN: BAD_FIELD."),
+    Register.single("window", 0x78, Access.RW, doc="Source values held on chip: before every edge pass the "
+                    "values of vertices 0 .. min(window, n) - 1 are read with full bursts into the engine's source "
+                    "window, and each edge whose source lies there takes its value from it; the other sources go "
+                    "through the unit in the command's mode.  0 = none.  Above window_capacity: BAD_FIELD."),
+    Register.single("window_capacity", 0x7C, Access.RO, doc="Vertices the build's source window holds "
+                    "(GraphEngine(window_vertices=)); 0 = the build has none."),
 ], doc="Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) "
        "over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit "
        "(Piccolo row gathers or baseline line reads), bit-exact to ndpkit.engines.graph.golden. Whole-command checks "
@@ -69,6 +79,8 @@ ENGINE = EngineSpec(
     min_data_width=512,
     # "ecp5": fewer DRAM banks modelled, cache lines and response ids, the build that fits the
     # LFE5UM5G-85F for its routed Fmax (the default does not); same datapath
+    # the default build's read-only registers (the model card reports them)
+    constants={"window_capacity": WINDOW_VERTICES},
     configs={"default": {"data_width": 512},
              "ecp5": {"data_width": 512, "banks": 4, "cache_lines": 16, "response_ids": 16}},
     config_label=lambda p: f"{p['data_width']}-bit" + "".join(

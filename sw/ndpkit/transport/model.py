@@ -59,6 +59,7 @@ class _EngineModel:
         self.golden = spec.golden_module()
         self.max_in_flight = spec.max_in_flight
         self.block = spec.block
+        self.constants = spec.constants          # the default build's read-only registers
         self.regs = RegisterModel(self.block)
         self.depth = queue_depth
         self.reset()
@@ -119,6 +120,8 @@ class _EngineModel:
         r.set_input("kind", "value", self.kind)
         r.set_input("place", "instance", self.instance)
         r.set_input("place", "region", self.region)
+        for name, value in self.constants.items():
+            r.set_input(name, "value", value)
         r.set_input("status", "busy", int(self.busy))
         r.set_input("status", "queued", len(self.queue))
         r.set_input("status", "completions", len(self.completions))

@@ -2,7 +2,7 @@
 """The graph engine's components alone, in Amaranth's simulator against Python models,
 with random stalls on every valid/ready pair (the ``rng`` fixture prints its seed; ``SEED=`` reproduces): the edge
 generator, the source-value cache, the collector (collection-extended MSHR) with the
-response table, and PageRank's vertex passes (bit for bit the golden operations).
+response table, the source window, the word-rate validator, and PageRank's vertex passes (bit for bit the golden operations).
 The whole engine's bench is ``test_graph_engine.py``."""
 
 import numpy as np
@@ -15,6 +15,8 @@ from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.responses import ResponseTable
+from ndpkit_hw.engines.graph.validate import GraphValidator
+from ndpkit_hw.engines.graph.window import SourceWindow
 from ndpkit_hw.engines.graph.words import WordUnpacker
 
 
@@ -232,6 +234,146 @@ def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
         else:
             assert op == 2 and address == source & ~(row_bytes - 1)
             assert t["lane"] < count and offsets[t["lane"]] == (source % row_bytes) >> 2
+
+
+@pytest.mark.parametrize("vertices", [64, 0])
+def test_source_window_serves_the_loaded_values_in_edge_order(rng, vertices):
+    """Passes of a source window of 64 vertices (four 512-bit words; 0: the build
+    without one): each loads ``count`` values (a count ending inside a word, the whole
+    window, none) by words with random gaps, then edges go through with random stalls
+    on both sides: every edge leaves in order, unchanged, with ``hit`` exactly when its
+    source is below the count and then its loaded value; a new pass's values replace
+    the old ones."""
+    dut = SourceWindow(vertices, 512)
+    passes = 0
+
+    async def bench(ctx):
+        nonlocal passes
+        for count in ([37, 64, 0, 5] if vertices else [0, 0]):
+            values = [rng.randrange(1 << 32) for _ in range(64)]
+            ctx.set(dut.start, 1)
+            ctx.set(dut.count, count)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            words = [sum(v << (32 * k) for k, v in enumerate(values[i:i + 16])) for i in range(0, count, 16)]
+            w = 0
+            while w < len(words):
+                on = rng.random() < 0.6
+                ctx.set(dut.load.valid, on)
+                ctx.set(dut.load.payload, {"data": words[w] if on else 0, "last": int(w == len(words) - 1)})
+                w += on
+                await ctx.tick()
+            ctx.set(dut.load.valid, 0)
+            assert ctx.get(dut.loaded) == (len(words) if vertices else 0)
+            edges = [{"u": rng.randrange(80), "weight": rng.randrange(1 << 32), "empty": 0,
+                      "first": rng.randrange(2), "last": rng.randrange(2)} for _ in range(120)]
+            got, i = [], 0
+            while len(got) < len(edges):
+                ctx.set(dut.edge.valid, i < len(edges) and rng.random() < 0.7)
+                ctx.set(dut.edge.payload, edges[min(i, len(edges) - 1)])
+                ready = rng.random() < 0.6
+                ctx.set(dut.out.ready, ready)
+                if ctx.get(dut.out.valid) and ready:
+                    got.append(ctx.get(dut.out.payload))
+                i += _fired(ctx, dut.edge)
+                await ctx.tick()
+            for want, out in zip(edges, got):
+                assert (out.edge.u, out.edge.weight, out.edge.first, out.edge.last) == \
+                    (want["u"], want["weight"], want["first"], want["last"])
+                hit = bool(vertices) and want["u"] < count
+                assert out.hit == hit, (count, want["u"])
+                if hit:
+                    assert out.value == values[want["u"]]
+            passes += 1
+    run_to_end(dut, bench)
+    assert passes == (4 if vertices else 2)
+
+
+def _validator_cases(rng):
+    """(n, rowptr, col) graphs, good and bad in each way the validation names."""
+    from ndpkit.engines.graph import csr, generators
+    from ndpkit.engines.graph.golden import validate   # noqa: F401  (the reference, used by the caller)
+    for n in (1, 15, 16, 17, 40):
+        g = csr.pull(generators.uniform(6, 3, seed=rng.randrange(1 << 20)), "cc") if n == 40 else None
+        if g is None:
+            degrees = [rng.choice([0, 1, 3]) for _ in range(n)]
+            rowptr = [0] + list(np.cumsum(degrees))
+            col = [rng.randrange(n) for _ in range(rowptr[-1])]
+        else:
+            n, rowptr, col = g.n, list(g.rowptr), list(g.col)
+        yield n, rowptr, col
+        e = len(col)
+        for mutate in ("first", "drop", "drop_at_word", "end", "col", "col_last", "both"):
+            rp, c = list(rowptr), list(col)
+            if mutate == "first":
+                rp[0] = 1
+            elif mutate == "drop" and n > 1:
+                k = rng.randrange(1, n + 1)
+                rp[k] = rp[k - 1] - 1 if rp[k - 1] else 7
+            elif mutate == "drop_at_word" and n >= 4:
+                rp[3] = rp[4] + 1            # a word's first pointer below the last of the word before
+            elif mutate == "end":
+                rp[n] = e + 1
+            elif mutate in ("col", "col_last", "both") and e:
+                c[e - 1 if mutate == "col_last" else rng.randrange(e)] = n + rng.randrange(3)
+                if mutate == "both":
+                    rp[0] = 2
+            yield n, rp, c
+
+
+def test_validator_judges_words_like_the_golden_model(rng):
+    """Row pointers and columns a bus word a cycle (128-bit words here: 4 elements), with
+    random gaps: the verdicts (BAD_GRAPH from the row pointers, BAD_INDEX from the
+    columns) equal ``golden.validate``'s for good graphs and each kind of bad one —
+    first pointer, a decrease (also across a word boundary), the last pointer, a column
+    out of range (also the very last) — and ``done`` comes once every word is judged."""
+    from ndpkit.engines.graph.golden import GraphError, validate
+    from ndpkit_spec.codes import ErrorCode
+    dut = GraphValidator(128)
+    cases = list(_validator_cases(rng))
+    seen = []
+
+    def words(values):
+        values = [int(v) & 0xFFFF_FFFF for v in values]
+        return [sum(v << (32 * k) for k, v in enumerate(values[i:i + 4])) for i in range(0, len(values), 4)]
+
+    async def bench(ctx):
+        for n, rowptr, col in cases:
+            ctx.set(dut.n, n)
+            ctx.set(dut.edges, len(col))
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            streams = {"rowptr": words(rowptr), "col": words(col)}
+            sent = {"rowptr": 0, "col": 0}
+            for _ in range(400):
+                for name, ws in streams.items():
+                    port = getattr(dut, name)
+                    on = sent[name] < len(ws) and rng.random() < 0.6
+                    ctx.set(port.valid, on)
+                    ctx.set(port.payload, {"data": ws[sent[name]] if on else 0, "last": 0})
+                fired = {name: _fired(ctx, getattr(dut, name)) for name in streams}
+                done = ctx.get(dut.done)
+                await ctx.tick()
+                for name in streams:
+                    sent[name] += fired[name]
+                if done and all(sent[k] == len(streams[k]) for k in streams):
+                    break
+            else:
+                raise AssertionError(f"validator never done for n={n}")
+            for name in streams:
+                ctx.set(getattr(dut, name).valid, 0)
+            try:
+                validate(n, rowptr, col)
+                want = ErrorCode.OK
+            except GraphError as e:
+                want = e.code
+            got = (ErrorCode.BAD_GRAPH if ctx.get(dut.bad_graph) else
+                   ErrorCode.BAD_INDEX if ctx.get(dut.bad_index) else ErrorCode.OK)
+            assert got == want, repr((n, [int(v) for v in rowptr], [int(v) for v in col]))
+            seen.append(want)
+    run_to_end(dut, bench)
+    assert {ErrorCode.OK, ErrorCode.BAD_GRAPH, ErrorCode.BAD_INDEX} <= set(seen)
 
 
 def test_vertex_pass_is_the_golden_arithmetic(rng):

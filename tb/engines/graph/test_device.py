@@ -27,6 +27,12 @@ GRAPHS = {
 }
 
 
+# how source values are fetched: through the unit only (Piccolo row gathers, baseline
+# line reads), from the on-chip window (every source fits), or both (a 100-vertex window)
+FETCH = {"piccolo": ("piccolo", False), "baseline": ("baseline", False), "window": ("piccolo", True),
+         "window100": ("baseline", 100)}
+
+
 @pytest.fixture(scope="module", params=TRANSPORTS)
 def dev(request):
     with ndpkit.open(f"{request.param}?engines=graph&mem_size={4 << 20}") as d:
@@ -38,28 +44,30 @@ def _matrix(g):
 
 
 @pytest.mark.parametrize("name", GRAPHS)
-@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
-def test_against_scipy(dev, name, mode):
+@pytest.mark.parametrize("fetch", FETCH)
+def test_against_scipy(dev, name, fetch):
+    mode, window = FETCH[fetch]
     g = GRAPHS[name]()
     a = _matrix(g)
-    hops = graph.bfs(a, 3, dev, mode=mode)
+    hops = graph.bfs(a, 3, dev, mode=mode, window=window)
     assert np.array_equal(hops, csgraph.shortest_path(a, directed=True, unweighted=True, indices=3))
-    count, labels = graph.connected_components(a, dev, mode=mode)
+    count, labels = graph.connected_components(a, dev, mode=mode, window=window)
     want_count, want_labels = csgraph.connected_components(a, directed=True, connection="weak")
     assert count == want_count and np.array_equal(labels, want_labels)
     if isinstance(g, nx.Graph):     # networkx in, networkx's answers out
         source = list(g.nodes)[3]
-        assert graph.bfs(g, source, dev, mode=mode) == nx.single_source_shortest_path_length(g, source)
-        assert graph.connected_components(g, dev, mode=mode) == list(nx.connected_components(g))
+        assert graph.bfs(g, source, dev, mode=mode, window=window) == nx.single_source_shortest_path_length(g, source)
+        assert graph.connected_components(g, dev, mode=mode, window=window) == list(nx.connected_components(g))
     w = generators.random_weights(a, 1, 20, seed=5)
-    dist = graph.sssp(w, 3, dev, mode=mode)
+    dist = graph.sssp(w, 3, dev, mode=mode, window=window)
     assert np.array_equal(dist, csgraph.shortest_path(w, directed=True, method="D", indices=3))
 
 
-@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
-def test_spmv(dev, mode):
+@pytest.mark.parametrize("fetch", FETCH)
+def test_spmv(dev, fetch):
     """y = A x: bit for bit the golden model's row sums, and A @ x in float64 to fp32
     rounding; rectangular matrices and a networkx graph's weighted adjacency too."""
+    mode, window = FETCH[fetch]
     rng = np.random.default_rng(7)
     for a in (generators.kronecker(8, 8, seed=11).astype(np.float32) * rng.standard_normal(1).astype(np.float32),
               sp.random_array((300, 170), density=0.05, format="csr", dtype=np.float32, rng=rng),
@@ -67,7 +75,7 @@ def test_spmv(dev, mode):
         a = sp.csr_array(a)
         a.data = rng.standard_normal(a.nnz).astype(np.float32)
         x = rng.standard_normal(a.shape[1]).astype(np.float32)
-        y = graph.spmv(a, x, dev, mode=mode)
+        y = graph.spmv(a, x, dev, mode=mode, window=window)
         assert y.dtype == np.float32 and y.shape == (a.shape[0],)
         a.sort_indices()
         want = golden.row_sums(a.indptr, a.data.view(np.uint32), x.view(np.uint32)[a.indices]).view(np.float32)
@@ -78,7 +86,7 @@ def test_spmv(dev, mode):
     g = generators.real_graph("les_miserables_graph")
     x = rng.standard_normal(g.number_of_nodes()).astype(np.float32)
     want = _matrix(g).astype(np.float64) @ x.astype(np.float64)
-    assert np.allclose(graph.spmv(g, x, dev, mode=mode), want, rtol=1e-5, atol=1e-4)
+    assert np.allclose(graph.spmv(g, x, dev, mode=mode, window=window), want, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="x: shape"):
         graph.spmv(sp.eye_array(4, format="csr"), np.ones(5), dev)
 
@@ -158,6 +166,13 @@ def test_api_argument_checks(dev):
         graph.bfs(generators.real_graph("karate_club_graph"), "nobody", dev)
     with pytest.raises(ValueError, match="program: PageRank"):
         graph.run(dev, csr.pull(g, "pagerank"), Program.PAGERANK, np.zeros(16, np.uint32))
+    # the source window: at most what the engine holds (its register says how many)
+    assert dev.graph.window_capacity == golden.WINDOW_VERTICES
+    free = dev.allocator.free_bytes
+    for bad in (golden.WINDOW_VERTICES + 1, -1, 2.5, "all", None):
+        with pytest.raises(ValueError, match="window"):
+            graph.bfs(g, 0, dev, window=bad)
+    assert dev.allocator.free_bytes == free
 
 
 def test_card_graph_frees_its_buffers(dev):
@@ -182,28 +197,30 @@ def test_card_graph_frees_its_buffers(dev):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
-def test_larger_graphs_on_sim(mode):
+@pytest.mark.parametrize("fetch", FETCH)
+def test_larger_graphs_on_sim(fetch):
     """`make sim`: Kronecker scale 11 and uniform scale 11 (edge factor 8) on the RTL card,
     all three programs, against scipy."""
+    mode, window = FETCH[fetch]
     with ndpkit.open(f"sim?engines=graph&mem_size={16 << 20}&mem_queue=256") as dev:
         for a in (generators.kronecker(11, 8, seed=21), generators.uniform(11, 8, seed=22)):
-            assert np.array_equal(graph.bfs(a, 5, dev, mode=mode),
+            assert np.array_equal(graph.bfs(a, 5, dev, mode=mode, window=window),
                                   csgraph.shortest_path(a, unweighted=True, indices=5))
             w = generators.random_weights(a, 1, 100, seed=23)
-            assert np.array_equal(graph.sssp(w, 5, dev, mode=mode), csgraph.shortest_path(w, method="D", indices=5))
-            count, labels = graph.connected_components(a, dev, mode=mode)
+            assert np.array_equal(graph.sssp(w, 5, dev, mode=mode, window=window), csgraph.shortest_path(w, method="D", indices=5))
+            count, labels = graph.connected_components(a, dev, mode=mode, window=window)
             want = csgraph.connected_components(a, directed=True, connection="weak")
             assert count == want[0] and np.array_equal(labels, want[1])
 
 
-@pytest.mark.parametrize("mode", ["piccolo", "baseline"])
-def test_pagerank(dev, mode):
+@pytest.mark.parametrize("fetch", FETCH)
+def test_pagerank(dev, fetch):
     """One engine command: bit for bit the golden PageRank (same iteration count), and
     within the stopping tolerance of networkx; no convergence within the limit raises."""
+    mode, window = FETCH[fetch]
     for g in (GRAPHS["kronecker"](), GRAPHS["karate"]()):
         stats = {}
-        ranks = graph.pagerank(g, dev, mode=mode, stats=stats)
+        ranks = graph.pagerank(g, dev, mode=mode, window=window, stats=stats)
         p = csr.pull(g, "pagerank")
         if p.nodes is not None:             # networkx in: a dict keyed by node
             assert list(ranks) == p.nodes
@@ -215,7 +232,7 @@ def test_pagerank(dev, mode):
         ref = np.array([ref[v] for v in (p.nodes if p.nodes is not None else range(p.n))])
         assert np.abs(ranks - ref).sum() < 2 * p.n * 1e-6 + 1e-4
     with pytest.raises(graph.ConvergenceError) as info:
-        graph.pagerank(GRAPHS["uniform"](), dev, mode=mode, tol=1e-12, max_iter=2)
+        graph.pagerank(GRAPHS["uniform"](), dev, mode=mode, window=window, tol=1e-12, max_iter=2)
     assert info.value.iterations == 2 and info.value.ranks.shape == (GRAPHS["uniform"]().shape[0],)
     with pytest.raises(ValueError, match="alpha"):
         graph.pagerank(GRAPHS["karate"](), dev, alpha=1.5)

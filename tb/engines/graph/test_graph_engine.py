@@ -22,7 +22,7 @@ from ndpkit_spec.codes import ErrorCode
 from ndpkit.engines.graph import golden
 from ndpkit.engines.graph.golden import Program
 from ndpkit.engines.graph import csr, generators
-from ndpkit_spec.engines.graph import BLOCK as GRAPH
+from ndpkit_spec.engines.graph import BLOCK as GRAPH, WINDOW_VERTICES
 from ndpkit_tools.sim.bench import bench_params, engine_bench, wait_until
 
 CONFIGS = {"w512": {"data_width": 512, "stall_per_256": 30, "stall": 0.2}}
@@ -72,9 +72,9 @@ async def _run(dut, source, sink, memory, rng, fields, image, expect=None):
     return cpl
 
 
-def _fields(layout, n, e, program, mode, max_iterations=1000):
+def _fields(layout, n, e, program, mode, max_iterations=1000, window=0):
     c = golden.PageRankConstants.for_graph(n)
-    return {"format_program": int(program), "format_mode": mode, "n": n, "edges": e,
+    return {"format_program": int(program), "format_mode": mode, "n": n, "edges": e, "window": window,
             **{k: layout[k] for k in ("rowptr", "col", "val", "a", "b", "scratch")}, "max_iterations": max_iterations,
             "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance, "tag": 1}
 
@@ -133,7 +133,10 @@ async def graph_programs(dut):
                 values = golden.out_degrees(g.n, g.col)
             layout = _layout(g.n, len(g.col))
             mode = int(rng.integers(0, 2))
-            fields = _fields(layout, g.n, len(g.col), program, mode)
+            # the source window: none, part of the sources (the rest through the unit; a count
+            # that ends inside a bus word), all of them, or the whole capacity
+            window = int(rng.choice([0, 1 + int(rng.integers(0, g.n)), g.n, WINDOW_VERTICES]))
+            fields = _fields(layout, g.n, len(g.col), program, mode, window=window)
             image = _image(rng, layout, g, program, values, source=int(rng.integers(0, g.n)))
             if program == Program.PAGERANK and name == "hub":
                 # any degrees (0, huge, >= 2**31) and starting values: bit-exact all the same
@@ -144,7 +147,7 @@ async def graph_programs(dut):
                 image[layout["a"]:layout["a"] + 4 * g.n] = _fp32(rng, g.n).view(np.uint8)
                 fields["max_iterations"] = 3
             cpl = await _run(dut, source, sink, memory, rng, fields, image, expect=0)
-            dut._log.info(f"{name} {program.name} mode {mode}: {cpl['aux']} iterations")
+            dut._log.info(f"{name} {program.name} mode {mode} window {window}: {cpl['aux']} iterations")
     # an iteration limit stops early (the result is whatever that iteration wrote)
     g = csr.pull(generators.kronecker(7, 4, seed=5), "bfs")
     layout = _layout(g.n, len(g.col))
@@ -172,11 +175,12 @@ async def graph_programs(dut):
                          ({"format_program": int(Program.PAGERANK), "scratch": layout["b"]}, ErrorCode.OVERLAP),
                          ({"format_program": int(Program.PAGERANK), "scratch": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"n": 0}, ErrorCode.BAD_FIELD), ({"max_iterations": 0}, ErrorCode.BAD_FIELD),
+                         ({"window": WINDOW_VERTICES + 1}, ErrorCode.BAD_FIELD),
                          ({"a": layout["a"] + 4}, ErrorCode.UNALIGNED), ({"b": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"b": layout["a"]}, ErrorCode.OVERLAP)):
         fields = {**_fields(layout, g.n, len(g.col), Program.CC, 0), **change}
         await _run(dut, source, sink, memory, rng, fields, _image(rng, layout, g, Program.CC), expect=code)
-    await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col), Program.CC, 1),
+    await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col), Program.CC, 1, window=g.n // 2),
                _image(rng, layout, g, Program.CC), expect=0)
 
 

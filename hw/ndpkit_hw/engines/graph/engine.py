@@ -56,7 +56,7 @@ from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import Out
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit_spec.engines.graph import MAX_VERTICES, MODE_BASELINE, Program
+from ndpkit_spec.engines.graph import MAX_VERTICES, MODE_BASELINE, WINDOW_VERTICES, Program
 from ndpkit_spec.engines.sg import DEVICE_BANKS, DEVICE_ROW_BYTES, LINE
 from ndpkit_spec.engines.graph import BLOCK as GRAPH
 from ndpkit_hw.arith.fma import FpFma
@@ -69,6 +69,8 @@ from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.words import WordPacker, WordUnpacker
 from ndpkit_hw.engines.graph.responses import ResponseTable
+from ndpkit_hw.engines.graph.validate import GraphValidator
+from ndpkit_hw.engines.graph.window import SourceWindow
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.sg.unit import SgUnit
 
@@ -82,7 +84,8 @@ class GraphEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 4,
                  max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
-                 tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64, cache_lines: int = 64):
+                 tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64, cache_lines: int = 64,
+                 window_vertices: int = WINDOW_VERTICES):
         if data_width != 8 * LINE:
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
@@ -91,13 +94,16 @@ class GraphEngine(CommandEngine):
         self.collector = Collector(addr_width=addr_width, row_bytes=row_bytes, slots=mshr_slots, ids=response_ids,
                                    timeout=group_timeout)
         self.cache = SourceCache(cache_lines)
+        self.window = SourceWindow(window_vertices, data_width)
+        #: the build constants the host reads (read-only registers)
+        self.constants = {"window_capacity": window_vertices}
         self.ticket_layout = self.collector.ticket_layout
         # The streams need a few bytes per edge; short bursts, two in flight each, leave the
         # memory's request queue to the unit's single-column reads (long prefetching bursts
         # would hold the queue and starve them).
         self.unit = SgUnit(addr_width=addr_width, id_width=1, row_bytes=row_bytes, banks=banks,
                            link_bytes=link_bytes, max_inflight=32)
-        super().__init__(GRAPH, addr_width=addr_width, data_width=data_width, reads=["rowptr", "col", "val", "old"],
+        super().__init__(GRAPH, addr_width=addr_width, data_width=data_width, reads=["rowptr", "col", "val", "old", "window"],
                          writes=["out"], max_burst_bytes=min(max_burst_bytes, 1024),
                          max_outstanding=min(max_outstanding, 2), extra_ports=1,
                          members={"link": Out(self.unit.signature.members["counters"].shape)})
@@ -108,7 +114,7 @@ class GraphEngine(CommandEngine):
         m = Module()
         self.elaborate_ports(m)
         m.submodules.unit = unit = self.unit
-        wiring.connect(m, unit.bus, self.ports.port(4))
+        wiring.connect(m, unit.bus, self.ports.port(5))
         m.d.comb += [unit.window_base.eq(self.window_base), unit.window_size.eq(self.window_size),
                      self.link.eq(unit.counters)]
         readers, writer = self.ports.readers, self.ports.writers["out"]
@@ -139,6 +145,7 @@ class GraphEngine(CommandEngine):
         checks.require(~good_program)           # (the 1-bit mode field cannot be out of range)
         checks.require((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0))
         checks.require(is_pagerank & (cmd.tolerance[31] | tolerance_nan))
+        checks.require(cmd.window > self.window.vertices)
         enabled = {name: e for name, (_, _, e) in arrays.items()}
         checks.ranges({name: Transfer(a, l[:32]) for name, (a, l, _) in arrays.items()}, active=enabled,
                       wide={name: l for name, (_, l, _) in arrays.items()})
@@ -169,13 +176,35 @@ class GraphEngine(CommandEngine):
             enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0),
                      "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
                      "old": (iterating & ~sum_rows) | vertex_pass, "out": iterating | vertex_pass})
+        # the source window: min(window, n) values of the pass's source array, before each
+        # edge pass (PageRank's: the contributions)
+        loading = Signal()
+        window_count = Signal(range(MAX_VERTICES + 1))
+        m.d.sync += window_count.eq(Mux(cmd.window < cmd.n, cmd.window, cmd.n))
+        window_len = words(window_count)
+        window_words = Signal(range(MAX_VERTICES + 1))
+        m.d.sync += window_words.eq(window_len >> (word - 1).bit_length())
+        loads = TransferGroup(m, {"window": readers["window"]},
+                              {"window": Transfer(Mux(is_pagerank, cmd.scratch, source_base), window_len[:32])},
+                              loading)
         start = Signal()                # one cycle before a phase: counters restart
+        # the validation pass takes the row pointers and columns a word at a time; the edge
+        # passes element by element through the unpackers
+        m.submodules.validator = validator = GraphValidator(self.data_width)
+        m.d.comb += [validator.n.eq(cmd.n), validator.edges.eq(cmd.edges), validator.start.eq(start)]
         unpack = {}
         for name in ("rowptr", "col", "val", "old"):
             u = unpack[name] = WordUnpacker(self.data_width)
             m.submodules[f"unpack_{name}"] = u
-            wiring.connect(m, readers[name].data, u.words)
             m.d.comb += u.start.eq(start)
+            words = readers[name].data
+            if name in ("rowptr", "col"):
+                check = getattr(validator, name)
+                m.d.comb += [u.words.payload.eq(words.payload), check.payload.eq(words.payload),
+                             u.words.valid.eq(words.valid & ~validating), check.valid.eq(words.valid & validating),
+                             words.ready.eq(Mux(validating, check.ready, u.words.ready))]
+            else:
+                wiring.connect(m, words, u.words)
         m.d.comb += [unpack["rowptr"].count.eq(cmd.n + 1), unpack["col"].count.eq(cmd.edges),
                      unpack["val"].count.eq(Mux(vertex_pass, cmd.n, cmd.edges)), unpack["old"].count.eq(cmd.n)]
         m.submodules.packer = packer = WordPacker(self.data_width)
@@ -183,29 +212,9 @@ class GraphEngine(CommandEngine):
         m.d.comb += [packer.count.eq(cmd.n), packer.start.eq(start)]
         rp, col, val, old = (unpack[k].elements for k in ("rowptr", "col", "val", "old"))
 
-        # ---- validation pass --------------------------------------------------------
-        # The verdicts are a stage behind the streams (the compares from registers, not
-        # from the elements into the streams' ready): a row pointer's checks land the
-        # cycle after it is taken, before NEXT reads them (VALIDATE ends a cycle later).
-        graph_error, index_error = Signal(4), Signal(4)
-        seen = Signal(32)
-        previous = Signal(32)
-        checked = Signal(32)                # the row pointer taken last cycle, and its checks' inputs
-        check_rp, check_first, check_end, check_col = Signal(), Signal(), Signal(), Signal()
-        check_prev, checked_col = Signal(32), Signal(32)
-        m.d.sync += [check_rp.eq(0), check_col.eq(0)]
-        with m.If(validating):              # (both streams are taken whole: see the readers below)
-            with m.If(rp.valid):
-                m.d.sync += [seen.eq(seen + 1), previous.eq(rp.payload), checked.eq(rp.payload),
-                             check_prev.eq(previous), check_first.eq(seen == 0), check_end.eq(seen == cmd.n),
-                             check_rp.eq(1)]
-            with m.If(col.valid):
-                m.d.sync += [checked_col.eq(col.payload), check_col.eq(1)]
-        bad = Mux(check_first, checked != 0, checked < check_prev) | (check_end & (checked != cmd.edges))
-        with m.If(check_rp & bad & (graph_error == 0)):
-            m.d.sync += graph_error.eq(ErrorCode.BAD_GRAPH)
-        with m.If(check_col & (checked_col >= cmd.n) & (index_error == 0)):
-            m.d.sync += index_error.eq(ErrorCode.BAD_INDEX)
+        # ---- validation pass: the verdicts (GraphValidator) ----------------------------
+        graph_error = Mux(validator.bad_graph, ErrorCode.BAD_GRAPH, 0)
+        index_error = Mux(validator.bad_index, ErrorCode.BAD_INDEX, 0)
 
         # ---- edge generator: rows from the row pointers, edges from the columns ----
         m.submodules.edges = gen = EdgeGenerator()
@@ -216,17 +225,24 @@ class GraphEngine(CommandEngine):
                      gen.weight.eq(Mux(is_pagerank, FP32_ONE, Mux(program == Program.BFS, 1, 0)))]
         edge = gen.edge.payload
 
-        # ---- collector (a collection-extended MSHR), source-value cache, response table ----
+        # ---- source window, collector (a collection-extended MSHR), source-value cache, response table ----
+        m.submodules.window = window = self.window
+        wiring.connect(m, readers["window"].data, window.load)
+        m.d.comb += [window.start.eq(start), window.count.eq(window_count)]
+        wiring.connect(m, gen.edge, window.edge)
+        windowed = window.out.payload
         m.submodules.cache = cache = self.cache
         m.submodules.collector = collector = self.collector
         m.submodules.table = table = self.table
         m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=self.ticket_layout.size, depth=self.tickets)
         baseline = cmd.format_mode == MODE_BASELINE
         streams_done = Signal()          # every edge of the iteration has been taken
-        wiring.connect(m, gen.edge, collector.edge)
+        m.d.comb += [collector.edge.valid.eq(window.out.valid), collector.edge.payload.eq(windowed.edge),
+                     window.out.ready.eq(collector.edge.ready)]
         wiring.connect(m, collector.req, unit.req)
-        m.d.comb += [cache.u.eq(edge.u), cache.whole.eq(baseline), cache.clear.eq(start),
-                     collector.hit.eq(cache.hit), collector.value.eq(cache.value),
+        m.d.comb += [cache.u.eq(windowed.edge.u), cache.whole.eq(baseline), cache.clear.eq(start),
+                     collector.hit.eq(windowed.hit | cache.hit),
+                     collector.value.eq(Mux(windowed.hit, windowed.value, cache.value)),
                      collector.base.eq(Mux(is_pagerank, cmd.scratch, source_base)),   # PageRank pulls contributions
                      collector.baseline.eq(baseline), collector.flush.eq(streams_done),
                      collector.ticket_room.eq(tickets.w_rdy),
@@ -275,7 +291,7 @@ class GraphEngine(CommandEngine):
                      vertex.teleport.eq(cmd.teleport), vertex.dterm.eq(dterm), vertex.start.eq(start)]
         vertex_out = vertex.out
         # the streams' readers: validation, the edge generator, the reducer, the vertex passes
-        m.d.comb += [rp.ready.eq(validating | gen.rowptr.ready), col.ready.eq(validating | gen.col.ready),
+        m.d.comb += [rp.ready.eq(gen.rowptr.ready), col.ready.eq(gen.col.ready),
                      val.ready.eq(gen.val.ready | vertex.other.ready),
                      old.ready.eq((min_fire & t.first) | vertex.rank.ready)]
         vertex_fire = Signal()
@@ -382,29 +398,40 @@ class GraphEngine(CommandEngine):
                      iteration_bytes.eq(scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
                                         Mux(sum_rows, 0, vertex_len[:32]))]
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
-                                    & gen.idle & ~gen.edge.valid)
+                                    & gen.idle & ~gen.edge.valid & ~window.out.valid)
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
-                        clear=transfers.clear() + [graph_error.eq(0), index_error.eq(0), seen.eq(0), odd.eq(0),
+                        clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
                                                    bus_error.eq(0), stage.eq(0), converged.eq(0),
                                                    scale_issued.eq(0)]):
             with m.State("VALIDATE"):
                 m.d.comb += validating.eq(1)
-                # a reader reports before its last word is taken: wait for the streams too
-                drained = unpack["rowptr"].done & unpack["col"].done
+                # a reader reports before its last word is taken: wait for the verdicts too
+                drained = validator.done
                 with m.If(transfers.finished & (drained | (transfers.error != 0))):
                     m.d.sync += [bytes_read.eq(scan_bytes), bus_error.eq(transfers.error)]
                     m.next = "NEXT"
             with m.State("NEXT"):
                 # start an iteration (or report the validation's verdict)
                 m.d.comb += start.eq(1)
-                m.d.sync += transfers.clear() + [changed.eq(0)]
+                m.d.sync += transfers.clear() + loads.clear() + [changed.eq(0)]
                 with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
                     ctl.finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
                     m.next = "VERTEX"
+                with m.Elif(window_count != 0):
+                    m.next = "LOAD"
                 with m.Else():
                     m.next = "ITERATE"
+            with m.State("LOAD"):
+                # the source window, before the edge pass (the memory takes a word a cycle)
+                m.d.comb += loading.eq(1)
+                with m.If(loads.finished & ((window.loaded == window_words) | (loads.error != 0))):
+                    m.d.sync += [bytes_read.eq(bytes_read + window_len[:32]), bus_error.eq(loads.error)]
+                    with m.If(loads.error != 0):
+                        ctl.finish(verdict(loads.error))
+                    with m.Else():
+                        m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
                 with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & spmv_idle):

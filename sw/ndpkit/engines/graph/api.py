@@ -28,9 +28,11 @@ in the engine's order (eight FMA partial sums, then a tree), equal to the golden
 bit for bit and to ``A @ x`` in float64 within fp32 rounding.
 
 Vertices of a networkx graph are numbered in ``G.nodes`` order; ``source`` is a node
-label then.  ``mode="piccolo"`` fetches source values with row gathers,
-``"baseline"`` with 64-byte line reads (the same answers; see docs/engines/graph.md for the
-traffic).  The same functions serve networkx's dispatch as the ``ndpkit`` backend
+label then.  ``window=True`` (the default) holds the values of the first vertices, as
+many as the engine's source window takes, on chip for every pass, read with full bursts
+(``False``: none; an integer: that many); ``mode="piccolo"`` fetches the other sources'
+values with row gathers, ``"baseline"`` with 64-byte line reads (the same answers; see
+docs/engines/graph.md for the traffic).  The same functions serve networkx's dispatch as the ``ndpkit`` backend
 (:mod:`ndpkit.engines.graph.nx_backend`).
 """
 from __future__ import annotations
@@ -52,11 +54,13 @@ class CardGraph:
     through it freed on exit (also when a command fails), so one graph serves many
     commands (PageRank's iterations) without the upload and free bookkeeping twice."""
 
-    def __init__(self, device, g: csr.PullGraph, *, mode: str = "piccolo", values: np.ndarray | None = None):
+    def __init__(self, device, g: csr.PullGraph, *, mode: str = "piccolo", values: np.ndarray | None = None,
+                 window: bool | int = True):
         if mode not in MODES:
             raise ValueError(f"mode: {mode!r}, not one of {', '.join(MODES)}")
         if g.n == 0:
             raise ValueError("graph: no vertices")
+        self.window = device.graph.window_for(g.n, window)
         self.device, self.g, self.mode, self._values = device, g, mode, values
         self._buffers = []
         # the memory region of the graph engine's (first) instance: its commands work there
@@ -95,11 +99,11 @@ class CardGraph:
         PageRank's ``scratch`` and ``constants`` as keywords)."""
         return self.device.graph.run(program, n=self.g.n, edges=len(self.g.col), rowptr=self.rowptr, col=self.col,
                                      val=self.val, a=a, b=b, mode=MODES[self.mode], max_iterations=max_iterations,
-                                     **pagerank)
+                                     window=self.window, **pagerank)
 
 
 def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: str = "piccolo",
-        max_iterations: int | None = None):
+        max_iterations: int | None = None, window: bool | int = True):
     """One engine command over a prepared pull graph: (values, iterations, completion).
     For SpMV, BFS, SSSP and CC; PageRank takes more (:func:`pagerank`)."""
     if program == Program.PAGERANK:
@@ -111,7 +115,7 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
     values = None
     if program in (Program.SSSP, Program.SPMV) and g.values is not None:
         values = g.values if g.values.dtype == np.uint32 else g.values.astype(np.float32).view(np.uint32)
-    with CardGraph(device, g, mode=mode, values=values) as card:
+    with CardGraph(device, g, mode=mode, values=values, window=window) as card:
         a, b = card.upload(init), card.vector()
         done = card.command(program, a, b, max_iterations)
         result = (a if done.aux % 2 == 0 else b).download(np.uint32, g.n)
@@ -148,38 +152,39 @@ def _by_node(g: csr.PullGraph, dist: np.ndarray, integral: bool) -> dict:
     return {g.nodes[i]: kind(dist[i]) for i in reached}
 
 
-def _from_source(graph, source, device, mode: str, kind: str, program: Program, **pull) -> np.ndarray | dict:
+def _from_source(graph, source, device, mode: str, window, kind: str, program: Program, **pull) -> np.ndarray | dict:
     g = csr.pull(graph, kind, **pull)
     s = csr.vertex_index(g, source)
     if not 0 <= s < g.n:
         raise ValueError(f"source: vertex {source} is not in the {g.n}-vertex graph")
     init = np.full(g.n, golden.INF, np.uint32)
     init[s] = 0
-    dist = _distances(run(device, g, program, init, mode=mode)[0])
+    dist = _distances(run(device, g, program, init, mode=mode, window=window)[0])
     return dist if g.nodes is None else _by_node(g, dist, g.integral)
 
 
-def bfs(graph, source, device, *, directed: bool = True, mode: str = "piccolo") -> np.ndarray | dict:
+def bfs(graph, source, device, *, directed: bool = True, mode: str = "piccolo",
+        window: bool | int = True) -> np.ndarray | dict:
     """Hop counts from ``source``.  A matrix: float64 array, ``inf`` where unreachable
     (``scipy.sparse.csgraph.shortest_path(A, directed=directed, unweighted=True,
     indices=source)``; stored zeros are edges).  A networkx graph: ``{node: hops}`` for
     the reachable nodes (``networkx.single_source_shortest_path_length``)."""
-    return _from_source(graph, source, device, mode, "bfs", Program.BFS, directed=directed)
+    return _from_source(graph, source, device, mode, window, "bfs", Program.BFS, directed=directed)
 
 
 def sssp(graph, source, device, *, directed: bool = True, weight: str = "weight",
-         mode: str = "piccolo") -> np.ndarray | dict:
+         mode: str = "piccolo", window: bool | int = True) -> np.ndarray | dict:
     """Shortest-path distances from ``source`` over non-negative integer weights (a
     parallel edge: the lightest).  A matrix: float64 array, ``inf`` where unreachable
     (``scipy.sparse.csgraph.dijkstra(A, directed=directed, indices=source)``; a stored
     zero is a zero-weight edge).  A networkx graph: ``{node: distance}`` for the
     reachable nodes (``networkx.single_source_dijkstra_path_length(G, source,
     weight=weight)``; an edge without ``weight`` weighs 1)."""
-    return _from_source(graph, source, device, mode, "sssp", Program.SSSP, directed=directed, weight=weight)
+    return _from_source(graph, source, device, mode, window, "sssp", Program.SSSP, directed=directed, weight=weight)
 
 
 def connected_components(graph, device, *, directed: bool = True, connection: str = "weak",
-                         return_labels: bool = True, mode: str = "piccolo"):
+                         return_labels: bool = True, mode: str = "piccolo", window: bool | int = True):
     """Weakly connected components.  A matrix: ``(count, labels)`` (``count`` alone when
     ``return_labels=False``), labels numbered in order of each component's smallest
     vertex, as ``scipy.sparse.csgraph.connected_components(A, directed, connection="weak")``
@@ -195,7 +200,7 @@ def connected_components(graph, device, *, directed: bool = True, connection: st
     g = csr.pull(graph, "cc")
     if g.n == 0:
         return [] if g.nodes is not None else ((0, np.zeros(0, np.int32)) if return_labels else 0)
-    smallest = run(device, g, Program.CC, np.arange(g.n, dtype=np.uint32), mode=mode)[0]
+    smallest = run(device, g, Program.CC, np.arange(g.n, dtype=np.uint32), mode=mode, window=window)[0]
     roots, labels = np.unique(smallest, return_inverse=True)
     if g.nodes is not None:
         sets = [set() for _ in roots]
@@ -205,7 +210,7 @@ def connected_components(graph, device, *, directed: bool = True, connection: st
     return (len(roots), labels.astype(np.int32)) if return_labels else len(roots)
 
 
-def spmv(matrix, x, device, *, mode: str = "piccolo") -> np.ndarray:
+def spmv(matrix, x, device, *, mode: str = "piccolo", window: bool | int = True) -> np.ndarray:
     """``y = A @ x`` in fp32 (a float32 array of A's row count).  ``matrix``: a
     ``scipy.sparse`` matrix of any shape (entries rounded to fp32; stored zeros are
     ordinary entries), a dense array, or a networkx graph (its weighted adjacency matrix).
@@ -226,7 +231,7 @@ def spmv(matrix, x, device, *, mode: str = "piccolo") -> np.ndarray:
     square.resize((n, n))
     vector = np.zeros(n, np.float32)
     vector[:cols] = x.astype(np.float32)
-    y = run(device, csr.pull(square, "spmv"), Program.SPMV, vector.view(np.uint32), mode=mode)[0]
+    y = run(device, csr.pull(square, "spmv"), Program.SPMV, vector.view(np.uint32), mode=mode, window=window)[0]
     return y.view(np.float32)[:rows].copy()
 
 
@@ -266,7 +271,7 @@ def _initial_ranks(g: csr.PullGraph, nstart, inv_n: int) -> np.ndarray:
 
 def pagerank(graph, device, *, alpha: float = 0.85, personalization=None, max_iter: int = 100,
              tol: float = 1e-6, nstart=None, weight: str | None = "weight", dangling=None,
-             mode: str = "piccolo", stats: dict | None = None):
+             mode: str = "piccolo", window: bool | int = True, stats: dict | None = None):
     """PageRank of every vertex: networkx's ``pagerank(G, alpha, max_iter=max_iter,
     tol=tol, nstart=nstart, weight=weight)`` in fp32.  A networkx graph: a ``{node:
     rank}`` dict (``{}`` for an empty graph); a matrix: a float32 array in vertex order,
@@ -296,7 +301,7 @@ def pagerank(graph, device, *, alpha: float = 0.85, personalization=None, max_it
     start = _initial_ranks(g, nstart, c.inv_n)
     if max_iter == 0:           # networkx: no iteration is no convergence
         raise ConvergenceError(0, _ranks_out(g, start.view(np.float32)))
-    with CardGraph(device, g, mode=mode, values=golden.out_degrees(g.n, g.col)) as card:
+    with CardGraph(device, g, mode=mode, values=golden.out_degrees(g.n, g.col), window=window) as card:
         ranks = card.upload(start)
         other, scratch = card.vector(), card.vector(arrays=2)
         done = card.command(Program.PAGERANK, ranks, other, int(max_iter), scratch=scratch, constants=c)

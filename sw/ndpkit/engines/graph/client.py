@@ -2,6 +2,8 @@
 The user-level functions taking scipy/networkx graphs are in :mod:`ndpkit.graph`."""
 from __future__ import annotations
 
+import numpy as np
+
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.engine import Command, EngineClient
 from ndpkit.engines.graph import golden
@@ -13,16 +15,39 @@ __all__ = ["GraphClient"]
 class GraphClient(EngineClient):
     name = "graph"
 
+    @property
+    def window_capacity(self) -> int:
+        """Vertices the engine's source window holds (the build's ``window_capacity``
+        register; 0: it has none)."""
+        if not hasattr(self, "_window_capacity"):
+            self._window_capacity = self.regs.read("window_capacity")
+        return self._window_capacity
+
+    def window_for(self, n: int, window: bool | int = True) -> int:
+        """The command's ``window`` for ``n`` vertices: ``True`` as many as the engine
+        holds, ``False`` none, an integer that many (0 .. :attr:`window_capacity`;
+        ``ValueError`` naming ``window`` otherwise)."""
+        if window is True:
+            return min(int(n), self.window_capacity)
+        if window is False:
+            return 0
+        if isinstance(window, (int, np.integer)) and 0 <= window <= self.window_capacity:
+            return int(window)
+        raise ValueError(f"window: True, False or a vertex count from 0 to the engine's capacity "
+                         f"{self.window_capacity}, not {window!r}")
+
     def blame_run(self, args, code):
         return {ErrorCode.BAD_GRAPH: "rowptr", ErrorCode.BAD_INDEX: "col"}.get(code)
 
     def run(self, program: int, *, n: int, edges: int, rowptr, col, a, b, val=None, mode: int = 0,
             max_iterations: int, scratch=None, constants: "golden.PageRankConstants | None" = None,
-            wait: bool = True):
+            window: bool | int = True, wait: bool = True):
         """Run ``program`` (``ndpkit.engines.graph.golden.Program``) over the pull matrix
         (``rowptr``, ``col``, ``val``) with initial values in ``a``; the Completion's
         ``aux`` is the number of iterations (the result is in ``a`` if even, ``b`` if odd).
-        Buffers or card addresses; ``mode`` 0 = Piccolo row gathers, 1 = baseline.
+        Buffers or card addresses; ``mode`` 0 = Piccolo row gathers, 1 = baseline, for the
+        sources outside the source ``window`` (:meth:`window_for`: ``True`` as many of
+        the first vertices as the engine holds (the default), an integer that many, False none).
         PageRank: ``val`` the out-degrees, ``scratch`` 2 x n words, ``constants`` a
         ``golden.PageRankConstants``; ``aux`` bit 31 (``golden.CONVERGED``) is set when it
         stopped by the tolerance."""
@@ -33,7 +58,8 @@ class GraphClient(EngineClient):
                 "b": address_of(b, "b"),
                 "max_iterations": int(max_iterations),
                 "scratch": address_of(scratch, "scratch") if scratch is not None else 0,
-                "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance}
+                "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance,
+                "window": self.window_for(n, window)}
         # a bound, not an estimate: every iteration may cost a 64-byte line per vertex and edge
         # (PageRank: and its vertex passes)
         per_iteration = 64 * (int(n) + int(edges) + 1) + (64 * 4 * int(n) if program == golden.Program.PAGERANK else 0)

@@ -53,7 +53,8 @@ import numpy as np
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.arith import fp
 from ndpkit.transfer import check_ranges
-from ndpkit_spec.engines.graph import ACC_LANES, CONVERGED, MAX_VERTICES, MODE_BASELINE, MODE_PICCOLO, Program
+from ndpkit_spec.engines.graph import (ACC_LANES, CONVERGED, MAX_VERTICES, MODE_BASELINE, MODE_PICCOLO, WINDOW_VERTICES,
+                                      Program)
 
 INF = np.uint32(0xFFFF_FFFF)
 
@@ -279,10 +280,18 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
     return ranges
 
 
-def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+def window_bytes(cmd: dict, word_bytes: int) -> int:
+    """Bytes an edge pass reads into the source window: the values of vertices 0 ..
+    min(window, n) - 1, whole bus words (0 without a window)."""
+    return _words(4 * min(cmd.get("window", 0), cmd["n"]), word_bytes)
+
+
+def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int,
+          window_capacity: int = WINDOW_VERTICES) -> tuple[int, str | None]:
     """(ErrorCode, argument) of the whole command in the hardware's order: program,
     mode, n (1..2**24), max_iterations (>= 1), PageRank's tolerance (not negative, not
-    NaN), then every array by the transfer rule and no two overlapping."""
+    NaN), the source window (at most ``window_capacity``, the build's), then every array
+    by the transfer rule and no two overlapping."""
     if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
         return ErrorCode.BAD_FIELD, "program"
     if cmd["format_mode"] > MODE_BASELINE:
@@ -295,11 +304,13 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
         tol = cmd.get("tolerance", 0)
         if tol >> 31 or (tol >> 23 & 0xFF) == 0xFF and tol & 0x7F_FFFF:
             return ErrorCode.BAD_FIELD, "tolerance"
+    if cmd.get("window", 0) > window_capacity:
+        return ErrorCode.BAD_FIELD, "window"
     return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
 
 
 def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window_base: int | None = None,
-            window_size: int | None = None) -> tuple[int, int, int, int]:
+            window_size: int | None = None, window_capacity: int = WINDOW_VERTICES) -> tuple[int, int, int, int]:
     """Run an accepted command on card memory.  First a validation pass reads the whole
     row-pointer and column arrays (BAD_GRAPH / BAD_INDEX end the command there, nothing
     written).  SpMV: one pass, ``b = A a`` (``val`` the matrix entries, ``a`` the vector,
@@ -308,9 +319,12 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     until an iteration changes nothing or ``max_iterations``; the result is in ``a``
     after an even count, ``b`` after an odd one.  Returns (error, bytes read, bytes
     written, iterations).  Bytes count the streamed arrays; the random property reads go
-    through the scatter-gather unit and are counted by its link counters."""
+    through the scatter-gather unit and are counted by its link counters; every edge
+    pass first reads the source window (:func:`window_bytes`), which changes no value.
+    ``window_capacity`` is the build's (the command was checked against it)."""
     n, e, prog = cmd["n"], cmd["edges"], cmd["format_program"]
     ranges = command_ranges(cmd, word_bytes)
+    loaded = window_bytes(cmd, word_bytes)
 
     def array(name, count):
         a = cmd[name] - base
@@ -323,17 +337,17 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     except GraphError as err:
         return int(err.code), scanned, 0, 0
     if prog == Program.PAGERANK:
-        return _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base)
+        return _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base, loaded)
     if prog == Program.SPMV:
         y = row_sums(rowptr, array("val", e).copy(), array("a", n).copy()[col.astype(np.int64)])
         dst = cmd["b"] - base
         memory[dst:dst + ranges["b"][1]] = 0
         memory[dst:dst + 4 * n] = y.view(np.uint8)
-        streamed = ranges["rowptr"][1] + (2 * ranges["col"][1] if e else 0)
+        streamed = ranges["rowptr"][1] + (2 * ranges["col"][1] if e else 0) + loaded
         return 0, scanned + streamed, ranges["b"][1], 1
     weights = (array("val", e).copy() if prog == Program.SSSP else
                np.ones(e, np.uint32) if prog == Program.BFS else None)
-    per_read = sum(length for name, (_, length) in ranges.items() if name in ("rowptr", "col", "val", "a"))
+    per_read = sum(length for name, (_, length) in ranges.items() if name in ("rowptr", "col", "val", "a")) + loaded
     out_bytes = ranges["a"][1]
     values = array("a", n).copy()
     read = written = 0
@@ -351,7 +365,7 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     return 0, scanned + read, written, cmd["max_iterations"]
 
 
-def _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base):
+def _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base, loaded):
     """PageRank on the engine: every iteration writes the contributions to ``scratch``
     and the pull sums after them, then the new ranks (a -> b -> a ...)."""
     n = cmd["n"]
@@ -364,8 +378,9 @@ def _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base):
     def put(at, values):
         memory[at:at + vertices] = 0
         memory[at:at + 4 * n] = np.asarray(values, dtype=np.uint32).view(np.uint8)
-    # per iteration: ranks + degrees, then rowptr + col, then sums + ranks; three n-word writes
-    per_read = 4 * vertices + ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0)
+    # per iteration: ranks + degrees, then the window (contributions), rowptr + col, then
+    # sums + ranks; three n-word writes
+    per_read = 4 * vertices + ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0) + loaded
     read = written = 0
     for it in range(1, cmd["max_iterations"] + 1):
         trace = {}

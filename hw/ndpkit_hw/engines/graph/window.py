@@ -1,0 +1,83 @@
+"""The source window: the values of the first ``vertices`` vertices on chip.
+
+Before each edge pass the engine streams the source array's first ``count`` values
+(whole bus words, full bursts) into ``load``; the window writes them word by word
+(16 values a word at 512 bits) into one memory of ``vertices / lanes`` words.  In the
+pass, every edge goes through one register stage: the memory is read with the edge's
+source vertex as it enters, and the edge leaves with ``hit`` (its source is below
+``count``) and, on a hit, ``value`` — the source value with no request to the unit.
+So an edge's source costs a memory read instead of a gather, and the memory sees
+only the sequential load (the tiles of Serpens and ThunderGP hold a window of source
+values on chip the same way).
+
+``start`` restarts the load at word 0 (every pass: the source array changes between
+passes); ``loaded`` counts the words written.  With ``vertices = 0`` there is no
+memory: nothing hits and the edges pass through the register stage.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ndpkit_spec.engines.graph import MAX_VERTICES
+from ndpkit_hw.engines.graph.edges import EdgeLayout
+
+__all__ = ["SourceWindow", "WindowedEdge"]
+
+#: an edge with its source's window lookup
+WindowedEdge = data.StructLayout({"edge": EdgeLayout, "hit": 1, "value": 32})
+
+
+class SourceWindow(wiring.Component):
+    def __init__(self, vertices: int, data_width: int = 512):
+        self.lanes = data_width // 32
+        if vertices and (vertices & (vertices - 1) or not self.lanes <= vertices <= MAX_VERTICES):
+            raise ValueError(f"graph: window_vertices must be 0 or a power of two from {self.lanes} to "
+                             f"{MAX_VERTICES}, not {vertices}")
+        self.vertices = vertices
+        super().__init__({
+            "load": In(stream.Signature(data.StructLayout({"data": data_width, "last": 1}))),
+            "start": In(1),
+            "count": In(range(MAX_VERTICES + 1)),     # the pass's window: min(window, n)
+            "loaded": Out(range(max(1, vertices // self.lanes) + 1)),
+            "edge": In(stream.Signature(EdgeLayout)),
+            "out": Out(stream.Signature(WindowedEdge)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        edge, out = self.edge, self.out
+        # the stage: an edge enters when the stage is empty or its edge leaves
+        m.d.comb += edge.ready.eq(~out.valid | out.ready)
+        take = edge.valid & edge.ready
+        with m.If(take):
+            m.d.sync += [out.valid.eq(1), out.payload.edge.eq(edge.payload),
+                         out.payload.hit.eq(edge.payload.u < self.count)]
+        with m.Elif(out.ready):
+            m.d.sync += out.valid.eq(0)
+        with m.If(self.start):
+            m.d.sync += out.valid.eq(0)
+        if not self.vertices:
+            m.d.comb += self.load.ready.eq(1)
+            return m
+        lanes = self.lanes
+        words = self.vertices // lanes
+        lane_bits = (lanes - 1).bit_length()
+        m.submodules.values = values = Memory(shape=lanes * 32, depth=words, init=[])
+        write, read = values.write_port(), values.read_port()     # (a read-enabled port holds its data)
+        m.d.comb += [self.load.ready.eq(1),
+                     write.addr.eq(self.loaded), write.data.eq(self.load.payload.data),
+                     write.en.eq(self.load.valid & (self.loaded < words)),
+                     read.addr.eq(edge.payload.u[lane_bits:lane_bits + (words - 1).bit_length()]),
+                     read.en.eq(take)]
+        lane = Signal(lane_bits)
+        with m.If(take):
+            m.d.sync += lane.eq(edge.payload.u[:lane_bits])
+        m.d.comb += out.payload.value.eq(read.data.word_select(lane, 32))
+        with m.If(self.load.valid & (self.loaded < words)):
+            m.d.sync += self.loaded.eq(self.loaded + 1)
+        with m.If(self.start):
+            m.d.sync += self.loaded.eq(0)
+        return m
