@@ -10,6 +10,7 @@ import scipy.sparse.csgraph as csgraph
 from ndpkit_spec.codes import ErrorCode
 from ndpkit.arith import fp
 from ndpkit.engines.graph import golden
+from ndpkit_spec.engines.graph import ACC_LANES
 from ndpkit.engines.graph import csr, generators
 
 GRAPHS = {
@@ -25,19 +26,24 @@ def _adj(g):
 
 
 def test_row_sum_order_by_hand():
-    """Entry k of a row goes to partial k mod 8; partials combine by the fixed tree."""
-    terms = fp.bits(np.array([1e8, 1, -1e8, 1, 1, 1, 1, 1, 3], dtype=np.float32))
-    got = golden.row_sums(np.array([0, 9]), terms)[0]
-    p = np.zeros(8, dtype=np.float32)
+    """Entry k of a row goes to partial k mod ACC_LANES (16); partials combine by the
+    fixed tree, adjacent pairs level by level."""
+    assert ACC_LANES == 16
+    values = [1e8, 1, -1e8, 1, 1, 1, 1, 1, 3] + [0.5] * 11 + [1e8, -3]      # 22 entries: lanes 0..5 twice
+    terms = fp.bits(np.array(values, dtype=np.float32))
+    got = golden.row_sums(np.array([0, len(values)]), terms)[0]
+    p = np.zeros(ACC_LANES, dtype=np.float32)
     for k, t in enumerate(fp.floats(terms)):
-        p[k % 8] = np.float32(p[k % 8] + t)
-    want = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))
-    assert fp.floats(got) == np.float32(want)
+        p[k % ACC_LANES] = np.float32(p[k % ACC_LANES] + t)
+    level = list(p)
+    while len(level) > 1:
+        level = [np.float32(level[i] + level[i + 1]) for i in range(0, len(level), 2)]
+    assert fp.floats(got) == level[0]
     # a sequential sum would give a different answer here: the order is part of the spec
     seq = np.float32(0)
     for t in fp.floats(terms):
         seq = np.float32(seq + t)
-    assert seq != np.float32(want)
+    assert seq != level[0]
 
 
 @pytest.mark.parametrize("name", GRAPHS)

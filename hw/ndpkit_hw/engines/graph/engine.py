@@ -29,13 +29,10 @@ Phases:
    BFS w = 1, CC w = 0), written in order through the burst writer (whole bus words,
    padding 0).  Iterations alternate a -> b -> a until one changes nothing or
    ``max_iterations``; ``cpl_aux`` = iterations.
-4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to an FMA,
-   ``partial[k mod 8] = fma(val, x[u], partial[k mod 8])`` (a lane waits while its
-   previous FMA is in flight: latency 14, so rows longer than 8 entries run at 8
-   entries per 14 cycles); rows alternate between two banks of partials, so the next
-   row starts at once while the finished row's FMAs complete; then its eight partials
-   go down the adder tree (((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)), rows in order.  The tree's results queue for the
-   writer; a row enters the tree only when the queue has room for everything in it.
+4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to the row sums
+   (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 16] = fma(val,
+   x[u], partial[k mod 16])`` (16 partials over an FMA of latency 14: an entry a cycle),
+   rows alternating between two banks of partials, then the adder tree, rows in order.
 
 5. *PageRank* (``val`` the out-degrees, ``scratch`` 2 x n words, four fp32 constants):
    per iteration a contributions pass (ranks, degrees -> ``rank / deg`` into scratch;
@@ -51,17 +48,15 @@ value traffic is in the unit's counters (``link`` port), which depend on timing.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import Out
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit_spec.engines.graph import MAX_VERTICES, MODE_BASELINE, WINDOW_VERTICES, Program
+from ndpkit_spec.engines.graph import ACC_LANES, MAX_VERTICES, MODE_BASELINE, WINDOW_VERTICES, Program
 from ndpkit_spec.engines.sg import DEVICE_BANKS, DEVICE_ROW_BYTES, LINE
 from ndpkit_spec.engines.graph import BLOCK as GRAPH
-from ndpkit_hw.arith.fma import FpFma
 from ndpkit_hw.arith.mul import FpMul
-from ndpkit_hw.arith.reduce import FpReduce
 from ndpkit_hw.bus.dma import Transfer, TransferGroup
 from ndpkit_hw.engines.graph.cache import SourceCache
 from ndpkit_hw.engines.graph.collector import Collector
@@ -69,6 +64,7 @@ from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.words import WordPacker, WordUnpacker
 from ndpkit_hw.engines.graph.responses import ResponseTable
+from ndpkit_hw.engines.graph.rowsums import RowSums
 from ndpkit_hw.engines.graph.validate import GraphValidator
 from ndpkit_hw.engines.graph.window import SourceWindow
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
@@ -104,8 +100,8 @@ class GraphEngine(CommandEngine):
         self.unit = SgUnit(addr_width=addr_width, id_width=1, row_bytes=row_bytes, banks=banks,
                            link_bytes=link_bytes, max_inflight=32)
         super().__init__(GRAPH, addr_width=addr_width, data_width=data_width, reads=["rowptr", "col", "val", "old", "window"],
-                         writes=["out"], max_burst_bytes=min(max_burst_bytes, 1024),
-                         max_outstanding=min(max_outstanding, 2), extra_ports=1,
+                         writes=["out"], max_burst_bytes=min(max_burst_bytes, 4096),
+                         max_outstanding=min(max_outstanding, 4), extra_ports=1,
                          members={"link": Out(self.unit.signature.members["counters"].shape)})
         if id_width < self.ports.id_width:
             raise ValueError(f"graph: id_width must be at least {self.ports.id_width}")
@@ -298,77 +294,42 @@ class GraphEngine(CommandEngine):
         vertices_taken = Signal(32)
         vertex_last = vertices_taken + 1 == cmd.n
 
-        # ---- fp32 sums: eight FMA partial sums per row, then the adder tree -----------
+        # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree ------
         # SpMV and PageRank's pull pass: a row's entries; PageRank's vertex passes: one
-        # row of all n vertices (the dangling rank, the L1 change)
-        m.submodules.fma = fma = FpFma()
-        m.submodules.tree = tree = FpReduce(lanes=8, op="sum")
-        out_depth = tree.latency + 4
-        spmv_out = fifo.SyncFIFOBuffered(width=32, depth=out_depth)
-        m.submodules.spmv_out = ResetInserter(start)(spmv_out)   # nothing left from an aborted command
-        # two banks of eight partial sums: a row accumulates in one while the previous
-        # row's FMAs finish in the other and its sums wait for the tree (rows leave in order)
-        flat = [Signal(32, name=f"partial{b}_{i}") for b in range(2) for i in range(8)]
-        partial = Array(flat)
-        busy = Signal(16)                # bank x lane with an FMA in flight
-        position = Signal(3)             # the next entry's lane
-        bank = Signal()                  # the bank the current row accumulates in
-        pending = Signal(2)              # per bank: a finished row whose sums have not gone to the tree
-        drain_bank = Signal()            # the bank whose row goes to the tree next
-        in_tree = Signal(range(out_depth + 1))
-        slot = Cat(position, bank)
-        lane_free = ~(busy >> slot)[0]
-        bank_ready = ~(pending >> bank)[0]
-        m.d.comb += spmv_fire.eq(iterating & sum_rows & tickets.r_rdy & has_value & bank_ready & (t.empty | lane_free))
-        m.d.comb += [vertex_out.ready.eq(vertex_pass & packer.elements.ready & bank_ready & lane_free),
-                     vertex_fire.eq(vertex_out.valid & vertex_out.ready)]
-        m.d.comb += [fma.i.valid.eq((spmv_fire & ~t.empty) | vertex_fire),
-                     fma.i.payload.a[0].eq(Mux(vertex_pass, FP32_ONE, t.weight)),
-                     fma.i.payload.b[0].eq(Mux(vertex_pass, vertex_out.payload[32:], value)),
-                     fma.i.payload.c[0].eq(partial[slot])]
-        slot_tags = [Signal(4, name=f"fma_slot{i}") for i in range(fma.latency)]   # travels with the FMA
-        m.d.sync += [slot_tags[0].eq(slot)] + [b.eq(a) for a, b in zip(slot_tags, slot_tags[1:])]
-        issued = Mux(fma.i.valid, Const(1, 16) << slot, 0)
-        returned = Mux(fma.o.valid, Const(1, 16) << slot_tags[-1], 0)
-        m.d.sync += busy.eq((busy | issued) & ~returned)
-        with m.If(fma.o.valid):
-            m.d.sync += partial[slot_tags[-1]].eq(fma.o.payload[0])
-        with m.If(fma.i.valid):
-            m.d.sync += position.eq(position + 1)
+        # row of all n vertices (the dangling rank, the L1 change), its sum kept
+        m.submodules.sums = sums = RowSums(ACC_LANES)
+        entry = sums.entry
+        m.d.comb += sums.start.eq(start)
+        with m.If(vertex_pass):
+            # the vertex's value to the writer and its term into the sums, together
+            m.d.comb += [entry.valid.eq(vertex_out.valid & packer.elements.ready),
+                         entry.payload.a.eq(FP32_ONE), entry.payload.b.eq(vertex_out.payload[32:]),
+                         entry.payload.last.eq(vertex_last),
+                         vertex_out.ready.eq(entry.ready & packer.elements.ready),
+                         vertex_fire.eq(vertex_out.valid & vertex_out.ready)]
+        with m.Else():
+            m.d.comb += [entry.valid.eq(iterating & sum_rows & tickets.r_rdy & has_value),
+                         entry.payload.a.eq(t.weight), entry.payload.b.eq(value),
+                         entry.payload.empty.eq(t.empty), entry.payload.last.eq(t.last),
+                         spmv_fire.eq(entry.valid & entry.ready)]
         with m.If(vertex_fire):
             m.d.sync += vertices_taken.eq(vertices_taken + 1)
-        with m.If((spmv_fire & t.last) | (vertex_fire & vertex_last)):
-            m.d.sync += [pending.bit_select(bank, 1).eq(1), bank.eq(~bank), position.eq(0)]
-        room = in_tree + spmv_out.level < out_depth
-        to_tree = (pending >> drain_bank)[0] & (busy.word_select(drain_bank, 8) == 0) & room
-        m.d.comb += [tree.i.valid.eq(to_tree)] + [tree.i.payload.a[i].eq(Mux(drain_bank, flat[8 + i], flat[i]))
-                                                  for i in range(8)]
-        with m.If(to_tree):
-            m.d.sync += [pending.bit_select(drain_bank, 1).eq(0), drain_bank.eq(~drain_bank)]
-            for i in range(8):
-                with m.If(drain_bank):
-                    m.d.sync += flat[8 + i].eq(0)
-                with m.Else():
-                    m.d.sync += flat[i].eq(0)
-        m.d.sync += in_tree.eq(in_tree + to_tree - tree.o.valid)
         total_sum, total_ready = Signal(32), Signal()       # a vertex pass's sum
-        m.d.comb += [spmv_out.w_en.eq(tree.o.valid & ~vertex_pass), spmv_out.w_data.eq(tree.o.payload)]
-        with m.If(tree.o.valid & vertex_pass):
-            m.d.sync += [total_sum.eq(tree.o.payload), total_ready.eq(1)]
+        with m.If(sums.sums.valid & vertex_pass):
+            m.d.sync += [total_sum.eq(sums.sums.payload), total_ready.eq(1)]
         with m.If(vertex_pass):
-            m.d.comb += [packer.elements.valid.eq(vertex_out.valid & bank_ready & lane_free),
-                         packer.elements.payload.eq(vertex_out.payload[:32])]
+            m.d.comb += [packer.elements.valid.eq(vertex_out.valid & entry.ready),
+                         packer.elements.payload.eq(vertex_out.payload[:32]), sums.sums.ready.eq(1)]
         with m.Elif(sum_rows):
-            m.d.comb += [packer.elements.valid.eq(iterating & spmv_out.r_rdy),
-                         packer.elements.payload.eq(spmv_out.r_data),
-                         spmv_out.r_en.eq(iterating & packer.elements.ready)]
+            m.d.comb += [packer.elements.valid.eq(iterating & sums.sums.valid),
+                         packer.elements.payload.eq(sums.sums.payload),
+                         sums.sums.ready.eq(iterating & packer.elements.ready)]
         with m.Else():
             m.d.comb += [packer.elements.valid.eq(iterating & tickets.r_rdy & has_value & has_own & t.last),
                          packer.elements.payload.eq(best)]
         with m.If(start):
-            m.d.sync += [pending.eq(0), bank.eq(0), drain_bank.eq(0), position.eq(0), vertices_taken.eq(0),
-                         total_ready.eq(0)] + [p.eq(0) for p in flat]
-        spmv_idle = ~sum_rows | ((pending == 0) & (busy == 0) & (in_tree == 0))
+            m.d.sync += [vertices_taken.eq(0), total_ready.eq(0)]
+        spmv_idle = ~sum_rows | sums.idle
 
         # dangling x (1/n), once per iteration between the contributions and the update
         m.submodules.scale = scale = FpMul()

@@ -24,7 +24,7 @@ parallel edges; SSSP keeps a pair's lightest edge) and refusing what it cannot t
 PageRank is networkx's iteration (uniform teleport, dangling rank spread uniformly, stop
 when the L1 change is below ``n * tol``) in fp32: one engine command runs every
 iteration, equal to ``ndpkit.engines.graph.golden.pagerank`` bit for bit.  SpMV rows sum
-in the engine's order (eight FMA partial sums, then a tree), equal to the golden model
+in the engine's order (16 FMA partial sums, then a tree), equal to the golden model
 bit for bit and to ``A @ x`` in float64 within fp32 rounding.
 
 Vertices of a networkx graph are numbered in ``G.nodes`` order; ``source`` is a node
