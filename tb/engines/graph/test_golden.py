@@ -163,3 +163,37 @@ def test_unit_entry_fma_is_addition():
     plain, fused = golden.row_sums(rowptr, terms), golden.row_sums(rowptr, ones, terms)
     same = (plain == fused) | (np.isnan(fp.floats(plain)) & np.isnan(fp.floats(fused)))
     assert same.all()
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_hot_first_numbering_changes_no_answer(name):
+    """csr.hot_first: the most-pulled sources first (counts non-increasing), every row's
+    entries in their order, so SpMV's row sums are bit for bit the same (columns
+    renumbered, x reordered) and BFS/SSSP/components the same after numbering back."""
+    a = _adj(GRAPHS[name]())
+    g = csr.pull(generators.random_weights(a, 1, 9, seed=4), "sssp")
+    h, order = csr.hot_first(g)
+    counts = np.bincount(h.col, minlength=h.n)
+    assert np.all(np.diff(counts) <= 0) and sorted(order) == list(range(g.n))
+    back = np.argsort(order)
+    for source in (0, g.n // 2):
+        want = golden.sssp(g.rowptr, g.col, g.values, source).values
+        got = golden.sssp(h.rowptr, h.col, h.values, int(back[source])).values[back]
+        assert np.array_equal(got, want)
+    c = csr.pull(a, "cc")
+    hc, order = csr.hot_first(c)
+    want = golden.cc(c.rowptr, c.col).values
+    got = golden.min_iteration(hc.rowptr, hc.col, order.astype(np.uint32))      # values: the old ids
+    for _ in range(c.n):
+        nxt = golden.min_iteration(hc.rowptr, hc.col, got)
+        if np.array_equal(nxt, got):
+            break
+        got = nxt
+    assert np.array_equal(got[np.argsort(order)], want)
+    s = csr.pull(a.astype(np.float32), "spmv")
+    rng = np.random.default_rng(3)
+    vals = rng.standard_normal(len(s.col)).astype(np.float32).view(np.uint32)
+    x = rng.standard_normal(s.n).astype(np.float32).view(np.uint32)
+    hs, order = csr.hot_first(s, rows=False)
+    assert np.array_equal(hs.rowptr, s.rowptr)
+    assert np.array_equal(golden.row_sums(hs.rowptr, vals, x[order][hs.col]), golden.row_sums(s.rowptr, vals, x[s.col]))

@@ -30,7 +30,9 @@ bit for bit and to ``A @ x`` in float64 within fp32 rounding.
 Vertices of a networkx graph are numbered in ``G.nodes`` order; ``source`` is a node
 label then.  ``window=True`` (the default) holds the values of the first vertices, as
 many as the engine's source window takes, on chip for every pass, read with full bursts
-(``False``: none; an integer: that many); ``mode="piccolo"`` fetches the other sources'
+(``False``: none; an integer: that many); for a graph with more vertices than that, BFS,
+SSSP, components and SpMV number the most-pulled sources first on the host
+(:func:`ndpkit.engines.graph.csr.hot_first`; the answers do not change); ``mode="piccolo"`` fetches the other sources'
 values with row gathers, ``"baseline"`` with 64-byte line reads (the same answers; see
 docs/engines/graph.md for the traffic).  The same functions serve networkx's dispatch as the ``ndpkit`` backend
 (:mod:`ndpkit.engines.graph.nx_backend`).
@@ -112,6 +114,12 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
     max_iterations = g.n + 1 if max_iterations is None else int(max_iterations)
     if max_iterations < 1:
         raise ValueError(f"max_iterations: must be at least 1, not {max_iterations}")
+    order = None
+    if window is not False and g.n > device.graph.window_for(g.n, window):
+        # a graph larger than the window: number the most-pulled sources first, so the
+        # window serves the most edges (results unchanged: every row keeps its entries' order)
+        g, order = csr.hot_first(g, rows=program != Program.SPMV)
+        init = np.asarray(init)[order]
     values = None
     if program in (Program.SSSP, Program.SPMV) and g.values is not None:
         values = g.values if g.values.dtype == np.uint32 else g.values.astype(np.float32).view(np.uint32)
@@ -119,6 +127,8 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
         a, b = card.upload(init), card.vector()
         done = card.command(program, a, b, max_iterations)
         result = (a if done.aux % 2 == 0 else b).download(np.uint32, g.n)
+    if order is not None and program != Program.SPMV:
+        result = result[np.argsort(order)]
     return result, done.aux, done
 
 
