@@ -265,7 +265,9 @@ def main() -> int:
     from ndpkit_hw.engines.harness import EngineHarness
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     memory = os.environ.get("MEMORY") or None
-    out = build_root() / "perf" / (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json"))
+    # ATTN_OUT: another file name (the lane table's runs must not replace the standard run's)
+    out = build_root() / "perf" / (os.environ.get("ATTN_OUT") or
+                                   (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json")))
     out.parent.mkdir(parents=True, exist_ok=True)
     groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4" if quick else "1,4,8").split(","))
     paged = os.environ.get("ATTN_PAGED", "1")

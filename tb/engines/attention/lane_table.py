@@ -60,10 +60,11 @@ def main() -> int:
     perf.mkdir(parents=True, exist_ok=True)
     runs, table = {}, []
     for lanes in lanes_list:
+        name = f"attention-lanes-run-{lanes}-{memory}.json"     # (not the standard run's file)
         env = dict(os.environ, MEMORY=memory, ATTN_LANES=str(lanes), ATTN_GROUPS=",".join(map(str, groups)),
-                   ATTN_LONG="0", ATTN_PAGED="0")
+                   ATTN_LONG="0", ATTN_PAGED="0", ATTN_OUT=name)
         subprocess.run([sys.executable, "-m", "tb.engines.attention.attention_bench"], env=env, check=True)
-        run = json.loads((perf / f"attention-{memory}.json").read_text())
+        run = json.loads((perf / name).read_text())
         runs[lanes] = run
         fits = {f["group"]: f for f in run["fits"]}
         for g in groups:

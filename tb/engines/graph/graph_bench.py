@@ -160,7 +160,8 @@ async def graph_throughput(dut):
                          "edges_per_cycle_without_validation": e / (cycles - (validation or 0)),
                          "link_bytes": delta["link_bytes"],
                          "requests": delta["requests"], "useful_bytes": 4 * e,
-                         "useful_fraction": 4 * e / max(1, delta["link_bytes"]),
+                         # (none through the link: every source from the window)
+                         "useful_fraction": 4 * e / delta["link_bytes"] if delta["link_bytes"] else None,
                          "activations": delta["activations"], "column_accesses": delta["column_accesses"],
                          "sim_cycles_per_second": cycles / seconds, **real})
             dut._log.info(f"{name} {kernel} {mode}: {cycles} cycles, {delta['link_bytes']} link bytes")
@@ -206,7 +207,8 @@ def main() -> int:
             if r["vertices"] > cache_values:
                 beyond.append(r["speedup_vs_baseline"])
         print(f"{r['graph']:>16} {r['kernel']:>8} {r['vertices']:>8} {r['edges']:>8} {r['mode']:>9} {r['cycles']:>9} "
-              f"{r['edges_per_cycle']:>9.3f} ({r['edges_per_cycle_without_validation']:.3f}) {r['link_bytes']:>10} {r['useful_fraction']:>11.3f} "
+              f"{r['edges_per_cycle']:>9.3f} ({r['edges_per_cycle_without_validation']:.3f}) {r['link_bytes']:>10} "
+              f"{'–' if r['useful_fraction'] is None else format(r['useful_fraction'], '.3f'):>11} "
               f"{r['activations']:>11} {r['speedup_vs_baseline']:>7.2f}x "
               f"{(r['axi_read_bytes'] + r['axi_write_bytes']) / r['edges']:>10.1f}"
               + (f" {r['dram_bus_ns'] / r['edges']:>12.3f} {r['dram_activations'] / r['edges']:>8.3f}" if memory else ""))

@@ -32,6 +32,9 @@ PUBLISHED = {
                        "max": 2.11, "ssds": 10},
     "hpu": {"ratio": 4.1, "cards": 4, "batch": 64, "gpu_batch": 16},
     "piccolo": {"geomean": 1.62, "max": 3.28},
+    # edges a cycle per memory channel (REFERENCES.md): Serpens ≈ 1.26 GTEPS a channel at
+    # 200 MHz on a U280's HBM; ThunderGP ≈ 21 edges a cycle over 4 DDR4 channels
+    "graph_rate": {"Serpens (SpMV, U280 HBM, DAC 2022)": 6.3, "ThunderGP (U250 DDR4, FPGA 2021)": 21 / 4},
 }
 OFFLOAD_MODELS = (1.3e9, 2.7e9, 6.7e9, 13e9, 33e9)
 LINK_REPORT_BYTES = 16          # the sg benchmark's link: bytes per cycle each way (its "port")
@@ -181,8 +184,8 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "implemented": ("sg", {"data_width": 512})})
     graph = inputs.get("graph")
     for label, big in graph_headline_rows(graph):
-        rows.append({"engine": label, "port_bits": 512, "latency": 200,
-                     "problem": f"{big['graph']}, {big['edges']:,} edges", "efficiency": big["useful_fraction"],
+        rows.append({"engine": label, "port_bits": 512, "latency": 200, **graph_efficiency(big),
+                     "problem": f"{big['graph']}, {big['edges']:,} edges",
                      "work": "edges", "work_per_cycle": big["edges_per_cycle"],
                      "implemented": ("graph", {"data_width": 512}),
                      "sim_cycles_per_second": big.get("sim_cycles_per_second")})
@@ -289,13 +292,50 @@ def board_rows(inputs: dict, ideal_rows: list[dict]) -> list[dict]:
         mhz = data.get("engine_mhz", 200)
         for label, big in graph_headline_rows(data):
             axi = big["axi_read_bytes"] + big["axi_write_bytes"]
-            add({"engine": label, "port_bits": 512, "memory": memory,
-                 "problem": f"{big['graph']}, {big['edges']:,} edges", "efficiency": big["useful_fraction"],
+            add({"engine": label, "port_bits": 512, "memory": memory, **graph_efficiency(big),
+                 "problem": f"{big['graph']}, {big['edges']:,} edges",
                  "of_memory": axi / big["cycles"] / _memory_peak(memory, mhz), "work": "edges",
                  "work_per_cycle": big["edges_per_cycle"], "clock_mhz": mhz,
                  "sim_cycles_per_second": big.get("sim_cycles_per_second"),
                  "implemented": ("graph", {"data_width": 512})}, label)
     return rows
+
+
+def graph_rate_lines(report: dict) -> list[str]:
+    """The graph engine's edges a cycle per memory channel beside Serpens' and ThunderGP's:
+    its largest graph's CC iteration in window mode, on the HBM preset where that run is
+    present (one instance, one channel), with and without the validation pass."""
+    rows = []
+    for memory, data in [(None, report.get("graph"))] + sorted((report.get("graph_on") or {}).items()):
+        for r in (data or {}).get("rows", []):
+            if r["mode"] == "window" and r.get("kernel") == "cc":
+                rows.append((memory, r))
+    if not rows:
+        return []
+    lines = ["Edges a cycle per memory channel (one engine instance on one channel; the largest graph's CC "
+             "iteration in window mode, with the validation pass and without it), beside the published "
+             "designs' per-channel rates. Per second: the engine has no clock evidence for its 512-bit "
+             "configuration yet (docs/impl_report.md), so no GTEPS figure is given.", "",
+             "| design | memory | graph | edges / cycle / channel |", "|---|---|---|---:|"]
+    for memory in dict.fromkeys(m for m, _ in rows):
+        r = max((r for m, r in rows if m == memory), key=lambda r: r["edges"])
+        lines.append(f"| ndpkit graph engine (window mode, CC) | {memory or 'ideal, latency 200'} | "
+                     f"{r['graph']}, {r['edges']:,} edges | {r['edges_per_cycle']:.2f} "
+                     f"({r['edges_per_cycle_without_validation']:.2f}) |")
+    for name, rate in PUBLISHED["graph_rate"].items():
+        lines.append(f"| {name} | published | their graphs | ≈ {rate:.1f} |")
+    return lines
+
+
+def graph_efficiency(row: dict) -> dict:
+    """A graph row's efficiency: useful ÷ link bytes where sources cross the unit's link
+    (Piccolo's measure), else — every source from the window — the AXI port's bytes per
+    cycle ÷ its peak, as the other engines'."""
+    link = row["link_bytes"] and row.get("useful_fraction")
+    if link:
+        return {"efficiency": link}
+    return {"efficiency": (row["axi_read_bytes"] + row["axi_write_bytes"]) / row["cycles"] / 64,
+            "port_what": "AXI port"}
 
 
 def graph_headline_rows(graph: dict | None):
@@ -747,8 +787,11 @@ def markdown(report: dict) -> str:
             lines.append(f"| {r['graph']} | {r.get('kernel', 'cc')} | {r['vertices']:,} | {r['edges']:,} | {r['mode']} | "
                          f"{r['cycles']:,} | "
                          f"{r['edges_per_cycle']:.3f}{f' ({bare:.3f})' if bare else ''} | {r['link_bytes']:,} | "
-                         f"{r['useful_fraction']:.3f} | "
+                         f"{'–' if not r['link_bytes'] else format(r['useful_fraction'], '.3f')} | "
                          f"{r['activations']:,} | {ratio(r['speedup_vs_baseline'])} |")
+        rate = graph_rate_lines(report)
+        if rate:
+            lines += [""] + rate
         if graph.get("window_over_piccolo"):
             lines += ["", f"Window mode (the first {graph['window_vertices']:,} vertices' values on chip, loaded with "
                       "full bursts before each edge pass; Piccolo row gathers beyond) over Piccolo mode: "
