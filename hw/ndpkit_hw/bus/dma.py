@@ -240,21 +240,26 @@ class _CommandTracker:
         self.first_error = Signal(STATUS_WIDTH)
 
         rejected = self.accept_en & (self.accept_error != 0)
-        command_done = self.burst_en & self.burst_last
+        # a finished burst is taken from registers: the bus's response (rid, rlast,
+        # rresp) reaches the status queue a cycle later instead of through its write
+        # enable into its level in the same cycle
+        burst_en, burst_last, burst_resp = Signal(), Signal(), Signal(2)
+        m.d.sync += [burst_en.eq(self.burst_en), burst_last.eq(self.burst_last), burst_resp.eq(self.burst_resp)]
+        command_done = burst_en & burst_last
         error_so_far = Signal(STATUS_WIDTH)
         m.d.comb += [
             self.room.eq(self.pending < p.max_commands),
             self.may_reject.eq(running == 0),
-            error_so_far.eq(Mux((self.first_error == 0) & (self.burst_resp != 0),
-                                self.burst_resp, self.first_error)),
+            error_so_far.eq(Mux((self.first_error == 0) & (burst_resp != 0),
+                                burst_resp, self.first_error)),
             self.results.w_en.eq(rejected | command_done),
             self.results.w_data.eq(Mux(rejected, self.accept_error, error_so_far)),
             status.valid.eq(self.results.r_rdy),
             status.payload.error.eq(self.results.r_data),
             self.results.r_en.eq(status.ready),
         ]
-        with m.If(self.burst_en):
-            m.d.sync += self.first_error.eq(Mux(self.burst_last, 0, error_so_far))
+        with m.If(burst_en):
+            m.d.sync += self.first_error.eq(Mux(burst_last, 0, error_so_far))
         popped = status.valid & status.ready
         m.d.sync += [self.pending.eq(self.pending + self.accept_en - popped),
                      running.eq(running + (self.accept_en & ~rejected) - command_done)]

@@ -58,8 +58,8 @@ BLOCK = engine_block("graph", [
     Register.single("inv_n", 0x70, Access.RW, doc="PageRank: fp32 1 / n (spreads the dangling rank)."),
     Register.single("tolerance", 0x74, Access.RW, doc="PageRank: fp32 n x tol; converged when the iteration's L1 "
                     "change is below it.  Negative or NaN: BAD_FIELD."),
-    Register.single("window", 0x78, Access.RW, doc="Source values held on chip: before every edge pass the "
-                    "values of vertices 0 .. min(window, n) - 1 are read with full bursts into the engine's source "
+    Register.single("source_window", 0x78, Access.RW, doc="Source values held on chip: before every edge pass the "
+                    "values of vertices 0 .. min(source_window, n) - 1 are read with full bursts into the engine's source "
                     "window, and each edge whose source lies there takes its value from it; the other sources go "
                     "through the unit in the command's mode.  0 = none.  Above window_capacity: BAD_FIELD."),
     Register.single("window_capacity", 0x7C, Access.RO, doc="Vertices the build's source window holds "

@@ -72,6 +72,7 @@ class _EngineModel:
     def _snapshot(self) -> dict:
         cmd = {name: self.regs.output(reg.name, f.name) for name, reg, f in command_fields(self.block)}
         cmd["tag"] = self.regs.output("tag", "value")
+        cmd.update(self.constants)               # the build constants the engine checks against
         cmd["window"] = effective_window(self.regs.output("window_base", "value"),
                                          self.regs.output("window_size", "value"),
                                          *self.region_bounds)

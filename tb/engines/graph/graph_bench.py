@@ -126,7 +126,7 @@ async def graph_throughput(dut):
                 image_w = image_of(rowptr_w, col_w, val_w, x_w)
             fields = {"format_program": int(program), "format_mode": format_mode, "n": n,
                       "edges": e, "rowptr": layout["rowptr"], "col": layout["col"], "val": layout["val"],
-                      "a": layout["a"], "b": layout["b"], "max_iterations": 1, "tag": 1, "window": min(window, n)}
+                      "a": layout["a"], "b": layout["b"], "max_iterations": 1, "tag": 1, "source_window": min(window, n)}
             if program == Program.PAGERANK:
                 c = golden.PageRankConstants.for_graph(n)
                 fields.update(scratch=layout["scratch"], damping=c.damping, teleport=c.teleport, inv_n=c.inv_n,
@@ -153,7 +153,7 @@ async def graph_throughput(dut):
             after = unpack(counters, int(dut.link.value))
             delta = {k: after[k] - before[k] for k in after}
             real = stats_delta(memory_stats(dut.memory, preset=p.get("memory")), port_before)
-            rows.append({"graph": name, "kernel": kernel, "mode": mode, "window": fields["window"],
+            rows.append({"graph": name, "kernel": kernel, "mode": mode, "window": fields["source_window"],
                          "hot_first": renumber, "vertices": n,
                          "edges": e, "cycles": cycles, "validation_cycles": validation or 0,
                          "edges_per_cycle": e / cycles,

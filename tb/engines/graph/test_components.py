@@ -175,7 +175,6 @@ def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
                    dut_t.send_members.eq(dut_c.send_members)]
 
     async def bench(ctx):
-        ctx.set(dut_c.base, base)
         ctx.set(dut_c.baseline, baseline)
         i = 0
         in_flight = []                   # ids sent, in order
@@ -184,6 +183,7 @@ def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
             if i < len(edges) and rng.random() < 0.8:
                 ctx.set(dut_c.edge.valid, 1)
                 ctx.set(dut_c.edge.payload, edges[i])
+                ctx.set(dut_c.address, base + 4 * edges[i]["u"])   # (the window stage computes it)
             else:
                 ctx.set(dut_c.edge.valid, 0)
             ctx.set(dut_c.ticket_room, rng.random() < 0.8)
@@ -243,8 +243,8 @@ def test_source_window_serves_the_loaded_values_in_edge_order(rng, vertices):
     without one): each loads ``count`` values (a count ending inside a word, the whole
     window, none) by words with random gaps, then edges go through with random stalls
     on both sides: every edge leaves in order, unchanged, with ``hit`` exactly when its
-    source is below the count and then its loaded value; a new pass's values replace
-    the old ones."""
+    source is below the count and then its loaded value, and its source value's byte
+    address; a new pass's values replace the old ones."""
     dut = SourceWindow(vertices, 512)
     passes = 0
 
@@ -252,8 +252,10 @@ def test_source_window_serves_the_loaded_values_in_edge_order(rng, vertices):
         nonlocal passes
         for count in ([37, 64, 0, 5] if vertices else [0, 0]):
             values = [rng.randrange(1 << 32) for _ in range(64)]
+            base = rng.randrange(1 << 20) * 64
             ctx.set(dut.start, 1)
             ctx.set(dut.count, count)
+            ctx.set(dut.base, base)
             await ctx.tick()
             ctx.set(dut.start, 0)
             words = [sum(v << (32 * k) for k, v in enumerate(values[i:i + 16])) for i in range(0, count, 16)]
@@ -281,6 +283,7 @@ def test_source_window_serves_the_loaded_values_in_edge_order(rng, vertices):
             for want, out in zip(edges, got):
                 assert (out.edge.u, out.edge.weight, out.edge.first, out.edge.last) == \
                     (want["u"], want["weight"], want["first"], want["last"])
+                assert out.address == base + 4 * want["u"]
                 hit = bool(vertices) and want["u"] < count
                 assert out.hit == hit, (count, want["u"])
                 if hit:

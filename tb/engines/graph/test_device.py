@@ -236,3 +236,21 @@ def test_pagerank(dev, fetch):
     assert info.value.iterations == 2 and info.value.ranks.shape == (GRAPHS["uniform"]().shape[0],)
     with pytest.raises(ValueError, match="alpha"):
         graph.pagerank(GRAPHS["karate"](), dev, alpha=1.5)
+
+
+def test_window_loads_count_in_the_completion(dev):
+    """The same command with and without the source window: the same iterations and
+    answer, and the completion's bytes read differ by exactly the window's loads (the
+    first min(window, n) values, whole bus words, once per iteration) — on the model
+    and on the RTL alike."""
+    g = csr.pull(generators.uniform(6, 3, seed=9), "cc")
+    word = dev.word_bytes
+    runs = {}
+    for window in (False, 40, True):
+        values, iterations, done = graph.run(dev, g, Program.CC, np.arange(g.n, dtype=np.uint32), window=window)
+        runs[window] = (values, iterations, done.bytes_read)
+    base = runs[False]
+    for window, count in ((40, 40), (True, g.n)):
+        values, iterations, read = runs[window]
+        assert np.array_equal(values, base[0]) and iterations == base[1]
+        assert read - base[2] == iterations * -(-4 * count // word) * word, window

@@ -74,7 +74,7 @@ async def _run(dut, source, sink, memory, rng, fields, image, expect=None):
 
 def _fields(layout, n, e, program, mode, max_iterations=1000, window=0):
     c = golden.PageRankConstants.for_graph(n)
-    return {"format_program": int(program), "format_mode": mode, "n": n, "edges": e, "window": window,
+    return {"format_program": int(program), "format_mode": mode, "n": n, "edges": e, "source_window": window,
             **{k: layout[k] for k in ("rowptr", "col", "val", "a", "b", "scratch")}, "max_iterations": max_iterations,
             "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance, "tag": 1}
 
@@ -175,7 +175,7 @@ async def graph_programs(dut):
                          ({"format_program": int(Program.PAGERANK), "scratch": layout["b"]}, ErrorCode.OVERLAP),
                          ({"format_program": int(Program.PAGERANK), "scratch": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"n": 0}, ErrorCode.BAD_FIELD), ({"max_iterations": 0}, ErrorCode.BAD_FIELD),
-                         ({"window": WINDOW_VERTICES + 1}, ErrorCode.BAD_FIELD),
+                         ({"source_window": WINDOW_VERTICES + 1}, ErrorCode.BAD_FIELD),
                          ({"a": layout["a"] + 4}, ErrorCode.UNALIGNED), ({"b": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"b": layout["a"]}, ErrorCode.OVERLAP)):
         fields = {**_fields(layout, g.n, len(g.col), Program.CC, 0), **change}

@@ -40,7 +40,7 @@ class Collector(wiring.Component):
         self.ticket_layout = ticket_layout(ids)
         super().__init__({
             "edge": In(stream.Signature(EdgeLayout)),
-            "base": In(addr_width),          # the source values' array (byte address of value 0)
+            "address": In(addr_width),       # the edge's source value: its byte address (a stage before)
             "baseline": In(1),
             "hit": In(1), "value": In(32),   # the cache's answer for the edge's source
             "ticket": Out(self.ticket_layout), "ticket_en": Out(1), "ticket_room": In(1),
@@ -59,8 +59,7 @@ class Collector(wiring.Component):
         m.d.comb += [ticket.empty.eq(edge.empty), ticket.first.eq(edge.first), ticket.last.eq(edge.last),
                      ticket.weight.eq(edge.weight), ticket.u.eq(edge.u)]
         row_shift = log2_exact(self.row_bytes, "row_bytes")
-        address = Signal(self.addr_width)
-        m.d.comb += address.eq(self.base + (edge.u << 2))
+        address = self.address
         key = Signal(self.addr_width)
         m.d.comb += key.eq(Mux(baseline, address >> 6, address >> row_shift))
         slot_open = Signal(slots)

@@ -141,7 +141,7 @@ class GraphEngine(CommandEngine):
         checks.require(~good_program)           # (the 1-bit mode field cannot be out of range)
         checks.require((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0))
         checks.require(is_pagerank & (cmd.tolerance[31] | tolerance_nan))
-        checks.require(cmd.window > self.window.vertices)
+        checks.require(cmd.source_window > self.window.vertices)
         enabled = {name: e for name, (_, _, e) in arrays.items()}
         checks.ranges({name: Transfer(a, l[:32]) for name, (a, l, _) in arrays.items()}, active=enabled,
                       wide={name: l for name, (_, l, _) in arrays.items()})
@@ -176,7 +176,7 @@ class GraphEngine(CommandEngine):
         # edge pass (PageRank's: the contributions)
         loading = Signal()
         window_count = Signal(range(MAX_VERTICES + 1))
-        m.d.sync += window_count.eq(Mux(cmd.window < cmd.n, cmd.window, cmd.n))
+        m.d.sync += window_count.eq(Mux(cmd.source_window < cmd.n, cmd.source_window, cmd.n))
         window_len = words(window_count)
         window_words = Signal(range(MAX_VERTICES + 1))
         m.d.sync += window_words.eq(window_len >> (word - 1).bit_length())
@@ -224,7 +224,8 @@ class GraphEngine(CommandEngine):
         # ---- source window, collector (a collection-extended MSHR), source-value cache, response table ----
         m.submodules.window = window = self.window
         wiring.connect(m, readers["window"].data, window.load)
-        m.d.comb += [window.start.eq(start), window.count.eq(window_count)]
+        m.d.comb += [window.start.eq(start), window.count.eq(window_count),
+                     window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
         wiring.connect(m, gen.edge, window.edge)
         windowed = window.out.payload
         m.submodules.cache = cache = self.cache
@@ -239,7 +240,7 @@ class GraphEngine(CommandEngine):
         m.d.comb += [cache.u.eq(windowed.edge.u), cache.whole.eq(baseline), cache.clear.eq(start),
                      collector.hit.eq(windowed.hit | cache.hit),
                      collector.value.eq(Mux(windowed.hit, windowed.value, cache.value)),
-                     collector.base.eq(Mux(is_pagerank, cmd.scratch, source_base)),   # PageRank pulls contributions
+                     collector.address.eq(windowed.address),
                      collector.baseline.eq(baseline), collector.flush.eq(streams_done),
                      collector.ticket_room.eq(tickets.w_rdy),
                      tickets.w_data.eq(collector.ticket), tickets.w_en.eq(collector.ticket_en),

@@ -5,7 +5,9 @@ Before each edge pass the engine streams the source array's first ``count`` valu
 (16 values a word at 512 bits) into one memory of ``vertices / lanes`` words.  In the
 pass, every edge goes through one register stage: the memory is read with the edge's
 source vertex as it enters, and the edge leaves with ``hit`` (its source is below
-``count``) and, on a hit, ``value`` — the source value with no request to the unit.
+``count``) and, on a hit, ``value`` — the source value with no request to the unit —
+and the value's byte ``address`` in the source array at ``base`` (for the collector's
+requests, computed here so that its adder is a stage before the collector's compares).
 So an edge's source costs a memory read instead of a gather, and the memory sees
 only the sequential load (the tiles of Serpens and ThunderGP hold a window of source
 values on chip the same way).
@@ -27,7 +29,7 @@ from ndpkit_hw.engines.graph.edges import EdgeLayout
 __all__ = ["SourceWindow", "WindowedEdge"]
 
 #: an edge with its source's window lookup
-WindowedEdge = data.StructLayout({"edge": EdgeLayout, "hit": 1, "value": 32})
+WindowedEdge = data.StructLayout({"edge": EdgeLayout, "hit": 1, "value": 32, "address": 32})
 
 
 class SourceWindow(wiring.Component):
@@ -43,6 +45,7 @@ class SourceWindow(wiring.Component):
             "count": In(range(MAX_VERTICES + 1)),     # the pass's window: min(window, n)
             "loaded": Out(range(max(1, vertices // self.lanes) + 1)),
             "edge": In(stream.Signature(EdgeLayout)),
+            "base": In(32),                           # the source array's byte address
             "out": Out(stream.Signature(WindowedEdge)),
         })
 
@@ -54,7 +57,8 @@ class SourceWindow(wiring.Component):
         take = edge.valid & edge.ready
         with m.If(take):
             m.d.sync += [out.valid.eq(1), out.payload.edge.eq(edge.payload),
-                         out.payload.hit.eq(edge.payload.u < self.count)]
+                         out.payload.hit.eq(edge.payload.u < self.count),
+                         out.payload.address.eq(self.base + (edge.payload.u << 2))]
         with m.Elif(out.ready):
             m.d.sync += out.valid.eq(0)
         with m.If(self.start):

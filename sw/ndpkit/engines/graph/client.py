@@ -59,7 +59,7 @@ class GraphClient(EngineClient):
                 "max_iterations": int(max_iterations),
                 "scratch": address_of(scratch, "scratch") if scratch is not None else 0,
                 "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance,
-                "window": self.window_for(n, window)}
+                "source_window": self.window_for(n, window)}
         # a bound, not an estimate: every iteration may cost a 64-byte line per vertex and edge
         # (PageRank: and its vertex passes)
         per_iteration = 64 * (int(n) + int(edges) + 1) + (64 * 4 * int(n) if program == golden.Program.PAGERANK else 0)

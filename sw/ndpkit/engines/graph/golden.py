@@ -282,16 +282,16 @@ def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
 
 def window_bytes(cmd: dict, word_bytes: int) -> int:
     """Bytes an edge pass reads into the source window: the values of vertices 0 ..
-    min(window, n) - 1, whole bus words (0 without a window)."""
-    return _words(4 * min(cmd.get("window", 0), cmd["n"]), word_bytes)
+    min(source_window, n) - 1, whole bus words (0 without a window)."""
+    return _words(4 * min(cmd.get("source_window", 0), cmd["n"]), word_bytes)
 
 
-def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int,
-          window_capacity: int = WINDOW_VERTICES) -> tuple[int, str | None]:
+def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
     """(ErrorCode, argument) of the whole command in the hardware's order: program,
     mode, n (1..2**24), max_iterations (>= 1), PageRank's tolerance (not negative, not
-    NaN), the source window (at most ``window_capacity``, the build's), then every array
-    by the transfer rule and no two overlapping."""
+    NaN), the source window (at most the build's ``window_capacity``: the command's
+    ``cmd["window_capacity"]`` where the caller gives the build's register, else the
+    default build's), then every array by the transfer rule and no two overlapping."""
     if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
         return ErrorCode.BAD_FIELD, "program"
     if cmd["format_mode"] > MODE_BASELINE:
@@ -304,13 +304,13 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int,
         tol = cmd.get("tolerance", 0)
         if tol >> 31 or (tol >> 23 & 0xFF) == 0xFF and tol & 0x7F_FFFF:
             return ErrorCode.BAD_FIELD, "tolerance"
-    if cmd.get("window", 0) > window_capacity:
-        return ErrorCode.BAD_FIELD, "window"
+    if cmd.get("source_window", 0) > cmd.get("window_capacity", WINDOW_VERTICES):
+        return ErrorCode.BAD_FIELD, "source_window"
     return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
 
 
 def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window_base: int | None = None,
-            window_size: int | None = None, window_capacity: int = WINDOW_VERTICES) -> tuple[int, int, int, int]:
+            window_size: int | None = None) -> tuple[int, int, int, int]:
     """Run an accepted command on card memory.  First a validation pass reads the whole
     row-pointer and column arrays (BAD_GRAPH / BAD_INDEX end the command there, nothing
     written).  SpMV: one pass, ``b = A a`` (``val`` the matrix entries, ``a`` the vector,
@@ -320,8 +320,7 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     after an even count, ``b`` after an odd one.  Returns (error, bytes read, bytes
     written, iterations).  Bytes count the streamed arrays; the random property reads go
     through the scatter-gather unit and are counted by its link counters; every edge
-    pass first reads the source window (:func:`window_bytes`), which changes no value.
-    ``window_capacity`` is the build's (the command was checked against it)."""
+    pass first reads the source window (:func:`window_bytes`), which changes no value."""
     n, e, prog = cmd["n"], cmd["edges"], cmd["format_program"]
     ranges = command_ranges(cmd, word_bytes)
     loaded = window_bytes(cmd, word_bytes)
