@@ -39,7 +39,7 @@ from ndpkit_tools.sim.bench import (BulkBackdoor, StreamSink, StreamSource, benc
 
 MEM = 32 << 20
 OUT_NAME = "graph.json"
-KERNELS = ("cc", "pagerank")
+KERNELS = ("cc", "pagerank", "spmv", "sssp")
 #: (mode, format_mode, source window): the window holds as many of the first vertices as
 #: the build's window takes; the other two fetch every source through the unit
 MODES = (("window", 0, WINDOW_VERTICES), ("piccolo", 0, 0), ("baseline", 1, 0))
@@ -69,16 +69,30 @@ def _arrays(pull, kernel: str, *, renumber: bool):
     """(program, rowptr, col, val, initial values, the golden result) of one iteration
     of ``kernel`` over the pull graph; ``renumber``: the most-pulled sources first
     (csr.hot_first, as the driver numbers a graph larger than the window; CC's values
-    stay the vertices' own ids)."""
+    stay the vertices' own ids; SpMV renumbers only the columns, its x reordered).
+    SpMV: random fp32 entries and x (fixed seed); SSSP: one iteration from vertex 0
+    (every edge is still pulled), the weights ``pull.values``."""
     from ndpkit.engines.graph import csr
     n = pull.n
     order = np.arange(n)
+    rng = np.random.default_rng(n)
+    if kernel == "spmv":                        # the same entries and x, renumbered or not
+        entries = rng.standard_normal(len(pull.col)).astype(np.float32).view(np.uint32)
+        vector = rng.standard_normal(n).astype(np.float32).view(np.uint32)
     if renumber:
-        pull, order = csr.hot_first(pull)
+        pull, order = csr.hot_first(pull, rows=kernel != "spmv")
     rowptr, col = pull.rowptr, pull.col
     if kernel == "cc":
         x = order.astype(np.uint32)
         return Program.CC, rowptr, col, None, x, golden.min_iteration(rowptr, col, x)
+    if kernel == "spmv":
+        x = vector[order]
+        return Program.SPMV, rowptr, col, entries, x, golden.row_sums(rowptr, entries, x[col])
+    if kernel == "sssp":
+        x = np.full(n, golden.INF, np.uint32)
+        x[0] = 0
+        x = x[order]
+        return Program.SSSP, rowptr, col, pull.values, x, golden.min_iteration(rowptr, col, x, pull.values)
     val = golden.out_degrees(n, col)            # PageRank's first iteration
     constants = golden.PageRankConstants.for_graph(n)
     x = np.full(n, constants.inv_n, np.uint32)
@@ -101,6 +115,9 @@ async def graph_throughput(dut):
     from ndpkit.engines.graph import csr
     for (name, g), kernel in ((w, k) for w in workloads(p["scales"]) for k in KERNELS):
         # rebuilt here: the arrays are too big for the command line
+        from ndpkit.engines.graph import generators
+        if kernel == "sssp":                    # random integer weights (a networkx graph: its adjacency)
+            g = generators.random_weights(csr.adjacency(g, weight=None)[0] if csr.is_networkx(g) else g, 1, 100, seed=7)
         pull = csr.pull(g, kernel)
         n, e = pull.n, len(pull.col)
         program, rowptr, col, val, x, want = _arrays(pull, kernel, renumber=False)
@@ -120,7 +137,7 @@ async def graph_throughput(dut):
         image = image_of(rowptr, col, val, x)
         validation = None
         for mode, format_mode, window in MODES:
-            renumber = mode == "window" and kernel == "cc" and n > window
+            renumber = mode == "window" and kernel != "pagerank" and n > window
             if renumber:        # what the driver does for a graph beyond the window: hot sources first
                 _, rowptr_w, col_w, val_w, x_w, want_w = _arrays(pull, kernel, renumber=True)
                 image_w = image_of(rowptr_w, col_w, val_w, x_w)
@@ -189,7 +206,7 @@ def main() -> int:
                      "graph_engine_perf" if memory is None else f"graph_engine_perf_{memory}",
                      key=f"perf {mem} 256 {memory}"), "tb.engines.graph.graph_bench", params=params)
     rows = json.loads(out.read_text())
-    print("\ngraph engine: one connected-components iteration (cc) and one PageRank iteration (pagerank), "
+    print("\ngraph engine: one iteration of connected components (cc), PageRank, SpMV and SSSP (from vertex 0), "
           f"512-bit port, {'latency 200' if memory is None else memory + ' at 200 MHz'}, link 16 B/cycle, "
           f"2 KiB rows, 4 KiB source-value cache, {engine.window.vertices}-vertex source window; edges/cyc without "
           "the validation pass in brackets; AXI B/edge: bytes through the memory port (both ways)")
