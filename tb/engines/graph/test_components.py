@@ -32,6 +32,23 @@ def _fired(ctx, port):
     return bool(ctx.get(port.valid) and ctx.get(port.ready))
 
 
+async def _stream_through(ctx, rng, into, out, items, count, *, offer=0.7, take=0.6):
+    """Offer ``items`` on stream ``into`` (valid with probability ``offer``) and collect
+    ``count`` payloads from ``out`` (ready with probability ``take``)."""
+    got, i = [], 0
+    while len(got) < count:
+        ctx.set(into.valid, i < len(items) and rng.random() < offer)
+        ctx.set(into.payload, items[min(i, len(items) - 1)])
+        ready = rng.random() < take
+        ctx.set(out.ready, ready)
+        if ctx.get(out.valid) and ready:
+            got.append(ctx.get(out.payload))
+        i += _fired(ctx, into)
+        await ctx.tick()
+    ctx.set(into.valid, 0)
+    return got
+
+
 def test_edge_generator_turns_rows_into_edges(rng):
     n = 40
     degrees = [rng.choice([0, 0, 1, 2, 3, 7]) for _ in range(n)]
@@ -270,16 +287,7 @@ def test_source_window_serves_the_loaded_values_in_edge_order(rng, vertices):
             assert ctx.get(dut.loaded) == (len(words) if vertices else 0)
             edges = [{"u": rng.randrange(80), "weight": rng.randrange(1 << 32), "empty": 0,
                       "first": rng.randrange(2), "last": rng.randrange(2)} for _ in range(120)]
-            got, i = [], 0
-            while len(got) < len(edges):
-                ctx.set(dut.edge.valid, i < len(edges) and rng.random() < 0.7)
-                ctx.set(dut.edge.payload, edges[min(i, len(edges) - 1)])
-                ready = rng.random() < 0.6
-                ctx.set(dut.out.ready, ready)
-                if ctx.get(dut.out.valid) and ready:
-                    got.append(ctx.get(dut.out.payload))
-                i += _fired(ctx, dut.edge)
-                await ctx.tick()
+            got = await _stream_through(ctx, rng, dut.edge, dut.out, edges, len(edges))
             for want, out in zip(edges, got):
                 assert (out.edge.u, out.edge.weight, out.edge.first, out.edge.last) == \
                     (want["u"], want["weight"], want["first"], want["last"])
@@ -410,17 +418,7 @@ def test_row_sums_equal_the_golden_row_sums(rng):
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
-        i = 0
-        while len(got) < len(lengths):
-            ctx.set(dut.entry.valid, i < len(entries) and rng.random() < 0.8)
-            ctx.set(dut.entry.payload, entries[min(i, len(entries) - 1)])
-            ready = rng.random() < 0.7
-            ctx.set(dut.sums.ready, ready)
-            if ctx.get(dut.sums.valid) and ready:
-                got.append(ctx.get(dut.sums.payload))
-            i += _fired(ctx, dut.entry)
-            await ctx.tick()
-        ctx.set(dut.entry.valid, 0)
+        got.extend(await _stream_through(ctx, rng, dut.entry, dut.sums, entries, len(lengths), offer=0.8, take=0.7))
         await ctx.tick()
         assert ctx.get(dut.idle) and not ctx.get(dut.sums.valid)
     run_to_end(dut, bench)
