@@ -115,15 +115,14 @@ NOTES = {
                                       "min: 202 of the 208 block RAMs used, the router's overuse fell from 24k to "
                                       "6k wires in 11 iterations. Next: block RAM below 80 % (score and weight "
                                       "banks sized by the group in use) and a longer routing budget.",
-    ("graph", "ecp5", "levels"): "21 levels (24 on 2026-11-24): from the control state through a "
-                                 "24-bit carry chain and a 4:1 selection into the collector's slot offsets "
-                                 "(block.control_state -> collector.slot3_offsets). Gone since: an element "
-                                 "through the validation compare into the reader's ready (the streams' elements "
-                                 "now leave the word unpackers from a skid register, the verdicts a stage "
-                                 "behind), the count's arithmetic on the command into the readers' ready (a "
-                                 "registered count-down), the last-iteration compare and the byte counts into "
-                                 "the completion (registered). Next: the collector's group match from "
-                                 "registered operands.",
+    ("graph", "ecp5", "levels"): "17 levels (21 before 2026-11-26, 24 on 2026-11-24): the reducer, from the "
+                                 "response table's ids (a distributed RAM) through the arrived test, the "
+                                 "weight's 33-bit add, the min's compare and the result selection into the "
+                                 "writer's word (block.table.sent_ids.consume -> data__payload). Gone on "
+                                 "2026-11-26: the collector's source address add (now in the window stage's "
+                                 "register) and the row's changed-test behind the min (a cycle later, from "
+                                 "registers: 19 -> 17). Next: the reducer as two stages (the value and the "
+                                 "weight's sum registered before the min).",
     ("graph", "ecp5", "ecp5"): "fits (45k LUT4 after the scatter change; 58k LUT sites of 83.6k) and places; "
                                "post-placement estimate 25.8 MHz on the netlist with the 24-level path; routing "
                                "did not converge (router2: 8.3k overused wires after 18 iterations, 35 min) and "

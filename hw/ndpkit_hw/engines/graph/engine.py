@@ -272,12 +272,18 @@ class GraphEngine(CommandEngine):
                      # a fetched value (its line, baseline) into the cache
                      cache.fill.eq(fetched), cache.fill_u.eq(t.u),
                      cache.fill_line.eq(Mux(baseline, table.line, Cat(*[table.line.word_select(t.lane, 32)] * 16)))]
+        judge, judged_new, judged_old = Signal(), Signal(32), Signal(32)
+        m.d.sync += judge.eq(0)
         with m.If(min_fire):
             m.d.sync += acc.eq(best)
             with m.If(t.first):
                 m.d.sync += own.eq(old.payload)
-            with m.If(t.last & (best != Mux(t.first, old.payload, own))):
-                m.d.sync += changed.eq(1)
+            with m.If(t.last):
+                m.d.sync += [judge.eq(1), judged_new.eq(best), judged_old.eq(Mux(t.first, old.payload, own))]
+        # "the row changed" a cycle later, from registers: the compare is not behind the
+        # table read, the weight's add and the min in one cycle
+        with m.If(judge & (judged_new != judged_old)):
+            m.d.sync += changed.eq(1)
 
         # ---- PageRank's vertex passes ------------------------------------------------
         dterm = Signal(32)               # dangling x (1/n), for the update pass
@@ -396,7 +402,7 @@ class GraphEngine(CommandEngine):
                         m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & spmv_idle):
+                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & spmv_idle & ~judge):
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
                                  bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(is_pagerank):          # the pull sums are in: the update pass next
