@@ -118,7 +118,7 @@ NOTES = {
     ("graph", "ecp5", "levels"): "17 levels (21 before 2026-11-26, 24 on 2026-11-24): the reducer, from the "
                                  "response table's ids (a distributed RAM) through the arrived test, the "
                                  "weight's 33-bit add, the min's compare and the result selection into the "
-                                 "writer's word (block.table.sent_ids.consume -> data__payload). Gone on "
+                                 "writer's word (block.table.sent_ids.consume -> block.data__payload$407). Gone on "
                                  "2026-11-26: the collector's source address add (now in the window stage's "
                                  "register) and the row's changed-test behind the min (a cycle later, from "
                                  "registers: 19 -> 17). Next: the reducer as two stages (the value and the "
