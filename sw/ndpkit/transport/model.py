@@ -69,14 +69,15 @@ class _EngineModel:
         self.queue, self.completions, self.running = deque(), deque(), deque()
         self._publish()
 
-    def _snapshot(self) -> dict:
+    def _snapshot(self) -> tuple[dict, tuple[int, int]]:
+        """The command as the doorbell took it, and the address window beside it (not in
+        the command: an engine's fields may use any name)."""
         cmd = {name: self.regs.output(reg.name, f.name) for name, reg, f in command_fields(self.block)}
         cmd["tag"] = self.regs.output("tag", "value")
         cmd.update(self.constants)               # the build constants the engine checks against
-        cmd["window"] = effective_window(self.regs.output("window_base", "value"),
-                                         self.regs.output("window_size", "value"),
-                                         *self.region_bounds)
-        return cmd
+        window = effective_window(self.regs.output("window_base", "value"),
+                                  self.regs.output("window_size", "value"), *self.region_bounds)
+        return cmd, window
 
     def write(self, offset, value):
         pulses = self.regs.write(offset, value)
@@ -98,8 +99,7 @@ class _EngineModel:
     def advance(self):
         self._start()
         while self.running and len(self.completions) < self.depth + self.max_in_flight:
-            cmd = dict(self.running.popleft())
-            window = cmd.pop("window")
+            cmd, window = self.running.popleft()
             error, read, written, aux = run_command(self.golden, self.device, cmd, window, self.high)
             self.completions.append({"tag": cmd["tag"], "error": error, "cycles": 0,
                                      "bytes_read": read, "bytes_written": written, "aux": aux})

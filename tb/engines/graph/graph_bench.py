@@ -112,10 +112,9 @@ async def graph_throughput(dut):
     memory = BulkBackdoor(dut.memory.storage, dut.clk, 64)
     counters = SgUnit().signature.members["counters"].shape
     rows = []
-    from ndpkit.engines.graph import csr
+    from ndpkit.engines.graph import csr, generators
     for (name, g), kernel in ((w, k) for w in workloads(p["scales"]) for k in KERNELS):
         # rebuilt here: the arrays are too big for the command line
-        from ndpkit.engines.graph import generators
         if kernel == "sssp":                    # random integer weights (a networkx graph: its adjacency)
             g = generators.random_weights(csr.adjacency(g, weight=None)[0] if csr.is_networkx(g) else g, 1, 100, seed=7)
         pull = csr.pull(g, kernel)

@@ -305,11 +305,8 @@ def graph_rate_lines(report: dict) -> list[str]:
     """The graph engine's edges a cycle per memory channel beside Serpens' and ThunderGP's:
     its largest graph's CC iteration in window mode, on the HBM preset where that run is
     present (one instance, one channel), with and without the validation pass."""
-    rows = []
-    for memory, data in [(None, report.get("graph"))] + sorted((report.get("graph_on") or {}).items()):
-        for r in (data or {}).get("rows", []):
-            if r["mode"] == "window" and r.get("kernel") == "cc":
-                rows.append((memory, r))
+    rows = [(memory, row) for memory, data in [(None, report.get("graph"))] + sorted((report.get("graph_on") or {}).items())
+            for label, row in graph_headline_rows(data) if row["mode"] == "window"]
     if not rows:
         return []
     lines = ["Edges a cycle per memory channel (one engine instance on one channel; the largest graph's CC "
@@ -317,8 +314,7 @@ def graph_rate_lines(report: dict) -> list[str]:
              "designs' per-channel rates. Per second: the engine has no clock evidence for its 512-bit "
              "configuration yet (docs/impl_report.md), so no GTEPS figure is given.", "",
              "| design | memory | graph | edges / cycle / channel |", "|---|---|---|---:|"]
-    for memory in dict.fromkeys(m for m, _ in rows):
-        r = max((r for m, r in rows if m == memory), key=lambda r: r["edges"])
+    for memory, r in rows:
         lines.append(f"| ndpkit graph engine (window mode, CC) | {memory or 'ideal, latency 200'} | "
                      f"{r['graph']}, {r['edges']:,} edges | {r['edges_per_cycle']:.2f} "
                      f"({r['edges_per_cycle_without_validation']:.2f}) |")

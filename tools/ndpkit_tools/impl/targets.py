@@ -91,12 +91,10 @@ NOTES = {
                                         "bit: the row sum's magnitude masked by compares of the registered shift "
                                         "amount and ORed (block.datapath.row_dot0.round_s4_4 -> round_s5_0). Next: "
                                         "the mask (a thermometer code of the amount) registered beside the amount",
-    ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on "
-                                    "2026-11-26, every engine's status a cycle later: the shared AXI port's read "
-                                    "ID into a status queue's count; 11 before RowDot's lane specials and rounding "
-                                    "were registered): now the default configuration's path, RowDot's sticky bit "
-                                    "(block.datapath.row_dot0.round_s4_4 -> round_s5_0). Next: the mask registered "
-                                    "beside the shift amount; then the cheaper DSP MAC lane (issue 40)",
+    ("attention", "max", "levels"): "9 levels, as the default configuration's (10 before the DMA tracker took a "
+                                    "finished burst from registers on 2026-11-26: the shared AXI port's read ID "
+                                    "into a status queue's count; 11 before RowDot's lane specials and rounding "
+                                    "were registered). Next: as the default's, then the cheaper DSP MAC lane",
     ("attention", "ecp5", "levels"): "9 levels (11 before 2026-11-26): as the default configuration's, RowDot's "
                                      "normalisation before its rounding, the sticky bit (block.datapath.row_dot0."
                                      "round_s4_4 -> round_s5_0). Next: the mask (a thermometer code of the amount) "
