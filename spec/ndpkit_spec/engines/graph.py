@@ -64,10 +64,19 @@ BLOCK = engine_block("graph", [
                     "through the unit in the command's mode.  0 = none.  Above window_capacity: BAD_FIELD."),
     Register.single("window_capacity", 0x7C, Access.RO, doc="Vertices the build's source window holds "
                     "(GraphEngine(window_vertices=)); 0 = the build has none."),
+    Register.single("first_row", 0x80, Access.RW, doc="The first destination row the command computes (a "
+                    "multiple of the bus word's 32-bit elements, below n; else BAD_FIELD): a row slice of the pull "
+                    "matrix, so several instances share a graph, each its rows.  rowptr then holds that slice's rows "
+                    "+ 1 entries (0 first, edges last), the columns stay vertex ids below n, each row's own value is "
+                    "a[first_row + v], and the results land at the same place in the output array; the rest of "
+                    "the output array is not written.  PageRank's contributions (scratch) still cover all n "
+                    "vertices; its sums, new ranks and L1 change cover the slice."),
+    Register.single("rows", 0x84, Access.RW, doc="Rows of the slice from first_row; 0 = through n.  Past n, or not "
+                    "a multiple of the bus word's elements unless the slice ends at n: BAD_FIELD."),
 ], doc="Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) "
        "over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit "
        "(Piccolo row gathers or baseline line reads), bit-exact to ndpkit.engines.graph.golden. Whole-command checks "
-       "(program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing "
+       "(program, mode, n, max_iterations, the row slice: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing "
        "done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is "
        "written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd); PageRank sets bit 31 "
        "when it stopped by its tolerance.")

@@ -6,7 +6,8 @@ isolated vertices, a vertex with a very high in-degree, disconnected parts) and 
 Kronecker and a uniform random graph, for SpMV (fp32, with signed zeros, subnormals and
 huge values among the entries), PageRank (to its tolerance; one graph with random
 degrees and starting ranks, stopped by the iteration limit), BFS, SSSP and connected
-components in both modes (Piccolo row gathers and baseline line reads): the result array, the other
+components in both modes (Piccolo row gathers and baseline line reads), whole or as a
+random row slice (``first_row``, ``rows``: the rest of the output array untouched): the result array, the other
 buffer, the completion (error, bytes, iterations) and the untouched memory must equal
 the golden model's.  Bad graphs (row pointers not starting at 0, decreasing, not
 ending at the edge count; a column >= n) and bad commands are rejected with their
@@ -72,9 +73,10 @@ async def _run(dut, source, sink, memory, rng, fields, image, expect=None):
     return cpl
 
 
-def _fields(layout, n, e, program, mode, max_iterations=1000, window=0):
+def _fields(layout, n, e, program, mode, max_iterations=1000, window=0, first_row=0, rows=0):
     c = golden.PageRankConstants.for_graph(n)
     return {"format_program": int(program), "format_mode": mode, "n": n, "edges": e, "source_window": window,
+            "first_row": first_row, "rows": rows,
             **{k: layout[k] for k in ("rowptr", "col", "val", "a", "b", "scratch")}, "max_iterations": max_iterations,
             "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance, "tag": 1}
 
@@ -133,10 +135,22 @@ async def graph_programs(dut):
                 values = golden.out_degrees(g.n, g.col)
             layout = _layout(g.n, len(g.col))
             mode = int(rng.integers(0, 2))
+            # half the runs compute a row slice: from a word's first row, through n or a
+            # whole number of words
+            first, rows = 0, 0
+            if g.n > 16 and rng.random() < 0.5:
+                first = 16 * int(rng.integers(0, -(-g.n // 16)))
+                rows = int(rng.choice([0, g.n - first, 16 * int(rng.integers(1, -(-(g.n - first) // 16) + 1))]))
+                rows = min(rows, g.n - first)
+                lo, hi = int(g.rowptr[first]), int(g.rowptr[first + (rows or g.n - first)])
+                if values is not None and program != Program.PAGERANK:
+                    values = values[lo:hi]
+                g = csr.PullGraph(g.n, g.rowptr[first:first + (rows or g.n - first) + 1] - lo, g.col[lo:hi],
+                                  None, None)
             # the source window: none, part of the sources (the rest through the unit; a count
             # that ends inside a bus word), all of them, or the whole capacity
             window = int(rng.choice([0, 1 + int(rng.integers(0, g.n)), g.n, WINDOW_VERTICES]))
-            fields = _fields(layout, g.n, len(g.col), program, mode, window=window)
+            fields = _fields(layout, g.n, len(g.col), program, mode, window=window, first_row=first, rows=rows)
             image = _image(rng, layout, g, program, values, source=int(rng.integers(0, g.n)))
             if program == Program.PAGERANK and name == "hub":
                 # any degrees (0, huge, >= 2**31) and starting values: bit-exact all the same
@@ -147,7 +161,8 @@ async def graph_programs(dut):
                 image[layout["a"]:layout["a"] + 4 * g.n] = _fp32(rng, g.n).view(np.uint8)
                 fields["max_iterations"] = 3
             cpl = await _run(dut, source, sink, memory, rng, fields, image, expect=0)
-            dut._log.info(f"{name} {program.name} mode {mode} window {window}: {cpl['aux']} iterations")
+            dut._log.info(f"{name} {program.name} mode {mode} window {window} rows {first}+{rows}: "
+                          f"{cpl['aux']} iterations")
     # an iteration limit stops early (the result is whatever that iteration wrote)
     g = csr.pull(generators.kronecker(7, 4, seed=5), "bfs")
     layout = _layout(g.n, len(g.col))
@@ -176,6 +191,9 @@ async def graph_programs(dut):
                          ({"format_program": int(Program.PAGERANK), "scratch": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"n": 0}, ErrorCode.BAD_FIELD), ({"max_iterations": 0}, ErrorCode.BAD_FIELD),
                          ({"source_window": WINDOW_VERTICES + 1}, ErrorCode.BAD_FIELD),
+                         ({"first_row": 8}, ErrorCode.BAD_FIELD), ({"first_row": g.n}, ErrorCode.BAD_FIELD),
+                         ({"first_row": 16, "rows": g.n}, ErrorCode.BAD_FIELD),
+                         ({"first_row": 16, "rows": 5}, ErrorCode.BAD_FIELD),
                          ({"a": layout["a"] + 4}, ErrorCode.UNALIGNED), ({"b": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"b": layout["a"]}, ErrorCode.OVERLAP)):
         fields = {**_fields(layout, g.n, len(g.col), Program.CC, 0), **change}

@@ -43,6 +43,13 @@ Phases:
    FMA lanes and tree (all n vertices as one row).  Stops when the L1 change is below
    ``tolerance`` (``cpl_aux`` bit 31) or at ``max_iterations``.
 
+*Row slices* (``first_row``, ``rows``): the command computes rows ``first_row ..
+first_row + rows - 1`` of an ``n``-vertex graph from the slice's row pointers and
+columns (sources stay vertex ids below ``n``); each pass reads the rows' own values and
+writes their results at their place in the output array, the rest of which it leaves
+alone; PageRank's contributions still cover every vertex.  Instances on several memory
+channels each take a slice of one graph (:func:`ndpkit.engines.graph.api.run`).
+
 Completion bytes count the streamed arrays (the golden model's figures); the source
 value traffic is in the unit's counters (``link`` port), which depend on timing.
 """
@@ -130,18 +137,26 @@ class GraphEngine(CommandEngine):
             m.d.comb += nbytes.eq(((count << 2) + (word - 1)) & ~Const(word - 1, 40))
             return nbytes
 
-        rowptr_len, edge_len, vertex_len = words(cmd.n + 1), words(cmd.edges), words(cmd.n)
+        lanes = self.data_width // 32
+        lane_bits = (lanes - 1).bit_length()
+        checks = CommandChecks(m, self)
+        # the row slice: rows first_row .. first_row + row_count - 1 (0 rows: through n)
+        row_count = checks.derive(Mux(cmd.rows == 0, cmd.n - cmd.first_row, cmd.rows)[:32], "row_count")
+        slice_end = checks.derive(cmd.first_row + row_count, "slice_end", after=checks.after(row_count))
+        rowptr_len, edge_len, vertex_len = words(row_count + 1), words(cmd.edges), words(cmd.n)
+        row_len = words(row_count)             # the slice's values, whole words
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
                   "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
                   "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
                   "scratch": (cmd.scratch, vertex_len << 1, is_pagerank)}
         good_program = (program == Program.BFS) | is_sssp | (program == Program.CC) | is_spmv | is_pagerank
         tolerance_nan = (cmd.tolerance[23:31] == 0xFF) & (cmd.tolerance[:23] != 0)
-        checks = CommandChecks(m, self)
         checks.require(~good_program)           # (the 1-bit mode field cannot be out of range)
         checks.require((cmd.n == 0) | (cmd.n > MAX_VERTICES) | (cmd.max_iterations == 0))
         checks.require(is_pagerank & (cmd.tolerance[31] | tolerance_nan))
         checks.require(cmd.source_window > self.window.vertices)
+        checks.require((cmd.first_row[:lane_bits] != 0) | (cmd.first_row >= cmd.n))
+        checks.require((slice_end > cmd.n) | (row_count[:lane_bits] != 0) & (slice_end != cmd.n))
         enabled = {name: e for name, (_, _, e) in arrays.items()}
         checks.ranges({name: Transfer(a, l[:32]) for name, (a, l, _) in arrays.items()}, active=enabled,
                       wide={name: l for name, (_, l, _) in arrays.items()})
@@ -155,19 +170,29 @@ class GraphEngine(CommandEngine):
         update = stage == 2
         odd = Signal()                 # this iteration reads b and writes a
         source_base = Mux(odd, cmd.b, cmd.a)
-        target_base = Mux(odd, cmd.a, cmd.b)
         sums_base = Signal(self.addr_width)      # PageRank: the pull sums, after the contributions
         m.d.comb += sums_base.eq(cmd.scratch + vertex_len[:32])
-        # PageRank's passes: contributions (ranks, degrees -> scratch), pull sums (the edge
-        # pass over the contributions -> scratch + n), update (sums, ranks -> the other array)
-        val_base = Mux(vertex_pass & update, sums_base, cmd.val)
-        out_base = Mux(is_pagerank & (stage == 0), cmd.scratch, Mux(is_pagerank & (stage == 1), sums_base, target_base))
+        # the slice's rows in each array (registered: fixed for the command, settled
+        # during the validation pass)
+        row_offset = cmd.first_row[:30] << 2
+        a_rows, b_rows, sums_rows = Signal(32), Signal(32), Signal(32)
+        m.d.sync += [a_rows.eq(cmd.a + row_offset), b_rows.eq(cmd.b + row_offset), sums_rows.eq(sums_base + row_offset)]
+        # PageRank's passes: contributions (every vertex's rank and degree -> scratch), pull
+        # sums (the edge pass over the contributions -> the slice's rows of scratch + n),
+        # update (the slice's sums and ranks -> the other array)
+        every_vertex = is_pagerank & (stage == 0)              # the contributions pass
+        pass_count = Mux(every_vertex, cmd.n, row_count)       # the vertex passes' and results' length
+        pass_len = Mux(every_vertex, vertex_len, row_len)
+        val_base = Mux(vertex_pass & update, sums_rows, cmd.val)
+        out_base = Mux(every_vertex, cmd.scratch,
+                       Mux(is_pagerank & (stage == 1), sums_rows, Mux(odd, a_rows, b_rows)))
         transfers = TransferGroup(
             m, {"rowptr": readers["rowptr"], "col": readers["col"], "val": readers["val"], "old": readers["old"],
                 "out": writer},
             {"rowptr": Transfer(cmd.rowptr, rowptr_len[:32]), "col": Transfer(cmd.col, edge_len[:32]),
-             "val": Transfer(val_base, Mux(vertex_pass, vertex_len, edge_len)[:32]),
-             "old": Transfer(source_base, vertex_len[:32]), "out": Transfer(out_base, vertex_len[:32])},
+             "val": Transfer(val_base, Mux(vertex_pass, pass_len, edge_len)[:32]),
+             "old": Transfer(Mux(every_vertex, source_base, Mux(odd, b_rows, a_rows)), pass_len[:32]),
+             "out": Transfer(out_base, pass_len[:32])},
             validating | iterating | vertex_pass,
             enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0),
                      "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
@@ -187,7 +212,8 @@ class GraphEngine(CommandEngine):
         # the validation pass takes the row pointers and columns a word at a time; the edge
         # passes element by element through the unpackers
         m.submodules.validator = validator = GraphValidator(self.data_width)
-        m.d.comb += [validator.n.eq(cmd.n), validator.edges.eq(cmd.edges), validator.start.eq(start)]
+        m.d.comb += [validator.n.eq(cmd.n), validator.rows.eq(row_count), validator.edges.eq(cmd.edges),
+                     validator.start.eq(start)]
         unpack = {}
         for name in ("rowptr", "col", "val", "old"):
             u = unpack[name] = WordUnpacker(self.data_width)
@@ -201,11 +227,12 @@ class GraphEngine(CommandEngine):
                              data.ready.eq(Mux(validating, check.ready, u.words.ready))]
             else:
                 wiring.connect(m, data, u.words)
-        m.d.comb += [unpack["rowptr"].count.eq(cmd.n + 1), unpack["col"].count.eq(cmd.edges),
-                     unpack["val"].count.eq(Mux(vertex_pass, cmd.n, cmd.edges)), unpack["old"].count.eq(cmd.n)]
+        m.d.comb += [unpack["rowptr"].count.eq(row_count + 1), unpack["col"].count.eq(cmd.edges),
+                     unpack["val"].count.eq(Mux(vertex_pass, pass_count, cmd.edges)),
+                     unpack["old"].count.eq(pass_count)]
         m.submodules.packer = packer = WordPacker(self.data_width)
         wiring.connect(m, packer.words, writer.data)
-        m.d.comb += [packer.count.eq(cmd.n), packer.start.eq(start)]
+        m.d.comb += [packer.count.eq(pass_count), packer.start.eq(start)]
         rp, col, val, old = (unpack[k].elements for k in ("rowptr", "col", "val", "old"))
 
         # ---- validation pass: the verdicts (GraphValidator) ----------------------------
@@ -299,7 +326,7 @@ class GraphEngine(CommandEngine):
                      old.ready.eq((min_fire & t.first) | vertex.rank.ready)]
         vertex_fire = Signal()
         vertices_taken = Signal(32)
-        vertex_last = vertices_taken + 1 == cmd.n
+        vertex_last = vertices_taken + 1 == pass_count
 
         # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree ------
         # SpMV and PageRank's pull pass: a row's entries; PageRank's vertex passes: one
@@ -364,7 +391,7 @@ class GraphEngine(CommandEngine):
         scan_bytes, iteration_bytes = Signal(32), Signal(32)
         m.d.sync += [scan_bytes.eq(rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)),
                      iteration_bytes.eq(scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
-                                        Mux(sum_rows, 0, vertex_len[:32]))]
+                                        Mux(sum_rows, 0, row_len[:32]))]
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & gen.idle & ~gen.edge.valid & ~window.out.valid)
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
@@ -404,7 +431,7 @@ class GraphEngine(CommandEngine):
                 m.d.comb += iterating.eq(1)
                 with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & spmv_idle & ~judge):
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
-                                 bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
+                                 bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(is_pagerank):          # the pull sums are in: the update pass next
                         m.d.sync += stage.eq(2)
                         m.next = "NEXT"              # (NEXT ends the command on a bus error)
@@ -419,8 +446,8 @@ class GraphEngine(CommandEngine):
                 m.d.comb += vertex_pass.eq(1)
                 drained = total_ready & vertex.empty & ~vertex_out.valid
                 with m.If(transfers.finished & (drained | (transfers.error != 0))):
-                    m.d.sync += [bytes_read.eq(bytes_read + (vertex_len[:32] << 1)),
-                                 bytes_written.eq(bytes_written + vertex_len[:32]), bus_error.eq(transfers.error)]
+                    m.d.sync += [bytes_read.eq(bytes_read + (pass_len[:32] << 1)),
+                                 bytes_written.eq(bytes_written + pass_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(transfers.error != 0):
                         ctl.finish(verdict(transfers.error))
                     with m.Elif(~update):            # the dangling rank is in: scale it by 1/n

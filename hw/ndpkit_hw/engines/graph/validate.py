@@ -5,13 +5,14 @@ It checks what :func:`ndpkit.engines.graph.golden.validate` checks, in any order
 arrival (the verdicts are sticky flags, and the command reports the row pointers'
 before the columns'): ``rowptr[0] == 0``, every row pointer at least the one before it
 (within a word, and a word's first against the previous word's last),
-``rowptr[n] == edges`` (``bad_graph``); every column below ``n`` (``bad_index``).
+``rowptr[rows] == edges`` (``bad_graph``); every column below ``n`` (``bad_index``);
+``rows`` is ``n`` for a whole matrix, fewer for a row slice.
 Elements past the array's end in its last word are ignored.
 
 Each word is registered with its lanes' indices, its compares are made from those
 registers into a second stage of per-lane flags, and the flags' OR lands in the sticky
 verdicts a cycle later: no compare of a 32-bit lane feeds an OR of sixteen in one
-cycle.  ``start`` restarts it with ``n`` and ``edges`` (held for the pass); ``done``
+cycle.  ``start`` restarts it with ``n``, ``rows`` and ``edges`` (held for the pass); ``done``
 is high when both arrays' words have all been taken and judged.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ class GraphValidator(wiring.Component):
         words = stream.Signature(data.StructLayout({"data": data_width, "last": 1}))
         super().__init__({
             "rowptr": In(words), "col": In(words),
-            "n": In(32), "edges": In(32),
+            "n": In(32), "rows": In(32), "edges": In(32),
             "start": In(1),
             "bad_graph": Out(1), "bad_index": Out(1),
             "done": Out(1),
@@ -38,10 +39,10 @@ class GraphValidator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes, shift = self.lanes, (self.lanes - 1).bit_length()
-        n, edges = self.n, self.edges
-        # the words a pass takes: ceil((n + 1) / lanes) row-pointer words, ceil(edges / lanes) column words
+        n, rows, edges = self.n, self.rows, self.edges
+        # the words a pass takes: ceil((rows + 1) / lanes) row-pointer words, ceil(edges / lanes) column words
         rp_words, col_words = Signal(33 - shift), Signal(33 - shift)
-        m.d.sync += [rp_words.eq((n + lanes) >> shift), col_words.eq((edges + lanes - 1) >> shift)]
+        m.d.sync += [rp_words.eq((rows + lanes) >> shift), col_words.eq((edges + lanes - 1) >> shift)]
         rp_taken, col_taken = Signal(33 - shift), Signal(33 - shift)
         rp_more, col_more = rp_taken != rp_words, col_taken != col_words
         m.d.comb += [self.rowptr.ready.eq(rp_more), self.col.ready.eq(col_more)]
@@ -63,8 +64,8 @@ class GraphValidator(wiring.Component):
         # stage 2: per-lane flags from the registered word
         def lane(word, k):
             return word[32 * k:32 * (k + 1)]
-        end_word = n >> shift                 # the word and lane holding rowptr[n]
-        end_lane = n[:shift]
+        end_word = rows >> shift              # the word and lane holding rowptr[rows]
+        end_lane = rows[:shift]
         rp_flags, col_flags = Signal(lanes), Signal(lanes)
         first_word = rp_index == 0
         last_rp = rp_index == end_word

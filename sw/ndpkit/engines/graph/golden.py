@@ -76,16 +76,18 @@ class Result:
     converged: bool
 
 
-def validate(n: int, rowptr, col, *, source: int | None = None) -> None:
+def validate(n: int, rowptr, col, *, source: int | None = None, rows: int | None = None) -> None:
     """The engine's checks, in the order it makes them (the first failure is reported):
-    ``n`` in 1..2**24; ``rowptr[0] == 0``, non-decreasing, ``rowptr[n] == len(col)``;
-    every ``col`` entry below ``n``; ``source`` below ``n``."""
+    ``n`` in 1..2**24; ``rowptr[0] == 0``, non-decreasing, ``rowptr[rows] == len(col)``;
+    every ``col`` entry below ``n``; ``source`` below ``n``.  ``rows``: the rows of a
+    row slice (``rowptr`` has ``rows + 1`` entries; default ``n``, the whole matrix)."""
     rowptr = np.asarray(rowptr, dtype=np.uint64)
     col = np.asarray(col, dtype=np.uint64)
+    rows = n if rows is None else rows
     if not 1 <= n <= MAX_VERTICES:
         raise GraphError(ErrorCode.BAD_FIELD, "n", f"vertex count {n} outside 1..{MAX_VERTICES}")
-    if len(rowptr) != n + 1:
-        raise GraphError(ErrorCode.BAD_FIELD, "rowptr", f"{len(rowptr)} entries for {n} vertices (need n + 1)")
+    if len(rowptr) != rows + 1:
+        raise GraphError(ErrorCode.BAD_FIELD, "rowptr", f"{len(rowptr)} entries for {rows} rows (need rows + 1)")
     if rowptr[0] != 0:
         raise GraphError(ErrorCode.BAD_GRAPH, "rowptr", f"rowptr[0] is {int(rowptr[0])}, not 0")
     drops = np.flatnonzero(np.diff(rowptr.astype(np.int64)) < 0)
@@ -93,9 +95,9 @@ def validate(n: int, rowptr, col, *, source: int | None = None) -> None:
         v = int(drops[0])
         raise GraphError(ErrorCode.BAD_GRAPH, "rowptr",
                          f"not monotone: rowptr[{v + 1}] = {int(rowptr[v + 1])} < rowptr[{v}] = {int(rowptr[v])}")
-    if rowptr[n] != len(col):
+    if rowptr[rows] != len(col):
         raise GraphError(ErrorCode.BAD_GRAPH, "rowptr",
-                         f"rowptr[n] = {int(rowptr[n])} but the edge array has {len(col)} entries")
+                         f"rowptr[{rows}] = {int(rowptr[rows])} but the edge array has {len(col)} entries")
     bad = np.flatnonzero(col >= n)
     if bad.size:
         raise GraphError(ErrorCode.BAD_INDEX, "col", f"col[{int(bad[0])}] = {int(col[bad[0]])} >= n = {n}")
@@ -167,11 +169,14 @@ def out_degrees(n: int, col) -> np.ndarray:
     return np.bincount(np.asarray(col, dtype=np.int64), minlength=n).astype(np.uint32)
 
 
-def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sums=None, trace: dict | None = None):
+def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sums=None, trace: dict | None = None,
+                       first: int = 0):
     """One iteration: (new ranks, L1 change), both fp32 bits.  ``pull_sums(contrib)``
     computes the per-vertex row sums of ``contrib`` over the in-edges (default: here,
     :func:`row_sums`).  ``trace``, if given, receives the intermediate ``contrib``,
-    ``sums`` and ``dangling`` (the engine writes the first two to its scratch array)."""
+    ``sums`` and ``dangling`` (the engine writes the first two to its scratch array).
+    A row slice (``rowptr`` of rows ``first ..``): the contributions and the dangling
+    rank over every vertex, the new ranks and their L1 change over the slice's rows."""
     degree = np.asarray(degree, dtype=np.uint32)
     has_out = degree > 0
     contrib = np.where(has_out, fp.div(rank, fp.int32_to_fp32(degree.astype(np.int32))), np.uint32(0))
@@ -179,7 +184,8 @@ def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sum
     dterm = fp.mul(dangling, np.uint32(c.inv_n))
     s = row_sums(rowptr, contrib[np.asarray(col, dtype=np.int64)]) if pull_sums is None else pull_sums(contrib)
     new = fp.fma(np.uint32(c.damping), fp.add(s, dterm), np.uint32(c.teleport))
-    err = vector_sum(fp.bits(np.abs(fp.floats(fp.sub(new, rank)))))
+    own = np.asarray(rank, dtype=np.uint32)[first:first + len(rowptr) - 1]
+    err = vector_sum(fp.bits(np.abs(fp.floats(fp.sub(new, own)))))
     if trace is not None:
         trace.update(contrib=contrib.astype(np.uint32), sums=np.asarray(s, dtype=np.uint32), dangling=dangling)
     return new.astype(np.uint32), err
@@ -210,12 +216,13 @@ def _saturating_add(a, b):
     return np.where((a == INF) | (s >= INF), INF, s).astype(np.uint32)
 
 
-def min_iteration(rowptr, col, values, weights=None):
-    """One Jacobi iteration of ``new[v] = min(values[v], min_u values[u] + w)``."""
+def min_iteration(rowptr, col, values, weights=None, first: int = 0):
+    """One Jacobi iteration of ``new[v] = min(values[v], min_u values[u] + w)`` (of a
+    row slice: rows ``first ..``, ``len(rowptr) - 1`` of them)."""
     rowptr = np.asarray(rowptr, dtype=np.int64)
     col = np.asarray(col, dtype=np.int64)
     cand = values[col] if weights is None else _saturating_add(values[col], np.asarray(weights, dtype=np.uint32))
-    new = values.copy()
+    new = values[first:first + len(rowptr) - 1].copy()
     row, _ = _row_of_entry(rowptr)
     np.minimum.at(new, row, cand)
     return new
@@ -261,12 +268,19 @@ def _words(nbytes: int, word_bytes: int) -> int:
     return -(-nbytes // word_bytes) * word_bytes
 
 
+def row_slice(cmd: dict) -> tuple[int, int]:
+    """(first row, rows) of the command's row slice: ``first_row`` and ``rows``, 0 rows
+    meaning through ``n`` (a command without them computes every row)."""
+    first = cmd.get("first_row", 0)
+    return first, cmd.get("rows", 0) or max(cmd["n"] - first, 0)
+
+
 def command_ranges(cmd: dict, word_bytes: int) -> dict[str, tuple[int, int]]:
     """Every array a command names, (address, bytes rounded up to whole bus words)."""
     n, e = cmd["n"], cmd["edges"]
     pagerank = cmd["format_program"] == Program.PAGERANK
     vertices = _words(4 * n, word_bytes)
-    ranges = {"rowptr": (cmd["rowptr"], _words(4 * (n + 1), word_bytes))}
+    ranges = {"rowptr": (cmd["rowptr"], _words(4 * (row_slice(cmd)[1] + 1), word_bytes))}
     if e:
         ranges["col"] = (cmd["col"], _words(4 * e, word_bytes))
         if cmd["format_program"] in (Program.SSSP, Program.SPMV):
@@ -291,7 +305,9 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
     mode, n (1..2**24), max_iterations (>= 1), PageRank's tolerance (not negative, not
     NaN), the source window (at most the build's ``window_capacity``: the command's
     ``cmd["window_capacity"]`` where the caller gives the build's register, else the
-    default build's), then every array by the transfer rule and no two overlapping."""
+    default build's), the row slice (``first_row`` a multiple of the word's elements
+    below n; ``rows`` within n, a multiple of the word's elements unless the slice
+    ends at n), then every array by the transfer rule and no two overlapping."""
     if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
         return ErrorCode.BAD_FIELD, "program"
     if cmd["format_mode"] > MODE_BASELINE:
@@ -306,6 +322,12 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
             return ErrorCode.BAD_FIELD, "tolerance"
     if cmd.get("source_window", 0) > cmd.get("window_capacity", WINDOW_VERTICES):
         return ErrorCode.BAD_FIELD, "source_window"
+    lanes = word_bytes // 4
+    first, rows = row_slice(cmd)
+    if first % lanes or first >= cmd["n"]:
+        return ErrorCode.BAD_FIELD, "first_row"
+    if first + rows > cmd["n"] or rows % lanes and first + rows != cmd["n"]:
+        return ErrorCode.BAD_FIELD, "rows"
     return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
 
 
@@ -320,75 +342,88 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     after an even count, ``b`` after an odd one.  Returns (error, bytes read, bytes
     written, iterations).  Bytes count the streamed arrays; the random property reads go
     through the scatter-gather unit and are counted by its link counters; every edge
-    pass first reads the source window (:func:`window_bytes`), which changes no value."""
+    pass first reads the source window (:func:`window_bytes`), which changes no value.
+    A row slice (:func:`row_slice`) computes its rows only: its results land at their
+    rows' place in the output array (whole bus words from ``first_row``) and the rest
+    of that array is not written."""
     n, e, prog = cmd["n"], cmd["edges"], cmd["format_program"]
+    first, rows = row_slice(cmd)
     ranges = command_ranges(cmd, word_bytes)
     loaded = window_bytes(cmd, word_bytes)
+    row_bytes = _words(4 * rows, word_bytes)        # a slice's values, whole words
 
     def array(name, count):
         a = cmd[name] - base
         return memory[a:a + 4 * count].view(np.uint32)
 
-    rowptr, col = array("rowptr", n + 1).copy(), array("col", e).copy() if e else np.zeros(0, np.uint32)
+    def put(name, values, offset=4 * first):          # whole words from the slice's first row
+        at = cmd[name] - base + offset if isinstance(name, str) else name
+        memory[at:at + _words(4 * len(values), word_bytes)] = 0
+        memory[at:at + 4 * len(values)] = np.asarray(values, dtype=np.uint32).view(np.uint8)
+
+    rowptr, col = array("rowptr", rows + 1).copy(), array("col", e).copy() if e else np.zeros(0, np.uint32)
     scanned = ranges["rowptr"][1] + (ranges["col"][1] if e else 0)
     try:
-        validate(n, rowptr, col)
+        validate(n, rowptr, col, rows=rows)
     except GraphError as err:
         return int(err.code), scanned, 0, 0
     if prog == Program.PAGERANK:
-        return _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base, loaded)
+        return _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row_bytes)
     if prog == Program.SPMV:
-        y = row_sums(rowptr, array("val", e).copy(), array("a", n).copy()[col.astype(np.int64)])
-        dst = cmd["b"] - base
-        memory[dst:dst + ranges["b"][1]] = 0
-        memory[dst:dst + 4 * n] = y.view(np.uint8)
+        put("b", row_sums(rowptr, array("val", e).copy(), array("a", n).copy()[col.astype(np.int64)]))
         streamed = ranges["rowptr"][1] + (2 * ranges["col"][1] if e else 0) + loaded
-        return 0, scanned + streamed, ranges["b"][1], 1
+        return 0, scanned + streamed, row_bytes, 1
     weights = (array("val", e).copy() if prog == Program.SSSP else
                np.ones(e, np.uint32) if prog == Program.BFS else None)
-    per_read = sum(length for name, (_, length) in ranges.items() if name in ("rowptr", "col", "val", "a")) + loaded
-    out_bytes = ranges["a"][1]
-    values = array("a", n).copy()
+    # the row pointers, columns (weights), the rows' own values, the window
+    per_read = sum(length for name, (_, length) in ranges.items() if name in ("rowptr", "col", "val")) + row_bytes \
+        + loaded
+    # each iteration reads the whole array it writes the slice of: the other rows keep
+    # whatever the host put in both arrays
+    arrays = {"a": array("a", n).copy(), "b": array("b", n).copy()}
     read = written = 0
-    names = ("b", "a")
+    names = ("a", "b")
     for it in range(1, cmd["max_iterations"] + 1):
-        new = min_iteration(rowptr, col, values, weights)
-        dst = cmd[names[(it - 1) % 2]] - base
-        memory[dst:dst + out_bytes] = 0
-        memory[dst:dst + 4 * n] = new.view(np.uint8)
+        source, target = names[(it - 1) % 2], names[it % 2]
+        values = arrays[source]
+        new = min_iteration(rowptr, col, values, weights, first)
+        put(target, new)
+        arrays[target][first:first + rows] = new
         read += per_read
-        written += out_bytes
-        if np.array_equal(new, values):
+        written += row_bytes
+        if np.array_equal(new, values[first:first + rows]):
             return 0, scanned + read, written, it
-        values = new
     return 0, scanned + read, written, cmd["max_iterations"]
 
 
-def _pagerank_command(memory, cmd, ranges, array, rowptr, col, scanned, base, loaded):
+def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row_bytes):
     """PageRank on the engine: every iteration writes the contributions to ``scratch``
-    and the pull sums after them, then the new ranks (a -> b -> a ...)."""
+    and the pull sums after them, then the new ranks (a -> b -> a ...).  A row slice:
+    the contributions of every vertex, the sums and new ranks of its rows (each array
+    read whole: the other rows keep what the host put in both)."""
     n = cmd["n"]
+    first, rows = row_slice(cmd)
     c = PageRankConstants(cmd["damping"], cmd["teleport"], cmd["inv_n"], cmd["tolerance"])
     degree = array("val", n).copy()
-    rank = array("a", n).copy()
+    arrays = {"a": array("a", n).copy(), "b": array("b", n).copy()}
     vertices = ranges["a"][1]
-    scratch = cmd["scratch"] - base
-
-    def put(at, values):
-        memory[at:at + vertices] = 0
-        memory[at:at + 4 * n] = np.asarray(values, dtype=np.uint32).view(np.uint8)
-    # per iteration: ranks + degrees, then the window (contributions), rowptr + col, then
-    # sums + ranks; three n-word writes
-    per_read = 4 * vertices + ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0) + loaded
+    # per iteration: ranks + degrees (every vertex), then the window (contributions),
+    # rowptr + col, then the slice's sums + ranks; writes: the contributions, the
+    # slice's sums and ranks
+    per_read = 2 * vertices + 2 * row_bytes + ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0) \
+        + loaded
     read = written = 0
+    names = ("a", "b")
     for it in range(1, cmd["max_iterations"] + 1):
         trace = {}
-        rank, err = pagerank_iteration(rowptr, col, degree, rank, c, trace=trace)
-        put(scratch, trace["contrib"])
-        put(scratch + vertices, trace["sums"])
-        put(cmd[("b", "a")[(it - 1) % 2]] - base, rank)
+        source, target = names[(it - 1) % 2], names[it % 2]
+        new, err = pagerank_iteration(rowptr, col, degree, arrays[source], c, trace=trace, first=first)
+        put("scratch", trace["contrib"], 0)
+        put("scratch", trace["sums"], vertices + 4 * first)
+        put(target, new)
+        arrays[target][first:first + rows] = new
         read += per_read
-        written += 3 * vertices
+        written += vertices + 2 * row_bytes
         if converged(err, c.tolerance):
             return 0, scanned + read, written, it | CONVERGED
     return 0, scanned + read, written, cmd["max_iterations"]
