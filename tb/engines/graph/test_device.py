@@ -254,3 +254,52 @@ def test_window_loads_count_in_the_completion(dev):
         values, iterations, read = runs[window]
         assert np.array_equal(values, base[0]) and iterations == base[1]
         assert read - base[2] == iterations * -(-4 * count // word) * word, window
+
+
+SLICED = [pytest.param("model", id="model"),
+          pytest.param("sim", id="sim", marks=[pytest.mark.sim, pytest.mark.long])]
+
+
+@pytest.mark.parametrize("transport", SLICED)
+def test_graphs_split_over_instances(transport):
+    """A card with three graph instances, each on its own memory region: every program
+    splits the graph into row slices over them (``instances=None``) or their first
+    ``k``, with scipy's answers, SpMV and PageRank bit for bit one instance's (PageRank
+    with its iteration count), the slices covering every row once; every buffer freed;
+    a bad ``instances`` refused naming it, before anything is allocated.  (The RTL card's
+    run is in `make sim`: three 512-bit engines make a long Verilator build.)"""
+    url = f"{transport}?engines=graph*3&memory_ports=3&mem_size={24 << 20}"
+    with ndpkit.open(url) as dev:
+        free = dev.allocator.free_bytes
+        rng = np.random.default_rng(3)
+        for a in (generators.kronecker(9, 8, seed=31), generators.uniform(9, 4, seed=32),
+                  _matrix(generators.real_graph("les_miserables_graph"))):
+            p = csr.pull(a, "bfs")
+            slices = graph.row_slices(p, 3, dev.word_bytes // 4)
+            assert [s[0] for s in slices] == sorted({s[0] for s in slices}) and slices[0][0] == 0
+            assert sum(rows for _, rows in slices) == p.n and all(first % 16 == 0 for first, _ in slices)
+            for k in (None, 2):
+                assert np.array_equal(graph.bfs(a, 2, dev, instances=k),
+                                      csgraph.shortest_path(a, unweighted=True, indices=2))
+                w = generators.random_weights(a, 1, 20, seed=6)
+                assert np.array_equal(graph.sssp(w, 2, dev, instances=k),
+                                      csgraph.shortest_path(w, method="D", indices=2))
+                count, labels = graph.connected_components(a, dev, instances=k)
+                want = csgraph.connected_components(a, directed=True, connection="weak")
+                assert count == want[0] and np.array_equal(labels, want[1])
+                m = sp.csr_array(a, dtype=np.float32)
+                m.data = rng.standard_normal(m.nnz).astype(np.float32)
+                x = rng.standard_normal(m.shape[1]).astype(np.float32)
+                assert np.array_equal(graph.spmv(m, x, dev, instances=k), graph.spmv(m, x, dev, instances=1))
+                split, whole = {}, {}
+                ranks = graph.pagerank(a, dev, instances=k, stats=split)
+                assert np.array_equal(ranks, graph.pagerank(a, dev, instances=1, stats=whole))
+                assert split["iterations"] == whole["iterations"]
+        with pytest.raises(graph.ConvergenceError) as info:
+            graph.pagerank(generators.uniform(9, 4, seed=32), dev, tol=1e-12, max_iter=2)
+        assert info.value.iterations == 2
+        assert dev.allocator.free_bytes == free
+        for bad in (0, 4, 1.5, True, "all"):
+            with pytest.raises(ValueError, match="instances"):
+                graph.bfs(generators.uniform(6, 3, seed=1), 0, dev, instances=bad)
+        assert dev.allocator.free_bytes == free

@@ -34,40 +34,84 @@ many as the engine's source window takes, on chip for every pass, read with full
 SSSP, components and SpMV number the most-pulled sources first on the host
 (:func:`ndpkit.engines.graph.csr.hot_first`; the answers do not change); ``mode="piccolo"`` fetches the other sources'
 values with row gathers, ``"baseline"`` with 64-byte line reads (the same answers; see
-docs/engines/graph.md for the traffic).  The same functions serve networkx's dispatch as the ``ndpkit`` backend
+docs/engines/graph.md for the traffic).  On a card with several graph instances (each on
+its own memory channel) every function splits the graph by rows over all of them
+(``instances=k``: the first ``k``; :func:`run`), with the same answers.  The same functions serve networkx's dispatch as the ``ndpkit`` backend
 (:mod:`ndpkit.engines.graph.nx_backend`).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ndpkit.engine import Completion
 from ndpkit.engines.graph import golden
 from ndpkit.engines.graph.golden import Program
 from ndpkit.engines.graph import csr, generators
 
-__all__ = ["bfs", "sssp", "connected_components", "spmv", "pagerank", "ConvergenceError", "run", "CardGraph", "csr", "generators", "MODES"]
+__all__ = ["bfs", "sssp", "connected_components", "spmv", "pagerank", "ConvergenceError", "run", "CardGraph",
+           "SlicedGraph", "instances_for", "row_slices", "csr", "generators", "MODES"]
 
 MODES = {"piccolo": golden.MODE_PICCOLO, "baseline": golden.MODE_BASELINE}
+
+
+def instances_for(device, instances: int | None = None) -> list:
+    """The graph engine instances a run uses: all of the card's (``None``), or its first
+    ``instances`` (1 .. how many it has; ``ValueError`` naming ``instances`` otherwise)."""
+    clients = getattr(device, "instances", {}).get("graph") or [device.graph]
+    if instances is None:
+        return clients
+    if isinstance(instances, (bool, np.bool_)) or not isinstance(instances, (int, np.integer)) \
+            or not 1 <= instances <= len(clients):
+        raise ValueError(f"instances: 1 .. {len(clients)} (this card's graph engine instances) or None "
+                         f"(all), not {instances!r}")
+    return clients[:int(instances)]
+
+
+def row_slices(g: csr.PullGraph, parts: int, lanes: int) -> list[tuple[int, int]]:
+    """(first row, rows) of up to ``parts`` row slices of ``g`` holding about equal
+    numbers of entries, every slice starting at a multiple of ``lanes`` rows (the
+    engine's ``first_row`` rule); fewer slices where the graph has fewer such rows."""
+    starts = {0}
+    for i in range(1, parts):
+        row = int(np.searchsorted(g.rowptr, i * len(g.col) / parts, side="left"))
+        row = int(round(row / lanes)) * lanes
+        if 0 < row < g.n:
+            starts.add(row)
+    bounds = sorted(starts) + [g.n]
+    return [(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def slice_of(g: csr.PullGraph, first: int, rows: int, values=None):
+    """The row slice's pull graph (row pointers rebased to 0, its entries; ``n`` stays
+    the vertex count) and its entries' ``values``."""
+    lo, hi = int(g.rowptr[first]), int(g.rowptr[first + rows])
+    part = csr.PullGraph(g.n, (g.rowptr[first:first + rows + 1] - lo).astype(np.uint32), g.col[lo:hi],
+                         None if g.values is None else g.values[lo:hi], g.nodes, g.integral)
+    return part, (None if values is None else values[lo:hi])
 
 
 class CardGraph:
     """A pull graph's arrays in card memory for the length of a ``with`` block: ``rowptr``,
     ``col`` and (when given) edge ``values`` uploaded on entry, every buffer made
     through it freed on exit (also when a command fails), so one graph serves many
-    commands (PageRank's iterations) without the upload and free bookkeeping twice."""
+    commands (PageRank's iterations) without the upload and free bookkeeping twice.
+    ``client``: the graph engine instance whose memory region holds the arrays and
+    which runs the commands (default: the card's first); ``first_row``: ``g`` is the
+    row slice from that row (:func:`slice_of`)."""
 
     def __init__(self, device, g: csr.PullGraph, *, mode: str = "piccolo", values: np.ndarray | None = None,
-                 window: bool | int = True):
+                 window: bool | int = True, client=None, first_row: int = 0):
         if mode not in MODES:
             raise ValueError(f"mode: {mode!r}, not one of {', '.join(MODES)}")
         if g.n == 0:
             raise ValueError("graph: no vertices")
-        self.window = device.graph.window_for(g.n, window)
+        self.client = client or instances_for(device)[0]
+        self.window = self.client.window_for(g.n, window)
         self.device, self.g, self.mode, self._values = device, g, mode, values
+        self.first_row, self.rows = first_row, len(g.rowptr) - 1
         self._buffers = []
-        # the memory region of the graph engine's (first) instance: its commands work there
-        instances = getattr(device, "instances", {}).get("graph")
-        self.region = instances[0].region if instances else None
+        # the instance's memory region: its commands work there
+        self.region = self.client.region if getattr(device, "instances", {}).get("graph") else None
 
     def upload(self, arr):
         """A card buffer holding ``arr`` as 32-bit words (freed with the graph)."""
@@ -96,26 +140,97 @@ class CardGraph:
         while self._buffers:
             self._buffers.pop().free()
 
-    def command(self, program: Program, a, b, max_iterations: int, **pagerank):
+    def command(self, program: Program, a, b, max_iterations: int, *, wait: bool = True, **pagerank):
         """One engine command over the graph (``a`` the input vector, ``b`` the other one;
-        PageRank's ``scratch`` and ``constants`` as keywords)."""
-        return self.device.graph.run(program, n=self.g.n, edges=len(self.g.col), rowptr=self.rowptr, col=self.col,
-                                     val=self.val, a=a, b=b, mode=MODES[self.mode], max_iterations=max_iterations,
-                                     window=self.window, **pagerank)
+        PageRank's ``scratch`` and ``constants`` as keywords); ``wait=False``: the
+        submitted command."""
+        return self.client.run(program, n=self.g.n, edges=len(self.g.col), rowptr=self.rowptr, col=self.col,
+                               val=self.val, a=a, b=b, mode=MODES[self.mode], max_iterations=max_iterations,
+                               window=self.window, first_row=self.first_row,
+                               rows=0 if self.rows == self.g.n else self.rows, wait=wait, **pagerank)
+
+    def rows_of(self, buffer) -> np.ndarray:
+        """The slice's rows of a vertex array on the card."""
+        return np.frombuffer(buffer.read(4 * self.rows, offset=4 * self.first_row), dtype=np.uint32).copy()
+
+
+class SlicedGraph:
+    """A pull graph split by rows over several graph engine instances (one slice each,
+    :func:`row_slices`), each slice's arrays in its instance's memory region, with a
+    whole vertex array and its partner per instance: the engines pull every source from
+    their own region, so a step writes the current values into every region, runs
+    every slice at once, and gathers each slice's rows."""
+
+    def __init__(self, device, g: csr.PullGraph, clients: list, *, mode: str, values=None, window=True,
+                 degrees=None):
+        lanes = device.word_bytes // 4
+        self.g, self.device = g, device
+        self.slices = row_slices(g, len(clients), lanes)
+        self.cards = []
+        for client, (first, rows) in zip(clients, self.slices):
+            part, part_values = slice_of(g, first, rows, values)
+            self.cards.append(CardGraph(device, part, mode=mode, window=window, client=client, first_row=first,
+                                        values=degrees if degrees is not None else part_values))
+        self.pagerank = degrees is not None          # PageRank: the out-degrees and a scratch array
+
+    def __enter__(self):
+        try:
+            for card in self.cards:
+                card.__enter__()
+                card.arrays = [card.vector(), card.vector()] + ([card.vector(arrays=2)] if self.pagerank else [])
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for card in self.cards:
+            card.__exit__(None, None, None)
+
+    def step(self, values: np.ndarray, program: Program, max_iterations: int, **pagerank):
+        """Every slice's command over ``values`` (written into its instance's vertex array,
+        and into the other one where the command may iterate: the slice's other rows
+        read the same in every iteration), run at once: (each slice's result rows
+        concatenated, each slice's completion)."""
+        values = np.ascontiguousarray(values, dtype=np.uint32)
+        commands = []
+        for card in self.cards:
+            a, b = card.arrays[:2]
+            a.write(values)
+            if max_iterations > 1:
+                b.write(values)
+            extra = {"scratch": card.arrays[2], **pagerank} if program == Program.PAGERANK else {}
+            commands.append(card.command(program, a, b, max_iterations, wait=False, **extra))
+        done = [command.wait() for command in commands]
+        rows = [card.rows_of(card.arrays[0] if (d.aux & ~golden.CONVERGED) % 2 == 0 else card.arrays[1])
+                for card, d in zip(self.cards, done)]
+        return np.concatenate(rows), done
 
 
 def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: str = "piccolo",
-        max_iterations: int | None = None, window: bool | int = True):
-    """One engine command over a prepared pull graph: (values, iterations, completion).
-    For SpMV, BFS, SSSP and CC; PageRank takes more (:func:`pagerank`)."""
+        max_iterations: int | None = None, window: bool | int = True, instances: int | None = None):
+    """A program over a prepared pull graph: (values, iterations, completion).  For
+    SpMV, BFS, SSSP and CC; PageRank takes more (:func:`pagerank`).
+
+    On one instance (``instances=1``, or a card with one) this is one engine command.
+    On several (``None``: every graph instance the card has), each instance computes a
+    row slice of about equal entries from its own memory region (:class:`SlicedGraph`),
+    all at once: SpMV in one step; BFS, SSSP and CC in rounds, each slice iterating
+    over the values of the round's start until its rows stop changing, the host then
+    gathering every slice's rows, until a round in which no slice changed anything.
+    The answer is the same fixed point, bit for bit; ``iterations`` counts the engine
+    iterations of the rounds (each round's longest); the completion's ``cycles`` is the
+    rounds' spans summed and its bytes every command's.  A run stopped by
+    ``max_iterations`` before that point may differ from one instance's."""
     if program == Program.PAGERANK:
         raise ValueError("program: PageRank needs out-degrees, a scratch array and its constants: "
                          "use ndpkit.graph.pagerank")
     max_iterations = g.n + 1 if max_iterations is None else int(max_iterations)
     if max_iterations < 1:
         raise ValueError(f"max_iterations: must be at least 1, not {max_iterations}")
+    clients = instances_for(device, instances)
     order = None
-    if window is not False and g.n > device.graph.window_for(g.n, window):
+    if window is not False and g.n > clients[0].window_for(g.n, window):
         # a graph larger than the window: number the most-pulled sources first, so the
         # window serves the most edges (results unchanged: every row keeps its entries' order)
         g, order = csr.hot_first(g, rows=program != Program.SPMV)
@@ -123,13 +238,47 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
     values = None
     if program in (Program.SSSP, Program.SPMV) and g.values is not None:
         values = g.values if g.values.dtype == np.uint32 else g.values.astype(np.float32).view(np.uint32)
-    with CardGraph(device, g, mode=mode, values=values, window=window) as card:
-        a, b = card.upload(init), card.vector()
-        done = card.command(program, a, b, max_iterations)
-        result = (a if done.aux % 2 == 0 else b).download(np.uint32, g.n)
+    if len(clients) > 1 and g.n > device.word_bytes // 4:
+        result, iterations, done = _run_sliced(device, g, program, init, clients, mode=mode, values=values,
+                                               window=window, max_iterations=max_iterations)
+    else:
+        with CardGraph(device, g, mode=mode, values=values, window=window, client=clients[0]) as card:
+            a, b = card.upload(init), card.vector()
+            done = card.command(program, a, b, max_iterations)
+            result, iterations = (a if done.aux % 2 == 0 else b).download(np.uint32, g.n), done.aux
     if order is not None and program != Program.SPMV:
         result = result[np.argsort(order)]
-    return result, done.aux, done
+    return result, iterations, done
+
+
+def _rounds(dones: list[list]):
+    """One completion for rounds of slice commands: the rounds' spans summed, bytes summed,
+    ``aux`` the rounds' longest iteration counts summed."""
+    spans = []
+    for done in dones:
+        first = min(done, key=lambda c: c.start)
+        spans.append(Completion(first.engine, first.tag, first.error, max(c.start + c.cycles for c in done) -
+                                first.start, sum(c.bytes_read for c in done), sum(c.bytes_written for c in done),
+                                first.start, max(c.aux & ~golden.CONVERGED for c in done)))
+    return Completion(spans[0].engine, spans[-1].tag, spans[-1].error, sum(c.cycles for c in spans),
+                      sum(c.bytes_read for c in spans), sum(c.bytes_written for c in spans), spans[0].start,
+                      sum(c.aux for c in spans))
+
+
+def _run_sliced(device, g, program, init, clients, *, mode, values, window, max_iterations):
+    """:func:`run` over row slices on several instances: (values, iterations, completion)."""
+    rounds = []
+    with SlicedGraph(device, g, clients, mode=mode, values=values, window=window) as sliced:
+        current, iterations = np.asarray(init, dtype=np.uint32), 0
+        while True:
+            current, done = sliced.step(current, program, 1 if program == Program.SPMV else max_iterations - iterations)
+            rounds.append(done)
+            iterations += max(d.aux for d in done)
+            # a round in which no slice changed a value: the fixed point (SpMV: one pass)
+            if program == Program.SPMV or all(d.aux == 1 for d in done) or iterations >= max_iterations:
+                break
+    done = _rounds(rounds)
+    return current, done.aux, done
 
 
 def _real_vector(name: str, x) -> np.ndarray:
@@ -162,39 +311,42 @@ def _by_node(g: csr.PullGraph, dist: np.ndarray, integral: bool) -> dict:
     return {g.nodes[i]: kind(dist[i]) for i in reached}
 
 
-def _from_source(graph, source, device, mode: str, window, kind: str, program: Program, **pull) -> np.ndarray | dict:
+def _from_source(graph, source, device, mode: str, window, instances, kind: str, program: Program,
+                 **pull) -> np.ndarray | dict:
     g = csr.pull(graph, kind, **pull)
     s = csr.vertex_index(g, source)
     if not 0 <= s < g.n:
         raise ValueError(f"source: vertex {source} is not in the {g.n}-vertex graph")
     init = np.full(g.n, golden.INF, np.uint32)
     init[s] = 0
-    dist = _distances(run(device, g, program, init, mode=mode, window=window)[0])
+    dist = _distances(run(device, g, program, init, mode=mode, window=window, instances=instances)[0])
     return dist if g.nodes is None else _by_node(g, dist, g.integral)
 
 
 def bfs(graph, source, device, *, directed: bool = True, mode: str = "piccolo",
-        window: bool | int = True) -> np.ndarray | dict:
+        window: bool | int = True, instances: int | None = None) -> np.ndarray | dict:
     """Hop counts from ``source``.  A matrix: float64 array, ``inf`` where unreachable
     (``scipy.sparse.csgraph.shortest_path(A, directed=directed, unweighted=True,
     indices=source)``; stored zeros are edges).  A networkx graph: ``{node: hops}`` for
     the reachable nodes (``networkx.single_source_shortest_path_length``)."""
-    return _from_source(graph, source, device, mode, window, "bfs", Program.BFS, directed=directed)
+    return _from_source(graph, source, device, mode, window, instances, "bfs", Program.BFS, directed=directed)
 
 
 def sssp(graph, source, device, *, directed: bool = True, weight: str = "weight",
-         mode: str = "piccolo", window: bool | int = True) -> np.ndarray | dict:
+         mode: str = "piccolo", window: bool | int = True, instances: int | None = None) -> np.ndarray | dict:
     """Shortest-path distances from ``source`` over non-negative integer weights (a
     parallel edge: the lightest).  A matrix: float64 array, ``inf`` where unreachable
     (``scipy.sparse.csgraph.dijkstra(A, directed=directed, indices=source)``; a stored
     zero is a zero-weight edge).  A networkx graph: ``{node: distance}`` for the
     reachable nodes (``networkx.single_source_dijkstra_path_length(G, source,
     weight=weight)``; an edge without ``weight`` weighs 1)."""
-    return _from_source(graph, source, device, mode, window, "sssp", Program.SSSP, directed=directed, weight=weight)
+    return _from_source(graph, source, device, mode, window, instances, "sssp", Program.SSSP, directed=directed,
+                        weight=weight)
 
 
 def connected_components(graph, device, *, directed: bool = True, connection: str = "weak",
-                         return_labels: bool = True, mode: str = "piccolo", window: bool | int = True):
+                         return_labels: bool = True, mode: str = "piccolo", window: bool | int = True,
+                         instances: int | None = None):
     """Weakly connected components.  A matrix: ``(count, labels)`` (``count`` alone when
     ``return_labels=False``), labels numbered in order of each component's smallest
     vertex, as ``scipy.sparse.csgraph.connected_components(A, directed, connection="weak")``
@@ -210,7 +362,8 @@ def connected_components(graph, device, *, directed: bool = True, connection: st
     g = csr.pull(graph, "cc")
     if g.n == 0:
         return [] if g.nodes is not None else ((0, np.zeros(0, np.int32)) if return_labels else 0)
-    smallest = run(device, g, Program.CC, np.arange(g.n, dtype=np.uint32), mode=mode, window=window)[0]
+    smallest = run(device, g, Program.CC, np.arange(g.n, dtype=np.uint32), mode=mode, window=window,
+                   instances=instances)[0]
     roots, labels = np.unique(smallest, return_inverse=True)
     if g.nodes is not None:
         sets = [set() for _ in roots]
@@ -220,7 +373,8 @@ def connected_components(graph, device, *, directed: bool = True, connection: st
     return (len(roots), labels.astype(np.int32)) if return_labels else len(roots)
 
 
-def spmv(matrix, x, device, *, mode: str = "piccolo", window: bool | int = True) -> np.ndarray:
+def spmv(matrix, x, device, *, mode: str = "piccolo", window: bool | int = True,
+         instances: int | None = None) -> np.ndarray:
     """``y = A @ x`` in fp32 (a float32 array of A's row count).  ``matrix``: a
     ``scipy.sparse`` matrix of any shape (entries rounded to fp32; stored zeros are
     ordinary entries), a dense array, or a networkx graph (its weighted adjacency matrix).
@@ -241,7 +395,8 @@ def spmv(matrix, x, device, *, mode: str = "piccolo", window: bool | int = True)
     square.resize((n, n))
     vector = np.zeros(n, np.float32)
     vector[:cols] = x.astype(np.float32)
-    y = run(device, csr.pull(square, "spmv"), Program.SPMV, vector.view(np.uint32), mode=mode, window=window)[0]
+    y = run(device, csr.pull(square, "spmv"), Program.SPMV, vector.view(np.uint32), mode=mode, window=window,
+            instances=instances)[0]
     return y.view(np.float32)[:rows].copy()
 
 
@@ -281,7 +436,8 @@ def _initial_ranks(g: csr.PullGraph, nstart, inv_n: int) -> np.ndarray:
 
 def pagerank(graph, device, *, alpha: float = 0.85, personalization=None, max_iter: int = 100,
              tol: float = 1e-6, nstart=None, weight: str | None = "weight", dangling=None,
-             mode: str = "piccolo", window: bool | int = True, stats: dict | None = None):
+             mode: str = "piccolo", window: bool | int = True, stats: dict | None = None,
+             instances: int | None = None):
     """PageRank of every vertex: networkx's ``pagerank(G, alpha, max_iter=max_iter,
     tol=tol, nstart=nstart, weight=weight)`` in fp32.  A networkx graph: a ``{node:
     rank}`` dict (``{}`` for an empty graph); a matrix: a float32 array in vertex order,
@@ -291,7 +447,10 @@ def pagerank(graph, device, *, alpha: float = 0.85, personalization=None, max_it
     refused (the engine teleports and spreads dangling rank uniformly).  Raises
     :class:`ConvergenceError` (a ``networkx.PowerIterationFailedConvergence``) without
     convergence in ``max_iter`` iterations.  ``stats``, if given, receives
-    ``iterations`` and the engine ``cycles`` they took."""
+    ``iterations`` and the engine ``cycles`` they took.  ``instances``: as for
+    :func:`run`; on several, every iteration runs the slices at once and the host
+    gathers the new ranks and judges the L1 change (the same fp32 sum in vertex order),
+    so the ranks and the iteration count equal one instance's bit for bit."""
     for name, value in (("personalization", personalization), ("dangling", dangling)):
         if value is not None:
             raise NotImplementedError(f"{name}: the graph engine teleports and spreads dangling rank uniformly; "
@@ -311,17 +470,38 @@ def pagerank(graph, device, *, alpha: float = 0.85, personalization=None, max_it
     start = _initial_ranks(g, nstart, c.inv_n)
     if max_iter == 0:           # networkx: no iteration is no convergence
         raise ConvergenceError(0, _ranks_out(g, start.view(np.float32)))
-    with CardGraph(device, g, mode=mode, values=golden.out_degrees(g.n, g.col), window=window) as card:
-        ranks = card.upload(start)
-        other, scratch = card.vector(), card.vector(arrays=2)
-        done = card.command(Program.PAGERANK, ranks, other, int(max_iter), scratch=scratch, constants=c)
-        iterations = done.aux & ~golden.CONVERGED
-        rank = (ranks if iterations % 2 == 0 else other).download(np.uint32, g.n).view(np.float32)
+    clients = instances_for(device, instances)
+    degrees = golden.out_degrees(g.n, g.col)
+    if len(clients) > 1 and g.n > device.word_bytes // 4:
+        rank, iterations, done, ok = _pagerank_sliced(device, g, clients, start, c, int(max_iter), mode=mode,
+                                                      window=window, degrees=degrees)
+    else:
+        with CardGraph(device, g, mode=mode, values=degrees, window=window, client=clients[0]) as card:
+            ranks = card.upload(start)
+            other, scratch = card.vector(), card.vector(arrays=2)
+            done = card.command(Program.PAGERANK, ranks, other, int(max_iter), scratch=scratch, constants=c)
+            iterations, ok = done.aux & ~golden.CONVERGED, bool(done.aux & golden.CONVERGED)
+            rank = (ranks if iterations % 2 == 0 else other).download(np.uint32, g.n)
+    rank = rank.view(np.float32)
     if stats is not None:
         stats.update(iterations=iterations, cycles=done.cycles or 0)
-    if done.aux & golden.CONVERGED:
+    if ok:
         return _ranks_out(g, rank)
     raise ConvergenceError(int(max_iter), _ranks_out(g, rank))
+
+
+def _pagerank_sliced(device, g, clients, rank, c, max_iter, *, mode, window, degrees):
+    """PageRank over row slices on several instances, an iteration a step: (ranks,
+    iterations, completion, converged)."""
+    rounds = []
+    with SlicedGraph(device, g, clients, mode=mode, window=window, degrees=degrees) as sliced:
+        for it in range(1, max_iter + 1):
+            new, done = sliced.step(rank, Program.PAGERANK, 1, constants=c)
+            rounds.append(done)
+            err, rank = golden.l1_change(new, rank), new
+            if golden.converged(err, c.tolerance):
+                return rank, it, _rounds(rounds), True
+    return rank, max_iter, _rounds(rounds), False
 
 
 def _ranks_out(g: csr.PullGraph, rank: np.ndarray):

@@ -184,11 +184,15 @@ def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sum
     dterm = fp.mul(dangling, np.uint32(c.inv_n))
     s = row_sums(rowptr, contrib[np.asarray(col, dtype=np.int64)]) if pull_sums is None else pull_sums(contrib)
     new = fp.fma(np.uint32(c.damping), fp.add(s, dterm), np.uint32(c.teleport))
-    own = np.asarray(rank, dtype=np.uint32)[first:first + len(rowptr) - 1]
-    err = vector_sum(fp.bits(np.abs(fp.floats(fp.sub(new, own)))))
+    err = l1_change(new, np.asarray(rank, dtype=np.uint32)[first:first + len(rowptr) - 1])
     if trace is not None:
         trace.update(contrib=contrib.astype(np.uint32), sums=np.asarray(s, dtype=np.uint32), dangling=dangling)
     return new.astype(np.uint32), err
+
+
+def l1_change(new, old) -> np.uint32:
+    """PageRank's ``err``: ``sum |new - old|`` in fp32 (vertex order, the partial-sum rule)."""
+    return vector_sum(fp.bits(np.abs(fp.floats(fp.sub(new, old)))))
 
 
 def converged(err, tolerance) -> bool:
