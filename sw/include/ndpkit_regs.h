@@ -559,7 +559,7 @@
 #define NDPKIT_SG_OUT_VALUE_SHIFT 0u
 #define NDPKIT_SG_OUT_VALUE_MASK 0xffffffffu  /* RW */
 
-/* graph: Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit (Piccolo row gathers or baseline line reads), bit-exact to ndpkit.engines.graph.golden. Whole-command checks (program, mode, n, max_iterations: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd); PageRank sets bit 31 when it stopped by its tolerance. */
+/* graph: Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit (Piccolo row gathers or baseline line reads), bit-exact to ndpkit.engines.graph.golden. Whole-command checks (program, mode, n, max_iterations, the row slice: BAD_FIELD; arrays by the transfer rule; overlaps) fail with nothing done; a validation pass over the row pointers and columns (BAD_GRAPH, BAD_INDEX) runs before anything is written. cpl_aux: iterations run (the result is in `a` if even, `b` if odd); PageRank sets bit 31 when it stopped by its tolerance. */
 #define NDPKIT_GRAPH_SIZE 0x1000u
 #define NDPKIT_GRAPH_KIND_OFFSET 0x0000u
 #define NDPKIT_GRAPH_KIND_RESET 0x00000000u
@@ -705,6 +705,14 @@
 #define NDPKIT_GRAPH_WINDOW_CAPACITY_RESET 0x00000000u
 #define NDPKIT_GRAPH_WINDOW_CAPACITY_VALUE_SHIFT 0u
 #define NDPKIT_GRAPH_WINDOW_CAPACITY_VALUE_MASK 0xffffffffu  /* RO */
+#define NDPKIT_GRAPH_FIRST_ROW_OFFSET 0x0080u
+#define NDPKIT_GRAPH_FIRST_ROW_RESET 0x00000000u
+#define NDPKIT_GRAPH_FIRST_ROW_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_FIRST_ROW_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_ROWS_OFFSET 0x0084u
+#define NDPKIT_GRAPH_ROWS_RESET 0x00000000u
+#define NDPKIT_GRAPH_ROWS_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_ROWS_VALUE_MASK 0xffffffffu  /* RW */
 
 /* decomp: Scatter-mode gradient decompression (Smart-Infinity compatible): zero-fill the n-element destination, then write the k pairs in array order (a repeated index keeps the last value; index 0xFFFFFFFF is skipped). An index >= n (not the sentinel) stops the command with OUT_OF_WINDOW after the pairs before it were written. cpl_aux counts the pairs written. */
 #define NDPKIT_DECOMP_SIZE 0x1000u

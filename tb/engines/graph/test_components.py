@@ -302,7 +302,8 @@ def test_source_window_serves_the_loaded_values_in_edge_order(rng, vertices):
 
 
 def _validator_cases(rng):
-    """(n, rowptr, col) graphs, good and bad in each way the validation names."""
+    """(n, rows, rowptr, col) graphs, good and bad in each way the validation names:
+    whole (rows = n) and row slices (rows < n vertices: columns up to n - 1 are good)."""
     from ndpkit.engines.graph import csr, generators
     from ndpkit.engines.graph.golden import validate   # noqa: F401  (the reference, used by the caller)
     for n in (1, 15, 16, 17, 40):
@@ -313,24 +314,28 @@ def _validator_cases(rng):
             col = [rng.randrange(n) for _ in range(rowptr[-1])]
         else:
             n, rowptr, col = g.n, list(g.rowptr), list(g.col)
-        yield n, rowptr, col
+        rows = n
+        if rng.random() < 0.5:               # a slice: the columns may name the vertices past its rows
+            n += 7
+            col = [v if rng.random() < 0.8 else rng.randrange(n) for v in col]
+        yield n, rows, rowptr, col
         e = len(col)
         for mutate in ("first", "drop", "drop_at_word", "end", "col", "col_last", "both"):
             rp, c = list(rowptr), list(col)
             if mutate == "first":
                 rp[0] = 1
-            elif mutate == "drop" and n > 1:
-                k = rng.randrange(1, n + 1)
+            elif mutate == "drop" and rows > 1:
+                k = rng.randrange(1, rows + 1)
                 rp[k] = rp[k - 1] - 1 if rp[k - 1] else 7
-            elif mutate == "drop_at_word" and n >= 4:
+            elif mutate == "drop_at_word" and rows >= 4:
                 rp[3] = rp[4] + 1            # a word's first pointer below the last of the word before
             elif mutate == "end":
-                rp[n] = e + 1
+                rp[rows] = e + 1
             elif mutate in ("col", "col_last", "both") and e:
                 c[e - 1 if mutate == "col_last" else rng.randrange(e)] = n + rng.randrange(3)
                 if mutate == "both":
                     rp[0] = 2
-            yield n, rp, c
+            yield n, rows, rp, c
 
 
 def test_validator_judges_words_like_the_golden_model(rng):
@@ -338,7 +343,8 @@ def test_validator_judges_words_like_the_golden_model(rng):
     random gaps: the verdicts (BAD_GRAPH from the row pointers, BAD_INDEX from the
     columns) equal ``golden.validate``'s for good graphs and each kind of bad one —
     first pointer, a decrease (also across a word boundary), the last pointer, a column
-    out of range (also the very last) — and ``done`` comes once every word is judged."""
+    out of range (also the very last), of whole matrices and of row slices — and ``done``
+    comes once every word is judged."""
     from ndpkit.engines.graph.golden import GraphError, validate
     from ndpkit_spec.codes import ErrorCode
     dut = GraphValidator(128)
@@ -350,8 +356,9 @@ def test_validator_judges_words_like_the_golden_model(rng):
         return [sum(v << (32 * k) for k, v in enumerate(values[i:i + 4])) for i in range(0, len(values), 4)]
 
     async def bench(ctx):
-        for n, rowptr, col in cases:
+        for n, rows, rowptr, col in cases:
             ctx.set(dut.n, n)
+            ctx.set(dut.rows, rows)
             ctx.set(dut.edges, len(col))
             ctx.set(dut.start, 1)
             await ctx.tick()
@@ -376,7 +383,7 @@ def test_validator_judges_words_like_the_golden_model(rng):
             for name in streams:
                 ctx.set(getattr(dut, name).valid, 0)
             try:
-                validate(n, rowptr, col)
+                validate(n, rowptr, col, rows=rows)
                 want = ErrorCode.OK
             except GraphError as e:
                 want = e.code

@@ -193,14 +193,14 @@ class SlicedGraph:
         read the same in every iteration), run at once: (each slice's result rows
         concatenated, each slice's completion)."""
         values = np.ascontiguousarray(values, dtype=np.uint32)
-        commands = []
         for card in self.cards:
-            a, b = card.arrays[:2]
-            a.write(values)
+            card.arrays[0].write(values)
             if max_iterations > 1:
-                b.write(values)
-            extra = {"scratch": card.arrays[2], **pagerank} if program == Program.PAGERANK else {}
-            commands.append(card.command(program, a, b, max_iterations, wait=False, **extra))
+                card.arrays[1].write(values)
+        with self.device.batch():                # the slices start together
+            commands = [card.command(program, *card.arrays[:2], max_iterations, wait=False,
+                                     **({"scratch": card.arrays[2], **pagerank} if program == Program.PAGERANK else {}))
+                        for card in self.cards]
         done = [command.wait() for command in commands]
         rows = [card.rows_of(card.arrays[0] if (d.aux & ~golden.CONVERGED) % 2 == 0 else card.arrays[1])
                 for card, d in zip(self.cards, done)]

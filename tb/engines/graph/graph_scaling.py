@@ -1,0 +1,140 @@
+"""Graph instances over memory channels (part of `make bench`, step ``graph_scaling``):
+one graph split by rows over N = 1, 2, 4, 8 graph engine instances, each on its own
+memory region with its own memory model (an HBM pseudo-channel's controller on the
+``hbm2_pc`` preset), all started at once.
+
+    python -m tb.engines.graph.graph_scaling                  # ideal memory: build/perf/graph_scaling.json
+    MEMORY=hbm2_pc python -m tb.engines.graph.graph_scaling   # graph_scaling-hbm2_pc.json
+
+The driver's split (:class:`ndpkit.engines.graph.api.SlicedGraph`): row slices of about
+equal entries, each instance holding its slice's row pointers and columns and a whole
+vertex array, window mode (the first 16,384 sources on chip; a larger graph's hot
+sources first, as the driver numbers it).  Per graph, kernel (one iteration of
+connected components, PageRank, SSSP from vertex 0; one SpMV) and N: the span from the
+first start to the last completion (the instances' cycle stamps), every command
+including its validation pass; aggregate edges per cycle = the graph's entries over
+the span; scaling = aggregate / (N x the N = 1 rate).  Every slice's rows are checked
+against the golden model's one iteration of the whole graph, bit for bit.
+QUICK=1: scale 12 (else 14), N = 1, 2, 4.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+import ndpkit
+from ndpkit.engines.graph import csr, generators, golden
+from ndpkit.engines.graph.api import SlicedGraph, instances_for
+from ndpkit.engines.graph.golden import Program
+from ndpkit_tools.paths import build_root
+
+INSTANCES = 8
+KERNELS = ("cc", "pagerank", "spmv", "sssp")
+
+
+def card(memory: str | None, instances: int) -> str:
+    latency = "read_latency=200&write_latency=200" if memory is None else f"memory={memory}"
+    return f"sim?engines=graph*{instances}&memory_ports={instances}&mem_size={32 * instances}M&mem_queue=256&{latency}"
+
+
+def _problem(g, kernel: str, window: int):
+    """(pull graph, program, initial values, edge values, golden one iteration)."""
+    if kernel == "sssp":
+        g = generators.random_weights(g, 1, 100, seed=7)
+    pull = csr.pull(g, kernel)
+    n = pull.n
+    rng = np.random.default_rng(n)
+    if kernel == "spmv":
+        pull = csr.PullGraph(n, pull.rowptr, pull.col, rng.standard_normal(len(pull.col)).astype(np.float32),
+                             None)
+    if n > window and kernel != "pagerank":       # hot sources first, as the driver numbers it
+        pull, _ = csr.hot_first(pull, rows=kernel != "spmv")
+    rowptr, col = pull.rowptr, pull.col
+    if kernel == "cc":
+        x = np.arange(n, dtype=np.uint32)
+        return pull, Program.CC, x, None, golden.min_iteration(rowptr, col, x)
+    if kernel == "sssp":
+        x = np.full(n, golden.INF, np.uint32)
+        x[0] = 0
+        return pull, Program.SSSP, x, pull.values, golden.min_iteration(rowptr, col, x, pull.values)
+    if kernel == "spmv":
+        entries = pull.values.view(np.uint32)
+        x = rng.standard_normal(n).astype(np.float32).view(np.uint32)
+        return pull, Program.SPMV, x, entries, golden.row_sums(rowptr, entries, x[col])
+    c = golden.PageRankConstants.for_graph(n)
+    x = np.full(n, c.inv_n, np.uint32)
+    degrees = golden.out_degrees(n, col)
+    return pull, Program.PAGERANK, x, degrees, golden.pagerank_iteration(rowptr, col, degrees, x, c)[0]
+
+
+def runs(dev, name: str, g, counts) -> list[dict]:
+    rows = []
+    window = instances_for(dev)[0].window_capacity
+    for kernel in KERNELS:
+        pull, program, x, values, want = _problem(g, kernel, window)
+        extra = {"constants": golden.PageRankConstants.for_graph(pull.n)} if program == Program.PAGERANK else {}
+        for n in counts:
+            pagerank = program == Program.PAGERANK
+            with SlicedGraph(dev, pull, instances_for(dev, n), mode="piccolo", window=True,
+                             values=None if pagerank else values, degrees=values if pagerank else None) as sliced:
+                t0 = time.perf_counter()
+                got, done = sliced.step(x, program, 1, **extra)
+                wall = time.perf_counter() - t0
+                slices = sliced.slices
+            assert np.array_equal(got, want), f"{name} {kernel} N={n}: the slices' rows differ from the golden model"
+            first = min(d.start for d in done)
+            span = max(d.start + d.cycles for d in done) - first
+            rows.append({"graph": name, "kernel": kernel, "instances": n, "slices": len(slices),
+                         "vertices": pull.n, "edges": len(pull.col), "cycles": span,
+                         "per_instance_cycles": [d.cycles for d in done],
+                         "start_skew": max(d.start for d in done) - first,
+                         "slice_edges": [int(pull.rowptr[f + r] - pull.rowptr[f]) for f, r in slices],
+                         "bytes": sum(d.bytes_read + d.bytes_written for d in done), "wall_seconds": wall})
+            print(f"{name} {kernel} N={n}: {span} cycles, {len(pull.col) / max(span, 1):.3f} edges/cycle", flush=True)
+    return rows
+
+
+def with_scaling(rows: list[dict]) -> list[dict]:
+    single = {(r["graph"], r["kernel"]): r["edges"] / r["cycles"] for r in rows if r["instances"] == 1}
+    for r in rows:
+        rate = r["edges"] / r["cycles"]
+        r.update(edges_per_cycle=rate, per_instance=rate / r["instances"],
+                 scaling=rate / (r["instances"] * single[(r["graph"], r["kernel"])]))
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'graph':>14} {'kernel':>9} {'N':>3} {'cycles':>9} {'edges/cycle':>12} {'per inst.':>10} "
+             f"{'scaling':>8}"]
+    for r in rows:
+        lines.append(f"{r['graph']:>14} {r['kernel']:>9} {r['instances']:>3} {r['cycles']:>9} "
+                     f"{r['edges_per_cycle']:>12.3f} {r['per_instance']:>10.3f} {r['scaling']:>8.3f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    quick = os.environ.get("QUICK", "0") not in ("", "0")
+    memory = os.environ.get("MEMORY") or None
+    out = build_root() / "perf" / ("graph_scaling.json" if memory is None else f"graph_scaling-{memory}.json")
+    scale = 12 if quick else 14
+    counts = (1, 2, 4) if quick else (1, 2, 4, 8)
+    started = time.monotonic()
+    rows = []
+    with ndpkit.open(card(memory, max(counts))) as dev:
+        for name, g in ((f"uniform-{scale}", generators.uniform(scale, 16, seed=scale)),
+                        (f"kronecker-{scale}", generators.kronecker(scale, 16, seed=scale))):
+            rows += runs(dev, name, g, counts)
+    rows = with_scaling(rows)
+    print(table(rows))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"memory": memory or "ideal", "data_width": 512, "rows": rows,
+                               "seconds": time.monotonic() - started}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
