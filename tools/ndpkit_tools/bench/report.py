@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -65,7 +66,7 @@ def _load(path: Path):
 
 #: input name -> the file stem its benchmark writes (``<stem>.json``, ``<stem>-<preset>.json``)
 STEMS = {"dma": "dma_efficiency", "copy": "device_copy", "adam": "adam", "attention": "attention", "sg": "sg",
-         "graph": "graph", "scaling": "scaling"}
+         "graph": "graph", "scaling": "scaling", "attention_lanes": "attention-lanes", "graph_scaling": "graph_scaling"}
 
 
 def load_inputs(perf: Path, impl: Path) -> dict:
@@ -323,6 +324,34 @@ def graph_rate_lines(report: dict) -> list[str]:
     return lines
 
 
+def graph_scaling_lines(report: dict) -> list[str]:
+    """The graph split by rows over N instances, each on its own channel
+    (``tb/engines/graph/graph_scaling.py``): aggregate edges a cycle and the scaling."""
+    lines = []
+    runs = [(None, report.get("graph_scaling"))] + sorted((report.get("graph_scaling_on") or {}).items())
+    for memory, data in ((m, d) for m, d in runs if d):
+        rows = data["rows"]
+        worst = {kernel: min(r["scaling"] for r in rows if r["kernel"] == kernel and r["instances"] > 1)
+                 for kernel in dict.fromkeys(r["kernel"] for r in rows)}
+        lines += ["", f"One graph split by rows over N graph instances, each on its own memory region"
+                  f"{f' (a `{memory}` channel each)' if memory else ''} (`tb/engines/graph/graph_scaling.py`, the "
+                  "driver's `SlicedGraph`: row slices of about equal entries, window mode, every slice started at "
+                  "once, its rows checked against the golden model's one iteration of the whole graph): the span "
+                  "from the first start to the last completion, every command with its validation pass; "
+                  "scaling = aggregate ÷ (N × the N = 1 rate), goal ≥ 0.9. Worst scaling per kernel: "
+                  + ", ".join(f"{k} **{v:.3f}**" for k, v in worst.items()) + ".", "",
+                  "| graph | kernel | N | cycles | edges / cycle | per instance | scaling |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            lines.append(f"| {r['graph']} | {r['kernel']} | {r['instances']} | {r['cycles']:,} | "
+                         f"{r['edges_per_cycle']:.3f} | {r['per_instance']:.3f} | {r['scaling']:.3f} |")
+        if "pagerank" in worst:
+            lines += ["", "PageRank's contributions pass runs over every vertex in every instance (each slice "
+                      "pulls contributions of any source), one vertex a cycle: a fixed n cycles per instance "
+                      "that N does not divide, so its scaling falls as the slices shrink."]
+    return lines
+
+
 def graph_efficiency(row: dict) -> dict:
     """A graph row's efficiency: useful ÷ link bytes where sources cross the unit's link
     (Piccolo's measure), else — every source from the window — the AXI port's bytes per
@@ -410,6 +439,7 @@ def card_build(board_name: str) -> dict:
             "attention_instances": counts.get("attention", 0),
             "memory_ports": options["memory_ports"], "card_memory": options["mem_size"],
             "clock_mhz": options["clock_mhz"], "port_bytes": options["data_width"] // 8,
+            "lanes": options.get("attention_lanes") or options["data_width"] // 8,
             "fit": f"{bound['share']:.0%} of its {bound['most_used'].upper()} by the resource model, "
                    f"the most used resource",
             "one_more": {r.upper(): share for r, share in bound["one_more"].items()}}
@@ -419,6 +449,84 @@ def board_engine_clock(board_name: str) -> int:
     """The engines' clock (MHz) of the board's default build, from its board file."""
     from ndpkit_tools.boards import device_options, load_board
     return device_options(load_board(board_name))["clock_mhz"]
+
+
+#: today's models' decode shapes (their configs; REFERENCES.md): Llama-2-7B multi-head,
+#: Llama-3-8B 32 query heads over 8 KV heads (G = 4), Qwen2-7B 28 over 4 (G = 7)
+DECODE_MODELS = {"Llama-2-7B": model.ModelShape(),
+                 "Llama-3-8B": model.ModelShape(params=8.03e9, layers=32, heads=32, kv_heads=8, head_dim=128),
+                 "Qwen2-7B": model.ModelShape(params=7.62e9, layers=28, heads=28, kv_heads=4, head_dim=128)}
+MODELS_BATCH, MODELS_CONTEXT = 64, 2048
+
+
+def group_fits(inputs: dict, lanes: int) -> tuple[dict, str]:
+    """Measured steady-state efficiency and fixed cycles per command by group size of the
+    card build's attention engine (``lanes`` MAC lanes, 512 bits) on the decode preset:
+    the lane table's runs at that lane count, else the attention bench's fits; and where
+    they come from."""
+    lanes_run = ((inputs.get("on") or {}).get(("attention_lanes", DECODE_MEMORY)) or {}).get("runs", {}).get(str(lanes))
+    if lanes_run:
+        return ({f["group"]: f for f in lanes_run["fits"]},
+                f"the lane table's {lanes}-lane runs on `{DECODE_MEMORY}` (contexts 128-2048)")
+    on = (inputs.get("on") or {}).get(("attention", DECODE_MEMORY)) or {}
+    return {f["group"]: f for f in on.get("fits", [])}, f"the attention bench on `{DECODE_MEMORY}`"
+
+
+def decode_models(inputs: dict, setup: "model.DecodeSetup", lanes: int) -> dict:
+    """Decode of today's models at batch 64, every request at 2K tokens, on the U55C default
+    build's cards: the cards their KV needs (the build's card memory), the KV each card
+    streams at the model's group size (the measured efficiency of that G), the
+    attention step time of a card's share of the batch, and tokens per second (per card,
+    and of the whole step beside the GPU's linear layers)."""
+    fits, source = group_fits(inputs, lanes)
+    rows = []
+    for name, shape in DECODE_MODELS.items():
+        group = shape.heads // shape.kv_heads
+        fit = fits.get(group)
+        if fit is None:
+            rows.append({"model": name, "group": group, "measured": False})
+            continue
+        s = replace(setup, context_in=MODELS_CONTEXT, context_out=1, scaling=setup.scaling,
+                    steady_efficiency=min(1.0, fit["steady_state_efficiency"]),
+                    fixed_cycles=fit["fixed_cycles_per_command"])
+        cards = next(c for c in range(1, 10 * MODELS_BATCH) if model.cards_fit(MODELS_BATCH, c, shape, s))
+        per_card = math.ceil(MODELS_BATCH / cards)
+        card_time = model.card_step_time(MODELS_BATCH, cards, shape, s)
+        gpu_time = model.gpu_step_time(MODELS_BATCH, shape, s, with_attention=False)
+        rows.append({"model": name, "group": group, "measured": True,
+                     "kv_bytes_per_token": shape.kv_bytes_per_token(),
+                     "kv_bytes": MODELS_BATCH * MODELS_CONTEXT * shape.kv_bytes_per_token(),
+                     "cards": cards, "requests_per_card": per_card, "efficiency": s.steady_efficiency,
+                     "fixed_cycles": s.fixed_cycles, "card_bandwidth": model.card_bandwidth(s),
+                     "card_step_seconds": card_time, "gpu_step_seconds": gpu_time,
+                     "tokens_per_second_per_card": per_card / card_time,
+                     "tokens_per_second": MODELS_BATCH / max(card_time, gpu_time),
+                     "bound": "cards" if card_time >= gpu_time else "GPU"})
+    return {"batch": MODELS_BATCH, "context": MODELS_CONTEXT, "lanes": lanes, "source": source, "rows": rows}
+
+
+def models_lines(models: dict, card: dict) -> list[str]:
+    """The decode table of today's models (:func:`decode_models`)."""
+    lines = [f"Today's models at batch {models['batch']}, every request at {models['context'] // 1024}K tokens "
+             f"(fp16 KV), on cards of the U55C default build ({card['attention_instances']} attention instances of "
+             f"{models['lanes']} MAC lanes at {card['clock_mhz']} MHz, {card['card_memory'] / 2**30:.1f} GiB of "
+             f"KV a card); the engine's efficiency at each group size G measured by {models['source']}, the GPU "
+             "(an L40S) running the linear layers beside them:", "",
+             "| model | G | KV a token | KV of the batch | cards | KV GB/s a card | attention step | "
+             "GPU step | tokens/s a card | tokens/s | bound |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in models["rows"]:
+        if not r["measured"]:
+            lines.append(f"| {r['model']} | {r['group']} | (G = {r['group']} not measured in this run) |")
+            continue
+        lines.append(f"| {r['model']} | {r['group']} | {r['kv_bytes_per_token'] >> 10} KiB | "
+                     f"{r['kv_bytes'] / 2**30:.1f} GiB | {r['cards']} | {fmt(r['card_bandwidth'] / 1e9)} | "
+                     f"{r['card_step_seconds'] * 1e3:.1f} ms | {r['gpu_step_seconds'] * 1e3:.1f} ms | "
+                     f"{fmt(r['tokens_per_second_per_card'])} | {fmt(r['tokens_per_second'])} | {r['bound']} |")
+    lines += ["", "A card's attention rate falls with G: at 32 MAC lanes an instance does G multiply-accumulates "
+              "per K or V element on lanes that match the port at G = 1, so its KV rate is about 1/G of the port's "
+              "(the lane table); wider lanes per instance, which the card's area does not yet hold, are what "
+              "would lift the G = 4 and G = 7 rows.", ""]
+    return lines
 
 
 def decode_section(inputs: dict) -> dict:
@@ -475,11 +583,16 @@ def decode_section(inputs: dict) -> dict:
         card_batch -= pub["cards"]
     ours = (model.decode_throughput(card_batch, pub["cards"], shape, setup)
             / model.decode_throughput(gpu_batch, 0, shape, setup)) if gpu_batch and card_batch > 0 else None
+    # the paper's batch itself: the cards of this build its KV needs, and the ratio there
+    paper_cards = next(c for c in range(1, 10 * pub["batch"]) if model.cards_fit(pub["batch"], c, shape, setup))
+    at_paper_batch = {"cards": paper_cards, "ratio": (model.decode_throughput(pub["batch"], paper_cards, shape, setup)
+                                                      / model.decode_throughput(gpu_batch, 0, shape, setup))
+                      if gpu_batch else None}
     return {"shape": model.setup_dict(shape), "setup": model.setup_dict(setup), "engine_source": source,
             "card_bandwidth": model.card_bandwidth(setup), "gpu_max_batch": gpu_max, "gpu_batch": gpu_batch,
             "card_batch": card_batch, "batches": list(DECODE_BATCHES),
             "tokens_per_second": {str(k): v for k, v in curves.items()},
-            "ratio": ours, "published": pub, "card": card}
+            "ratio": ours, "at_paper_batch": at_paper_batch, "published": pub, "card": card, "models": decode_models(inputs, setup, card["lanes"])}
 
 
 def build(inputs: dict) -> dict:
@@ -510,11 +623,15 @@ def build(inputs: dict) -> dict:
     ]
     ideal = engine_rows(inputs)
     return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": platform.processor()},
-            "versions": versions, "present": {k: v is not None for k, v in inputs.items() if k != "on"},
+            "versions": versions, "present": {k: v is not None or any(name == k for name, _ in inputs["on"])
+                                                  for k, v in inputs.items() if k != "on"},
             "preset_runs": sorted(f"{name}@{memory}" for name, memory in (inputs.get("on") or {})),
             "engines": board_rows(inputs, ideal), "engines_ideal": ideal, "offload": offload, "decode": decode,
             "gather": gather, "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
             "graph_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items() if name == "graph"},
+            "graph_scaling": inputs.get("graph_scaling"),
+            "graph_scaling_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items()
+                                 if name == "graph_scaling"},
             "scaling_on": {memory: scaling_section({"scaling": data})
                            for (name, memory), data in (inputs.get("on") or {}).items() if name == "scaling"},
             "headline": headline}
@@ -734,7 +851,10 @@ def markdown(report: dict) -> str:
               "until the GPU's weight streaming binds; what limits them is the attention instance's area: one more "
               "instance (and its memory port) would take the build to "
               + ", ".join(f"{share:.1%} of the part's {r}" for r, share in dec["card"]["one_more"].items())
-              + " by the resource model, over the 70 % budget.", "",
+              + " by the resource model, over the 70 % budget. At the paper's own batch 64 this build's cards need "
+              f"{dec['at_paper_batch']['cards']} cards for the KV (1K in, 1K out), where they reach "
+              f"**{ratio(dec['at_paper_batch']['ratio'])}** over the GPU alone at batch {dec['gpu_batch']}.", "",
+              *models_lines(dec["models"], dec["card"]),
               "![decode throughput](decode.png)", "", "Assumptions (`ndpkit_tools.bench.model.DecodeSetup`, `ModelShape`):",
               "", "| parameter | value |", "|---|---|", _assumptions(dec["setup"]), _assumptions(dec["shape"]), "",
               "## Card scale: instances on their own memory regions", ""]
@@ -788,6 +908,7 @@ def markdown(report: dict) -> str:
         rate = graph_rate_lines(report)
         if rate:
             lines += [""] + rate
+        lines += graph_scaling_lines(report)
         if graph.get("window_over_piccolo"):
             lines += ["", f"Window mode (the first {graph['window_vertices']:,} vertices' values on chip, loaded with "
                       "full bursts before each edge pass; Piccolo row gathers beyond) over Piccolo mode: "

@@ -9,7 +9,9 @@ build/bench/<step>.log, its table echoed when it ends):
 4. ``attention``: decode attention vs context and group size, vs PyTorch SDPA
 5. ``sg``: the scatter-gather unit, row gathers vs line reads at several densities
 6. ``graph``: the graph engine in Piccolo and baseline modes on Kronecker, uniform and real graphs
-7. ``scaling``: N = 1, 2, 4, 8 attention and Adam instances at once, each on its own memory region
+7. ``scaling``: N = 1, 2, 4, 8 attention and Adam instances at once, each on its own memory region;
+   ``graph_scaling@hbm2_pc``: one graph split by rows over N = 1, 2, 4, 8 graph instances (on the
+   HBM preset only: eight 512-bit graph engines simulate slowly)
 8. ``<bench>@<preset>``: the benchmarks again on their boards' DRAM presets (:data:`BOARD_PRESETS`)
 9. ``sim_speed``: ``tb.mem.sim_speed``, the simulated card's speed on each memory
 10. ``report``: ``ndpkit_tools.bench.report`` (Markdown, plots, JSON, README section)
@@ -51,7 +53,9 @@ def engine_benches() -> dict[str, str]:
 #: graph on the HBM cards, Adam on the U280's HBM and the SmartSSD's DDR4, the copy and
 #: the instance scaling on the U55C's pseudo-channels)
 BOARD_PRESETS = {"dma_copy": ("hbm2_pc",), "adam": ("hbm2_pc", "ddr4_2400"), "attention": ("hbm2_pc",),
-                 "sg": ("hbm2_pc",), "graph": ("hbm2_pc",), "scaling": ("hbm2_pc",)}
+                 "sg": ("hbm2_pc",), "graph": ("hbm2_pc",), "scaling": ("hbm2_pc",), "graph_scaling": ("hbm2_pc",)}
+#: benchmarks that run on their presets only (not on the ideal memory)
+PRESETS_ONLY = {"graph_scaling"}
 
 
 def steps(quick: bool) -> dict[str, tuple[list[str], dict]]:
@@ -62,10 +66,12 @@ def steps(quick: bool) -> dict[str, tuple[list[str], dict]]:
         "dma": [py, "-m", "tb.bus.dma_perf_report", "--jobs", "2"] + (["--quick"] if quick else []),
         **{name: [py, "-m", module] for name, module in engine_benches().items()},
         "scaling": [py, "-m", "tb.device.scaling_bench"],
+        "graph_scaling": [py, "-m", "tb.engines.graph.graph_scaling"],
     }
     todo = {}
     for name, cmd in plain.items():
-        todo[name] = (cmd, {})
+        if name not in PRESETS_ONLY:
+            todo[name] = (cmd, {})
         for memory in BOARD_PRESETS.get(name, ()):
             todo[f"{name}@{memory}"] = (cmd, {"MEMORY": memory})
     todo["sim_speed"] = ([py, "-m", "tb.mem.sim_speed"], {})            # the simulated card on each memory
