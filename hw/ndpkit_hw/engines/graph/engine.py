@@ -25,7 +25,7 @@ Phases:
    member, to free a slot for an edge that fits no open group, or at the end.  Each
    group holds a response id until its members are read; the unit's responses (in
    send order) wait in a response buffer under their id, and a ticket per edge (id,
-   lane) lets the **reducer** consume edges in order: ``new[v] = min(old[v], min_u value[u] + w)`` (saturating;
+   lane) lets the **reducer** (two stages: the source value resolved, then reduced) consume edges in order: ``new[v] = min(old[v], min_u value[u] + w)`` (saturating;
    BFS w = 1, CC w = 0), written in order through the burst writer (whole bus words,
    padding 0).  Iterations alternate a -> b -> a until one changes nothing or
    ``max_iterations``; ``cpl_aux`` = iterations.
@@ -278,35 +278,50 @@ class GraphEngine(CommandEngine):
                      table.resp.valid.eq(unit.resp.valid), table.resp.payload.eq(unit.resp.payload.data),
                      unit.resp.ready.eq(table.resp.ready)]
 
-        # ---- reducer ----------------------------------------------------------------
+        # ---- reducer: two stages -----------------------------------------------------
+        # stage 1 (resolve): the ticket's source value — its own (a hit) or its group's
+        # response line's lane — registered with the ticket; the id is consumed and a
+        # fetched value goes into the cache.  Stage 2 (reduce): the edge's candidate, the
+        # row's minimum or its FMA entry.  (One stage was the response table's read, the
+        # lane select, the weight's add and the min compare in a cycle.)
         acc, own = Signal(32), Signal(32)
         changed = Signal()
         t = self.ticket_layout(tickets.r_data)
         m.d.comb += table.read_id.eq(t.id)
         value = Mux(t.hit, t.value, table.line.word_select(t.lane, 32))
-        total = value + t.weight
-        candidate = Mux((value == INF) | total[32], INF, total[:32])
-        base = Mux(t.first, old.payload, acc)
-        best = Mux(t.empty | (candidate >= base), base, candidate)
         has_value = t.empty | t.hit | table.arrived
-        has_own = ~t.first | old.valid
-        can_emit = ~t.last | packer.elements.ready
-        min_fire = iterating & ~sum_rows & tickets.r_rdy & has_value & has_own & can_emit
-        spmv_fire = Signal()
-        fire = min_fire | spmv_fire
-        fetched = fire & ~t.empty & ~t.hit
-        m.d.comb += [tickets.r_en.eq(fire), table.consume.eq(fetched),
+        r_valid, r_value = Signal(), Signal(32)              # stage 2's edge
+        r = Signal(self.ticket_layout)
+        r_take = Signal()                                    # stage 2 passes its edge on
+        resolve = iterating & tickets.r_rdy & has_value & (~r_valid | r_take)
+        with m.If(resolve):
+            m.d.sync += [r_valid.eq(1), r_value.eq(value), r.eq(t)]
+        with m.Elif(r_take):
+            m.d.sync += r_valid.eq(0)
+        with m.If(start):
+            m.d.sync += r_valid.eq(0)
+        fetched = resolve & ~t.empty & ~t.hit
+        m.d.comb += [tickets.r_en.eq(resolve), table.consume.eq(fetched),
                      # a fetched value (its line, baseline) into the cache
                      cache.fill.eq(fetched), cache.fill_u.eq(t.u),
                      cache.fill_line.eq(Mux(baseline, table.line, Cat(*[table.line.word_select(t.lane, 32)] * 16)))]
+        total = r_value + r.weight
+        candidate = Mux((r_value == INF) | total[32], INF, total[:32])
+        base = Mux(r.first, old.payload, acc)
+        best = Mux(r.empty | (candidate >= base), base, candidate)
+        has_own = ~r.first | old.valid
+        can_emit = ~r.last | packer.elements.ready
+        min_fire = iterating & ~sum_rows & r_valid & has_own & can_emit
+        spmv_fire = Signal()
+        m.d.comb += r_take.eq(min_fire | spmv_fire)
         judge, judged_new, judged_old = Signal(), Signal(32), Signal(32)
         m.d.sync += judge.eq(0)
         with m.If(min_fire):
             m.d.sync += acc.eq(best)
-            with m.If(t.first):
+            with m.If(r.first):
                 m.d.sync += own.eq(old.payload)
-            with m.If(t.last):
-                m.d.sync += [judge.eq(1), judged_new.eq(best), judged_old.eq(Mux(t.first, old.payload, own))]
+            with m.If(r.last):
+                m.d.sync += [judge.eq(1), judged_new.eq(best), judged_old.eq(Mux(r.first, old.payload, own))]
         # "the row changed" a cycle later, from registers: the compare is not behind the
         # table read, the weight's add and the min in one cycle
         with m.If(judge & (judged_new != judged_old)):
@@ -323,7 +338,7 @@ class GraphEngine(CommandEngine):
         # the streams' readers: validation, the edge generator, the reducer, the vertex passes
         m.d.comb += [rp.ready.eq(gen.rowptr.ready), col.ready.eq(gen.col.ready),
                      val.ready.eq(gen.val.ready | vertex.other.ready),
-                     old.ready.eq((min_fire & t.first) | vertex.rank.ready)]
+                     old.ready.eq((min_fire & r.first) | vertex.rank.ready)]
         vertex_fire = Signal()
         vertices_taken = Signal(32)
         vertex_last = vertices_taken + 1 == pass_count
@@ -342,9 +357,9 @@ class GraphEngine(CommandEngine):
                          vertex_out.ready.eq(entry.ready & packer.elements.ready),
                          vertex_fire.eq(vertex_out.valid & vertex_out.ready)]
         with m.Else():
-            m.d.comb += [entry.valid.eq(iterating & sum_rows & tickets.r_rdy & has_value),
-                         entry.payload.a.eq(t.weight), entry.payload.b.eq(value),
-                         entry.payload.empty.eq(t.empty), entry.payload.last.eq(t.last),
+            m.d.comb += [entry.valid.eq(iterating & sum_rows & r_valid),
+                         entry.payload.a.eq(r.weight), entry.payload.b.eq(r_value),
+                         entry.payload.empty.eq(r.empty), entry.payload.last.eq(r.last),
                          spmv_fire.eq(entry.valid & entry.ready)]
         with m.If(vertex_fire):
             m.d.sync += vertices_taken.eq(vertices_taken + 1)
@@ -359,7 +374,7 @@ class GraphEngine(CommandEngine):
                          packer.elements.payload.eq(sums.sums.payload),
                          sums.sums.ready.eq(iterating & packer.elements.ready)]
         with m.Else():
-            m.d.comb += [packer.elements.valid.eq(iterating & tickets.r_rdy & has_value & has_own & t.last),
+            m.d.comb += [packer.elements.valid.eq(iterating & r_valid & has_own & r.last),
                          packer.elements.payload.eq(best)]
         with m.If(start):
             m.d.sync += [vertices_taken.eq(0), total_ready.eq(0)]
@@ -429,7 +444,7 @@ class GraphEngine(CommandEngine):
                         m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & spmv_idle & ~judge):
+                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & ~r_valid & spmv_idle & ~judge):
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(is_pagerank):          # the pull sums are in: the update pass next
