@@ -474,3 +474,103 @@ def test_vertex_pass_is_the_golden_arithmetic(rng):
             assert [w for w, _ in got] == [int(x) for x in want_written]
             assert [s for _, s in got] == [int(x) for x in want_summed]
     run_to_end(dut, bench)
+
+
+@pytest.mark.parametrize("sums", [False, True], ids=["min", "sums"])
+def test_reducer_resolves_and_reduces_edges_in_order(rng, sums):
+    """Tickets of random rows (empty rows, window or cache hits, members of response
+    groups whose lines arrive late), own values and the outputs with random stalls:
+    every fetched member is consumed and filled into the cache once, in order (its
+    lane broadcast, or the whole line in baseline mode); min programs give each row
+    ``min(own, min over its edges of value + weight)`` (saturating) and ``changed``
+    exactly when some row's result differs from its own value; summing programs pass
+    every edge on as an FMA entry {weight, value, empty, last}."""
+    from ndpkit_hw.engines.graph.collector import ticket_layout
+    from ndpkit_hw.engines.graph.reducer import Reducer
+    INF = 0xFFFF_FFFF
+    ids = 8
+    layout = ticket_layout(ids)
+    dut = Reducer(layout, ids)
+    baseline = rng.random() < 0.5
+    lines = {i: [rng.choice([rng.randrange(1 << 32), INF, INF - 3]) for _ in range(16)] for i in range(ids)}
+    tickets, rows, fetched = [], [], []
+    for _ in range(60):
+        own = rng.choice([INF, rng.randrange(1 << 20)])
+        edges = []
+        for k in range(rng.choice([0, 1, 1, 2, 5])):
+            weight = rng.choice([0, 1, rng.randrange(1 << 31), INF])
+            hit = rng.random() < 0.4
+            i, lane, u = rng.randrange(ids), rng.randrange(16), rng.randrange(1 << 24)
+            value = rng.choice([rng.randrange(1 << 20), INF]) if hit else lines[i][lane]
+            edges.append(value)
+            tickets.append({"empty": 0, "first": int(k == 0), "last": 0, "id": i, "lane": lane, "weight": weight,
+                            "hit": int(hit), "value": value if hit else 0, "u": u})
+            if not hit:
+                fetched.append((u, i, lane))
+        if edges:
+            tickets[-1]["last"] = 1
+        else:
+            tickets.append({"empty": 1, "first": 1, "last": 1, "id": 0, "lane": 0, "weight": 0, "hit": 0,
+                            "value": 0, "u": 0})
+        weights = [t["weight"] for t in tickets[len(tickets) - max(len(edges), 1):]] if edges else []
+        best = own
+        for value, weight in zip(edges, weights):
+            best = min(best, INF if value == INF or value + weight >= INF else value + weight)
+        rows.append((own, best))
+    # (an empty row's entry carries no value: the row sums ignore it)
+    want_entries = [(t["weight"], None if t["empty"] else t["value"] if t["hit"] else lines[t["id"]][t["lane"]],
+                     t["empty"], t["last"]) for t in tickets]
+
+    async def bench(ctx):
+        ctx.set(dut.run, 1)
+        ctx.set(dut.sums, sums)
+        ctx.set(dut.baseline, baseline)
+        i = j = 0
+        got, consumed, delay = [], [], rng.randrange(4)
+        want_count = len(want_entries) if sums else len(rows)
+        out = dut.entry if sums else dut.minimum
+        for _ in range(40 * len(tickets)):
+            on = i < len(tickets) and rng.random() < 0.8
+            ctx.set(dut.tickets.valid, on)
+            ctx.set(dut.tickets.payload, tickets[min(i, len(tickets) - 1)])
+            rid = ctx.get(dut.read_id)
+            ctx.set(dut.line, sum(v << (32 * k) for k, v in enumerate(lines[rid])))
+            ctx.set(dut.arrived, delay == 0)
+            on_own = j < len(rows) and rng.random() < 0.7
+            ctx.set(dut.own.valid, on_own)
+            ctx.set(dut.own.payload, rows[min(j, len(rows) - 1)][0])
+            ready = rng.random() < 0.6
+            ctx.set(out.ready, ready)
+            if ctx.get(dut.fill):
+                u, lid, lane = fetched[len(consumed)]
+                line = ctx.get(dut.fill_line)
+                want_line = lines[lid] if baseline else [lines[lid][lane]] * 16
+                assert ctx.get(dut.consume) and ctx.get(dut.fill_u) == u
+                assert line == sum(v << (32 * k) for k, v in enumerate(want_line))
+                consumed.append(u)
+            assert bool(ctx.get(dut.consume)) == bool(ctx.get(dut.fill))
+            if ctx.get(out.valid) and ready:
+                p = ctx.get(out.payload)
+                got.append((p.a, None if p.empty else p.b, p.empty, p.last) if sums else p)
+            took = _fired(ctx, dut.tickets)
+            j += _fired(ctx, dut.own)
+            await ctx.tick()
+            if took:
+                i += 1
+                delay = rng.randrange(4)
+            elif delay:
+                delay -= 1
+            if len(got) == want_count and i == len(tickets):
+                break
+        ctx.set(dut.tickets.valid, 0)
+        for _ in range(3):
+            await ctx.tick()
+        assert len(consumed) == len(fetched)
+        if sums:
+            assert got == want_entries
+        else:
+            assert got == [best for _, best in rows] and j == len(rows)
+            assert ctx.get(dut.changed) == any(own != best for own, best in rows)
+        assert not ctx.get(dut.busy)
+
+    run_to_end(dut, bench)

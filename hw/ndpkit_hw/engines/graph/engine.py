@@ -70,6 +70,7 @@ from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.words import WordPacker, WordUnpacker
+from ndpkit_hw.engines.graph.reducer import Reducer
 from ndpkit_hw.engines.graph.responses import ResponseTable
 from ndpkit_hw.engines.graph.rowsums import RowSums
 from ndpkit_hw.engines.graph.validate import GraphValidator
@@ -79,7 +80,6 @@ from ndpkit_hw.engines.sg.unit import SgUnit
 
 __all__ = ["GraphEngine"]
 
-INF = 0xFFFF_FFFF
 FP32_ONE = 0x3F80_0000
 
 
@@ -278,54 +278,16 @@ class GraphEngine(CommandEngine):
                      table.resp.valid.eq(unit.resp.valid), table.resp.payload.eq(unit.resp.payload.data),
                      unit.resp.ready.eq(table.resp.ready)]
 
-        # ---- reducer: two stages -----------------------------------------------------
-        # stage 1 (resolve): the ticket's source value — its own (a hit) or its group's
-        # response line's lane — registered with the ticket; the id is consumed and a
-        # fetched value goes into the cache.  Stage 2 (reduce): the edge's candidate, the
-        # row's minimum or its FMA entry.  (One stage was the response table's read, the
-        # lane select, the weight's add and the min compare in a cycle.)
-        acc, own = Signal(32), Signal(32)
-        changed = Signal()
-        t = self.ticket_layout(tickets.r_data)
-        m.d.comb += table.read_id.eq(t.id)
-        value = Mux(t.hit, t.value, table.line.word_select(t.lane, 32))
-        has_value = t.empty | t.hit | table.arrived
-        r_valid, r_value = Signal(), Signal(32)              # stage 2's edge
-        r = Signal(self.ticket_layout)
-        r_take = Signal()                                    # stage 2 passes its edge on
-        resolve = iterating & tickets.r_rdy & has_value & (~r_valid | r_take)
-        with m.If(resolve):
-            m.d.sync += [r_valid.eq(1), r_value.eq(value), r.eq(t)]
-        with m.Elif(r_take):
-            m.d.sync += r_valid.eq(0)
-        with m.If(start):
-            m.d.sync += r_valid.eq(0)
-        fetched = resolve & ~t.empty & ~t.hit
-        m.d.comb += [tickets.r_en.eq(resolve), table.consume.eq(fetched),
-                     # a fetched value (its line, baseline) into the cache
-                     cache.fill.eq(fetched), cache.fill_u.eq(t.u),
-                     cache.fill_line.eq(Mux(baseline, table.line, Cat(*[table.line.word_select(t.lane, 32)] * 16)))]
-        total = r_value + r.weight
-        candidate = Mux((r_value == INF) | total[32], INF, total[:32])
-        base = Mux(r.first, old.payload, acc)
-        best = Mux(r.empty | (candidate >= base), base, candidate)
-        has_own = ~r.first | old.valid
-        can_emit = ~r.last | packer.elements.ready
-        min_fire = iterating & ~sum_rows & r_valid & has_own & can_emit
-        spmv_fire = Signal()
-        m.d.comb += r_take.eq(min_fire | spmv_fire)
-        judge, judged_new, judged_old = Signal(), Signal(32), Signal(32)
-        m.d.sync += judge.eq(0)
-        with m.If(min_fire):
-            m.d.sync += acc.eq(best)
-            with m.If(r.first):
-                m.d.sync += own.eq(old.payload)
-            with m.If(r.last):
-                m.d.sync += [judge.eq(1), judged_new.eq(best), judged_old.eq(Mux(r.first, old.payload, own))]
-        # "the row changed" a cycle later, from registers: the compare is not behind the
-        # table read, the weight's add and the min in one cycle
-        with m.If(judge & (judged_new != judged_old)):
-            m.d.sync += changed.eq(1)
+        # ---- reducer: the source values resolved, then reduced per row -----------------
+        m.submodules.reducer = reducer = Reducer(self.ticket_layout, self.response_ids)
+        m.d.comb += [reducer.tickets.valid.eq(tickets.r_rdy), reducer.tickets.payload.eq(tickets.r_data),
+                     tickets.r_en.eq(reducer.tickets.ready)]
+        m.d.comb += [table.read_id.eq(reducer.read_id), reducer.line.eq(table.line),
+                     reducer.arrived.eq(table.arrived), table.consume.eq(reducer.consume),
+                     cache.fill.eq(reducer.fill), cache.fill_u.eq(reducer.fill_u), cache.fill_line.eq(reducer.fill_line),
+                     reducer.run.eq(iterating), reducer.sums.eq(sum_rows), reducer.baseline.eq(baseline),
+                     reducer.start.eq(start), reducer.own.valid.eq(old.valid), reducer.own.payload.eq(old.payload)]
+        changed = reducer.changed
 
         # ---- PageRank's vertex passes ------------------------------------------------
         dterm = Signal(32)               # dangling x (1/n), for the update pass
@@ -338,7 +300,7 @@ class GraphEngine(CommandEngine):
         # the streams' readers: validation, the edge generator, the reducer, the vertex passes
         m.d.comb += [rp.ready.eq(gen.rowptr.ready), col.ready.eq(gen.col.ready),
                      val.ready.eq(gen.val.ready | vertex.other.ready),
-                     old.ready.eq((min_fire & r.first) | vertex.rank.ready)]
+                     old.ready.eq(reducer.own.ready | vertex.rank.ready)]
         vertex_fire = Signal()
         vertices_taken = Signal(32)
         vertex_last = vertices_taken + 1 == pass_count
@@ -357,10 +319,8 @@ class GraphEngine(CommandEngine):
                          vertex_out.ready.eq(entry.ready & packer.elements.ready),
                          vertex_fire.eq(vertex_out.valid & vertex_out.ready)]
         with m.Else():
-            m.d.comb += [entry.valid.eq(iterating & sum_rows & r_valid),
-                         entry.payload.a.eq(r.weight), entry.payload.b.eq(r_value),
-                         entry.payload.empty.eq(r.empty), entry.payload.last.eq(r.last),
-                         spmv_fire.eq(entry.valid & entry.ready)]
+            m.d.comb += [entry.valid.eq(reducer.entry.valid), entry.payload.eq(reducer.entry.payload),
+                         reducer.entry.ready.eq(entry.ready)]
         with m.If(vertex_fire):
             m.d.sync += vertices_taken.eq(vertices_taken + 1)
         total_sum, total_ready = Signal(32), Signal()       # a vertex pass's sum
@@ -374,8 +334,9 @@ class GraphEngine(CommandEngine):
                          packer.elements.payload.eq(sums.sums.payload),
                          sums.sums.ready.eq(iterating & packer.elements.ready)]
         with m.Else():
-            m.d.comb += [packer.elements.valid.eq(iterating & r_valid & has_own & r.last),
-                         packer.elements.payload.eq(best)]
+            m.d.comb += [packer.elements.valid.eq(reducer.minimum.valid),
+                         packer.elements.payload.eq(reducer.minimum.payload),
+                         reducer.minimum.ready.eq(packer.elements.ready)]
         with m.If(start):
             m.d.sync += [vertices_taken.eq(0), total_ready.eq(0)]
         spmv_idle = ~sum_rows | sums.idle
@@ -424,7 +385,7 @@ class GraphEngine(CommandEngine):
             with m.State("NEXT"):
                 # start an iteration (or report the validation's verdict)
                 m.d.comb += start.eq(1)
-                m.d.sync += transfers.clear() + loads.clear() + [changed.eq(0)]
+                m.d.sync += transfers.clear() + loads.clear()          # (start clears the reducer's changed)
                 with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
                     ctl.finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
@@ -444,7 +405,7 @@ class GraphEngine(CommandEngine):
                         m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & ~r_valid & spmv_idle & ~judge):
+                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & ~reducer.busy & spmv_idle):
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(is_pagerank):          # the pull sums are in: the update pass next
