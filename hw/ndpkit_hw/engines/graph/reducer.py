@@ -1,29 +1,31 @@
 """The reducer: edges' source values in ticket order, reduced per row.
 
 Each edge's ticket (:func:`~ndpkit_hw.engines.graph.collector.ticket_layout`) arrives in
-edge order.  Two stages:
+edge order.  Three stages:
 
 1. *resolve*: the ticket's source value — its own (``hit``: from the source window or
    the cache) or lane ``lane`` of its group's response line, read from the response
-   table by ``read_id`` once ``arrived`` — is registered with the ticket; a fetched
-   member is reported (``consume``) and its value (baseline: its whole line) goes into
-   the cache (``fill``).
-2. *reduce*: min programs: ``candidate = value + weight`` (saturating at 0xFFFFFFFF),
-   the row's minimum starting from its own value (``own``, one a row), the row's result
-   out on ``minimum`` at its last edge; ``changed`` goes high (sticky, a cycle after the
-   row, from registers) once a row's result differs from its own value.  Summing
-   programs (``sums``): every edge ``{weight, value, empty, last}`` out on ``entry``
-   for the row sums.
+   table by ``read_id`` once ``arrived`` — goes with the ticket into a two-entry queue;
+   a fetched member is reported (``consume``) and its value (baseline: its whole line)
+   goes into the cache (``fill``).  Whether the queue has room is a register's compare,
+   so nothing downstream (the row sums' or the writer's ready) reaches the table, the
+   ticket queue or the cache through this stage.
+2. *add*: ``candidate = value + weight`` (saturating at 0xFFFFFFFF), registered.
+3. *reduce*: min programs: the row's minimum starting from its own value (``own``, one
+   a row), the row's result out on ``minimum`` at its last edge; ``changed`` goes high
+   (sticky, a cycle after the row, from registers) once a row's result differs from
+   its own value.  Summing programs (``sums``): every edge ``{weight, value, empty,
+   last}`` out on ``entry`` for the row sums.
 
-One stage did the table's read, the lane select, the weight's add and the min compare
-in a cycle; now the add and the compare start from registers.  ``start`` empties the
+Each stage is a register's worth of logic: the table read and the lane select; the
+33-bit add; the min's compare and select (they were one cycle).  ``start`` empties the
 stages and clears ``changed``; ``busy`` is high while an edge or a row's judgement is
 in flight.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.sg import LINE
@@ -52,53 +54,62 @@ class Reducer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         tickets, own_values = self.tickets, self.own
-        # stage 1: resolve
+        Edge = data.StructLayout({"ticket": self.ticket_layout, "value": 32})
+        # stage 1: resolve, into a queue whose room is a registered level's compare
+        resolved = fifo.SyncFIFO(width=Edge.size, depth=2)
+        m.submodules.resolved = ResetInserter(self.start)(resolved)
         t = tickets.payload
         m.d.comb += self.read_id.eq(t.id)
         value = Mux(t.hit, t.value, self.line.word_select(t.lane, 32))
         has_value = t.empty | t.hit | self.arrived
-        r_valid, r_value = Signal(), Signal(32)              # stage 2's edge
-        r = Signal(self.ticket_layout)
-        r_take = Signal()                                    # stage 2 passes its edge on
-        resolve = self.run & tickets.valid & has_value & (~r_valid | r_take)
-        with m.If(resolve):
-            m.d.sync += [r_valid.eq(1), r_value.eq(value), r.eq(t)]
-        with m.Elif(r_take):
-            m.d.sync += r_valid.eq(0)
+        resolve = self.run & tickets.valid & has_value & resolved.w_rdy
         fetched = resolve & ~t.empty & ~t.hit
-        m.d.comb += [tickets.ready.eq(resolve), self.consume.eq(fetched),
+        m.d.comb += [resolved.w_en.eq(resolve), resolved.w_data.eq(Cat(t.as_value(), value)),
+                     tickets.ready.eq(resolve), self.consume.eq(fetched),
                      self.fill.eq(fetched), self.fill_u.eq(t.u),
                      self.fill_line.eq(Mux(self.baseline, self.line, Cat(*[self.line.word_select(t.lane, 32)] * 16)))]
 
-        # stage 2: reduce
+        # stage 2: add
+        e = data.View(Edge, resolved.r_data)
+        a_valid, a_value, a_candidate = Signal(), Signal(32), Signal(32)
+        a = Signal(self.ticket_layout)
+        a_take = Signal()                                    # stage 3 takes its edge
+        advance = resolved.r_rdy & (~a_valid | a_take)
+        total = e.value + e.ticket.weight
+        m.d.comb += resolved.r_en.eq(advance)
+        with m.If(advance):
+            m.d.sync += [a_valid.eq(1), a.eq(e.ticket), a_value.eq(e.value),
+                         a_candidate.eq(Mux((e.value == INF) | total[32], INF, total[:32]))]
+        with m.Elif(a_take):
+            m.d.sync += a_valid.eq(0)
+
+        # stage 3: reduce
         acc, own = Signal(32), Signal(32)
-        total = r_value + r.weight
-        candidate = Mux((r_value == INF) | total[32], INF, total[:32])
-        base = Mux(r.first, own_values.payload, acc)
-        best = Mux(r.empty | (candidate >= base), base, candidate)
-        has_own = ~r.first | own_values.valid
-        can_emit = ~r.last | self.minimum.ready
-        min_fire = self.run & ~self.sums & r_valid & has_own & can_emit
+        base = Mux(a.first, own_values.payload, acc)
+        best = Mux(a.empty | (a_candidate >= base), base, a_candidate)
+        has_own = ~a.first | own_values.valid
+        can_emit = ~a.last | self.minimum.ready
+        min_fire = self.run & ~self.sums & a_valid & has_own & can_emit
         entry = self.entry
-        m.d.comb += [entry.valid.eq(self.run & self.sums & r_valid),
-                     entry.payload.a.eq(r.weight), entry.payload.b.eq(r_value),
-                     entry.payload.empty.eq(r.empty), entry.payload.last.eq(r.last),
-                     r_take.eq(min_fire | (entry.valid & entry.ready)),
-                     own_values.ready.eq(min_fire & r.first),
-                     self.minimum.valid.eq(self.run & ~self.sums & r_valid & has_own & r.last),
+        m.d.comb += [entry.valid.eq(self.run & self.sums & a_valid),
+                     entry.payload.a.eq(a.weight), entry.payload.b.eq(a_value),
+                     entry.payload.empty.eq(a.empty), entry.payload.last.eq(a.last),
+                     a_take.eq(min_fire | (entry.valid & entry.ready)),
+                     own_values.ready.eq(min_fire & a.first),
+                     self.minimum.valid.eq(self.run & ~self.sums & a_valid & has_own & a.last),
                      self.minimum.payload.eq(best)]
         judge, judged_new, judged_old = Signal(), Signal(32), Signal(32)
         m.d.sync += judge.eq(0)
         with m.If(min_fire):
             m.d.sync += acc.eq(best)
-            with m.If(r.first):
+            with m.If(a.first):
                 m.d.sync += own.eq(own_values.payload)
-            with m.If(r.last):
-                m.d.sync += [judge.eq(1), judged_new.eq(best), judged_old.eq(Mux(r.first, own_values.payload, own))]
+            with m.If(a.last):
+                m.d.sync += [judge.eq(1), judged_new.eq(best), judged_old.eq(Mux(a.first, own_values.payload, own))]
         # "the row changed" a cycle later, from registers
         with m.If(judge & (judged_new != judged_old)):
             m.d.sync += self.changed.eq(1)
-        m.d.comb += self.busy.eq(r_valid | judge)
+        m.d.comb += self.busy.eq(resolved.r_rdy | a_valid | judge)
         with m.If(self.start):
-            m.d.sync += [r_valid.eq(0), self.changed.eq(0)]
+            m.d.sync += [a_valid.eq(0), self.changed.eq(0)]
         return m
