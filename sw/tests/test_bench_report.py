@@ -128,7 +128,7 @@ def test_report_files(generated):
     assert "| attention | G=1, context 512 | 8 | 1,100 | 116.36 | 7.27 | 0.909 |" in text
     # the graph split over instances (scaling 1100 / (2 x 590); the worst at N = 4), and the decode table of today's
     # models from the lane table's fits (Qwen2-7B's G = 7 not among them)
-    assert "| u | cc | 2 | 590 | 1.695 | 0.847 | 0.932 |" in text and "cc **0.821**" in text
+    assert "| u | cc | 2 | 590 | 1.695 | 0.847 | 0.932 | – |" in text and "cc **0.821**" in text
     assert "| Llama-3-8B | 4 | 128 KiB | 16.0 GiB |" in text and "| Qwen2-7B | 7 | (G = 7 not measured" in text
     models = {r["model"]: r for r in data["decode"]["models"]["rows"]}
     assert models["Llama-3-8B"]["efficiency"] == pytest.approx(0.24) and models["Llama-2-7B"]["fixed_cycles"] == 1500

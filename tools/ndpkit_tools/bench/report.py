@@ -36,6 +36,8 @@ PUBLISHED = {
     # edges a cycle per memory channel (REFERENCES.md): Serpens ≈ 1.26 GTEPS a channel at
     # 200 MHz on a U280's HBM; ThunderGP ≈ 21 edges a cycle over 4 DDR4 channels
     "graph_rate": {"Serpens (SpMV, U280 HBM, DAC 2022)": 6.3, "ThunderGP (U250 DDR4, FPGA 2021)": 21 / 4},
+    # GTEPS a channel: Serpens ≈ 30 over 24 HBM channels, ThunderGP ≈ 5.8 over 4 DDR4 channels
+    "graph_gteps": {"Serpens (SpMV, U280 HBM, DAC 2022)": 30 / 24, "ThunderGP (U250 DDR4, FPGA 2021)": 5.8 / 4},
 }
 OFFLOAD_MODELS = (1.3e9, 2.7e9, 6.7e9, 13e9, 33e9)
 LINK_REPORT_BYTES = 16          # the sg benchmark's link: bytes per cycle each way (its "port")
@@ -310,17 +312,23 @@ def graph_rate_lines(report: dict) -> list[str]:
             for label, row in graph_headline_rows(data) if row["mode"] == "window"]
     if not rows:
         return []
+    clock = report.get("graph_clock") or {}
+    mhz = clock.get("depth_clock_mhz")
+    per_second = (f"GTEPS at {mhz} MHz, the clock the 512-bit configuration's logic depth supports "
+                  f"({clock['depth_levels']} levels; a depth model of its UltraScale+ netlist, not a routed "
+                  "figure)") if mhz else \
+        "no GTEPS: the 512-bit configuration has no clock evidence yet (docs/impl_report.md)"
     lines = ["Edges a cycle per memory channel (one engine instance on one channel; the largest graph's CC "
              "iteration in window mode, with the validation pass and without it), beside the published "
-             "designs' per-channel rates. Per second: the engine has no clock evidence for its 512-bit "
-             "configuration yet (docs/impl_report.md), so no GTEPS figure is given.", "",
-             "| design | memory | graph | edges / cycle / channel |", "|---|---|---|---:|"]
+             f"designs' per-channel rates; {per_second}.", "",
+             "| design | memory | graph | edges / cycle / channel | GTEPS / channel |", "|---|---|---|---:|---:|"]
     for memory, r in rows:
+        gteps = f"{r['edges_per_cycle'] * mhz / 1e3:.3f}" if mhz else "–"
         lines.append(f"| ndpkit graph engine (window mode, CC) | {memory or 'ideal, latency 200'} | "
                      f"{r['graph']}, {r['edges']:,} edges | {r['edges_per_cycle']:.2f} "
-                     f"({r['edges_per_cycle_without_validation']:.2f}) |")
+                     f"({r['edges_per_cycle_without_validation']:.2f}) | {gteps} |")
     for name, rate in PUBLISHED["graph_rate"].items():
-        lines.append(f"| {name} | published | their graphs | ≈ {rate:.1f} |")
+        lines.append(f"| {name} | published | their graphs | ≈ {rate:.1f} | ≈ {PUBLISHED['graph_gteps'][name]:.2f} |")
     return lines
 
 
@@ -340,11 +348,16 @@ def graph_scaling_lines(report: dict) -> list[str]:
                   "from the first start to the last completion, every command with its validation pass; "
                   "scaling = aggregate ÷ (N × the N = 1 rate), goal ≥ 0.9. Worst scaling per kernel: "
                   + ", ".join(f"{k} **{v:.3f}**" for k, v in worst.items()) + ".", "",
-                  "| graph | kernel | N | cycles | edges / cycle | per instance | scaling |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+                  "| graph | kernel | N | cycles | edges / cycle | per instance | scaling | GTEPS |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        mhz = (report.get("graph_clock") or {}).get("depth_clock_mhz")
         for r in rows:
             lines.append(f"| {r['graph']} | {r['kernel']} | {r['instances']} | {r['cycles']:,} | "
-                         f"{r['edges_per_cycle']:.3f} | {r['per_instance']:.3f} | {r['scaling']:.3f} |")
+                         f"{r['edges_per_cycle']:.3f} | {r['per_instance']:.3f} | {r['scaling']:.3f} | "
+                         f"{format(r['edges_per_cycle'] * mhz / 1e3, '.2f') if mhz else '–'} |")
+        if mhz:
+            lines += ["", f"GTEPS at {mhz} MHz, the clock the graph engine's measured logic depth supports (the "
+                      "rate table above)."]
         if "pagerank" in worst:
             lines += ["", "PageRank's contributions pass runs over every vertex in every instance (each slice "
                       "pulls contributions of any source), one vertex a cycle: a fixed n cycles per instance "
@@ -630,6 +643,7 @@ def build(inputs: dict) -> dict:
             "gather": gather, "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
             "graph_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items() if name == "graph"},
             "graph_scaling": inputs.get("graph_scaling"),
+            "graph_clock": _clocks(inputs["impl"], "graph", {"data_width": 512, "banks": None}),
             "graph_scaling_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items()
                                  if name == "graph_scaling"},
             "scaling_on": {memory: scaling_section({"scaling": data})
