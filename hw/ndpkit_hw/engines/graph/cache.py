@@ -54,17 +54,23 @@ class SourceCache(wiring.Component):
         valid = Signal(16 * lines)
         m.d.comb += [data_read.addr.eq(u[4:index_bits]), tags_read.addr.eq(u[4:index_bits]),
                      self.value.eq(data_read.data.word_select(u[:4], 32)),
-                     self.hit.eq((valid >> u[:index_bits])[0] &
+                     self.hit.eq(valid.bit_select(u[:index_bits], 1) &
                                  (tags_read.data.word_select(u[:4], tag_bits) == u[index_bits:]))]
         lanes = Mux(self.fill, Mux(self.whole, 0xFFFF, Const(1, 16) << fill_u[:4]), 0)
         m.d.comb += [data_write.addr.eq(fill_u[4:index_bits]), tags_write.addr.eq(fill_u[4:index_bits]),
                      data_write.data.eq(self.fill_line), tags_write.data.eq(Cat(*[fill_u[index_bits:]] * 16)),
                      data_write.en.eq(lanes), tags_write.en.eq(lanes)]
-        with m.If(self.fill):
-            with m.If(self.whole):
-                m.d.sync += valid.word_select(fill_u[4:index_bits], 16).eq(0xFFFF)
-            with m.Else():
-                m.d.sync += valid.bit_select(fill_u[:index_bits], 1).eq(1)
-        with m.If(self.clear):
-            m.d.sync += valid.eq(0)
+        # the valid bits a fill sets, decoded per line and per lane and ANDed: a
+        # variable-offset write of one bit of 1024 became a ten-stage shifter of the fill's
+        # vertex id (19 logic levels in the 512-bit engine)
+        line_hit = Signal(lines)
+        lane_hit = Signal(16)
+        m.d.comb += [line_hit.eq(Cat(fill_u[4:index_bits] == i for i in range(lines))),
+                     lane_hit.eq(Cat(self.whole | (fill_u[:4] == k) for k in range(16)))]
+        for i in range(lines):
+            for k in range(16):
+                with m.If(self.clear):
+                    m.d.sync += valid[16 * i + k].eq(0)
+                with m.Elif(self.fill & line_hit[i] & lane_hit[k]):
+                    m.d.sync += valid[16 * i + k].eq(1)
         return m

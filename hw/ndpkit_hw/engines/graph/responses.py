@@ -11,7 +11,7 @@ member the id is free again.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Module, Signal
+from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -42,26 +42,32 @@ class ResponseTable(wiring.Component):
         used = Array(Signal(5, name=f"id{i}_used") for i in range(ids))
         busy = Signal(ids)               # a group holds the id from opening until its members are read
         arrived = Signal(ids)
-        m.d.comb += [self.next_free.eq(~(busy >> self.next_id)[0]),
+        m.d.comb += [self.next_free.eq(~busy.bit_select(self.next_id, 1)),
                      sent_ids.w_en.eq(self.send), sent_ids.w_data.eq(self.send_id)]
         with m.If(self.send):
             m.d.sync += members[self.send_id].eq(self.send_members)
         with m.If(self.open):
-            m.d.sync += [self.next_id.eq(self.next_id + 1), busy.bit_select(self.next_id, 1).eq(1)]
+            m.d.sync += self.next_id.eq(self.next_id + 1)
 
         m.submodules.lines = lines = Memory(shape=8 * LINE, depth=ids, init=[])
         write, read = lines.write_port(), lines.read_port(domain="comb")
         resp = self.resp
         m.d.comb += [resp.ready.eq(1), sent_ids.r_en.eq(resp.valid),
                      write.addr.eq(sent_ids.r_data), write.data.eq(resp.payload), write.en.eq(resp.valid)]
-        with m.If(resp.valid):
-            m.d.sync += arrived.bit_select(sent_ids.r_data, 1).eq(1)
 
         rid = self.read_id
-        m.d.comb += [read.addr.eq(rid), self.line.eq(read.data), self.arrived.eq((arrived >> rid)[0])]
-        with m.If(self.consume):         # the group's last member read: its id is free again
-            with m.If(used[rid] + 1 == members[rid]):
-                m.d.sync += [used[rid].eq(0), arrived.bit_select(rid, 1).eq(0), busy.bit_select(rid, 1).eq(0)]
-            with m.Else():
-                m.d.sync += used[rid].eq(used[rid] + 1)
+        m.d.comb += [read.addr.eq(rid), self.line.eq(read.data), self.arrived.eq(arrived.bit_select(rid, 1))]
+        freed = Signal()                 # the group's last member read: its id is free again
+        m.d.comb += freed.eq(self.consume & (used[rid] + 1 == members[rid]))
+        with m.If(self.consume):
+            m.d.sync += used[rid].eq(Mux(freed, 0, used[rid] + 1))
+        # each id's flags set and cleared by its own decode (a variable-offset bit write is
+        # a shifter of the id), a clear after a set in the same cycle winning as before
+        for i in range(ids):
+            with m.If(self.open & (self.next_id == i)):
+                m.d.sync += busy[i].eq(1)
+            with m.If(resp.valid & (sent_ids.r_data == i)):
+                m.d.sync += arrived[i].eq(1)
+            with m.If(freed & (rid == i)):
+                m.d.sync += [arrived[i].eq(0), busy[i].eq(0)]
         return m
