@@ -32,13 +32,16 @@ def _fired(ctx, port):
     return bool(ctx.get(port.valid) and ctx.get(port.ready))
 
 
-async def _stream_through(ctx, rng, into, out, items, count, *, offer=0.7, take=0.6):
+async def _stream_through(ctx, rng, into, out, items, count, *, offer=0.7, take=0.6, offering=None):
     """Offer ``items`` on stream ``into`` (valid with probability ``offer``) and collect
-    ``count`` payloads from ``out`` (ready with probability ``take``)."""
+    ``count`` payloads from ``out`` (ready with probability ``take``); ``offering(item)``
+    is called with the item offered each cycle (to drive inputs that go with it)."""
     got, i = [], 0
     while len(got) < count:
         ctx.set(into.valid, i < len(items) and rng.random() < offer)
         ctx.set(into.payload, items[min(i, len(items) - 1)])
+        if offering:
+            offering(items[min(i, len(items) - 1)])
         ready = rng.random() < take
         ctx.set(out.ready, ready)
         if ctx.get(out.valid) and ready:
@@ -260,8 +263,9 @@ def test_source_window_serves_the_loaded_values_in_edge_order(rng, vertices):
     without one): each loads ``count`` values (a count ending inside a word, the whole
     window, none) by words with random gaps, then edges go through with random stalls
     on both sides: every edge leaves in order, unchanged, with ``hit`` exactly when its
-    source is below the count and then its loaded value, and its source value's byte
-    address; a new pass's values replace the old ones."""
+    source is below the count (then its loaded value) or the cache answered a hit for it
+    as it entered (then the cache's value), and its source value's byte address; a new
+    pass's values replace the old ones."""
     dut = SourceWindow(vertices, 512)
     passes = 0
 
@@ -287,15 +291,27 @@ def test_source_window_serves_the_loaded_values_in_edge_order(rng, vertices):
             assert ctx.get(dut.loaded) == (len(words) if vertices else 0)
             edges = [{"u": rng.randrange(80), "weight": rng.randrange(1 << 32), "empty": 0,
                       "first": rng.randrange(2), "last": rng.randrange(2)} for _ in range(120)]
-            got = await _stream_through(ctx, rng, dut.edge, dut.out, edges, len(edges))
+            # the cache's answer for the entering edge: vertices divisible by 3, a value of
+            # their own (not the window's)
+            def cached(u):
+                return u % 3 == 0, (u * 2654435761 + passes) & 0xFFFF_FFFF
+
+            def answer(item):
+                hit, value = cached(item["u"])
+                ctx.set(dut.cache_hit, hit)
+                ctx.set(dut.cache_value, value)
+            got = await _stream_through(ctx, rng, dut.edge, dut.out, edges, len(edges), offering=answer)
             for want, out in zip(edges, got):
                 assert (out.edge.u, out.edge.weight, out.edge.first, out.edge.last) == \
                     (want["u"], want["weight"], want["first"], want["last"])
                 assert out.address == base + 4 * want["u"]
-                hit = bool(vertices) and want["u"] < count
-                assert out.hit == hit, (count, want["u"])
-                if hit:
+                in_window = bool(vertices) and want["u"] < count
+                cache_hit, cache_value = cached(want["u"])
+                assert out.hit == (in_window or cache_hit), (count, want["u"])
+                if in_window:
                     assert out.value == values[want["u"]]
+                elif cache_hit:
+                    assert out.value == cache_value
             passes += 1
     run_to_end(dut, bench)
     assert passes == (4 if vertices else 2)

@@ -408,6 +408,7 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
     dsp_mhz = min(bounded.values()) if bounded else None
     result = {"levels": fabric_levels, "path": [path_entry(c) for c in chain],
               "between": _endpoints(module, cells, chain, driver, readers, starts, path_inputs, outputs),
+              "path_nets": _path_nets(module, chain, cells, outputs),
               "unregistered_dsps": len(dsps) - counts["register_bounded"], "dsps": counts,
               "fabric_levels": fabric_levels, "dsp_clock_mhz": dsp_mhz, "limit": "fabric",
               "dsp_path_levels": math.ceil(max(through.values(), default=-1.0)) if any(
@@ -422,16 +423,28 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
     return result
 
 
-def _endpoints(module, cells, chain, driver, readers, starts, inputs_of, outputs) -> list[str]:
-    """The registers (or ports) a path starts from and ends at, by the nets they drive:
-    the names Amaranth gave the signals, so a deep path can be found in the source."""
-    if not chain:
-        return []
+def _net_names(module) -> dict:
+    """Bit -> the name of a net carrying it, Amaranth's names before Yosys's own."""
     names = {}
     for net, info in sorted(module.get("netnames", {}).items(), key=lambda kv: kv[1].get("hide_name", 0)):
         for bit in info["bits"]:
             if not isinstance(bit, str):
                 names.setdefault(bit, net)
+    return names
+
+
+def _path_nets(module, chain, cells, outputs) -> list[str]:
+    """The net each cell of the path drives: where the deep path runs in the source."""
+    names = _net_names(module)
+    return [next((names[b] for b in outputs(cells[c]) if b in names), "?") for c in chain]
+
+
+def _endpoints(module, cells, chain, driver, readers, starts, inputs_of, outputs) -> list[str]:
+    """The registers (or ports) a path starts from and ends at, by the nets they drive:
+    the names Amaranth gave the signals, so a deep path can be found in the source."""
+    if not chain:
+        return []
+    names = _net_names(module)
     start = next((names[b] for b in inputs_of(chain[0])
                   if b in names and (b not in driver or driver[b] in starts)), "?")
     ends = [r for b in outputs(cells[chain[-1]]) for r in readers[b]

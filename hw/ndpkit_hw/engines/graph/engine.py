@@ -55,8 +55,9 @@ value traffic is in the unit's counters (``link`` port), which depend on timing.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import fifo, wiring
+from amaranth.lib.data import View
 from amaranth.lib.wiring import Out
 
 from ndpkit_spec.codes import ErrorCode
@@ -74,7 +75,7 @@ from ndpkit_hw.engines.graph.reducer import Reducer
 from ndpkit_hw.engines.graph.responses import ResponseTable
 from ndpkit_hw.engines.graph.rowsums import RowSums
 from ndpkit_hw.engines.graph.validate import GraphValidator
-from ndpkit_hw.engines.graph.window import SourceWindow
+from ndpkit_hw.engines.graph.window import SourceWindow, WindowedEdge
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.sg.unit import SgUnit
 
@@ -254,19 +255,27 @@ class GraphEngine(CommandEngine):
         m.d.comb += [window.start.eq(start), window.count.eq(window_count),
                      window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
         wiring.connect(m, gen.edge, window.edge)
-        windowed = window.out.payload
         m.submodules.cache = cache = self.cache
+        # the cache answers for the edge entering the window's stage, which registers it;
+        # a two-entry queue (its room a registered count) between that stage and the
+        # collector keeps the collector's decision out of the edge generator's ready
+        m.d.comb += [cache.u.eq(gen.edge.payload.u), window.cache_hit.eq(cache.hit),
+                     window.cache_value.eq(cache.value)]
+        windowed_queue = fifo.SyncFIFO(width=len(window.out.payload.as_value()), depth=2)
+        m.submodules.windowed = ResetInserter(start)(windowed_queue)
+        m.d.comb += [windowed_queue.w_en.eq(window.out.valid), windowed_queue.w_data.eq(window.out.payload),
+                     window.out.ready.eq(windowed_queue.w_rdy)]
+        windowed = View(WindowedEdge, windowed_queue.r_data)
         m.submodules.collector = collector = self.collector
         m.submodules.table = table = self.table
         m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=self.ticket_layout.size, depth=self.tickets)
         baseline = cmd.format_mode == MODE_BASELINE
         streams_done = Signal()          # every edge of the iteration has been taken
-        m.d.comb += [collector.edge.valid.eq(window.out.valid), collector.edge.payload.eq(windowed.edge),
-                     window.out.ready.eq(collector.edge.ready)]
+        m.d.comb += [collector.edge.valid.eq(windowed_queue.r_rdy), collector.edge.payload.eq(windowed.edge),
+                     windowed_queue.r_en.eq(collector.edge.ready)]
         wiring.connect(m, collector.req, unit.req)
-        m.d.comb += [cache.u.eq(windowed.edge.u), cache.whole.eq(baseline), cache.clear.eq(start),
-                     collector.hit.eq(windowed.hit | cache.hit),
-                     collector.value.eq(Mux(windowed.hit, windowed.value, cache.value)),
+        m.d.comb += [cache.whole.eq(baseline), cache.clear.eq(start),
+                     collector.hit.eq(windowed.hit), collector.value.eq(windowed.value),
                      collector.address.eq(windowed.address),
                      collector.baseline.eq(baseline), collector.flush.eq(streams_done),
                      collector.ticket_room.eq(tickets.w_rdy),
@@ -369,7 +378,7 @@ class GraphEngine(CommandEngine):
                      iteration_bytes.eq(scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
                                         Mux(sum_rows, 0, row_len[:32]))]
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
-                                    & gen.idle & ~gen.edge.valid & ~window.out.valid)
+                                    & gen.idle & ~gen.edge.valid & ~window.out.valid & ~windowed_queue.r_rdy)
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),

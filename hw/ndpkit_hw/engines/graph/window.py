@@ -12,13 +12,19 @@ So an edge's source costs a memory read instead of a gather, and the memory sees
 only the sequential load (the tiles of Serpens and ThunderGP hold a window of source
 values on chip the same way).
 
+The stage also registers the source-value cache's answer for the entering edge
+(``cache_hit``, ``cache_value``, looked up with the edge's source as it enters): an edge
+leaves with ``hit`` when its source is in the window or the cache, so the collector
+behind it decides from registers.  (A fill in the cycle of the lookup is not seen: the
+edge then fetches a value the cache would have had, the same value.)
+
 ``start`` restarts the load at word 0 (every pass: the source array changes between
 passes); ``loaded`` counts the words written.  With ``vertices = 0`` there is no
 memory: nothing hits and the edges pass through the register stage.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -45,6 +51,7 @@ class SourceWindow(wiring.Component):
             "count": In(range(MAX_VERTICES + 1)),     # the pass's window: min(window, n)
             "loaded": Out(range(max(1, vertices // self.lanes) + 1)),
             "edge": In(stream.Signature(EdgeLayout)),
+            "cache_hit": In(1), "cache_value": In(32),   # the cache's answer for the entering edge
             "base": In(32),                           # the source array's byte address
             "out": Out(stream.Signature(WindowedEdge)),
         })
@@ -55,16 +62,19 @@ class SourceWindow(wiring.Component):
         # the stage: an edge enters when the stage is empty or its edge leaves
         m.d.comb += edge.ready.eq(~out.valid | out.ready)
         take = edge.valid & edge.ready
+        in_window, cached_value = Signal(), Signal(32)
         with m.If(take):
             m.d.sync += [out.valid.eq(1), out.payload.edge.eq(edge.payload),
-                         out.payload.hit.eq(edge.payload.u < self.count),
+                         in_window.eq(edge.payload.u < self.count),
+                         out.payload.hit.eq((edge.payload.u < self.count) | self.cache_hit),
+                         cached_value.eq(self.cache_value),
                          out.payload.address.eq(self.base + (edge.payload.u << 2))]
         with m.Elif(out.ready):
             m.d.sync += out.valid.eq(0)
         with m.If(self.start):
             m.d.sync += out.valid.eq(0)
         if not self.vertices:
-            m.d.comb += self.load.ready.eq(1)
+            m.d.comb += [self.load.ready.eq(1), out.payload.value.eq(cached_value)]
             return m
         lanes = self.lanes
         words = self.vertices // lanes
@@ -79,7 +89,7 @@ class SourceWindow(wiring.Component):
         lane = Signal(lane_bits)
         with m.If(take):
             m.d.sync += lane.eq(edge.payload.u[:lane_bits])
-        m.d.comb += out.payload.value.eq(read.data.word_select(lane, 32))
+        m.d.comb += out.payload.value.eq(Mux(in_window, read.data.word_select(lane, 32), cached_value))
         with m.If(self.load.valid & (self.loaded < words)):
             m.d.sync += self.loaded.eq(self.loaded + 1)
         with m.If(self.start):
