@@ -90,7 +90,8 @@ def test_logic_depth_dsp_between_registers_is_a_stage_and_otherwise_its_ds923_de
     assert depth == {"levels": 1, "path": ["LUT6"], "between": ["x", "a_reg"], "unregistered_dsps": 0,
                      "dsps": {"register_bounded": 1, "no_mreg": 1, "inputs_unregistered": 0,
                               "outputs_unregistered": 0, "combinational": 0, "cascaded": 0},
-                     "fabric_levels": 1, "dsp_clock_mhz": 544, "limit": "fabric", "dsp_path_levels": None}
+                     "fabric_levels": 1, "dsp_clock_mhz": 544, "limit": "fabric", "dsp_path_levels": None,
+                     "path_nets": ["?"]}      # (the LUT's output net has no name here)
     # inputs unregistered: the LUT into A, through the multiplier into the PREG (7 levels)
     fed = [c if c[0] != "dsp" else _dsp("dsp", {"A": [2], "B": ["0"]}, {"P": [4]}) for c in registered]
     depth = logic_depth(_netlist(fed, names))

