@@ -25,7 +25,7 @@ from ndpkit.regs.access import RegisterFile, decode_fields
 from ndpkit_spec.shell import ENGINE_STRIDE, command_fields, effective_window
 from ndpkit_spec.registry import REGISTRY
 
-__all__ = ["Completion", "Command", "CommandGroup", "EngineClient"]
+__all__ = ["Completion", "Command", "CommandGroup", "EngineClient", "span"]
 
 
 @dataclass(frozen=True)
@@ -66,30 +66,43 @@ class Command:
         return f"<{self.client.name} command tag={self.tag}>"
 
 
+def span(done: list, aux=sum) -> Completion:
+    """One :class:`Completion` for commands that ran at once: the first error, the
+    longest command's cycles from the earliest start, the bytes summed, ``aux`` of
+    their ``aux`` values (``aux``: a function of the list; summed by default)."""
+    first = min(done, key=lambda c: c.start)
+    bad = next((c for c in done if not c.ok), first)
+    return Completion(first.engine, first.tag, bad.error, max(c.start + c.cycles for c in done) - first.start,
+                      sum(c.bytes_read for c in done), sum(c.bytes_written for c in done), first.start,
+                      aux([c.aux for c in done]))
+
+
 class CommandGroup:
     """One request split into commands on several instances of an engine (they run at
-    once); :meth:`wait` waits for all and returns one :class:`Completion`: the first
-    error, the longest command's cycles from the earliest start, the bytes and ``aux``
-    summed."""
+    once); :meth:`wait` waits for all and returns one :class:`Completion` (:func:`span`:
+    the first error, the longest command's cycles from the earliest start, the bytes
+    and ``aux`` summed); :meth:`wait_parts` each command's."""
 
     def __init__(self, commands: list):
         self.commands = list(commands)
         self.client, self.tag = self.commands[0].client, self.commands[0].tag
 
-    def wait(self, timeout: float | None = None, *, check: bool = True) -> Completion:
+    def wait_parts(self, timeout: float | None = None, *, check: bool = True) -> list[Completion]:
+        """Every command's completion, in order.  All are waited for even after one
+        failed (its buffers stay in use until the others end); then the first failure
+        is raised."""
         done, failure = [], None
-        for command in self.commands:            # wait for every part, even after one failed
+        for command in self.commands:
             try:
                 done.append(command.wait(timeout, check=check))
             except DeviceError as e:
                 failure = failure or e
         if failure is not None:
             raise failure
-        first = min(done, key=lambda c: c.start)
-        bad = next((c for c in done if not c.ok), first)
-        return Completion(first.engine, first.tag, bad.error, max(c.start + c.cycles for c in done) - first.start,
-                          sum(c.bytes_read for c in done), sum(c.bytes_written for c in done), first.start,
-                          sum(c.aux for c in done))
+        return done
+
+    def wait(self, timeout: float | None = None, *, check: bool = True) -> Completion:
+        return span(self.wait_parts(timeout, check=check))
 
     def __repr__(self):
         return f"<{self.client.name} command group of {len(self.commands)}>"

@@ -34,7 +34,9 @@ import ndpkit
 from ndpkit.engines.graph import csr, generators, golden
 from ndpkit.engines.graph.api import SlicedGraph, instances_for
 from ndpkit.engines.graph.golden import Program
+from ndpkit.engine import span
 from ndpkit_tools.paths import build_root
+from tb.engines.graph.graph_bench import _arrays
 
 INSTANCES = 8
 KERNELS = ("cc", "pagerank", "spmv", "sssp")
@@ -47,33 +49,15 @@ def card(memory: str | None, instances: int, region_mib: int = 32) -> str:
 
 
 def _problem(g, kernel: str, window: int):
-    """(pull graph, program, initial values, edge values, golden one iteration)."""
+    """(pull graph, program, initial values, edge values or PageRank's degrees, the golden
+    model's one iteration): the graph bench's problem for ``kernel`` (its
+    :func:`~tb.engines.graph.graph_bench._arrays`: SSSP's weights, SpMV's entries and x,
+    hot sources first beyond the window as the driver numbers them)."""
     if kernel == "sssp":
         g = generators.random_weights(g, 1, 100, seed=7)
     pull = csr.pull(g, kernel)
-    n = pull.n
-    rng = np.random.default_rng(n)
-    if kernel == "spmv":
-        pull = csr.PullGraph(n, pull.rowptr, pull.col, rng.standard_normal(len(pull.col)).astype(np.float32),
-                             None)
-    if n > window and kernel != "pagerank":       # hot sources first, as the driver numbers it
-        pull, _ = csr.hot_first(pull, rows=kernel != "spmv")
-    rowptr, col = pull.rowptr, pull.col
-    if kernel == "cc":
-        x = np.arange(n, dtype=np.uint32)
-        return pull, Program.CC, x, None, golden.min_iteration(rowptr, col, x)
-    if kernel == "sssp":
-        x = np.full(n, golden.INF, np.uint32)
-        x[0] = 0
-        return pull, Program.SSSP, x, pull.values, golden.min_iteration(rowptr, col, x, pull.values)
-    if kernel == "spmv":
-        entries = pull.values.view(np.uint32)
-        x = rng.standard_normal(n).astype(np.float32).view(np.uint32)
-        return pull, Program.SPMV, x, entries, golden.row_sums(rowptr, entries, x[col])
-    c = golden.PageRankConstants.for_graph(n)
-    x = np.full(n, c.inv_n, np.uint32)
-    degrees = golden.out_degrees(n, col)
-    return pull, Program.PAGERANK, x, degrees, golden.pagerank_iteration(rowptr, col, degrees, x, c)[0]
+    program, rowptr, col, val, x, want = _arrays(pull, kernel, renumber=pull.n > window and kernel != "pagerank")
+    return csr.PullGraph(pull.n, rowptr, col, None, None), program, x, val, want
 
 
 def runs(dev, name: str, g, counts) -> list[dict]:
@@ -91,24 +75,25 @@ def runs(dev, name: str, g, counts) -> list[dict]:
                 wall = time.perf_counter() - t0
                 slices = sliced.slices
             assert np.array_equal(got, want), f"{name} {kernel} N={n}: the slices' rows differ from the golden model"
-            first = min(d.start for d in done)
-            span = max(d.start + d.cycles for d in done) - first
+            cycles = span(done).cycles
             rows.append({"graph": name, "kernel": kernel, "instances": n, "slices": len(slices),
-                         "vertices": pull.n, "edges": len(pull.col), "cycles": span,
+                         "vertices": pull.n, "edges": len(pull.col), "cycles": cycles,
                          "per_instance_cycles": [d.cycles for d in done],
-                         "start_skew": max(d.start for d in done) - first,
+                         "start_skew": max(d.start for d in done) - min(d.start for d in done),
                          "slice_edges": [int(pull.rowptr[f + r] - pull.rowptr[f]) for f, r in slices],
                          "bytes": sum(d.bytes_read + d.bytes_written for d in done), "wall_seconds": wall})
-            print(f"{name} {kernel} N={n}: {span} cycles, {len(pull.col) / max(span, 1):.3f} edges/cycle", flush=True)
+            print(f"{name} {kernel} N={n}: {cycles} cycles, {len(pull.col) / max(cycles, 1):.3f} edges/cycle",
+                  flush=True)
     return rows
 
 
-def cpu_seconds(pull, kernel: str, x) -> float:
-    """The CPU peer's time for one iteration of ``kernel`` over ``pull`` (best of three)."""
+def cpu_seconds(pull, kernel: str, x, entries=None) -> float:
+    """The CPU peer's time for one iteration of ``kernel`` over ``pull`` (SpMV: its
+    ``entries``, fp32 bits), the best of three."""
     import scipy.sparse as sp
     rowptr, col = pull.rowptr.astype(np.int64), pull.col.astype(np.int64)
     if kernel == "spmv":
-        a = sp.csr_array((pull.values.view(np.float32), col, rowptr), shape=(pull.n, pull.n))
+        a = sp.csr_array((entries.view(np.float32), col, rowptr), shape=(pull.n, pull.n))
         v = x.view(np.float32)
         work = lambda: a @ v                                       # noqa: E731
     else:
@@ -142,13 +127,13 @@ def large_runs(dev, scales) -> list[dict]:
                                  values=values) as sliced:
                     got, done = sliced.step(x, program, 1)
                 assert np.array_equal(got, want), f"{name} {kernel}: the slices' rows differ from the golden model"
-                first = min(d.start for d in done)
-                span = max(d.start + d.cycles for d in done) - first
+                cycles = span(done).cycles
                 rows.append({"graph": name, "kernel": kernel, "instances": len(done), "vertices": pull.n,
-                             "edges": len(pull.col), "cycles": span, "per_instance_cycles": [d.cycles for d in done],
-                             "edges_per_cycle": len(pull.col) / span, "per_instance": len(pull.col) / span / len(done),
-                             "cpu_seconds": cpu_seconds(pull, kernel, x)})
-                print(f"{name} {kernel} N={len(done)}: {span} cycles, {len(pull.col) / span:.3f} edges/cycle; "
+                             "edges": len(pull.col), "cycles": cycles, "per_instance_cycles": [d.cycles for d in done],
+                             "edges_per_cycle": len(pull.col) / cycles,
+                             "per_instance": len(pull.col) / cycles / len(done),
+                             "cpu_seconds": cpu_seconds(pull, kernel, x, values)})
+                print(f"{name} {kernel} N={len(done)}: {cycles} cycles, {len(pull.col) / cycles:.3f} edges/cycle; "
                       f"CPU {len(pull.col) / rows[-1]['cpu_seconds'] / 1e9:.3f} GTEPS", flush=True)
     return rows
 

@@ -299,6 +299,15 @@ def test_graphs_split_over_instances(transport):
             graph.pagerank(generators.uniform(9, 4, seed=32), dev, tol=1e-12, max_iter=2)
         assert info.value.iterations == 2
         assert dev.allocator.free_bytes == free
+        # one slice's command refused (a column out of range in the last slice): the error
+        # names the array, every slice was waited for and every buffer is freed
+        g = csr.pull(generators.uniform(9, 4, seed=33), "cc")
+        bad = csr.PullGraph(g.n, g.rowptr, np.where(np.arange(len(g.col)) == len(g.col) - 1, g.n + 3, g.col)
+                            .astype(np.uint32), None, None)
+        with pytest.raises(DeviceError) as e:
+            graph.run(dev, bad, Program.CC, np.arange(g.n, dtype=np.uint32))
+        assert e.value.code == ErrorCode.BAD_INDEX and e.value.field == "col"
+        assert dev.allocator.free_bytes == free
         for bad in (0, 4, 1.5, True, "all"):
             with pytest.raises(ValueError, match="instances"):
                 graph.bfs(generators.uniform(6, 3, seed=1), 0, dev, instances=bad)

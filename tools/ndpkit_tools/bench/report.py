@@ -356,8 +356,12 @@ def graph_scaling_lines(report: dict) -> list[str]:
                          f"{r['edges_per_cycle']:.3f} | {r['per_instance']:.3f} | {r['scaling']:.3f} | "
                          f"{format(r['edges_per_cycle'] * mhz / 1e3, '.2f') if mhz else '–'} |")
         if mhz:
+            card = report.get("graph_card") or {}
+            fits = (f" {card['instances']} instances on a U55C at {mhz} MHz: " +
+                    (f"a build its board checks take, {card['share']:.0%} of its {card['most_used'].upper()} by the "
+                     "resource model." if "share" in card else f"refused: {card.get('refused')}.")) if card else ""
             lines += ["", f"GTEPS at {mhz} MHz, the clock the graph engine's measured logic depth supports (the "
-                      "rate table above)."]
+                      "rate table above)." + fits]
         large = data.get("large") or []
         if large:
             lines += ["", f"Larger graphs on all {large[0]['instances']} instances at once (one instance alone would "
@@ -476,6 +480,23 @@ def card_build(board_name: str) -> dict:
             "one_more": {r.upper(): share for r, share in bound["one_more"].items()}}
 
 
+def graph_card(instances: int, mhz: int | None) -> dict | None:
+    """A U55C build of ``instances`` graph instances, each on its own pseudo-channel, at
+    ``mhz`` (the clock the engine's depth supports): whether the board checks take it and
+    its most used resource by the resource model (None without a clock)."""
+    if not mhz:
+        return None
+    from ndpkit_tools.boards import BoardError, device_options, load_board
+    from ndpkit_tools.boards.resources import binding
+    board = load_board("alveo_u55c")
+    try:
+        options = device_options(board, engines=f"dma_copy,graph*{instances}", memory_ports=instances, clock_mhz=mhz)
+    except BoardError as e:
+        return {"instances": instances, "clock_mhz": mhz, "refused": str(e)}
+    bound = binding(board, options, "graph")
+    return {"instances": instances, "clock_mhz": mhz, "share": bound["share"], "most_used": bound["most_used"]}
+
+
 def board_engine_clock(board_name: str) -> int:
     """The engines' clock (MHz) of the board's default build, from its board file."""
     from ndpkit_tools.boards import device_options, load_board
@@ -517,8 +538,7 @@ def decode_models(inputs: dict, setup: "model.DecodeSetup", lanes: int) -> dict:
         if fit is None:
             rows.append({"model": name, "group": group, "measured": False})
             continue
-        s = replace(setup, context_in=MODELS_CONTEXT, context_out=1, scaling=setup.scaling,
-                    steady_efficiency=min(1.0, fit["steady_state_efficiency"]),
+        s = replace(setup, context_in=MODELS_CONTEXT, context_out=1, steady_efficiency=min(1.0, fit["steady_state_efficiency"]),
                     fixed_cycles=fit["fixed_cycles_per_command"])
         cards = next(c for c in range(1, 10 * MODELS_BATCH) if model.cards_fit(MODELS_BATCH, c, shape, s))
         per_card = math.ceil(MODELS_BATCH / cards)
@@ -661,7 +681,10 @@ def build(inputs: dict) -> dict:
             "gather": gather, "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
             "graph_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items() if name == "graph"},
             "graph_scaling": inputs.get("graph_scaling"),
-            "graph_clock": _clocks(inputs["impl"], "graph", {"data_width": 512, "banks": None}),
+            "graph_clock": (graph_clock := _clocks(inputs["impl"], "graph", {"data_width": 512, "banks": None})),
+            "graph_card": graph_card(max((r["instances"] for d in [inputs.get("graph_scaling")] + [
+                d for (name, _), d in (inputs.get("on") or {}).items() if name == "graph_scaling"] if d
+                for r in d["rows"]), default=1), graph_clock["depth_clock_mhz"]),
             "graph_scaling_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items()
                                  if name == "graph_scaling"},
             "scaling_on": {memory: scaling_section({"scaling": data})

@@ -247,7 +247,6 @@ class GraphEngine(CommandEngine):
                      gen.val.valid.eq(val.valid), gen.val.payload.eq(val.payload),
                      gen.run.eq(iterating), gen.uses_val.eq(uses_val), gen.start.eq(start),
                      gen.weight.eq(Mux(is_pagerank, FP32_ONE, Mux(program == Program.BFS, 1, 0)))]
-        edge = gen.edge.payload
 
         # ---- source window, collector (a collection-extended MSHR), source-value cache, response table ----
         m.submodules.window = window = self.window

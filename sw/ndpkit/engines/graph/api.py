@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ndpkit.engine import Completion
+from ndpkit.engine import CommandGroup, Completion, span
 from ndpkit.engines.graph import golden
 from ndpkit.engines.graph.golden import Program
 from ndpkit.engines.graph import csr, generators
@@ -201,7 +201,8 @@ class SlicedGraph:
             commands = [card.command(program, *card.arrays[:2], max_iterations, wait=False,
                                      **({"scratch": card.arrays[2], **pagerank} if program == Program.PAGERANK else {}))
                         for card in self.cards]
-        done = [command.wait() for command in commands]
+        # (every slice waited for before an error is raised: the others still use their buffers)
+        done = CommandGroup(commands).wait_parts()
         rows = [card.rows_of(card.arrays[0] if (d.aux & ~golden.CONVERGED) % 2 == 0 else card.arrays[1])
                 for card, d in zip(self.cards, done)]
         return np.concatenate(rows), done
@@ -238,7 +239,7 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
     values = None
     if program in (Program.SSSP, Program.SPMV) and g.values is not None:
         values = g.values if g.values.dtype == np.uint32 else g.values.astype(np.float32).view(np.uint32)
-    if len(clients) > 1 and g.n > device.word_bytes // 4:
+    if _split(device, clients, g):
         result, iterations, done = _run_sliced(device, g, program, init, clients, mode=mode, values=values,
                                                window=window, max_iterations=max_iterations)
     else:
@@ -251,15 +252,16 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
     return result, iterations, done
 
 
+def _split(device, clients: list, g: csr.PullGraph) -> bool:
+    """Whether a run goes over row slices: several instances, and more rows than the one
+    word a slice starts at (a smaller graph runs on the first instance)."""
+    return len(clients) > 1 and g.n > device.word_bytes // 4
+
+
 def _rounds(dones: list[list]):
     """One completion for rounds of slice commands: the rounds' spans summed, bytes summed,
     ``aux`` the rounds' longest iteration counts summed."""
-    spans = []
-    for done in dones:
-        first = min(done, key=lambda c: c.start)
-        spans.append(Completion(first.engine, first.tag, first.error, max(c.start + c.cycles for c in done) -
-                                first.start, sum(c.bytes_read for c in done), sum(c.bytes_written for c in done),
-                                first.start, max(c.aux & ~golden.CONVERGED for c in done)))
+    spans = [span(done, aux=lambda counts: max(a & ~golden.CONVERGED for a in counts)) for done in dones]
     return Completion(spans[0].engine, spans[-1].tag, spans[-1].error, sum(c.cycles for c in spans),
                       sum(c.bytes_read for c in spans), sum(c.bytes_written for c in spans), spans[0].start,
                       sum(c.aux for c in spans))
@@ -472,7 +474,7 @@ def pagerank(graph, device, *, alpha: float = 0.85, personalization=None, max_it
         raise ConvergenceError(0, _ranks_out(g, start.view(np.float32)))
     clients = instances_for(device, instances)
     degrees = golden.out_degrees(g.n, g.col)
-    if len(clients) > 1 and g.n > device.word_bytes // 4:
+    if _split(device, clients, g):
         rank, iterations, done, ok = _pagerank_sliced(device, g, clients, start, c, int(max_iter), mode=mode,
                                                       window=window, degrees=degrees)
     else:
