@@ -713,6 +713,14 @@
 #define NDPKIT_GRAPH_ROWS_RESET 0x00000000u
 #define NDPKIT_GRAPH_ROWS_VALUE_SHIFT 0u
 #define NDPKIT_GRAPH_ROWS_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_CONTRIBUTIONS_OFFSET 0x0088u
+#define NDPKIT_GRAPH_CONTRIBUTIONS_RESET 0x00000000u
+#define NDPKIT_GRAPH_CONTRIBUTIONS_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_CONTRIBUTIONS_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_DANGLING_TERM_OFFSET 0x008cu
+#define NDPKIT_GRAPH_DANGLING_TERM_RESET 0x00000000u
+#define NDPKIT_GRAPH_DANGLING_TERM_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_DANGLING_TERM_VALUE_MASK 0xffffffffu  /* RW */
 
 /* decomp: Scatter-mode gradient decompression (Smart-Infinity compatible): zero-fill the n-element destination, then write the k pairs in array order (a repeated index keeps the last value; index 0xFFFFFFFF is skipped). An index >= n (not the sentinel) stops the command with OUT_OF_WINDOW after the pairs before it were written. cpl_aux counts the pairs written. */
 #define NDPKIT_DECOMP_SIZE 0x1000u

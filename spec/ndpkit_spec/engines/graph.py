@@ -73,6 +73,18 @@ BLOCK = engine_block("graph", [
                     "vertices; its sums, new ranks and L1 change cover the slice."),
     Register.single("rows", 0x84, Access.RW, doc="Rows of the slice from first_row; 0 = through n.  Past n, or not "
                     "a multiple of the bus word's elements unless the slice ends at n: BAD_FIELD."),
+    Register.single("contributions", 0x88, Access.RW, doc="PageRank's contributions pass (other programs: 0, "
+                    "else BAD_FIELD): 0 = each iteration begins with the contributions of all n vertices and their "
+                    "dangling rank; 1 = only the slice's: one pass writes rank/out-degree of the slice's rows of a into "
+                    "the same rows of scratch, nothing else (cpl_aux 0); 2 = given: each iteration pulls the "
+                    "contributions already in scratch (all n, put there by the host from every slice's pass) with "
+                    "dangling_term, writes the slice's sums and new ranks, then the slice's contributions of the new "
+                    "ranks (so instances on several channels share one graph, each the passes of its rows).  Above 2: "
+                    "BAD_FIELD.  With 2, max_iterations above 1 needs the slice to be the whole graph (the next "
+                    "iteration's dangling term is the slice's own), else BAD_FIELD (max_iterations)."),
+    Register.single("dangling_term", 0x8C, Access.RW, doc="PageRank with contributions = 2: fp32 dangling rank x "
+                    "(1/n) for the first iteration (the dangling rank: the rank of every vertex without out-edges, "
+                    "summed in vertex order by the partial-sum rule)."),
 ], doc="Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) "
        "over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit "
        "(Piccolo row gathers or baseline line reads), bit-exact to ndpkit.engines.graph.golden. Whole-command checks "

@@ -197,3 +197,73 @@ def test_hot_first_numbering_changes_no_answer(name):
     hs, order = csr.hot_first(s, rows=False)
     assert np.array_equal(hs.rowptr, s.rowptr)
     assert np.array_equal(golden.row_sums(hs.rowptr, vals, x[order][hs.col]), golden.row_sums(s.rowptr, vals, x[s.col]))
+
+
+def _pagerank_command(g, layout, **fields):
+    c = golden.PageRankConstants.for_graph(g.n)
+    return {"format_program": int(golden.Program.PAGERANK), "format_mode": 0, "n": g.n, "edges": len(g.col),
+            "max_iterations": 100, "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n,
+            "tolerance": c.tolerance, "source_window": 0, **layout, **fields}
+
+
+def test_pagerank_contribution_modes():
+    """The command's ``contributions``: 1 writes the slice's contributions into its rows
+    of scratch and nothing else; 2 over the whole graph from the contributions of the
+    starting ranks iterates to the ranks, iteration count and stop of 0 (every vertex's
+    contributions each iteration), bit for bit; over a slice, one iteration's rows equal
+    that iteration's rows of the whole graph.  The rules: 0 .. 2, PageRank only, 2
+    iterating more than once only over the whole graph."""
+    g = csr.pull(_adj(GRAPHS["kronecker8"]()), "pagerank")
+    n, word = g.n, 64
+    c = golden.PageRankConstants.for_graph(n)
+    degree = golden.out_degrees(n, g.col)
+    vertices = -(-4 * n // word) * word
+    layout, addr = {}, 0
+    for name, size in (("rowptr", 4 * (n + 1)), ("col", 4 * len(g.col)), ("val", vertices), ("a", vertices),
+                       ("b", vertices), ("scratch", 2 * vertices)):
+        layout[name] = addr
+        addr += -(-size // word) * word
+    rank = np.full(n, c.inv_n, np.uint32)
+
+    def memory(rowptr=g.rowptr, col=g.col):
+        mem = np.zeros(addr, np.uint8)
+        for name, arr in (("rowptr", rowptr), ("col", col), ("val", degree), ("a", rank), ("b", rank)):
+            mem[layout[name]:layout[name] + 4 * len(arr)] = np.asarray(arr, np.uint32).view(np.uint8)
+        return mem
+
+    def words(mem, name, count, offset=0):
+        return mem[layout[name] + offset:layout[name] + offset + 4 * count].view(np.uint32)
+
+    whole = memory()
+    error, *_, aux = golden.execute(whole, _pagerank_command(g, layout), word_bytes=word)
+    assert error == 0 and aux & golden.CONVERGED
+    given = memory()
+    words(given, "scratch", n)[:] = golden.contributions(rank, degree)
+    error, *_, aux2 = golden.execute(given, _pagerank_command(g, layout, contributions=2,
+                                     dangling_term=int(golden.dangling_term(rank, degree, c))), word_bytes=word)
+    assert error == 0 and aux2 == aux
+    result = "a" if (aux & ~golden.CONVERGED) % 2 == 0 else "b"
+    assert np.array_equal(words(given, result, n), words(whole, result, n))
+    # a slice: contributions 1 writes only the slice's rows of scratch
+    first, rows = 64, 128
+    lo, hi = int(g.rowptr[first]), int(g.rowptr[first + rows])
+    part = memory(g.rowptr[first:first + rows + 1] - lo, g.col[lo:hi])
+    before = part.copy()
+    cmd = _pagerank_command(g, layout, edges=hi - lo, first_row=first, rows=rows, contributions=1)
+    assert golden.check(cmd, word_bytes=word, window_base=0, window_size=addr) == (0, None)
+    assert golden.execute(part, cmd, word_bytes=word)[3] == 0
+    changed = np.flatnonzero(part != before)
+    assert changed.min() >= layout["scratch"] + 4 * first and changed.max() < layout["scratch"] + 4 * (first + rows)
+    assert np.array_equal(words(part, "scratch", rows, 4 * first), golden.contributions(rank, degree)[first:first + rows])
+    # contributions 2 over the slice: one iteration's rows, and the slice's next contributions
+    words(part, "scratch", n)[:] = golden.contributions(rank, degree)
+    cmd.update(contributions=2, max_iterations=1, dangling_term=int(golden.dangling_term(rank, degree, c)))
+    assert golden.execute(part, cmd, word_bytes=word)[3] & ~golden.CONVERGED == 1
+    new, _ = golden.pagerank_iteration(g.rowptr, g.col, degree, rank, c)
+    assert np.array_equal(words(part, "b", rows, 4 * first), new[first:first + rows])
+    assert np.array_equal(words(part, "scratch", rows, 4 * first),
+                          golden.contributions(new, degree)[first:first + rows])
+    for change, field in (({"contributions": 3}, "contributions"), ({"max_iterations": 2}, "max_iterations"),
+                          ({"contributions": 1, "format_program": int(golden.Program.CC)}, "contributions")):
+        assert golden.check({**cmd, **change}, word_bytes=word, window_base=0, window_size=addr) == \
+            (ErrorCode.BAD_FIELD, field)

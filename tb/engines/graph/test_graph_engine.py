@@ -7,7 +7,8 @@ Kronecker and a uniform random graph, for SpMV (fp32, with signed zeros, subnorm
 huge values among the entries), PageRank (to its tolerance; one graph with random
 degrees and starting ranks, stopped by the iteration limit), BFS, SSSP and connected
 components in both modes (Piccolo row gathers and baseline line reads), whole or as a
-random row slice (``first_row``, ``rows``: the rest of the output array untouched): the result array, the other
+random row slice (``first_row``, ``rows``: the rest of the output array untouched; PageRank with
+each ``contributions`` pass: every vertex's, the slice's only, or given): the result array, the other
 buffer, the completion (error, bytes, iterations) and the untouched memory must equal
 the golden model's.  Bad graphs (row pointers not starting at 0, decreasing, not
 ending at the edge count; a column >= n) and bad commands are rejected with their
@@ -165,9 +166,22 @@ async def graph_programs(dut):
                 # writes the values into both): random bytes there would be NaN ranks that never
                 # converge, a thousand iterations past the bench's time limit
                 image[layout["b"]:layout["b"] + 4 * g.n] = image[layout["a"]:layout["a"] + 4 * g.n]
+            if program == Program.PAGERANK:
+                # the contributions pass: every vertex's (0), the slice's only (1), or given in
+                # scratch with the dangling term, then the slice's of the new ranks (2)
+                fields["contributions"] = given = int(rng.integers(0, 3))
+                if given == 2:
+                    ranks, degrees = (image[layout[k]:layout[k] + 4 * g.n].view(np.uint32) for k in ("a", "val"))
+                    c = golden.PageRankConstants.for_graph(g.n)
+                    image[layout["scratch"]:layout["scratch"] + 4 * g.n] = \
+                        golden.contributions(ranks, degrees).view(np.uint8)
+                    fields["dangling_term"] = int(golden.dangling_term(ranks, degrees, c))
+                    if first or rows:
+                        fields["max_iterations"] = 1
             cpl = await _run(dut, source, sink, memory, rng, fields, image, expect=0)
             dut._log.info(f"{name} {program.name} mode {mode} window {window} rows {first}+{rows}: "
-                          f"{cpl['aux']} iterations")
+                          f"{cpl['aux']} iterations" + (f", contributions {fields['contributions']}"
+                                                     if program == Program.PAGERANK else ""))
     # an iteration limit stops early (the result is whatever that iteration wrote)
     g = csr.pull(generators.kronecker(7, 4, seed=5), "bfs")
     layout = _layout(g.n, len(g.col))
@@ -199,6 +213,10 @@ async def graph_programs(dut):
                          ({"first_row": 8}, ErrorCode.BAD_FIELD), ({"first_row": g.n}, ErrorCode.BAD_FIELD),
                          ({"first_row": 16, "rows": g.n}, ErrorCode.BAD_FIELD),
                          ({"first_row": 16, "rows": 5}, ErrorCode.BAD_FIELD),
+                         ({"contributions": 1}, ErrorCode.BAD_FIELD),
+                         ({"format_program": int(Program.PAGERANK), "contributions": 3}, ErrorCode.BAD_FIELD),
+                         ({"format_program": int(Program.PAGERANK), "contributions": 2, "first_row": 16,
+                           "max_iterations": 2}, ErrorCode.BAD_FIELD),
                          ({"a": layout["a"] + 4}, ErrorCode.UNALIGNED), ({"b": MEM - 64}, ErrorCode.OUT_OF_WINDOW),
                          ({"b": layout["a"]}, ErrorCode.OVERLAP)):
         fields = {**_fields(layout, g.n, len(g.col), Program.CC, 0), **change}

@@ -47,8 +47,14 @@ Phases:
 first_row + rows - 1`` of an ``n``-vertex graph from the slice's row pointers and
 columns (sources stay vertex ids below ``n``); each pass reads the rows' own values and
 writes their results at their place in the output array, the rest of which it leaves
-alone; PageRank's contributions still cover every vertex.  Instances on several memory
-channels each take a slice of one graph (:func:`ndpkit.engines.graph.api.run`).
+alone.  PageRank's contributions cover every vertex unless ``contributions`` says
+otherwise: 1, one pass over the slice's rows (their ranks and degrees -> their rows of
+scratch) and nothing else; 2, every iteration pulls the contributions already in
+scratch with the command's ``dangling_term``, and ends with the slice's contributions
+of its new ranks (their dangling rank, scaled, the next iteration's term).  Instances
+on several memory channels each take a slice of one graph
+(:func:`ndpkit.engines.graph.api.run`): with 2, each computes only its rows'
+contributions and the host exchanges them, so no instance passes over every vertex.
 
 Completion bytes count the streamed arrays (the golden model's figures); the source
 value traffic is in the unit's counters (``link`` port), which depend on timing.
@@ -158,6 +164,11 @@ class GraphEngine(CommandEngine):
         checks.require(cmd.source_window > self.window.vertices)
         checks.require((cmd.first_row[:lane_bits] != 0) | (cmd.first_row >= cmd.n))
         checks.require((slice_end > cmd.n) | (row_count[:lane_bits] != 0) & (slice_end != cmd.n))
+        # PageRank's contributions: 0 every vertex's, 1 the slice's only, 2 given (then the slice's)
+        given = cmd.contributions == 2
+        whole = (cmd.first_row == 0) & (row_count == cmd.n)
+        checks.require((cmd.contributions > 2) | (cmd.contributions != 0) & ~is_pagerank)
+        checks.require(given & (cmd.max_iterations != 1) & ~whole)
         enabled = {name: e for name, (_, _, e) in arrays.items()}
         checks.ranges({name: Transfer(a, l[:32]) for name, (a, l, _) in arrays.items()}, active=enabled,
                       wide={name: l for name, (_, l, _) in arrays.items()})
@@ -177,15 +188,19 @@ class GraphEngine(CommandEngine):
         # during the validation pass)
         row_offset = cmd.first_row[:30] << 2
         a_rows, b_rows, sums_rows = Signal(32), Signal(32), Signal(32)
-        m.d.sync += [a_rows.eq(cmd.a + row_offset), b_rows.eq(cmd.b + row_offset), sums_rows.eq(sums_base + row_offset)]
-        # PageRank's passes: contributions (every vertex's rank and degree -> scratch), pull
-        # sums (the edge pass over the contributions -> the slice's rows of scratch + n),
-        # update (the slice's sums and ranks -> the other array)
-        every_vertex = is_pagerank & (stage == 0)              # the contributions pass
+        degree_rows, contrib_rows = Signal(32), Signal(32)
+        m.d.sync += [a_rows.eq(cmd.a + row_offset), b_rows.eq(cmd.b + row_offset), sums_rows.eq(sums_base + row_offset),
+                     degree_rows.eq(cmd.val + row_offset), contrib_rows.eq(cmd.scratch + row_offset)]
+        # PageRank's passes: contributions (ranks and degrees -> scratch: every vertex's, or
+        # the slice's rows with `contributions` 1 and 2), pull sums (the edge pass over the
+        # contributions -> the slice's rows of scratch + n), update (the slice's sums and
+        # ranks -> the other array)
+        contributing = is_pagerank & (stage == 0)              # the contributions pass
+        every_vertex = contributing & (cmd.contributions == 0)
         pass_count = Mux(every_vertex, cmd.n, row_count)       # the vertex passes' and results' length
         pass_len = Mux(every_vertex, vertex_len, row_len)
-        val_base = Mux(vertex_pass & update, sums_rows, cmd.val)
-        out_base = Mux(every_vertex, cmd.scratch,
+        val_base = Mux(vertex_pass & update, sums_rows, Mux(contributing & ~every_vertex, degree_rows, cmd.val))
+        out_base = Mux(contributing, Mux(every_vertex, cmd.scratch, contrib_rows),
                        Mux(is_pagerank & (stage == 1), sums_rows, Mux(odd, a_rows, b_rows)))
         transfers = TransferGroup(
             m, {"rowptr": readers["rowptr"], "col": readers["col"], "val": readers["val"], "old": readers["old"],
@@ -364,6 +379,7 @@ class GraphEngine(CommandEngine):
         final_iteration = Signal()
         m.d.sync += final_iteration.eq(iterations + 1 == cmd.max_iterations)
         converged = Signal()             # PageRank stopped by its tolerance (cpl_aux bit 31)
+        stopping = Signal()              # contributions 2: the iteration's last pass ends the command
         bus_error = Signal(4)            # the first AXI error of any phase
         bytes_read, bytes_written = Signal(32), Signal(32)
 
@@ -381,8 +397,9 @@ class GraphEngine(CommandEngine):
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
-                                                   bus_error.eq(0), stage.eq(0), converged.eq(0),
-                                                   scale_issued.eq(0)]):
+                                                   bus_error.eq(0), stage.eq(Mux(given, 1, 0)), converged.eq(0),
+                                                   stopping.eq(0), scale_issued.eq(0),
+                                                   dterm.eq(cmd.dangling_term)]):
             with m.State("VALIDATE"):
                 m.d.comb += validating.eq(1)
                 # a reader reports before its last word is taken: wait for the verdicts too
@@ -434,13 +451,17 @@ class GraphEngine(CommandEngine):
                                  bytes_written.eq(bytes_written + pass_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(transfers.error != 0):
                         ctl.finish(verdict(transfers.error))
+                    with m.Elif(~update & ((cmd.contributions == 1) | given & stopping)):
+                        ctl.finish(0)                # the slice's contributions were the command's last pass
                     with m.Elif(~update):            # the dangling rank is in: scale it by 1/n
                         m.next = "SCALE"
-                    with m.Else():                   # the L1 change is in: the iteration is complete
+                    with m.Else():                   # the L1 change is in
                         total_nan = (total_sum[23:31] == 0xFF) & (total_sum[:23] != 0)
                         below = ~total_nan & (total_sum < cmd.tolerance)
-                        m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd), stage.eq(0), converged.eq(below)]
-                        with m.If(below | final_iteration):
+                        m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd), stage.eq(0), converged.eq(below),
+                                     stopping.eq(below | final_iteration)]
+                        # (given contributions: the slice's contributions of the new ranks end the iteration)
+                        with m.If((below | final_iteration) & ~given):
                             ctl.finish(verdict(transfers.error))
                         with m.Else():
                             m.next = "NEXT"

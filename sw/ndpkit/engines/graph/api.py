@@ -197,15 +197,46 @@ class SlicedGraph:
             card.arrays[0].write(values)
             if max_iterations > 1:
                 card.arrays[1].write(values)
-        with self.device.batch():                # the slices start together
-            commands = [card.command(program, *card.arrays[:2], max_iterations, wait=False,
-                                     **({"scratch": card.arrays[2], **pagerank} if program == Program.PAGERANK else {}))
-                        for card in self.cards]
-        # (every slice waited for before an error is raised: the others still use their buffers)
-        done = CommandGroup(commands).wait_parts()
+        done = self.run_each(lambda card: card.command(
+            program, *card.arrays[:2], max_iterations, wait=False,
+            **({"scratch": card.arrays[2], **pagerank} if program == Program.PAGERANK else {})))
         rows = [card.rows_of(card.arrays[0] if (d.aux & ~golden.CONVERGED) % 2 == 0 else card.arrays[1])
                 for card, d in zip(self.cards, done)]
         return np.concatenate(rows), done
+
+    def run_each(self, submit) -> list:
+        """``submit(card)`` (a command submitted without waiting) for every slice, started
+        together; each slice's completion."""
+        with self.device.batch():
+            commands = [submit(card) for card in self.cards]
+        # (every slice waited for before an error is raised: the others still use their buffers)
+        return CommandGroup(commands).wait_parts()
+
+    def pagerank_rounds(self, rank: np.ndarray, degrees: np.ndarray, c: golden.PageRankConstants):
+        """PageRank's iterations with every instance passing over its own rows only
+        (the command's ``contributions`` 1, then 2): a generator of (new ranks, each
+        slice's completion) per iteration, the first item the contributions round's
+        (``None``, its completions).  The host gathers each slice's contributions, writes
+        them all into every region's scratch, and computes the dangling term (the same
+        fp32 sum in vertex order), so every iteration equals one instance's bit for bit."""
+        for card in self.cards:                  # each slice's ranks, where its commands read them
+            rows = slice(card.first_row, card.first_row + card.rows)
+            card.arrays[0].write(np.ascontiguousarray(rank[rows], dtype=np.uint32), offset=4 * card.first_row)
+        done = self.run_each(lambda card: card.command(Program.PAGERANK, *card.arrays[:2], 1, wait=False,
+                                                       scratch=card.arrays[2], constants=c, contributions=1))
+        yield None, done
+        current = 0                              # the array each slice's ranks are in
+        while True:
+            contrib = np.concatenate([card.rows_of(card.arrays[2]) for card in self.cards])
+            dterm = int(golden.dangling_term(rank, degrees, c))
+            for card in self.cards:
+                card.arrays[2].write(contrib)
+            done = self.run_each(lambda card: card.command(
+                Program.PAGERANK, card.arrays[current], card.arrays[1 - current], 1, wait=False,
+                scratch=card.arrays[2], constants=c, contributions=2, dangling_term=dterm))
+            current = 1 - current
+            rank = np.concatenate([card.rows_of(card.arrays[current]) for card in self.cards])
+            yield rank, done
 
 
 def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: str = "piccolo",
@@ -450,9 +481,11 @@ def pagerank(graph, device, *, alpha: float = 0.85, personalization=None, max_it
     :class:`ConvergenceError` (a ``networkx.PowerIterationFailedConvergence``) without
     convergence in ``max_iter`` iterations.  ``stats``, if given, receives
     ``iterations`` and the engine ``cycles`` they took.  ``instances``: as for
-    :func:`run`; on several, every iteration runs the slices at once and the host
-    gathers the new ranks and judges the L1 change (the same fp32 sum in vertex order),
-    so the ranks and the iteration count equal one instance's bit for bit."""
+    :func:`run`; on several, every iteration runs the slices at once, each instance
+    passing over its own rows only, and the host exchanges the slices' contributions,
+    computes the dangling term and judges the L1 change (the same fp32 sums in vertex
+    order, :meth:`SlicedGraph.pagerank_rounds`), so the ranks and the iteration count
+    equal one instance's bit for bit."""
     for name, value in (("personalization", personalization), ("dangling", dangling)):
         if value is not None:
             raise NotImplementedError(f"{name}: the graph engine teleports and spreads dangling rank uniformly; "
@@ -497,8 +530,10 @@ def _pagerank_sliced(device, g, clients, rank, c, max_iter, *, mode, window, deg
     iterations, completion, converged)."""
     rounds = []
     with SlicedGraph(device, g, clients, mode=mode, window=window, degrees=degrees) as sliced:
+        iterations = sliced.pagerank_rounds(rank, degrees, c)
+        rounds.append(next(iterations)[1])                # the first contributions
         for it in range(1, max_iter + 1):
-            new, done = sliced.step(rank, Program.PAGERANK, 1, constants=c)
+            new, done = next(iterations)
             rounds.append(done)
             err, rank = golden.l1_change(new, rank), new
             if golden.converged(err, c.tolerance):

@@ -41,7 +41,8 @@ class GraphClient(EngineClient):
 
     def run(self, program: int, *, n: int, edges: int, rowptr, col, a, b, val=None, mode: int = 0,
             max_iterations: int, scratch=None, constants: "golden.PageRankConstants | None" = None,
-            window: bool | int = True, first_row: int = 0, rows: int = 0, wait: bool = True):
+            window: bool | int = True, first_row: int = 0, rows: int = 0, contributions: int = 0,
+            dangling_term: int = 0, wait: bool = True):
         """Run ``program`` (``ndpkit.engines.graph.golden.Program``) over the pull matrix
         (``rowptr``, ``col``, ``val``) with initial values in ``a``; the Completion's
         ``aux`` is the number of iterations (the result is in ``a`` if even, ``b`` if odd).
@@ -53,7 +54,10 @@ class GraphClient(EngineClient):
         stopped by the tolerance.  ``first_row``, ``rows``: a row slice (the command computes
         rows ``first_row .. first_row + rows - 1`` of an ``n``-vertex graph; ``rowptr``
         is the slice's, rebased to 0; ``rows=0``: through ``n``), as
-        :func:`ndpkit.engines.graph.api.run` splits a graph over instances."""
+        :func:`ndpkit.engines.graph.api.run` splits a graph over instances.  PageRank's
+        ``contributions`` (0 every vertex's, 1 the slice's only, 2 given in ``scratch`` with
+        ``dangling_term``, fp32 bits) let instances share an iteration's vertex passes
+        (the register document's ``contributions``)."""
         c = constants or golden.PageRankConstants(0, 0, 0, 0)
         args = {"format_program": int(program), "format_mode": int(mode), "n": int(n), "edges": int(edges),
                 "rowptr": address_of(rowptr, "rowptr"), "col": address_of(col, "col") if col is not None else 0,
@@ -62,7 +66,8 @@ class GraphClient(EngineClient):
                 "max_iterations": int(max_iterations),
                 "scratch": address_of(scratch, "scratch") if scratch is not None else 0,
                 "damping": c.damping, "teleport": c.teleport, "inv_n": c.inv_n, "tolerance": c.tolerance,
-                "source_window": self.window_for(n, window), "first_row": int(first_row), "rows": int(rows)}
+                "source_window": self.window_for(n, window), "first_row": int(first_row), "rows": int(rows),
+                "contributions": int(contributions), "dangling_term": int(dangling_term)}
         # a bound, not an estimate: every iteration may cost a 64-byte line per vertex and edge
         # (PageRank: and its vertex passes)
         per_iteration = 64 * (int(n) + int(edges) + 1) + (64 * 4 * int(n) if program == golden.Program.PAGERANK else 0)

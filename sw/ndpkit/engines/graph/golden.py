@@ -169,25 +169,38 @@ def out_degrees(n: int, col) -> np.ndarray:
     return np.bincount(np.asarray(col, dtype=np.int64), minlength=n).astype(np.uint32)
 
 
-def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, pull_sums=None, trace: dict | None = None,
-                       first: int = 0):
-    """One iteration: (new ranks, L1 change), both fp32 bits.  ``pull_sums(contrib)``
-    computes the per-vertex row sums of ``contrib`` over the in-edges (default: here,
-    :func:`row_sums`).  ``trace``, if given, receives the intermediate ``contrib``,
-    ``sums`` and ``dangling`` (the engine writes the first two to its scratch array).
-    A row slice (``rowptr`` of rows ``first ..``): the contributions and the dangling
-    rank over every vertex, the new ranks and their L1 change over the slice's rows."""
+def contributions(rank, degree) -> np.ndarray:
+    """``rank / out-degree`` per vertex (+0 without out-edges), fp32 bits: what each
+    vertex pushes along each of its out-edges."""
     degree = np.asarray(degree, dtype=np.uint32)
-    has_out = degree > 0
-    contrib = np.where(has_out, fp.div(rank, fp.int32_to_fp32(degree.astype(np.int32))), np.uint32(0))
-    dangling = vector_sum(np.where(has_out, np.uint32(0), rank))
-    dterm = fp.mul(dangling, np.uint32(c.inv_n))
-    s = row_sums(rowptr, contrib[np.asarray(col, dtype=np.int64)]) if pull_sums is None else pull_sums(contrib)
-    new = fp.fma(np.uint32(c.damping), fp.add(s, dterm), np.uint32(c.teleport))
+    rank = np.asarray(rank, dtype=np.uint32)
+    return np.where(degree > 0, fp.div(rank, fp.int32_to_fp32(degree.astype(np.int32))), np.uint32(0)).astype(np.uint32)
+
+
+def dangling_term(rank, degree, c: PageRankConstants) -> np.uint32:
+    """The dangling rank (the ranks of the vertices without out-edges, summed in vertex
+    order by the partial-sum rule) times ``1/n``, fp32 bits."""
+    dangling = vector_sum(np.where(np.asarray(degree, dtype=np.uint32) > 0, np.uint32(0), rank))
+    return np.uint32(np.ravel(fp.mul(dangling, np.uint32(c.inv_n)))[0])
+
+
+def pagerank_update(rowptr, col, contrib, dterm, rank, c: PageRankConstants, first: int = 0):
+    """The pull sums of the contributions ``contrib`` (every vertex) over the rows, and
+    the rows' new ranks ``fma(d, sum + dterm, (1-d)/n)`` with their L1 change against
+    ``rank`` (every vertex's; the rows are ``first ..``): (new, L1 change, sums)."""
+    s = row_sums(rowptr, np.asarray(contrib, dtype=np.uint32)[np.asarray(col, dtype=np.int64)])
+    new = fp.fma(np.uint32(c.damping), fp.add(s, np.uint32(dterm)), np.uint32(c.teleport)).astype(np.uint32)
     err = l1_change(new, np.asarray(rank, dtype=np.uint32)[first:first + len(rowptr) - 1])
-    if trace is not None:
-        trace.update(contrib=contrib.astype(np.uint32), sums=np.asarray(s, dtype=np.uint32), dangling=dangling)
-    return new.astype(np.uint32), err
+    return new, err, np.asarray(s, dtype=np.uint32)
+
+
+def pagerank_iteration(rowptr, col, degree, rank, c: PageRankConstants, first: int = 0):
+    """One iteration: (new ranks, L1 change), both fp32 bits: the contributions and
+    dangling term of every vertex (:func:`contributions`, :func:`dangling_term`), then
+    :func:`pagerank_update` of the rows (a row slice: ``rowptr`` of rows ``first ..``)."""
+    new, err, _ = pagerank_update(rowptr, col, contributions(rank, degree), dangling_term(rank, degree, c), rank,
+                                  c, first)
+    return new, err
 
 
 def l1_change(new, old) -> np.uint32:
@@ -311,7 +324,9 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
     ``cmd["window_capacity"]`` where the caller gives the build's register, else the
     default build's), the row slice (``first_row`` a multiple of the word's elements
     below n; ``rows`` within n, a multiple of the word's elements unless the slice
-    ends at n), then every array by the transfer rule and no two overlapping."""
+    ends at n), ``contributions`` (0 .. 2, PageRank's only; 2 iterating more than once
+    only over the whole graph: else ``max_iterations``), then every array by the
+    transfer rule and no two overlapping."""
     if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
         return ErrorCode.BAD_FIELD, "program"
     if cmd["format_mode"] > MODE_BASELINE:
@@ -332,6 +347,11 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
         return ErrorCode.BAD_FIELD, "first_row"
     if first + rows > cmd["n"] or rows % lanes and first + rows != cmd["n"]:
         return ErrorCode.BAD_FIELD, "rows"
+    given = cmd.get("contributions", 0)
+    if given > 2 or given and cmd["format_program"] != Program.PAGERANK:
+        return ErrorCode.BAD_FIELD, "contributions"
+    if given == 2 and cmd["max_iterations"] != 1 and (first, rows) != (0, cmd["n"]):
+        return ErrorCode.BAD_FIELD, "max_iterations"
     return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
 
 
@@ -401,33 +421,54 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
 
 
 def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row_bytes):
-    """PageRank on the engine: every iteration writes the contributions to ``scratch``
-    and the pull sums after them, then the new ranks (a -> b -> a ...).  A row slice:
-    the contributions of every vertex, the sums and new ranks of its rows (each array
-    read whole: the other rows keep what the host put in both)."""
+    """PageRank on the engine (a -> b -> a ...), by the command's ``contributions``:
+
+    - 0: every iteration writes the contributions of every vertex to ``scratch``, the
+      slice's pull sums after them (``scratch + n`` words), then its new ranks;
+    - 1: the slice's contributions of ``a`` into its rows of ``scratch``, nothing else;
+    - 2: every iteration pulls the contributions in ``scratch`` with ``dangling_term``,
+      writes the slice's sums and new ranks, then the slice's contributions of the new
+      ranks (the next iteration's dangling term: the slice's own).
+
+    Each array is read whole: the other rows keep what the host put in both."""
     n = cmd["n"]
     first, rows = row_slice(cmd)
+    given = cmd.get("contributions", 0)
     c = PageRankConstants(cmd["damping"], cmd["teleport"], cmd["inv_n"], cmd["tolerance"])
     degree = array("val", n).copy()
     arrays = {"a": array("a", n).copy(), "b": array("b", n).copy()}
+    own_degree = degree[first:first + rows]
+    if given == 1:
+        put("scratch", contributions(arrays["a"][first:first + rows], own_degree))
+        return 0, scanned + 2 * row_bytes, row_bytes, 0
     vertices = ranges["a"][1]
-    # per iteration: ranks + degrees (every vertex), then the window (contributions),
-    # rowptr + col, then the slice's sums + ranks; writes: the contributions, the
-    # slice's sums and ranks
-    per_read = 2 * vertices + 2 * row_bytes + ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0) \
-        + loaded
+    edge_pass = ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0) + loaded
+    # per iteration: the contributions pass (0: ranks + degrees of every vertex; 2: of the
+    # slice's rows, after the update), the window and rowptr + col, the slice's sums +
+    # ranks; writes: the contributions, the slice's sums and ranks
+    contribution_bytes = 2 * vertices if given == 0 else 2 * row_bytes
+    per_read = contribution_bytes + edge_pass + 2 * row_bytes
+    per_write = (vertices if given == 0 else row_bytes) + 2 * row_bytes
+    contrib = array("scratch", n).copy()
+    dterm = np.uint32(cmd.get("dangling_term", 0))
     read = written = 0
     names = ("a", "b")
     for it in range(1, cmd["max_iterations"] + 1):
-        trace = {}
         source, target = names[(it - 1) % 2], names[it % 2]
-        new, err = pagerank_iteration(rowptr, col, degree, arrays[source], c, trace=trace, first=first)
-        put("scratch", trace["contrib"], 0)
-        put("scratch", trace["sums"], vertices + 4 * first)
+        rank = arrays[source]
+        if given == 0:
+            contrib, dterm = contributions(rank, degree), dangling_term(rank, degree, c)
+            put("scratch", contrib, 0)
+        new, err, sums = pagerank_update(rowptr, col, contrib, dterm, rank, c, first)
+        put("scratch", sums, vertices + 4 * first)
         put(target, new)
         arrays[target][first:first + rows] = new
+        if given == 2:
+            contrib[first:first + rows] = contributions(new, own_degree)
+            put("scratch", contrib[first:first + rows])
+            dterm = dangling_term(new, own_degree, c)
         read += per_read
-        written += vertices + 2 * row_bytes
+        written += per_write
         if converged(err, c.tolerance):
             return 0, scanned + read, written, it | CONVERGED
     return 0, scanned + read, written, cmd["max_iterations"]
