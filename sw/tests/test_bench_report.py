@@ -93,7 +93,8 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
          "from_contexts": [128, 512, 2048]} for g in (1, 2, 4, 8)]}}}))
     (perf / "graph_scaling-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "rows": [
         {"graph": "u", "kernel": k, "instances": n, "edges": 1000, "cycles": c, "edges_per_cycle": 1000 / c,
-         "per_instance": 1000 / c / n, "scaling": 1000 / c / n / (1000 / base)}
+         "per_instance": 1000 / c / n, "scaling": 1000 / c / n / (1000 / base),
+         **({"setup_cycles": 70 * n} if k == "pagerank" and n > 1 else {})}
         for k, base in (("cc", 1100), ("pagerank", 1500)) for n, c in ((1, base), (2, base // 2 + 40), (4, base // 4 + 60))],
         "large": [{"graph": "u16", "kernel": "spmv", "instances": 8, "vertices": 100, "edges": 8000, "cycles": 1000,
                    "edges_per_cycle": 8.0, "per_instance": 1.0, "cpu_seconds": 1e-5}]}))
@@ -132,6 +133,7 @@ def test_report_files(generated):
     # models from the lane table's fits (Qwen2-7B's G = 7 not among them)
     assert "| u | cc | 2 | 590 | 1.695 | 0.847 | 0.932 | – |" in text and "cc **0.821**" in text
     assert "| u16 | spmv | 100 | 8,000 | 1,000 | 8.000 | 1.000 | – | 0.800 | – |" in text     # no graph clock here
+    assert "iteration (`contributions = 1`) runs once per call: u 280 cycles at N = 4." in text
     assert "| Llama-3-8B | 4 | 128 KiB | 16.0 GiB |" in text and "| Qwen2-7B | 7 | (G = 7 not measured" in text
     models = {r["model"]: r for r in data["decode"]["models"]["rows"]}
     assert models["Llama-3-8B"]["efficiency"] == pytest.approx(0.24) and models["Llama-2-7B"]["fixed_cycles"] == 1500

@@ -187,8 +187,10 @@ def main() -> int:
     rows = with_scaling(rows)
     print(table(rows))
     out.parent.mkdir(parents=True, exist_ok=True)
-    if not rows and out.exists():              # a large-only run keeps the scaling table beside it
-        rows = json.loads(out.read_text())["rows"]
+    # a large-only run keeps the scaling table beside it, and a run without GRAPH_LARGE the large rows
+    before = json.loads(out.read_text()) if out.exists() else {}
+    rows = rows or before.get("rows", [])
+    large_rows = large_rows or before.get("large", [])
     out.write_text(json.dumps({"memory": memory or "ideal", "data_width": 512, "rows": rows,
                                "large": large_rows, "cpu_threads": 1,
                                "seconds": time.monotonic() - started}, indent=1))

@@ -380,10 +380,15 @@ def graph_scaling_lines(report: dict) -> list[str]:
             lines += ["", "Beyond the 16,384-vertex window the sources outside it go through the scatter-gather "
                       "unit (Piccolo row gathers): the rate per instance falls toward the unit's; tiling the "
                       "sources into windows is what would keep these graphs at the window's rate."]
-        if "pagerank" in worst:
-            lines += ["", "PageRank's contributions pass runs over every vertex in every instance (each slice "
-                      "pulls contributions of any source), one vertex a cycle: a fixed n cycles per instance "
-                      "that N does not divide, so its scaling falls as the slices shrink."]
+        split = [r for r in rows if r["kernel"] == "pagerank" and "setup_cycles" in r]
+        if split:
+            most = max(r["instances"] for r in split)
+            lines += ["", "PageRank on N > 1: an iteration of the driver's split (`contributions = 2`: each "
+                      "instance passes over its own rows only, pulling the contributions the host gathered from "
+                      "every slice and wrote into every region). The contributions round before the first "
+                      "iteration (`contributions = 1`) runs once per call: "
+                      + ", ".join(f"{r['graph']} {r['setup_cycles']:,} cycles" for r in split
+                                  if r["instances"] == most) + f" at N = {most}."]
     return lines
 
 

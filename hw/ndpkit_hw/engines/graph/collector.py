@@ -5,13 +5,16 @@ share one DRAM row (Piccolo mode: up to 16 offsets, one row gather) or one 64-by
 line (baseline mode: an ordinary MSHR merging misses to a line).  An edge whose
 value the cache holds (``hit``) carries it in its ticket and skips the groups; any
 other edge joins the open group with its key or opens one in a free slot (taking the
-response table's next id); with no slot free, the round-robin victim is sent to make
-room.  A group also leaves when full, after ``timeout`` cycles without a new member,
+response table's next id); with no slot free, the round-robin victim is sent (the next
+cycle) to make room.  A group also leaves when full, after ``timeout`` cycles without a new member,
 or when the pass's edges are all taken (``flush``).  Every taken edge writes one
 ticket (``ticket``, ``ticket_en``): row start/end, weight, and where its source value
 will be (response id and lane, or the cached value).
 """
 from __future__ import annotations
+
+import operator
+from functools import reduce
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
@@ -70,14 +73,19 @@ class Collector(wiring.Component):
         slot_offsets = Array(Signal(16 * MAX_OFFSETS, name=f"slot{i}_offsets") for i in range(slots))
         m.d.comb += self.busy.eq(slot_open != 0)
         lookup = self.edge.valid & ~edge.empty & ~self.hit & self.ticket_room
+        # open groups' keys differ (a second group opens on a key only once the first is
+        # full), so an edge hits at most one slot: one-hot selects, no priority, and the
+        # joined slot's offsets are written by that slot's own hit, not through an index
         hits = Signal(slots)
         m.d.comb += hits.eq(Cat(slot_open[i] & (slot_key[i] == key) & (slot_count[i] < MAX_OFFSETS)
                                 for i in range(slots)))
         victim = Signal(range(slots))
-        evict = lookup & (hits == 0) & slot_open.all()
+        # no slot free and none hit: the round-robin victim goes next cycle (registered, so a
+        # group's leaving never waits on this cycle's key compares)
+        evicting = Signal()
         want = Signal(slots)
         m.d.comb += want.eq(Cat(slot_open[i] & ((slot_count[i] == MAX_OFFSETS) | (slot_idle[i] == self.timeout) |
-                                                self.flush | (evict & (victim == i)))
+                                                self.flush | (evicting & (victim == i)))
                                 for i in range(slots)))
         send_slot = Signal(range(slots))
         for i in reversed(range(slots)):         # the lowest slot that wants to go
@@ -94,36 +102,40 @@ class Collector(wiring.Component):
         m.d.comb += sending.eq(Mux(sent, Const(1, slots) << send_slot, 0))
         m.d.comb += [self.send.eq(sent), self.send_id.eq(slot_id[send_slot]),
                      self.send_members.eq(slot_count[send_slot])]
-        with m.If(sent & evict):
+        with m.If(sent & evicting & (send_slot == victim)):
             m.d.sync += victim.eq(Mux(victim == slots - 1, 0, victim + 1))
-        joinable = hits & ~sending       # a group being sent takes no more members
-        join_slot, free_slot = Signal(range(slots)), Signal(range(slots))
+        # any group leaving frees a slot: then no eviction is needed
+        m.d.sync += evicting.eq(~sent & (evicting | lookup & (hits == 0) & slot_open.all()))
+        joinable = hits & ~want          # a group about to leave takes no more members
+        free_slot = Signal(range(slots))
         for i in reversed(range(slots)):
-            with m.If(joinable[i]):
-                m.d.comb += join_slot.eq(i)
             with m.If(~slot_open[i]):
                 m.d.comb += free_slot.eq(i)
+        join_id, join_count = Signal(range(self.ids)), Signal(5)
+        m.d.comb += [join_id.eq(reduce(operator.or_, (Mux(joinable[i], slot_id[i], 0) for i in range(slots)))),
+                     join_count.eq(reduce(operator.or_, (Mux(joinable[i], slot_count[i], 0) for i in range(slots))))]
         can_open = (hits == 0) & ~slot_open.all() & self.next_free
         take = Signal()
         joined = Signal(slots)
+        joining = Signal()
         with m.If(self.edge.valid & self.ticket_room):
             with m.If(edge.empty):
                 m.d.comb += take.eq(1)
             with m.Elif(self.hit):
                 m.d.comb += [take.eq(1), ticket.hit.eq(1), ticket.value.eq(self.value)]
             with m.Elif(joinable.any()):
-                count = slot_count[join_slot]
-                m.d.comb += [take.eq(1), ticket.id.eq(slot_id[join_slot]),
-                             ticket.lane.eq(Mux(baseline, address[2:6], count[:4])),
-                             joined.eq(Const(1, slots) << join_slot)]
-                m.d.sync += [slot_offsets[join_slot].word_select(count[:4], 16).eq(address[2:row_shift]),
-                             count.eq(count + 1)]
+                m.d.comb += [take.eq(1), joining.eq(1), ticket.id.eq(join_id),
+                             ticket.lane.eq(Mux(baseline, address[2:6], join_count[:4])), joined.eq(joinable)]
             with m.Elif(can_open):
                 m.d.comb += [take.eq(1), ticket.id.eq(self.next_id), ticket.lane.eq(Mux(baseline, address[2:6], 0)),
                              joined.eq(Const(1, slots) << free_slot), self.open.eq(1)]
                 m.d.sync += [slot_key[free_slot].eq(key), slot_count[free_slot].eq(1),
                              slot_id[free_slot].eq(self.next_id),
                              slot_offsets[free_slot].word_select(0, 16).eq(address[2:row_shift])]
+        for i in range(slots):
+            with m.If(joining & joinable[i]):
+                m.d.sync += [slot_offsets[i].word_select(slot_count[i][:4], 16).eq(address[2:row_shift]),
+                             slot_count[i].eq(slot_count[i] + 1)]
         m.d.sync += slot_open.eq((slot_open | joined) & ~sending)
         for i in range(slots):
             with m.If(joined[i]):
