@@ -35,7 +35,10 @@ class EdgeGenerator(wiring.Component):
         row_left = Signal(32)
         row_open = Signal()              # a row with edges left is being emitted
         have_start = Signal()            # rowptr[0] consumed
-        weight = Mux(self.uses_val, val.payload, self.weight)
+        # the edge's source and weight follow the streams' registers whatever the state (only
+        # ``valid`` depends on it): the cache's and window's lookups start from registers
+        m.d.comb += [edge.payload.u.eq(col.payload), edge.payload.weight.eq(Mux(self.uses_val, val.payload,
+                                                                                self.weight))]
         with m.If(self.run):
             with m.If(~have_start):
                 m.d.comb += rp.ready.eq(1)
@@ -54,8 +57,7 @@ class EdgeGenerator(wiring.Component):
                         m.d.sync += [previous.eq(rp.payload), row_left.eq(length), row_open.eq(1)]
             with m.Else():
                 both = col.valid & (val.valid | ~self.uses_val)
-                m.d.comb += [edge.valid.eq(both), edge.payload.u.eq(col.payload), edge.payload.weight.eq(weight),
-                             edge.payload.last.eq(row_left == 1)]
+                m.d.comb += [edge.valid.eq(both), edge.payload.last.eq(row_left == 1)]
                 with m.If(edge.valid & edge.ready):
                     m.d.comb += [col.ready.eq(1), val.ready.eq(self.uses_val)]
                     m.d.sync += row_left.eq(row_left - 1)
