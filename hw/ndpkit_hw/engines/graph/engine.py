@@ -272,10 +272,11 @@ class GraphEngine(CommandEngine):
         m.submodules.cache = cache = self.cache
         # the cache answers for the edge entering the window's stage, which registers it;
         # a two-entry queue (its room a registered count) between that stage and the
-        # collector keeps the collector's decision out of the edge generator's ready
+        # collector keeps the collector's decision out of the edge generator's ready; its
+        # output register feeds the collector's key compares
         m.d.comb += [cache.u.eq(gen.edge.payload.u), window.cache_hit.eq(cache.hit),
                      window.cache_value.eq(cache.value)]
-        windowed_queue = fifo.SyncFIFO(width=len(window.out.payload.as_value()), depth=2)
+        windowed_queue = fifo.SyncFIFOBuffered(width=len(window.out.payload.as_value()), depth=2)
         m.submodules.windowed = ResetInserter(start)(windowed_queue)
         m.d.comb += [windowed_queue.w_en.eq(window.out.valid), windowed_queue.w_data.eq(window.out.payload),
                      window.out.ready.eq(windowed_queue.w_rdy)]
@@ -393,7 +394,7 @@ class GraphEngine(CommandEngine):
                      iteration_bytes.eq(scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
                                         Mux(sum_rows, 0, row_len[:32]))]
         m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
-                                    & gen.idle & ~gen.edge.valid & ~window.out.valid & ~windowed_queue.r_rdy)
+                                    & gen.idle & ~gen.edge.valid & ~window.out.valid & (windowed_queue.level == 0))
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
