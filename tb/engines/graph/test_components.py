@@ -204,6 +204,7 @@ def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
                 ctx.set(dut_c.edge.valid, 1)
                 ctx.set(dut_c.edge.payload, edges[i])
                 ctx.set(dut_c.address, base + 4 * edges[i]["u"])   # (the window stage computes it)
+                ctx.set(dut_c.key, (base + 4 * edges[i]["u"]) >> (6 if baseline else row_bytes.bit_length() - 1))
             else:
                 ctx.set(dut_c.edge.valid, 0)
             ctx.set(dut_c.ticket_room, rng.random() < 0.8)

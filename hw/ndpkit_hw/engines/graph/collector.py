@@ -44,6 +44,7 @@ class Collector(wiring.Component):
         super().__init__({
             "edge": In(stream.Signature(EdgeLayout)),
             "address": In(addr_width),       # the edge's source value: its byte address (a stage before)
+            "key": In(addr_width - 6),       # its group's key, group_key(address, baseline) (a stage before)
             "baseline": In(1),
             "hit": In(1), "value": In(32),   # the cache's answer for the edge's source
             "ticket": Out(self.ticket_layout), "ticket_en": Out(1), "ticket_room": In(1),
@@ -54,6 +55,13 @@ class Collector(wiring.Component):
             "busy": Out(1),                  # a group is open
         })
 
+    def group_key(self, address, baseline):
+        """The key of the group an edge with source value at ``address`` joins: its DRAM
+        row (Piccolo mode), or its 64-byte line (baseline mode).  The engine registers
+        it with the edge, so the collector's compares start at a flop."""
+        row_shift = log2_exact(self.row_bytes, "row_bytes")
+        return Mux(baseline, address >> 6, address >> row_shift)[:self.addr_width - 6]
+
     def elaborate(self, platform):
         m = Module()
         slots, edge = self.slots, self.edge.payload
@@ -63,10 +71,9 @@ class Collector(wiring.Component):
                      ticket.weight.eq(edge.weight), ticket.u.eq(edge.u)]
         row_shift = log2_exact(self.row_bytes, "row_bytes")
         address = self.address
-        key = Signal(self.addr_width)
-        m.d.comb += key.eq(Mux(baseline, address >> 6, address >> row_shift))
+        key = self.key
         slot_open = Signal(slots)
-        slot_key = Array(Signal(self.addr_width, name=f"slot{i}_key") for i in range(slots))
+        slot_key = Array(Signal(self.addr_width - 6, name=f"slot{i}_key") for i in range(slots))
         slot_count = Array(Signal(5, name=f"slot{i}_count") for i in range(slots))
         slot_id = Array(Signal(range(self.ids), name=f"slot{i}_id") for i in range(slots))
         slot_idle = Array(Signal(range(self.timeout + 1), name=f"slot{i}_idle") for i in range(slots))
@@ -111,20 +118,23 @@ class Collector(wiring.Component):
         for i in reversed(range(slots)):
             with m.If(~slot_open[i]):
                 m.d.comb += free_slot.eq(i)
+        # each slot's join from its own compare (one LUT beyond the key compare), not
+        # through the take decision below
+        slot_join = Signal(slots)
+        m.d.comb += slot_join.eq(Cat(lookup & joinable[i] for i in range(slots)))
         join_id, join_count = Signal(range(self.ids)), Signal(5)
         m.d.comb += [join_id.eq(reduce(operator.or_, (Mux(joinable[i], slot_id[i], 0) for i in range(slots)))),
                      join_count.eq(reduce(operator.or_, (Mux(joinable[i], slot_count[i], 0) for i in range(slots))))]
         can_open = (hits == 0) & ~slot_open.all() & self.next_free
         take = Signal()
         joined = Signal(slots)
-        joining = Signal()
         with m.If(self.edge.valid & self.ticket_room):
             with m.If(edge.empty):
                 m.d.comb += take.eq(1)
             with m.Elif(self.hit):
                 m.d.comb += [take.eq(1), ticket.hit.eq(1), ticket.value.eq(self.value)]
             with m.Elif(joinable.any()):
-                m.d.comb += [take.eq(1), joining.eq(1), ticket.id.eq(join_id),
+                m.d.comb += [take.eq(1), ticket.id.eq(join_id),
                              ticket.lane.eq(Mux(baseline, address[2:6], join_count[:4])), joined.eq(joinable)]
             with m.Elif(can_open):
                 m.d.comb += [take.eq(1), ticket.id.eq(self.next_id), ticket.lane.eq(Mux(baseline, address[2:6], 0)),
@@ -133,7 +143,7 @@ class Collector(wiring.Component):
                              slot_id[free_slot].eq(self.next_id),
                              slot_offsets[free_slot].word_select(0, 16).eq(address[2:row_shift])]
         for i in range(slots):
-            with m.If(joining & joinable[i]):
+            with m.If(slot_join[i]):
                 m.d.sync += [slot_offsets[i].word_select(slot_count[i][:4], 16).eq(address[2:row_shift]),
                              slot_count[i].eq(slot_count[i] + 1)]
         m.d.sync += slot_open.eq((slot_open | joined) & ~sending)

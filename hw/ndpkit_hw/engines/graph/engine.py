@@ -276,22 +276,26 @@ class GraphEngine(CommandEngine):
         # output register feeds the collector's key compares
         m.d.comb += [cache.u.eq(gen.edge.payload.u), window.cache_hit.eq(cache.hit),
                      window.cache_value.eq(cache.value)]
-        windowed_queue = fifo.SyncFIFOBuffered(width=len(window.out.payload.as_value()), depth=2)
-        m.submodules.windowed = ResetInserter(start)(windowed_queue)
-        m.d.comb += [windowed_queue.w_en.eq(window.out.valid), windowed_queue.w_data.eq(window.out.payload),
-                     window.out.ready.eq(windowed_queue.w_rdy)]
-        windowed = View(WindowedEdge, windowed_queue.r_data)
         m.submodules.collector = collector = self.collector
+        baseline = cmd.format_mode == MODE_BASELINE
+        # (the edge's group key goes in with it: the collector's compares start at the queue's register)
+        key_bits = self.addr_width - 6
+        windowed_queue = fifo.SyncFIFOBuffered(width=len(window.out.payload.as_value()) + key_bits, depth=2)
+        m.submodules.windowed = ResetInserter(start)(windowed_queue)
+        m.d.comb += [windowed_queue.w_en.eq(window.out.valid),
+                     windowed_queue.w_data.eq(Cat(window.out.payload,
+                                                  collector.group_key(window.out.payload.address, baseline))),
+                     window.out.ready.eq(windowed_queue.w_rdy)]
+        windowed = View(WindowedEdge, windowed_queue.r_data[:-key_bits])
         m.submodules.table = table = self.table
         m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=self.ticket_layout.size, depth=self.tickets)
-        baseline = cmd.format_mode == MODE_BASELINE
         streams_done = Signal()          # every edge of the iteration has been taken
         m.d.comb += [collector.edge.valid.eq(windowed_queue.r_rdy), collector.edge.payload.eq(windowed.edge),
                      windowed_queue.r_en.eq(collector.edge.ready)]
         wiring.connect(m, collector.req, unit.req)
         m.d.comb += [cache.whole.eq(baseline), cache.clear.eq(start),
                      collector.hit.eq(windowed.hit), collector.value.eq(windowed.value),
-                     collector.address.eq(windowed.address),
+                     collector.address.eq(windowed.address), collector.key.eq(windowed_queue.r_data[-key_bits:]),
                      collector.baseline.eq(baseline), collector.flush.eq(streams_done),
                      collector.ticket_room.eq(tickets.w_rdy),
                      tickets.w_data.eq(collector.ticket), tickets.w_en.eq(collector.ticket_en),
