@@ -31,7 +31,7 @@ Phases:
    ``max_iterations``; ``cpl_aux`` = iterations.
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to the row sums
    (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 16] = fma(val,
-   x[u], partial[k mod 16])`` (16 partials over an FMA of latency 14: an entry a cycle),
+   x[u], partial[k mod 16])`` (16 partials over an input register and an FMA of latency 14: an entry a cycle),
    rows alternating between two banks of partials, then the adder tree, rows in order.
 
 5. *PageRank* (``val`` the out-degrees, ``scratch`` 2 x n words, four fp32 constants):

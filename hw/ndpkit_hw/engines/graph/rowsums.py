@@ -5,7 +5,8 @@ Each entry ``{a, b, empty, last}`` of a row updates partial ``k mod lanes`` (``k
 place in the row) by one FMA, ``partial = fma(a, b, partial)``; an ``empty`` entry is
 a row without entries (it only ends the row).  One FMA unit is shared by all lanes: a
 lane whose previous FMA is still in flight holds its next entry back, so with
-``lanes`` at least the FMA's latency a row's entries go in one a cycle.  Rows alternate
+``lanes`` above the FMA's latency (an input register stage, then the FMA) a row's
+entries go in one a cycle.  Rows alternate
 between two banks of partials, so the next row starts at once while the finished row's
 FMAs complete; then its partials go down the pipelined tree
 ((p0 + p1) + (p2 + p3)) + ..., rows in order, and each row's sum leaves on ``sums`` (a
@@ -67,17 +68,21 @@ class RowSums(wiring.Component):
         bank_ready = ~(pending >> bank)[0]
         m.d.comb += entry.ready.eq(bank_ready & (entry.payload.empty | lane_free))
         take = entry.valid & entry.ready
-        m.d.comb += [fma.i.valid.eq(take & ~entry.payload.empty),
-                     fma.i.payload.a[0].eq(entry.payload.a), fma.i.payload.b[0].eq(entry.payload.b),
-                     fma.i.payload.c[0].eq(partial[slot])]
-        slot_tags = [Signal(len(slot), name=f"fma_slot{i}") for i in range(fma.latency)]   # travel with the FMA
+        issue = take & ~entry.payload.empty
+        # the entry and its lane's partial are registered before the FMA (the lane select
+        # and the FMA's first stage never share a cycle); a lane's partial is final when
+        # it is read, as its busy bit clears with the write of its last result
+        m.d.sync += [fma.i.valid.eq(issue), fma.i.payload.a[0].eq(entry.payload.a),
+                     fma.i.payload.b[0].eq(entry.payload.b), fma.i.payload.c[0].eq(partial[slot])]
+        # lane tags travel with the entry: the register stage, then the FMA
+        slot_tags = [Signal(len(slot), name=f"fma_slot{i}") for i in range(fma.latency + 1)]
         m.d.sync += [slot_tags[0].eq(slot)] + [b.eq(a) for a, b in zip(slot_tags, slot_tags[1:])]
-        issued = Mux(fma.i.valid, Const(1, 2 * lanes) << slot, 0)
+        issued = Mux(issue, Const(1, 2 * lanes) << slot, 0)
         returned = Mux(fma.o.valid, Const(1, 2 * lanes) << slot_tags[-1], 0)
         m.d.sync += busy.eq((busy | issued) & ~returned)
         with m.If(fma.o.valid):
             m.d.sync += partial[slot_tags[-1]].eq(fma.o.payload[0])
-        with m.If(fma.i.valid):
+        with m.If(issue):
             m.d.sync += position.eq(position + 1)
         with m.If(take & entry.payload.last):
             m.d.sync += [pending.bit_select(bank, 1).eq(1), bank.eq(~bank), position.eq(0)]
@@ -96,5 +101,6 @@ class RowSums(wiring.Component):
         m.d.comb += [out.w_en.eq(tree.o.valid), out.w_data.eq(tree.o.payload)]
         m.d.comb += self.idle.eq((pending == 0) & (busy == 0) & (in_tree == 0))
         with m.If(self.start):
-            m.d.sync += [pending.eq(0), bank.eq(0), drain_bank.eq(0), position.eq(0)] + [p.eq(0) for p in flat]
+            m.d.sync += [pending.eq(0), bank.eq(0), drain_bank.eq(0), position.eq(0), fma.i.valid.eq(0)] + \
+                [p.eq(0) for p in flat]
         return m
