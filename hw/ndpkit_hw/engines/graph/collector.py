@@ -114,22 +114,20 @@ class Collector(wiring.Component):
         # any group leaving frees a slot: then no eviction is needed
         m.d.sync += evicting.eq(~sent & (evicting | lookup & (hits == 0) & slot_open.all()))
         joinable = hits & ~want          # a group about to leave takes no more members
-        # each slot's join or open from its own compare and registers (a LUT or two beyond
-        # the key compares), not through the take decision below
+        free_slot = Signal(range(slots))
+        for i in reversed(range(slots)):
+            with m.If(~slot_open[i]):
+                m.d.comb += free_slot.eq(i)
+        # each slot's join from its own compare (one LUT beyond the key compare), not
+        # through the take decision below
         slot_join = Signal(slots)
         m.d.comb += slot_join.eq(Cat(lookup & joinable[i] for i in range(slots)))
-        lowest_free = Signal(slots)              # one-hot: the lowest closed slot
-        m.d.comb += lowest_free.eq(Cat(~slot_open[i] & slot_open[:i].all() if i else ~slot_open[0]
-                                       for i in range(slots)))
-        can_open = (hits == 0) & ~slot_open.all() & self.next_free
-        opening = Signal(slots)
-        m.d.comb += opening.eq(Mux(lookup & can_open, lowest_free, 0))
         join_id, join_count = Signal(range(self.ids)), Signal(5)
         m.d.comb += [join_id.eq(reduce(operator.or_, (Mux(joinable[i], slot_id[i], 0) for i in range(slots)))),
                      join_count.eq(reduce(operator.or_, (Mux(joinable[i], slot_count[i], 0) for i in range(slots))))]
+        can_open = (hits == 0) & ~slot_open.all() & self.next_free
         take = Signal()
         joined = Signal(slots)
-        m.d.comb += joined.eq(slot_join | opening)
         with m.If(self.edge.valid & self.ticket_room):
             with m.If(edge.empty):
                 m.d.comb += take.eq(1)
@@ -137,14 +135,14 @@ class Collector(wiring.Component):
                 m.d.comb += [take.eq(1), ticket.hit.eq(1), ticket.value.eq(self.value)]
             with m.Elif(joinable.any()):
                 m.d.comb += [take.eq(1), ticket.id.eq(join_id),
-                             ticket.lane.eq(Mux(baseline, address[2:6], join_count[:4]))]
+                             ticket.lane.eq(Mux(baseline, address[2:6], join_count[:4])), joined.eq(joinable)]
             with m.Elif(can_open):
                 m.d.comb += [take.eq(1), ticket.id.eq(self.next_id), ticket.lane.eq(Mux(baseline, address[2:6], 0)),
-                             self.open.eq(1)]
+                             joined.eq(Const(1, slots) << free_slot), self.open.eq(1)]
+                m.d.sync += [slot_key[free_slot].eq(key), slot_count[free_slot].eq(1),
+                             slot_id[free_slot].eq(self.next_id),
+                             slot_offsets[free_slot].word_select(0, 16).eq(address[2:row_shift])]
         for i in range(slots):
-            with m.If(opening[i]):
-                m.d.sync += [slot_key[i].eq(key), slot_count[i].eq(1), slot_id[i].eq(self.next_id),
-                             slot_offsets[i][:16].eq(address[2:row_shift])]
             with m.If(slot_join[i]):
                 m.d.sync += [slot_offsets[i].word_select(slot_count[i][:4], 16).eq(address[2:row_shift]),
                              slot_count[i].eq(slot_count[i] + 1)]
