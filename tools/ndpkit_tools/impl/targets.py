@@ -147,16 +147,19 @@ NOTES = {
                                   "before the sg unit's scatter change, which took 15k LUT4 off the ecp5 "
                                   "configuration (4 banks, 16 cache lines and response ids, same datapath): "
                                   "that one fits and places. Next: re-synthesise the default.",
-    ("graph", "default", "levels"): "15 levels, measured for the first time (native Yosys: the WebAssembly "
-                                    "build's 4 GiB ran out): 18 with the reducer in two stages and 19 in three "
-                                    "(both the cache's valid-bit write, a shifter of the vertex id), 18 after the "
-                                    "cache's and the response ids' per-bit decodes (the edge generator's ready "
-                                    "through the collector), 15 after the cache's answer moved into the window's "
-                                    "register stage with a two-entry queue before the collector. Now: the "
-                                    "collector, from the queue's output through the slots' key compares and the "
-                                    "joined slot's member count into its offsets word (block.windowed.consume -> "
-                                    "block.collector.slot3_offsets). Next: the key compares registered a stage "
-                                    "ahead, the offsets written by a one-hot position per slot.",
+    ("graph", "default", "levels"): "12 levels (15 on 2026-11-26 morning, the first measurement: native Yosys, "
+                                    "the WebAssembly build's 4 GiB ran out). Each step measured: the collector's "
+                                    "joins by each slot's own hit, a group's leaving registered ahead of the "
+                                    "compares -> 15 (then the cache's tag lookup from the control state); the "
+                                    "edge generator's source outside the state's gate -> 13 (the windowed queue "
+                                    "into the compares); that queue's output registered, the group key "
+                                    "registered with the edge -> 13 (the row sums' lane select into the FMA's "
+                                    "first stage); the entry and partial registered before the FMA -> 12. A "
+                                    "one-hot open slot measured 13 and was reverted. Now: the collector, from the "
+                                    "registered key through the slots' compares into the joined slot's offsets "
+                                    "word (block.collector.key -> block.collector.slot2_offsets). Next: the "
+                                    "compares a stage ahead (each slot's match registered with forwarding from "
+                                    "the group opened in the same cycle).",
 }
 
 
