@@ -271,7 +271,7 @@ class GraphEngine(CommandEngine):
         wiring.connect(m, gen.edge, window.edge)
         m.submodules.cache = cache = self.cache
         # the cache answers for the edge entering the window's stage, which registers it;
-        # a two-entry queue (its room a registered count) between that stage and the
+        # a three-entry queue (its room a registered count) between that stage and the
         # collector keeps the collector's decision out of the edge generator's ready; its
         # output register feeds the collector's key compares
         m.d.comb += [cache.u.eq(gen.edge.payload.u), window.cache_hit.eq(cache.hit),
@@ -280,7 +280,8 @@ class GraphEngine(CommandEngine):
         baseline = cmd.format_mode == MODE_BASELINE
         # (the edge's group key goes in with it: the collector's compares start at the queue's register)
         key_bits = self.addr_width - 6
-        windowed_queue = fifo.SyncFIFOBuffered(width=len(window.out.payload.as_value()) + key_bits, depth=2)
+        # (three entries: a buffered queue of two passes an edge only every other cycle)
+        windowed_queue = fifo.SyncFIFOBuffered(width=len(window.out.payload.as_value()) + key_bits, depth=3)
         m.submodules.windowed = ResetInserter(start)(windowed_queue)
         m.d.comb += [windowed_queue.w_en.eq(window.out.valid),
                      windowed_queue.w_data.eq(Cat(window.out.payload,
