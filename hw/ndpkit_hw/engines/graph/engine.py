@@ -81,7 +81,7 @@ from ndpkit_hw.engines.graph.reducer import Reducer
 from ndpkit_hw.engines.graph.responses import ResponseTable
 from ndpkit_hw.engines.graph.rowsums import RowSums
 from ndpkit_hw.engines.graph.validate import GraphValidator
-from ndpkit_hw.engines.graph.window import SourceWindow, WindowedEdge
+from ndpkit_hw.engines.graph.window import SourceWindow, WindowedEdge, windowed_queue as windowed_queue_of
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.sg.unit import SgUnit
 
@@ -280,8 +280,7 @@ class GraphEngine(CommandEngine):
         baseline = cmd.format_mode == MODE_BASELINE
         # (the edge's group key goes in with it: the collector's compares start at the queue's register)
         key_bits = self.addr_width - 6
-        # (three entries: a buffered queue of two passes an edge only every other cycle)
-        windowed_queue = fifo.SyncFIFOBuffered(width=len(window.out.payload.as_value()) + key_bits, depth=3)
+        windowed_queue = windowed_queue_of(len(window.out.payload.as_value()) + key_bits)
         m.submodules.windowed = ResetInserter(start)(windowed_queue)
         m.d.comb += [windowed_queue.w_en.eq(window.out.valid),
                      windowed_queue.w_data.eq(Cat(window.out.payload,

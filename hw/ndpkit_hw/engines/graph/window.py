@@ -25,17 +25,24 @@ memory: nothing hits and the edges pass through the register stage.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.graph import MAX_VERTICES
 from ndpkit_hw.engines.graph.edges import EdgeLayout
 
-__all__ = ["SourceWindow", "WindowedEdge"]
+__all__ = ["SourceWindow", "WindowedEdge", "windowed_queue"]
 
 #: an edge with its source's window lookup
 WindowedEdge = data.StructLayout({"edge": EdgeLayout, "hit": 1, "value": 32, "address": 32})
+
+
+def windowed_queue(width: int) -> fifo.SyncFIFOBuffered:
+    """The queue between the window's stage and the collector: its output and its room
+    from registers, and an edge a cycle through it (a buffered queue of two passes one
+    every other cycle, so it holds three)."""
+    return fifo.SyncFIFOBuffered(width=width, depth=3)
 
 
 class SourceWindow(wiring.Component):
