@@ -78,7 +78,7 @@ def runs(dev, name: str, g, counts) -> list[dict]:
                 if pagerank and n > 1:
                     # the driver's split iteration: the contributions round once, then each
                     # iteration's passes over the instance's own rows (the steady state measured)
-                    rounds = sliced.pagerank_rounds(x, values, extra["constants"])
+                    rounds = sliced.pagerank_rounds(x, extra["constants"])
                     setup = span(next(rounds)[1]).cycles
                     got, done = next(rounds)
                 else:

@@ -678,23 +678,29 @@ def build(inputs: dict) -> dict:
          "theirs": PUBLISHED["piccolo"]["geomean"], "ours": piccolo_ours(inputs)},
     ]
     ideal = engine_rows(inputs)
+    graph_clock = _clocks(inputs["impl"], "graph", {"data_width": 512, "banks": None})
+    graph_scaling_on = _on_presets(inputs, "graph_scaling")
+    # the card the scaling runs' instances would be built on
+    most_instances = max((r["instances"] for d in [inputs.get("graph_scaling"), *graph_scaling_on.values()] if d
+                          for r in d["rows"]), default=1)
     return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": platform.processor()},
             "versions": versions, "present": {k: v is not None or any(name == k for name, _ in inputs["on"])
                                                   for k, v in inputs.items() if k != "on"},
             "preset_runs": sorted(f"{name}@{memory}" for name, memory in (inputs.get("on") or {})),
             "engines": board_rows(inputs, ideal), "engines_ideal": ideal, "offload": offload, "decode": decode,
             "gather": gather, "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
-            "graph_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items() if name == "graph"},
+            "graph_on": _on_presets(inputs, "graph"),
             "graph_scaling": inputs.get("graph_scaling"),
-            "graph_clock": (graph_clock := _clocks(inputs["impl"], "graph", {"data_width": 512, "banks": None})),
-            "graph_card": graph_card(max((r["instances"] for d in [inputs.get("graph_scaling")] + [
-                d for (name, _), d in (inputs.get("on") or {}).items() if name == "graph_scaling"] if d
-                for r in d["rows"]), default=1), graph_clock["depth_clock_mhz"]),
-            "graph_scaling_on": {memory: data for (name, memory), data in (inputs.get("on") or {}).items()
-                                 if name == "graph_scaling"},
+            "graph_clock": graph_clock, "graph_card": graph_card(most_instances, graph_clock["depth_clock_mhz"]),
+            "graph_scaling_on": graph_scaling_on,
             "scaling_on": {memory: scaling_section({"scaling": data})
-                           for (name, memory), data in (inputs.get("on") or {}).items() if name == "scaling"},
+                           for memory, data in _on_presets(inputs, "scaling").items()},
             "headline": headline}
+
+
+def _on_presets(inputs: dict, step: str) -> dict:
+    """``step``'s runs on the memory presets, by preset."""
+    return {memory: data for (name, memory), data in (inputs.get("on") or {}).items() if name == step}
 
 
 def piccolo_ours(inputs: dict):

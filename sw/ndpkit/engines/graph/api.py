@@ -171,13 +171,13 @@ class SlicedGraph:
             part, part_values = slice_of(g, first, rows, values)
             self.cards.append(CardGraph(device, part, mode=mode, window=window, client=client, first_row=first,
                                         values=degrees if degrees is not None else part_values))
-        self.pagerank = degrees is not None          # PageRank: the out-degrees and a scratch array
+        self.degrees = degrees                       # PageRank: the out-degrees (and a scratch array each)
 
     def __enter__(self):
         try:
             for card in self.cards:
                 card.__enter__()
-                card.arrays = [card.vector(), card.vector()] + ([card.vector(arrays=2)] if self.pagerank else [])
+                card.arrays = [card.vector(), card.vector()] + ([card.vector(arrays=2)] if self.degrees is not None else [])
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -212,7 +212,7 @@ class SlicedGraph:
         # (every slice waited for before an error is raised: the others still use their buffers)
         return CommandGroup(commands).wait_parts()
 
-    def pagerank_rounds(self, rank: np.ndarray, degrees: np.ndarray, c: golden.PageRankConstants):
+    def pagerank_rounds(self, rank: np.ndarray, c: golden.PageRankConstants):
         """PageRank's iterations with every instance passing over its own rows only
         (the command's ``contributions`` 1, then 2): a generator of (new ranks, each
         slice's completion) per iteration, the first item the contributions round's
@@ -228,7 +228,7 @@ class SlicedGraph:
         current = 0                              # the array each slice's ranks are in
         while True:
             contrib = np.concatenate([card.rows_of(card.arrays[2]) for card in self.cards])
-            dterm = int(golden.dangling_term(rank, degrees, c))
+            dterm = int(golden.dangling_term(rank, self.degrees, c))
             for card in self.cards:
                 card.arrays[2].write(contrib)
             done = self.run_each(lambda card: card.command(
@@ -530,7 +530,7 @@ def _pagerank_sliced(device, g, clients, rank, c, max_iter, *, mode, window, deg
     iterations, completion, converged)."""
     rounds = []
     with SlicedGraph(device, g, clients, mode=mode, window=window, degrees=degrees) as sliced:
-        iterations = sliced.pagerank_rounds(rank, degrees, c)
+        iterations = sliced.pagerank_rounds(rank, c)
         rounds.append(next(iterations)[1])                # the first contributions
         for it in range(1, max_iter + 1):
             new, done = next(iterations)
