@@ -9,7 +9,7 @@ from ndpkit_spec.regs import Access, Field, Register
 from ndpkit_spec.shell import engine_block
 
 __all__ = ["BLOCK", "ENGINE", "Program", "ACC_LANES", "MAX_VERTICES", "MODE_PICCOLO", "MODE_BASELINE", "CONVERGED",
-           "WINDOW_VERTICES"]
+           "WINDOW_VERTICES", "EDGE_LANES"]
 
 
 class Program(enum.IntEnum):
@@ -30,6 +30,9 @@ CONVERGED = 1 << 31                 # PageRank's cpl_aux: set when it stopped by
 #: the default build's source window: source values of vertices 0 .. 16383 on chip
 #: (64 KiB: 16 BRAM36 at 512 x 1024), what the model card and the simulated card report
 WINDOW_VERTICES = 1 << 14
+#: the default build's edge lanes: BFS, SSSP and CC edge passes take up to 8 edges a cycle
+#: (a lane-aligned group of one row's columns) when every source is in the window
+EDGE_LANES = 8
 
 BLOCK = engine_block("graph", [
     Register("format", 0x40, [
@@ -100,13 +103,15 @@ ENGINE = EngineSpec(
     golden="ndpkit.engines.graph.golden",
     client="ndpkit.engines.graph.client:GraphClient",
     min_data_width=512,
-    # "ecp5": fewer DRAM banks modelled, cache lines and response ids, the build that fits the
+    # "ecp5": fewer DRAM banks modelled, cache lines and response ids, one edge lane (no lane
+    # read ports on the window), the build that fits the
     # LFE5UM5G-85F for its routed Fmax (the default does not); same datapath
     # the default build's read-only registers (the model card reports them)
     constants={"window_capacity": WINDOW_VERTICES},
     configs={"default": {"data_width": 512},
-             "ecp5": {"data_width": 512, "banks": 4, "cache_lines": 16, "response_ids": 16}},
+             "ecp5": {"data_width": 512, "banks": 4, "cache_lines": 16, "response_ids": 16, "edge_lanes": 1}},
     config_label=lambda p: f"{p['data_width']}-bit" + "".join(
         f", {p[k]} {what}" for k, what in (("banks", "banks"), ("cache_lines", "cache lines"),
-                                           ("response_ids", "response ids")) if k in p),
+                                           ("response_ids", "response ids")) if k in p) + (
+        f", {p['edge_lanes']} edge lane{'s' * (p['edge_lanes'] != 1)}" if "edge_lanes" in p else ""),
 )

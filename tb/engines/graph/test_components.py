@@ -2,17 +2,20 @@
 """The graph engine's components alone, in Amaranth's simulator against Python models,
 with random stalls on every valid/ready pair (the ``rng`` fixture prints its seed; ``SEED=`` reproduces): the edge
 generator, the source-value cache, the collector (collection-extended MSHR) with the
-response table, the source window, the word-rate validator, the fp32 row sums, and PageRank's vertex passes (bit for bit the golden operations).
+response table, the source window, the edge lanes, the word-rate validator, the fp32 row sums, and PageRank's vertex passes (bit for bit the golden operations).
 The whole engine's bench is ``test_graph_engine.py``."""
 
 import numpy as np
 import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
 from tb.amaranth_sim import run_to_end
 
 from ndpkit.arith import fp
 from ndpkit_hw.engines.graph.cache import SourceCache
 from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
+from ndpkit_hw.engines.graph.lanes import LaneReducer, RowBundler
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.responses import ResponseTable
 from ndpkit_hw.engines.graph.rowsums import RowSums
@@ -25,7 +28,8 @@ def _drive(ctx, port, items, rng, i):
     """Offer items[i] on stream ``port`` (valid with probability 0.7)."""
     on = i < len(items) and rng.random() < 0.7
     ctx.set(port.valid, on)
-    ctx.set(port.payload, items[i] if on else 0)
+    if on:
+        ctx.set(port.payload, items[i])
 
 
 def _fired(ctx, port):
@@ -422,7 +426,7 @@ def test_row_sums_equal_the_golden_row_sums(rng):
     from ndpkit_spec.engines.graph import ACC_LANES
     dut = RowSums(ACC_LANES)
     special = [0, 0x8000_0000, 0x0000_0001, 0x8060_0000, 0x7F00_0000, 0xFF00_0000, 0x3F80_0000]
-    lengths = [rng.choice([0, 1, 1, 2, 5, 16, 17, 33, 40]) for _ in range(60)]
+    lengths = [rng.choice([0, 1, 1, 2, 5, 16, 17, 33, 40]) for _ in range(36)]
     rowptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
     def values(count):
@@ -617,3 +621,152 @@ def test_windowed_queue_passes_an_edge_a_cycle():
     sim.add_testbench(bench)
     sim.run()
     assert len(passed) >= 62 and passed == list(range(len(passed)))
+
+
+class _EdgeLanes(wiring.Component):
+    """The edge lanes as the engine wires them: bundler -> reducer, the reducer's
+    lookups through the source window's lane ports."""
+
+    def __init__(self, lanes):
+        self.bundler, self.reducer = RowBundler(lanes), LaneReducer(lanes)
+        self.window = SourceWindow(64, 512, read_lanes=lanes)
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.bundler, m.submodules.reducer = self.bundler, self.reducer
+        m.submodules.window = self.window
+        wiring.connect(m, self.bundler.bundle, self.reducer.bundle)
+        m.d.comb += [self.window.lane_u.eq(self.reducer.lane_u), self.window.lane_en.eq(self.reducer.lane_en),
+                     self.reducer.lane_value.eq(self.window.lane_value)]
+        return m
+
+
+@pytest.mark.parametrize("lanes", [pytest.param(2, marks=pytest.mark.long), 8,
+                                   pytest.param(16, marks=pytest.mark.long)])    # (2 and 16 in make sim)
+def test_edge_lanes_reduce_rows_like_the_golden_min(rng, lanes):
+    """Two passes through the edge lanes over a 40-row graph whose sources all sit in a
+    64-vertex window (rows of 0 to 40 edges, so rows start and end anywhere in a lane
+    group and a bus word), with random gaps on the row pointers, own values, column and
+    weight words and random stalls on the results: every row's result is
+    ``min(own, min value[u] + w)`` (saturating, INF values included), in order, and
+    ``changed`` is set exactly when some row changed; the second pass (constant weight)
+    starts clean."""
+    dut = _EdgeLanes(lanes)
+    b, r, w = dut.bundler, dut.reducer, dut.window
+    passes = 0
+
+    def words(items):
+        items = items + [0] * (-len(items) % 16)
+        return [sum(v << (32 * k) for k, v in enumerate(items[i:i + 16])) for i in range(0, len(items), 16)]
+
+    async def bench(ctx):
+        nonlocal passes
+        for uses_val, weight in ((1, 0), (0, 1)):
+            n = 40
+            degrees = [rng.choice([0, 0, 1, 2, 3, 7, 17, 40]) for _ in range(n)]
+            rowptr = np.concatenate([[0], np.cumsum(degrees)]).astype(int).tolist()
+            edges = rowptr[-1]
+            col = [rng.randrange(64) for _ in range(edges)]
+            val = [rng.choice([0, 1, 5, 0xFFFF_FFF0, 0xFFFF_FFFF]) if rng.random() < 0.3 else rng.randrange(1 << 32)
+                   for _ in range(edges)]
+            values = [0xFFFF_FFFF if rng.random() < 0.2 else rng.randrange(1 << 31) for _ in range(64)]
+            own = [0xFFFF_FFFF if rng.random() < 0.3 else rng.randrange(1 << 32) for _ in range(n)]
+            expected = []
+            for v in range(n):
+                best = own[v]
+                for e in range(rowptr[v], rowptr[v + 1]):
+                    total = values[col[e]] + (val[e] if uses_val else weight)
+                    best = min(best, 0xFFFF_FFFF if values[col[e]] == 0xFFFF_FFFF or total >> 32 else total)
+                expected.append(best)
+            ctx.set(b.start, 1)
+            ctx.set(r.start, 1)
+            ctx.set(w.start, 1)
+            ctx.set(w.count, 64)
+            await ctx.tick()
+            for s in (b.start, r.start, w.start):
+                ctx.set(s, 0)
+            for word in words(values):
+                ctx.set(w.load.valid, 1)
+                ctx.set(w.load.payload, {"data": word, "last": 0})
+                await ctx.tick()
+            ctx.set(w.load.valid, 0)
+            ctx.set(b.uses_val, uses_val)
+            ctx.set(b.weight, weight)
+            ctx.set(b.edges, edges)
+            ctx.set(b.run, 1)
+            streams = {"rowptr": rowptr, "own": own,
+                       "col": [{"data": x, "last": 0} for x in words(col)],
+                       "val": [{"data": x, "last": 0} for x in words(val)] if uses_val else []}
+            at = dict.fromkeys(streams, 0)
+            got = []
+            while len(got) < n:
+                for name, items in streams.items():
+                    _drive(ctx, getattr(b, name), items, rng, at[name])
+                ready = rng.random() < 0.6
+                ctx.set(r.results.ready, ready)
+                if ready and ctx.get(r.results.valid):
+                    got.append(ctx.get(r.results.payload))
+                for name in streams:
+                    at[name] += _fired(ctx, getattr(b, name))
+                await ctx.tick()
+            for name in streams:
+                ctx.set(getattr(b, name).valid, 0)
+            assert got == expected, (lanes, uses_val)
+            assert at == {name: len(items) for name, items in streams.items()}   # every word taken, no more
+            for _ in range(12):
+                await ctx.tick()
+            assert ctx.get(r.changed) == (expected != own)
+            assert not ctx.get(r.busy) and ctx.get(b.idle)
+            ctx.set(b.run, 0)
+            passes += 1
+    run_to_end(dut, bench)
+    assert passes == 2
+
+
+def test_edge_lanes_take_a_lane_group_a_cycle():
+    """With every stream always valid and the results always taken, 24 rows of 32 edges
+    each (rows starting at every offset within a lane group, as ``rowptr`` shifts by 3
+    after an empty-row gap) pass in about ``ceil((offset + 32) / 8)`` cycles a row: the
+    bundler neither waits between rows nor takes a cycle per row."""
+    lanes = 8
+    dut = _EdgeLanes(lanes)
+    b, r = dut.bundler, dut.reducer
+    degrees = [3] + [32] * 24                     # the 3-edge row shifts the rest off the lane grid
+    rowptr = np.concatenate([[0], np.cumsum(degrees)]).astype(int).tolist()
+    edges = rowptr[-1]
+    groups = sum(-(-(rowptr[v] % lanes + degrees[v]) // lanes) for v in range(len(degrees)))
+    spans = []
+
+    async def bench(ctx):
+        ctx.set(b.start, 1)
+        ctx.set(r.start, 1)
+        await ctx.tick()
+        ctx.set(b.start, 0)
+        ctx.set(r.start, 0)
+        ctx.set(b.edges, edges)
+        ctx.set(b.run, 1)
+        ctx.set(r.results.ready, 1)
+        col = [x % 64 for x in range(edges)] + [0] * (-edges % 16)
+        words = [sum(v << (32 * k) for k, v in enumerate(col[i:i + 16])) for i in range(0, len(col), 16)]
+        at = {"rowptr": 0, "col": 0, "own": 0}
+        got, cycle, first = 0, 0, None
+        while got < len(degrees):
+            for name, items in (("rowptr", rowptr), ("col", [{"data": w, "last": 0} for w in words]),
+                                ("own", [0xFFFF_FFFF] * len(degrees))):
+                port = getattr(b, name)
+                ctx.set(port.valid, at[name] < len(items))
+                if at[name] < len(items):
+                    ctx.set(port.payload, items[at[name]])
+            if ctx.get(b.bundle.valid) and first is None:
+                first = cycle
+            got += ctx.get(r.results.valid)
+            for name in at:
+                at[name] += _fired(ctx, getattr(b, name))
+            await ctx.tick()
+            cycle += 1
+        spans.append(cycle - first)
+    run_to_end(dut, bench)
+    # bundles one a cycle from the first, then the reducer's pipeline (window read, value,
+    # add, three tree levels, the row's fold, the queue)
+    assert groups <= spans[0] <= groups + 10, (groups, spans)

@@ -157,11 +157,15 @@ NOTES = {
                                     "first stage); the entry and partial registered before the FMA -> 12; the "
                                     "queue three entries deep (two passed an edge every other cycle) -> 13 on the "
                                     "same path as 12 (a one-hot open slot also measured 13 and was reverted). "
-                                    "Now: the collector, from the registered key through the slots' compares "
-                                    "into the joined slot's offsets word (block.collector.key -> "
-                                    "block.collector.slot0_offsets). Next: the "
-                                    "compares a stage ahead (each slot's match registered with forwarding from "
-                                    "the group opened in the same cycle).",
+                                    "With the edge lanes (2026-11-26 evening) still 13, two paths at that depth: "
+                                    "the collector, from the registered key through the slots' compares into the "
+                                    "joined slot's offsets word, and the one the netlist reports, the end of a "
+                                    "pass's edges: the edge generator's empty-row compare of the row pointer, the "
+                                    "pass-done term, the collector's flush, its take, the windowed queue's level "
+                                    "(block.bundler.rowptr__payload -> windowed.inner_level; the row pointer's "
+                                    "register named by the bundler's input it also drives). Next: the flush "
+                                    "registered, the compares a stage ahead (each slot's match registered with "
+                                    "forwarding from the group opened in the same cycle).",
 }
 
 

@@ -28,7 +28,10 @@ Phases:
    lane) lets the **reducer** (two stages: the source value resolved, then reduced) consume edges in order: ``new[v] = min(old[v], min_u value[u] + w)`` (saturating;
    BFS w = 1, CC w = 0), written in order through the burst writer (whole bus words,
    padding 0).  Iterations alternate a -> b -> a until one changes nothing or
-   ``max_iterations``; ``cpl_aux`` = iterations.
+   ``max_iterations``; ``cpl_aux`` = iterations.  A BFS, SSSP or CC pass whose sources
+   all lie in the source window runs on the **edge lanes** instead
+   (:mod:`~ndpkit_hw.engines.graph.lanes`: up to ``edge_lanes`` edges of a row a cycle,
+   the same results).
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to the row sums
    (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 16] = fma(val,
    x[u], partial[k mod 16])`` (16 partials over an input register and an FMA of latency 14: an entry a cycle),
@@ -67,7 +70,7 @@ from amaranth.lib.data import View
 from amaranth.lib.wiring import Out
 
 from ndpkit_spec.codes import ErrorCode
-from ndpkit_spec.engines.graph import ACC_LANES, MAX_VERTICES, MODE_BASELINE, WINDOW_VERTICES, Program
+from ndpkit_spec.engines.graph import ACC_LANES, EDGE_LANES, MAX_VERTICES, MODE_BASELINE, WINDOW_VERTICES, Program
 from ndpkit_spec.engines.sg import DEVICE_BANKS, DEVICE_ROW_BYTES, LINE
 from ndpkit_spec.engines.graph import BLOCK as GRAPH
 from ndpkit_hw.arith.mul import FpMul
@@ -75,6 +78,7 @@ from ndpkit_hw.bus.dma import Transfer, TransferGroup
 from ndpkit_hw.engines.graph.cache import SourceCache
 from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
+from ndpkit_hw.engines.graph.lanes import LaneReducer, RowBundler
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.words import WordPacker, WordUnpacker
 from ndpkit_hw.engines.graph.reducer import Reducer
@@ -95,7 +99,7 @@ class GraphEngine(CommandEngine):
                  max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
                  tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64, cache_lines: int = 64,
-                 window_vertices: int = WINDOW_VERTICES):
+                 window_vertices: int = WINDOW_VERTICES, edge_lanes: int = EDGE_LANES):
         if data_width != 8 * LINE:
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
@@ -104,7 +108,14 @@ class GraphEngine(CommandEngine):
         self.collector = Collector(addr_width=addr_width, row_bytes=row_bytes, slots=mshr_slots, ids=response_ids,
                                    timeout=group_timeout)
         self.cache = SourceCache(cache_lines)
-        self.window = SourceWindow(window_vertices, data_width)
+        # edge lanes (above 1): the min programs' edge passes take `edge_lanes` edges a cycle
+        # when every source is in the window (lanes.py); else the single-edge path below
+        self.edge_lanes = edge_lanes
+        if edge_lanes > 1:
+            self.bundler, self.lane_reducer = RowBundler(edge_lanes, data_width), LaneReducer(edge_lanes)
+        elif edge_lanes != 1:
+            raise ValueError(f"graph: edge_lanes must be 1 or a power of two from 2 to 16, not {edge_lanes}")
+        self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes > 1 else 0)
         #: the build constants the host reads (read-only registers)
         self.constants = {"window_capacity": window_vertices}
         self.ticket_layout = self.collector.ticket_layout
@@ -225,6 +236,12 @@ class GraphEngine(CommandEngine):
                               {"window": Transfer(Mux(is_pagerank, cmd.scratch, source_base), window_len[:32])},
                               loading)
         start = Signal()                # one cycle before a phase: counters restart
+        # the edge lanes take a min program's edge passes when every source is in the window
+        # (registered: fixed for the command, settled during the validation pass)
+        lanes = self.edge_lanes > 1
+        use_lanes = Signal()
+        if lanes:
+            m.d.sync += use_lanes.eq(~sum_rows & (window_count == cmd.n))
         # the validation pass takes the row pointers and columns a word at a time; the edge
         # passes element by element through the unpackers
         m.submodules.validator = validator = GraphValidator(self.data_width)
@@ -236,13 +253,19 @@ class GraphEngine(CommandEngine):
             m.submodules[f"unpack_{name}"] = u
             m.d.comb += u.start.eq(start)
             data = readers[name].data
+            # with the edge lanes the columns and weights go to the bundler as words
+            to_lanes = use_lanes if name in ("col", "val") else 0
+            lane_ready = getattr(self.bundler, name).ready if lanes and name in ("col", "val") else 0
+            if lanes and name in ("col", "val"):
+                m.d.comb += [getattr(self.bundler, name).payload.eq(data.payload),
+                             getattr(self.bundler, name).valid.eq(data.valid & ~validating & use_lanes)]
+            m.d.comb += [u.words.payload.eq(data.payload), u.words.valid.eq(data.valid & ~validating & ~to_lanes)]
             if name in ("rowptr", "col"):
                 check = getattr(validator, name)
-                m.d.comb += [u.words.payload.eq(data.payload), check.payload.eq(data.payload),
-                             u.words.valid.eq(data.valid & ~validating), check.valid.eq(data.valid & validating),
-                             data.ready.eq(Mux(validating, check.ready, u.words.ready))]
+                m.d.comb += [check.payload.eq(data.payload), check.valid.eq(data.valid & validating),
+                             data.ready.eq(Mux(validating, check.ready, Mux(to_lanes, lane_ready, u.words.ready)))]
             else:
-                wiring.connect(m, data, u.words)
+                m.d.comb += data.ready.eq(Mux(to_lanes, lane_ready, u.words.ready))
         m.d.comb += [unpack["rowptr"].count.eq(row_count + 1), unpack["col"].count.eq(cmd.edges),
                      unpack["val"].count.eq(Mux(vertex_pass, pass_count, cmd.edges)),
                      unpack["old"].count.eq(pass_count)]
@@ -260,14 +283,29 @@ class GraphEngine(CommandEngine):
         m.d.comb += [gen.rowptr.valid.eq(rp.valid), gen.rowptr.payload.eq(rp.payload),
                      gen.col.valid.eq(col.valid), gen.col.payload.eq(col.payload),
                      gen.val.valid.eq(val.valid), gen.val.payload.eq(val.payload),
-                     gen.run.eq(iterating), gen.uses_val.eq(uses_val), gen.start.eq(start),
+                     gen.run.eq(iterating & ~use_lanes), gen.uses_val.eq(uses_val), gen.start.eq(start),
                      gen.weight.eq(Mux(is_pagerank, FP32_ONE, Mux(program == Program.BFS, 1, 0)))]
+        lanes_busy = Const(0)
+        if lanes:
+            # ---- edge lanes: row bundles through the window's lane ports to the row minima ----
+            m.submodules.bundler = bundler = self.bundler
+            m.submodules.lane_reducer = lane_reducer = self.lane_reducer
+            wiring.connect(m, bundler.bundle, lane_reducer.bundle)
+            m.d.comb += [bundler.rowptr.valid.eq(rp.valid), bundler.rowptr.payload.eq(rp.payload),
+                         bundler.own.valid.eq(old.valid), bundler.own.payload.eq(old.payload),
+                         bundler.run.eq(iterating & use_lanes), bundler.start.eq(start),
+                         bundler.uses_val.eq(uses_val), bundler.weight.eq(gen.weight), bundler.edges.eq(cmd.edges),
+                         lane_reducer.start.eq(start)]
+            lanes_busy = lane_reducer.busy | ~bundler.idle & iterating & use_lanes
 
         # ---- source window, collector (a collection-extended MSHR), source-value cache, response table ----
         m.submodules.window = window = self.window
         wiring.connect(m, readers["window"].data, window.load)
         m.d.comb += [window.start.eq(start), window.count.eq(window_count),
                      window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
+        if lanes:
+            m.d.comb += [window.lane_u.eq(lane_reducer.lane_u), window.lane_en.eq(lane_reducer.lane_en),
+                         lane_reducer.lane_value.eq(window.lane_value)]
         wiring.connect(m, gen.edge, window.edge)
         m.submodules.cache = cache = self.cache
         # the cache answers for the edge entering the window's stage, which registers it;
@@ -315,7 +353,7 @@ class GraphEngine(CommandEngine):
                      cache.fill.eq(reducer.fill), cache.fill_u.eq(reducer.fill_u), cache.fill_line.eq(reducer.fill_line),
                      reducer.run.eq(iterating), reducer.sums.eq(sum_rows), reducer.baseline.eq(baseline),
                      reducer.start.eq(start), reducer.own.valid.eq(old.valid), reducer.own.payload.eq(old.payload)]
-        changed = reducer.changed
+        changed = reducer.changed | (lane_reducer.changed if lanes else 0)
 
         # ---- PageRank's vertex passes ------------------------------------------------
         dterm = Signal(32)               # dangling x (1/n), for the update pass
@@ -326,9 +364,9 @@ class GraphEngine(CommandEngine):
                      vertex.teleport.eq(cmd.teleport), vertex.dterm.eq(dterm), vertex.start.eq(start)]
         vertex_out = vertex.out
         # the streams' readers: validation, the edge generator, the reducer, the vertex passes
-        m.d.comb += [rp.ready.eq(gen.rowptr.ready), col.ready.eq(gen.col.ready),
+        m.d.comb += [rp.ready.eq(gen.rowptr.ready | (bundler.rowptr.ready if lanes else 0)), col.ready.eq(gen.col.ready),
                      val.ready.eq(gen.val.ready | vertex.other.ready),
-                     old.ready.eq(reducer.own.ready | vertex.rank.ready)]
+                     old.ready.eq(reducer.own.ready | vertex.rank.ready | (bundler.own.ready if lanes else 0))]
         vertex_fire = Signal()
         vertices_taken = Signal(32)
         vertex_last = vertices_taken + 1 == pass_count
@@ -362,9 +400,15 @@ class GraphEngine(CommandEngine):
                          packer.elements.payload.eq(sums.sums.payload),
                          sums.sums.ready.eq(iterating & packer.elements.ready)]
         with m.Else():
-            m.d.comb += [packer.elements.valid.eq(reducer.minimum.valid),
-                         packer.elements.payload.eq(reducer.minimum.payload),
-                         reducer.minimum.ready.eq(packer.elements.ready)]
+            minimum = reducer.minimum
+            with m.If(use_lanes):        # (the lanes' row minima, in the same order)
+                if lanes:
+                    m.d.comb += [packer.elements.valid.eq(lane_reducer.results.valid),
+                                 packer.elements.payload.eq(lane_reducer.results.payload),
+                                 lane_reducer.results.ready.eq(packer.elements.ready)]
+            with m.Else():
+                m.d.comb += [packer.elements.valid.eq(minimum.valid), packer.elements.payload.eq(minimum.payload),
+                             minimum.ready.eq(packer.elements.ready)]
         with m.If(start):
             m.d.sync += [vertices_taken.eq(0), total_ready.eq(0)]
         spmv_idle = ~sum_rows | sums.idle
@@ -435,7 +479,8 @@ class GraphEngine(CommandEngine):
                         m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & ~reducer.busy & spmv_idle):
+                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & ~reducer.busy & spmv_idle &
+                          ~lanes_busy):
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(is_pagerank):          # the pull sums are in: the update pass next

@@ -18,6 +18,11 @@ leaves with ``hit`` when its source is in the window or the cache, so the collec
 behind it decides from registers.  (A fill in the cycle of the lookup is not seen: the
 edge then fetches a value the cache would have had, the same value.)
 
+With ``read_lanes`` (the edge lanes, :mod:`~ndpkit_hw.engines.graph.lanes`) the memory has
+a read port a lane, in copies of two ports (the single-edge path's read and the load share
+the first copy's first port): ``lane_u`` (read with ``lane_en``) answers on ``lane_value``
+the cycle after, one source value a lane.
+
 ``start`` restarts the load at word 0 (every pass: the source array changes between
 passes); ``loaded`` counts the words written.  With ``vertices = 0`` there is no
 memory: nothing hits and the edges pass through the register stage.
@@ -46,8 +51,11 @@ def windowed_queue(width: int) -> fifo.SyncFIFOBuffered:
 
 
 class SourceWindow(wiring.Component):
-    def __init__(self, vertices: int, data_width: int = 512):
+    def __init__(self, vertices: int, data_width: int = 512, read_lanes: int = 0):
         self.lanes = data_width // 32
+        if read_lanes and not vertices:
+            raise ValueError("graph: edge_lanes need a source window (window_vertices > 0)")
+        self.read_lanes = read_lanes
         if vertices and (vertices & (vertices - 1) or not self.lanes <= vertices <= MAX_VERTICES):
             raise ValueError(f"graph: window_vertices must be 0 or a power of two from {self.lanes} to "
                              f"{MAX_VERTICES}, not {vertices}")
@@ -61,6 +69,8 @@ class SourceWindow(wiring.Component):
             "cache_hit": In(1), "cache_value": In(32),   # the cache's answer for the entering edge
             "base": In(32),                           # the source array's byte address
             "out": Out(stream.Signature(WindowedEdge)),
+            "lane_u": In(data.ArrayLayout(32, max(1, read_lanes))), "lane_en": In(1),
+            "lane_value": Out(data.ArrayLayout(32, max(1, read_lanes))),
         })
 
     def elaborate(self, platform):
@@ -86,17 +96,42 @@ class SourceWindow(wiring.Component):
         lanes = self.lanes
         words = self.vertices // lanes
         lane_bits = (lanes - 1).bit_length()
-        m.submodules.values = values = Memory(shape=lanes * 32, depth=words, init=[])
-        write, read = values.write_port(), values.read_port()     # (a read-enabled port holds its data)
-        m.d.comb += [self.load.ready.eq(1),
-                     write.addr.eq(self.loaded), write.data.eq(self.load.payload.data),
-                     write.en.eq(self.load.valid & (self.loaded < words)),
-                     read.addr.eq(edge.payload.u[lane_bits:lane_bits + (words - 1).bit_length()]),
-                     read.en.eq(take)]
+
+        def word_of(u):
+            return u[lane_bits:lane_bits + (words - 1).bit_length()]
+        writing = self.load.valid & (self.loaded < words)
+        m.d.comb += self.load.ready.eq(1)
+        # The memory in copies of two ports each, a block RAM's two: port A writes the load
+        # and reads the single-edge path's edge (copy 0) or an even lane, port B reads an
+        # odd lane.  The load, the single-edge path and the lanes never share a cycle, so
+        # port A's one address serves all three (a read-write port to the RAM mapper).
         lane = Signal(lane_bits)
         with m.If(take):
             m.d.sync += lane.eq(edge.payload.u[:lane_bits])
-        m.d.comb += out.payload.value.eq(Mux(in_window, read.data.word_select(lane, 32), cached_value))
+        for c in range(max(1, (self.read_lanes + 1) // 2)):
+            m.submodules[f"values{c}"] = values = Memory(shape=lanes * 32, depth=words, init=[])
+            write, port_a = values.write_port(), values.read_port()     # (a read-enabled port holds its data)
+            addr_a = Signal(range(words), name=f"copy{c}_addr")
+            read_addr, read_en = (word_of(edge.payload.u), take) if c == 0 else (0, 0)
+            if 2 * c < self.read_lanes:
+                read_addr = Mux(self.lane_en, word_of(self.lane_u[2 * c]), read_addr)
+                read_en = read_en | self.lane_en
+            m.d.comb += [addr_a.eq(Mux(writing, self.loaded, read_addr)),
+                         write.addr.eq(addr_a), write.data.eq(self.load.payload.data), write.en.eq(writing),
+                         port_a.addr.eq(addr_a), port_a.en.eq(read_en)]
+            ports = [(2 * c, port_a)]
+            if c == 0:
+                m.d.comb += out.payload.value.eq(Mux(in_window, port_a.data.word_select(lane, 32), cached_value))
+            if 2 * c + 1 < self.read_lanes:
+                port_b = values.read_port()
+                m.d.comb += [port_b.addr.eq(word_of(self.lane_u[2 * c + 1])), port_b.en.eq(self.lane_en)]
+                ports.append((2 * c + 1, port_b))
+            for j, port in ports:
+                if j < self.read_lanes:
+                    at = Signal(lane_bits, name=f"lane{j}_at")
+                    m.d.comb += self.lane_value[j].eq(port.data.word_select(at, 32))
+                    with m.If(self.lane_en):
+                        m.d.sync += at.eq(self.lane_u[j][:lane_bits])
         with m.If(self.load.valid & (self.loaded < words)):
             m.d.sync += self.loaded.eq(self.loaded + 1)
         with m.If(self.start):
