@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """The graph engine's components alone, in Amaranth's simulator against Python models,
 with random stalls on every valid/ready pair (the ``rng`` fixture prints its seed; ``SEED=`` reproduces): the edge
-generator, the source-value cache, the collector (collection-extended MSHR) with the
+generator, the word packer and unpacker, the source-value cache, the collector (collection-extended MSHR) with the
 response table, the source window, the edge lanes, the word-rate validator, the fp32 row sums, and PageRank's vertex passes (bit for bit the golden operations).
 The whole engine's bench is ``test_graph_engine.py``."""
 
@@ -15,13 +15,13 @@ from ndpkit.arith import fp
 from ndpkit_hw.engines.graph.cache import SourceCache
 from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
-from ndpkit_hw.engines.graph.lanes import LaneReducer, RowBundler
+from ndpkit_hw.engines.graph.lanes import EdgeLanes
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.responses import ResponseTable
 from ndpkit_hw.engines.graph.rowsums import RowSums
 from ndpkit_hw.engines.graph.validate import GraphValidator
 from ndpkit_hw.engines.graph.window import SourceWindow
-from ndpkit_hw.engines.graph.words import WordUnpacker
+from ndpkit_hw.engines.graph.words import WordPacker, WordUnpacker
 
 
 def _drive(ctx, port, items, rng, i):
@@ -94,6 +94,37 @@ def test_edge_generator_turns_rows_into_edges(rng):
         assert ctx.get(dut.idle)
     run_to_end(dut, bench)
     assert got == expected
+
+
+def test_word_packer_fills_whole_words_and_pads_the_last(rng):
+    """Passes of 37, 1, 16 and 5 elements into 128-bit words with random gaps and random
+    back-pressure on the words: each pass gives ``ceil(count / 4)`` words, the elements in
+    order and the last word padded with zeros; the count changes with start and settles the
+    cycle after (as the engine's pass flags do)."""
+    dut = WordPacker(128)
+
+    async def bench(ctx):
+        for count in (37, 1, 16, 5):
+            elements = [rng.randrange(1 << 32) for _ in range(count)]
+            padded = elements + [0] * (-count % 4)
+            want = [sum(e << (32 * k) for k, e in enumerate(padded[i:i + 4])) for i in range(0, count, 4)]
+            ctx.set(dut.count, 3)        # the previous phase's count, while start is high
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            ctx.set(dut.count, count)
+            got, i = [], 0
+            for _ in range(20 * count + 20):
+                _drive(ctx, dut.elements, elements, rng, i)
+                ready = rng.random() < 0.5
+                ctx.set(dut.words.ready, ready)
+                if ctx.get(dut.words.valid) and ready:
+                    got.append(ctx.get(dut.words.payload).data)
+                i += _fired(ctx, dut.elements)
+                await ctx.tick()
+            ctx.set(dut.elements.valid, 0)
+            assert got == want and i == count
+    run_to_end(dut, bench)
 
 
 @pytest.mark.parametrize("counts", [(37, 3, 16), (1, 0, 32)])
@@ -200,7 +231,7 @@ def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
 
     async def bench(ctx):
         ctx.set(dut_c.baseline, baseline)
-        i = 0
+        i = decided = 0                  # edges taken in, edges with their ticket
         in_flight = []                   # ids sent, in order
         arrived = {}                     # id -> responses arrived under it so far
         for cycle in range(40000):
@@ -233,12 +264,15 @@ def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
                 assert 1 <= r.count <= 16 and ctx.get(dut_c.send_members) == r.count
                 requests.setdefault(sid, []).append((r.address, r.count, [r.offsets[k] for k in range(16)], r.op))
                 in_flight.append(sid)
-            if ctx.get(dut_c.edge.valid) and ctx.get(dut_c.edge.ready):
-                assert ctx.get(dut_c.ticket_en)
+            if ctx.get(dut_c.ticket_en):             # the oldest edge taken in (edges wait a stage)
                 tk = ctx.get(dut_c.ticket)
-                if not edges[i]["empty"]:
-                    tickets.append({"u": edges[i]["u"], "id": tk.id, "lane": tk.lane, "done": False,
+                e = edges[decided]
+                assert (tk.u, tk.empty) == (e["u"], e["empty"])
+                if not e["empty"]:
+                    tickets.append({"u": e["u"], "id": tk.id, "lane": tk.lane, "done": False,
                                     "n": len(requests.get(tk.id, []))})
+                decided += 1
+            if ctx.get(dut_c.edge.valid) and ctx.get(dut_c.edge.ready):
                 i += 1
             if answer:
                 done_id = in_flight.pop(0)
@@ -249,7 +283,7 @@ def test_collector_groups_edges_and_tickets_find_their_values(rng, baseline):
             if i == len(edges) and not in_flight and all(t["done"] for t in tickets) and \
                     not ctx.get(dut_c.busy):
                 break
-        assert i == len(edges) and all(t["done"] for t in tickets)
+        assert i == decided == len(edges) and all(t["done"] for t in tickets)
     run_to_end(top, bench, deadline=80000)
     for t in tickets:
         # the request of the ticket's group: the first sent under its id after the ticket was written
@@ -624,21 +658,20 @@ def test_windowed_queue_passes_an_edge_a_cycle():
 
 
 class _EdgeLanes(wiring.Component):
-    """The edge lanes as the engine wires them: bundler -> reducer, the reducer's
-    lookups through the source window's lane ports."""
+    """The edge lanes as the engine wires them: their lookups through the source
+    window's lane ports."""
 
     def __init__(self, lanes):
-        self.bundler, self.reducer = RowBundler(lanes), LaneReducer(lanes)
+        self.lanes = EdgeLanes(lanes)
+        self.bundler, self.reducer = self.lanes.bundler, self.lanes.reducer
         self.window = SourceWindow(64, 512, read_lanes=lanes)
         super().__init__({})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.bundler, m.submodules.reducer = self.bundler, self.reducer
-        m.submodules.window = self.window
-        wiring.connect(m, self.bundler.bundle, self.reducer.bundle)
-        m.d.comb += [self.window.lane_u.eq(self.reducer.lane_u), self.window.lane_en.eq(self.reducer.lane_en),
-                     self.reducer.lane_value.eq(self.window.lane_value)]
+        m.submodules.lanes, m.submodules.window = self.lanes, self.window
+        m.d.comb += [self.window.lane_u.eq(self.lanes.lane_u), self.window.lane_en.eq(self.lanes.lane_en),
+                     self.lanes.lane_value.eq(self.window.lane_value)]
         return m
 
 
@@ -653,7 +686,8 @@ def test_edge_lanes_reduce_rows_like_the_golden_min(rng, lanes):
     ``changed`` is set exactly when some row changed; the second pass (constant weight)
     starts clean."""
     dut = _EdgeLanes(lanes)
-    b, r, w = dut.bundler, dut.reducer, dut.window
+    b = r = dut.lanes
+    w = dut.window
     passes = 0
 
     def words(items):
@@ -680,11 +714,10 @@ def test_edge_lanes_reduce_rows_like_the_golden_min(rng, lanes):
                     best = min(best, 0xFFFF_FFFF if values[col[e]] == 0xFFFF_FFFF or total >> 32 else total)
                 expected.append(best)
             ctx.set(b.start, 1)
-            ctx.set(r.start, 1)
             ctx.set(w.start, 1)
             ctx.set(w.count, 64)
             await ctx.tick()
-            for s in (b.start, r.start, w.start):
+            for s in (b.start, w.start):
                 ctx.set(s, 0)
             for word in words(values):
                 ctx.set(w.load.valid, 1)
@@ -717,8 +750,10 @@ def test_edge_lanes_reduce_rows_like_the_golden_min(rng, lanes):
             for _ in range(12):
                 await ctx.tick()
             assert ctx.get(r.changed) == (expected != own)
-            assert not ctx.get(r.busy) and ctx.get(b.idle)
+            assert ctx.get(dut.bundler.idle)
             ctx.set(b.run, 0)
+            await ctx.tick()
+            assert not ctx.get(r.busy)
             passes += 1
     run_to_end(dut, bench)
     assert passes == 2
@@ -731,7 +766,7 @@ def test_edge_lanes_take_a_lane_group_a_cycle():
     bundler neither waits between rows nor takes a cycle per row."""
     lanes = 8
     dut = _EdgeLanes(lanes)
-    b, r = dut.bundler, dut.reducer
+    b = r = dut.lanes
     degrees = [3] + [32] * 24                     # the 3-edge row shifts the rest off the lane grid
     rowptr = np.concatenate([[0], np.cumsum(degrees)]).astype(int).tolist()
     edges = rowptr[-1]
@@ -740,10 +775,8 @@ def test_edge_lanes_take_a_lane_group_a_cycle():
 
     async def bench(ctx):
         ctx.set(b.start, 1)
-        ctx.set(r.start, 1)
         await ctx.tick()
         ctx.set(b.start, 0)
-        ctx.set(r.start, 0)
         ctx.set(b.edges, edges)
         ctx.set(b.run, 1)
         ctx.set(r.results.ready, 1)
@@ -758,7 +791,7 @@ def test_edge_lanes_take_a_lane_group_a_cycle():
                 ctx.set(port.valid, at[name] < len(items))
                 if at[name] < len(items):
                     ctx.set(port.payload, items[at[name]])
-            if ctx.get(b.bundle.valid) and first is None:
+            if ctx.get(dut.bundler.bundle.valid) and first is None:
                 first = cycle
             got += ctx.get(r.results.valid)
             for name in at:

@@ -147,25 +147,21 @@ NOTES = {
                                   "before the sg unit's scatter change, which took 15k LUT4 off the ecp5 "
                                   "configuration (4 banks, 16 cache lines and response ids, same datapath): "
                                   "that one fits and places. Next: re-synthesise the default.",
-    ("graph", "default", "levels"): "13 levels (15 on 2026-11-26 morning, the first measurement: native Yosys, "
+    ("graph", "default", "levels"): "11 levels (15 on 2026-11-26 morning, the first measurement: native Yosys, "
                                     "the WebAssembly build's 4 GiB ran out). Each step measured: the collector's "
                                     "joins by each slot's own hit, a group's leaving registered ahead of the "
-                                    "compares -> 15 (then the cache's tag lookup from the control state); the "
-                                    "edge generator's source outside the state's gate -> 13 (the windowed queue "
-                                    "into the compares); that queue's output registered, the group key "
-                                    "registered with the edge -> 13 (the row sums' lane select into the FMA's "
-                                    "first stage); the entry and partial registered before the FMA -> 12; the "
-                                    "queue three entries deep (two passed an edge every other cycle) -> 13 on the "
-                                    "same path as 12 (a one-hot open slot also measured 13 and was reverted). "
-                                    "With the edge lanes (2026-11-26 evening) still 13, two paths at that depth: "
-                                    "the collector, from the registered key through the slots' compares into the "
-                                    "joined slot's offsets word, and the one the netlist reports, the end of a "
-                                    "pass's edges: the edge generator's empty-row compare of the row pointer, the "
-                                    "pass-done term, the collector's flush, its take, the windowed queue's level "
-                                    "(block.bundler.rowptr__payload -> windowed.inner_level; the row pointer's "
-                                    "register named by the bundler's input it also drives). Next: the flush "
-                                    "registered, the compares a stage ahead (each slot's match registered with "
-                                    "forwarding from the group opened in the same cycle).",
+                                    "compares -> 15; the edge generator's source outside the state's gate -> 13; "
+                                    "the row sums' entry registered before the FMA -> 12; the windowed queue "
+                                    "three deep (two passed an edge every other cycle) -> 13; with the edge "
+                                    "lanes 13 (two paths: the collector's key compares into the joined slot's "
+                                    "offsets, and the pass's end through the collector's flush into its take); "
+                                    "the collector's input register with its match bits computed as the edge "
+                                    "enters (forwarding the key of a group opened that cycle) and the flush "
+                                    "registered -> 12 (the word packer's last-element compare); that compare "
+                                    "and the vertex passes' one registered a cycle ahead -> 11. Now: the "
+                                    "packer's next-count add and compare into its register (block.packer.$2 -> "
+                                    "block.packer.$signal, a 32-bit carry chain). Next: the counts as "
+                                    "down-counters with a registered zero flag.",
 }
 
 

@@ -10,6 +10,13 @@ cycle) to make room.  A group also leaves when full, after ``timeout`` cycles wi
 or when the pass's edges are all taken (``flush``).  Every taken edge writes one
 ticket (``ticket``, ``ticket_en``): row start/end, weight, and where its source value
 will be (response id and lane, or the cached value).
+
+An edge waits in an input register while it is decided, and its key is compared with
+the groups' keys as it enters (a register of match bits beside it), against the keys
+the groups will have in the next cycle: a group the waiting edge opens in that cycle
+takes the waiting edge's key (forwarded).  While an edge waits no group changes its key
+(only a taken edge opens a group), so its match bits stay true; a group that leaves is
+masked by its open bit.  The decision then starts from registers, not from the compares.
 """
 from __future__ import annotations
 
@@ -52,7 +59,8 @@ class Collector(wiring.Component):
             "req": Out(stream.Signature(request_layout(addr_width))),
             "open": Out(1), "next_id": In(range(ids)), "next_free": In(1),
             "send": Out(1), "send_id": Out(range(ids)), "send_members": Out(5),
-            "busy": Out(1),                  # a group is open
+            "busy": Out(1),                  # an edge waits or a group is open
+            "waiting": Out(1),               # an edge waits (in the input register)
         })
 
     def group_key(self, address, baseline):
@@ -64,28 +72,31 @@ class Collector(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        slots, edge = self.slots, self.edge.payload
+        slots = self.slots
         baseline = self.baseline
         ticket = self.ticket
+        # the waiting edge (input register) and its match bits
+        waiting = self.waiting
+        edge = Signal.like(self.edge.payload, name="edge")
+        address, key = Signal(self.addr_width, name="edge_address"), Signal(self.addr_width - 6, name="edge_key")
+        hit, value = Signal(name="edge_hit"), Signal(32, name="edge_value")
+        matches = Signal(slots)
         m.d.comb += [ticket.empty.eq(edge.empty), ticket.first.eq(edge.first), ticket.last.eq(edge.last),
                      ticket.weight.eq(edge.weight), ticket.u.eq(edge.u)]
         row_shift = log2_exact(self.row_bytes, "row_bytes")
-        address = self.address
-        key = self.key
         slot_open = Signal(slots)
         slot_key = Array(Signal(self.addr_width - 6, name=f"slot{i}_key") for i in range(slots))
         slot_count = Array(Signal(5, name=f"slot{i}_count") for i in range(slots))
         slot_id = Array(Signal(range(self.ids), name=f"slot{i}_id") for i in range(slots))
         slot_idle = Array(Signal(range(self.timeout + 1), name=f"slot{i}_idle") for i in range(slots))
         slot_offsets = Array(Signal(16 * MAX_OFFSETS, name=f"slot{i}_offsets") for i in range(slots))
-        m.d.comb += self.busy.eq(slot_open != 0)
-        lookup = self.edge.valid & ~edge.empty & ~self.hit & self.ticket_room
+        m.d.comb += self.busy.eq(waiting | (slot_open != 0))
+        lookup = waiting & ~edge.empty & ~hit & self.ticket_room
         # open groups' keys differ (a second group opens on a key only once the first is
         # full), so an edge hits at most one slot: one-hot selects, no priority, and the
         # joined slot's offsets are written by that slot's own hit, not through an index
         hits = Signal(slots)
-        m.d.comb += hits.eq(Cat(slot_open[i] & (slot_key[i] == key) & (slot_count[i] < MAX_OFFSETS)
-                                for i in range(slots)))
+        m.d.comb += hits.eq(Cat(slot_open[i] & matches[i] & (slot_count[i] < MAX_OFFSETS) for i in range(slots)))
         victim = Signal(range(slots))
         # no slot free and none hit: the round-robin victim goes next cycle (registered, so a
         # group's leaving never waits on this cycle's key compares)
@@ -128,17 +139,19 @@ class Collector(wiring.Component):
         can_open = (hits == 0) & ~slot_open.all() & self.next_free
         take = Signal()
         joined = Signal(slots)
-        with m.If(self.edge.valid & self.ticket_room):
+        opening = Signal(slots)          # the slot the waiting edge opens (with its key)
+        with m.If(waiting & self.ticket_room):
             with m.If(edge.empty):
                 m.d.comb += take.eq(1)
-            with m.Elif(self.hit):
-                m.d.comb += [take.eq(1), ticket.hit.eq(1), ticket.value.eq(self.value)]
+            with m.Elif(hit):
+                m.d.comb += [take.eq(1), ticket.hit.eq(1), ticket.value.eq(value)]
             with m.Elif(joinable.any()):
                 m.d.comb += [take.eq(1), ticket.id.eq(join_id),
                              ticket.lane.eq(Mux(baseline, address[2:6], join_count[:4])), joined.eq(joinable)]
             with m.Elif(can_open):
                 m.d.comb += [take.eq(1), ticket.id.eq(self.next_id), ticket.lane.eq(Mux(baseline, address[2:6], 0)),
-                             joined.eq(Const(1, slots) << free_slot), self.open.eq(1)]
+                             joined.eq(Const(1, slots) << free_slot), opening.eq(Const(1, slots) << free_slot),
+                             self.open.eq(1)]
                 m.d.sync += [slot_key[free_slot].eq(key), slot_count[free_slot].eq(1),
                              slot_id[free_slot].eq(self.next_id),
                              slot_offsets[free_slot].word_select(0, 16).eq(address[2:row_shift])]
@@ -152,5 +165,14 @@ class Collector(wiring.Component):
                 m.d.sync += slot_idle[i].eq(0)
             with m.Elif(slot_open[i] & (slot_idle[i] != self.timeout)):
                 m.d.sync += slot_idle[i].eq(slot_idle[i] + 1)
-        m.d.comb += [self.edge.ready.eq(take), self.ticket_en.eq(take)]
+        m.d.comb += [self.edge.ready.eq(~waiting | take), self.ticket_en.eq(take)]
+        # the entering edge: registered with its key's matches against next cycle's groups
+        enter = self.edge.valid & self.edge.ready
+        with m.If(enter):
+            m.d.sync += [waiting.eq(1), edge.eq(self.edge.payload), address.eq(self.address), key.eq(self.key),
+                         hit.eq(self.hit), value.eq(self.value),
+                         matches.eq(Cat(Mux(opening[i], self.key == key, self.key == slot_key[i])
+                                        for i in range(slots)))]
+        with m.Elif(take):
+            m.d.sync += waiting.eq(0)
         return m

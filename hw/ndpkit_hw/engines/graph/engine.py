@@ -78,7 +78,7 @@ from ndpkit_hw.bus.dma import Transfer, TransferGroup
 from ndpkit_hw.engines.graph.cache import SourceCache
 from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
-from ndpkit_hw.engines.graph.lanes import LaneReducer, RowBundler
+from ndpkit_hw.engines.graph.lanes import EdgeLanes
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.words import WordPacker, WordUnpacker
 from ndpkit_hw.engines.graph.reducer import Reducer
@@ -111,10 +111,13 @@ class GraphEngine(CommandEngine):
         # edge lanes (above 1): the min programs' edge passes take `edge_lanes` edges a cycle
         # when every source is in the window (lanes.py); else the single-edge path below
         self.edge_lanes = edge_lanes
+        if edge_lanes not in (1, 2, 4, 8, 16):
+            raise ValueError(f"graph: edge_lanes must be 1, 2, 4, 8 or 16, not {edge_lanes}")
         if edge_lanes > 1:
-            self.bundler, self.lane_reducer = RowBundler(edge_lanes, data_width), LaneReducer(edge_lanes)
-        elif edge_lanes != 1:
-            raise ValueError(f"graph: edge_lanes must be 1 or a power of two from 2 to 16, not {edge_lanes}")
+            if not window_vertices:
+                raise ValueError("graph: edge_lanes above 1 read the source window: with window_vertices=0 "
+                                 "pass edge_lanes=1")
+            self.lanes = EdgeLanes(edge_lanes, data_width)
         self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes > 1 else 0)
         #: the build constants the host reads (read-only registers)
         self.constants = {"window_capacity": window_vertices}
@@ -253,12 +256,13 @@ class GraphEngine(CommandEngine):
             m.submodules[f"unpack_{name}"] = u
             m.d.comb += u.start.eq(start)
             data = readers[name].data
-            # with the edge lanes the columns and weights go to the bundler as words
+            # with the edge lanes the columns and weights go to them as words
             to_lanes = use_lanes if name in ("col", "val") else 0
-            lane_ready = getattr(self.bundler, name).ready if lanes and name in ("col", "val") else 0
+            lane_ready = 0
             if lanes and name in ("col", "val"):
-                m.d.comb += [getattr(self.bundler, name).payload.eq(data.payload),
-                             getattr(self.bundler, name).valid.eq(data.valid & ~validating & use_lanes)]
+                lane_words = getattr(self.lanes, name)
+                lane_ready = lane_words.ready
+                m.d.comb += [lane_words.payload.eq(data.payload), lane_words.valid.eq(data.valid & ~validating & use_lanes)]
             m.d.comb += [u.words.payload.eq(data.payload), u.words.valid.eq(data.valid & ~validating & ~to_lanes)]
             if name in ("rowptr", "col"):
                 check = getattr(validator, name)
@@ -285,18 +289,17 @@ class GraphEngine(CommandEngine):
                      gen.val.valid.eq(val.valid), gen.val.payload.eq(val.payload),
                      gen.run.eq(iterating & ~use_lanes), gen.uses_val.eq(uses_val), gen.start.eq(start),
                      gen.weight.eq(Mux(is_pagerank, FP32_ONE, Mux(program == Program.BFS, 1, 0)))]
-        lanes_busy = Const(0)
+        lanes_busy = lane_rowptr_ready = lane_own_ready = lanes_changed = Const(0)
         if lanes:
-            # ---- edge lanes: row bundles through the window's lane ports to the row minima ----
-            m.submodules.bundler = bundler = self.bundler
-            m.submodules.lane_reducer = lane_reducer = self.lane_reducer
-            wiring.connect(m, bundler.bundle, lane_reducer.bundle)
-            m.d.comb += [bundler.rowptr.valid.eq(rp.valid), bundler.rowptr.payload.eq(rp.payload),
-                         bundler.own.valid.eq(old.valid), bundler.own.payload.eq(old.payload),
-                         bundler.run.eq(iterating & use_lanes), bundler.start.eq(start),
-                         bundler.uses_val.eq(uses_val), bundler.weight.eq(gen.weight), bundler.edges.eq(cmd.edges),
-                         lane_reducer.start.eq(start)]
-            lanes_busy = lane_reducer.busy | ~bundler.idle & iterating & use_lanes
+            # ---- edge lanes: rows in lane groups through the window's lane ports to the row minima ----
+            m.submodules.lanes = edge_lanes = self.lanes
+            m.d.comb += [edge_lanes.rowptr.valid.eq(rp.valid), edge_lanes.rowptr.payload.eq(rp.payload),
+                         edge_lanes.own.valid.eq(old.valid), edge_lanes.own.payload.eq(old.payload),
+                         edge_lanes.run.eq(iterating & use_lanes), edge_lanes.start.eq(start),
+                         edge_lanes.uses_val.eq(uses_val), edge_lanes.weight.eq(gen.weight),
+                         edge_lanes.edges.eq(cmd.edges)]
+            lanes_busy, lanes_changed = edge_lanes.busy, edge_lanes.changed
+            lane_rowptr_ready, lane_own_ready = edge_lanes.rowptr.ready, edge_lanes.own.ready
 
         # ---- source window, collector (a collection-extended MSHR), source-value cache, response table ----
         m.submodules.window = window = self.window
@@ -304,8 +307,8 @@ class GraphEngine(CommandEngine):
         m.d.comb += [window.start.eq(start), window.count.eq(window_count),
                      window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
         if lanes:
-            m.d.comb += [window.lane_u.eq(lane_reducer.lane_u), window.lane_en.eq(lane_reducer.lane_en),
-                         lane_reducer.lane_value.eq(window.lane_value)]
+            m.d.comb += [window.lane_u.eq(edge_lanes.lane_u), window.lane_en.eq(edge_lanes.lane_en),
+                         edge_lanes.lane_value.eq(window.lane_value)]
         wiring.connect(m, gen.edge, window.edge)
         m.submodules.cache = cache = self.cache
         # the cache answers for the edge entering the window's stage, which registers it;
@@ -327,7 +330,8 @@ class GraphEngine(CommandEngine):
         windowed = View(WindowedEdge, windowed_queue.r_data[:-key_bits])
         m.submodules.table = table = self.table
         m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=self.ticket_layout.size, depth=self.tickets)
-        streams_done = Signal()          # every edge of the iteration has been taken
+        streams_done = Signal()          # every edge of the iteration has left the queue (registered:
+                                         # the collector's groups flush a cycle later, not through its take)
         m.d.comb += [collector.edge.valid.eq(windowed_queue.r_rdy), collector.edge.payload.eq(windowed.edge),
                      windowed_queue.r_en.eq(collector.edge.ready)]
         wiring.connect(m, collector.req, unit.req)
@@ -353,7 +357,7 @@ class GraphEngine(CommandEngine):
                      cache.fill.eq(reducer.fill), cache.fill_u.eq(reducer.fill_u), cache.fill_line.eq(reducer.fill_line),
                      reducer.run.eq(iterating), reducer.sums.eq(sum_rows), reducer.baseline.eq(baseline),
                      reducer.start.eq(start), reducer.own.valid.eq(old.valid), reducer.own.payload.eq(old.payload)]
-        changed = reducer.changed | (lane_reducer.changed if lanes else 0)
+        changed = reducer.changed | lanes_changed
 
         # ---- PageRank's vertex passes ------------------------------------------------
         dterm = Signal(32)               # dangling x (1/n), for the update pass
@@ -364,12 +368,15 @@ class GraphEngine(CommandEngine):
                      vertex.teleport.eq(cmd.teleport), vertex.dterm.eq(dterm), vertex.start.eq(start)]
         vertex_out = vertex.out
         # the streams' readers: validation, the edge generator, the reducer, the vertex passes
-        m.d.comb += [rp.ready.eq(gen.rowptr.ready | (bundler.rowptr.ready if lanes else 0)), col.ready.eq(gen.col.ready),
+        m.d.comb += [rp.ready.eq(gen.rowptr.ready | lane_rowptr_ready), col.ready.eq(gen.col.ready),
                      val.ready.eq(gen.val.ready | vertex.other.ready),
-                     old.ready.eq(reducer.own.ready | vertex.rank.ready | (bundler.own.ready if lanes else 0))]
+                     old.ready.eq(reducer.own.ready | vertex.rank.ready | lane_own_ready)]
         vertex_fire = Signal()
         vertices_taken = Signal(32)
-        vertex_last = vertices_taken + 1 == pass_count
+        # "the next vertex is the pass's last", registered (next cycle's count of vertices taken
+        # against the pass's count, which holds from start): the row sums' entry starts at a flop
+        vertex_last = Signal()
+        m.d.sync += vertex_last.eq(Mux(vertex_fire, vertices_taken + 2, vertices_taken + 1) == pass_count)
 
         # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree ------
         # SpMV and PageRank's pull pass: a row's entries; PageRank's vertex passes: one
@@ -403,14 +410,14 @@ class GraphEngine(CommandEngine):
             minimum = reducer.minimum
             with m.If(use_lanes):        # (the lanes' row minima, in the same order)
                 if lanes:
-                    m.d.comb += [packer.elements.valid.eq(lane_reducer.results.valid),
-                                 packer.elements.payload.eq(lane_reducer.results.payload),
-                                 lane_reducer.results.ready.eq(packer.elements.ready)]
+                    m.d.comb += [packer.elements.valid.eq(edge_lanes.results.valid),
+                                 packer.elements.payload.eq(edge_lanes.results.payload),
+                                 edge_lanes.results.ready.eq(packer.elements.ready)]
             with m.Else():
                 m.d.comb += [packer.elements.valid.eq(minimum.valid), packer.elements.payload.eq(minimum.payload),
                              minimum.ready.eq(packer.elements.ready)]
         with m.If(start):
-            m.d.sync += [vertices_taken.eq(0), total_ready.eq(0)]
+            m.d.sync += [vertices_taken.eq(0), total_ready.eq(0), vertex_last.eq(pass_count == 1)]
         spmv_idle = ~sum_rows | sums.idle
 
         # dangling x (1/n), once per iteration between the contributions and the update
@@ -441,8 +448,9 @@ class GraphEngine(CommandEngine):
         m.d.sync += [scan_bytes.eq(rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)),
                      iteration_bytes.eq(scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
                                         Mux(sum_rows, 0, row_len[:32]))]
-        m.d.comb += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
-                                    & gen.idle & ~gen.edge.valid & ~window.out.valid & (windowed_queue.level == 0))
+        m.d.sync += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
+                                    & gen.idle & ~gen.edge.valid & ~window.out.valid & (windowed_queue.level == 0)
+                                    & ~(collector.waiting & ~collector.edge.ready))
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),

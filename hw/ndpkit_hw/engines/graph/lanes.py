@@ -2,7 +2,8 @@
 source value is in the source window.
 
 Then no edge needs the collector, the unit or a ticket, and min is order-free, so the
-edges of a row can be reduced in any grouping with the same result.  Two components:
+edges of a row can be reduced in any grouping with the same result.  Two components,
+joined by :class:`EdgeLanes`:
 
 * :class:`RowBundler` cuts each row of the pull matrix into *bundles*: the row's edges
   in one lane-aligned group of ``lanes`` consecutive column entries (lanes outside the
@@ -29,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_hw.bus.axi import log2_exact
 
-__all__ = ["bundle_layout", "RowBundler", "LaneReducer"]
+__all__ = ["bundle_layout", "RowBundler", "LaneReducer", "EdgeLanes"]
 
 INF = 0xFFFF_FFFF
 
@@ -239,4 +240,36 @@ class LaneReducer(wiring.Component):
         m.d.comb += self.busy.eq(self.bundle.valid | (pipeline != 0) | (reserved != 0))
         with m.If(self.start):
             m.d.sync += [self.changed.eq(0), reserved.eq(0)]
+        return m
+
+
+class EdgeLanes(wiring.Component):
+    """The bundler and the lane reducer joined: row pointers, own values and column (and
+    weight) words in, each row's minimum out (``results``); the lanes' window reads on
+    ``lane_u``/``lane_en``/``lane_value`` (:class:`~ndpkit_hw.engines.graph.window.SourceWindow`'s
+    lane ports).  ``busy`` while a row of the pass (``run``) is still in flight."""
+
+    def __init__(self, lanes: int, data_width: int = 512):
+        self.bundler, self.reducer = RowBundler(lanes, data_width), LaneReducer(lanes)
+        bundler, reducer = self.bundler.signature.members, self.reducer.signature.members
+        super().__init__({
+            **{name: bundler[name] for name in ("rowptr", "own", "col", "val", "uses_val", "weight", "edges",
+                                                "run", "start")},
+            **{name: reducer[name] for name in ("lane_u", "lane_en", "lane_value", "results", "changed")},
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.bundler = bundler = self.bundler
+        m.submodules.reducer = reducer = self.reducer
+        wiring.connect(m, bundler.bundle, reducer.bundle)
+        for name in ("rowptr", "own", "col", "val"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(bundler, name))
+        wiring.connect(m, reducer.results, wiring.flipped(self.results))
+        m.d.comb += [bundler.uses_val.eq(self.uses_val), bundler.weight.eq(self.weight), bundler.edges.eq(self.edges),
+                     bundler.run.eq(self.run), bundler.start.eq(self.start), reducer.start.eq(self.start),
+                     self.lane_u.eq(reducer.lane_u), self.lane_en.eq(reducer.lane_en),
+                     reducer.lane_value.eq(self.lane_value), self.changed.eq(reducer.changed),
+                     self.busy.eq(reducer.busy | self.run & ~bundler.idle)]
         return m

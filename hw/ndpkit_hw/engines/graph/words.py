@@ -2,7 +2,7 @@
 these (row pointers, columns, values in; results out)."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -66,7 +66,8 @@ class WordUnpacker(wiring.Component):
 
 class WordPacker(wiring.Component):
     """``count`` 32-bit elements -> whole bus words for a writer (the last one padded
-    with zeros)."""
+    with zeros).  ``start`` restarts; ``count`` is taken from the cycle after it (no
+    element is taken in that cycle) and must hold until the pass ends."""
 
     def __init__(self, data_width: int):
         self.lanes = data_width // 32
@@ -83,12 +84,18 @@ class WordPacker(wiring.Component):
         taken = Signal(32)
         word = Signal(len(self.words.payload.data))
         full = Signal()
-        last = taken + 1 == self.count
+        # "the next element is the last", registered: next cycle's count of taken elements
+        # compared with the count (which holds through the pass), so the word's completion
+        # and the writer's valid start at a flop, not at the count's add and compare
+        # (the count settles the cycle after start: no element is taken in that cycle)
+        last, fresh = Signal(), Signal()
+        fire = self.elements.valid & self.elements.ready
+        m.d.sync += [last.eq(Mux(fire, taken + 2, taken + 1) == self.count), fresh.eq(self.start)]
         m.d.comb += [self.words.valid.eq(full), self.words.payload.data.eq(word), self.words.payload.strb.eq(-1),
-                     self.elements.ready.eq(~full)]
+                     self.elements.ready.eq(~full & ~fresh)]
         with m.If(self.words.valid & self.words.ready):
             m.d.sync += [full.eq(0), word.eq(0)]
-        with m.If(self.elements.valid & self.elements.ready):
+        with m.If(fire):
             m.d.sync += [word.word_select(lane, 32).eq(self.elements.payload), taken.eq(taken + 1),
                          lane.eq(lane + 1)]
             with m.If((lane == self.lanes - 1) | last):
