@@ -803,3 +803,18 @@ def test_edge_lanes_take_a_lane_group_a_cycle():
     # bundles one a cycle from the first, then the reducer's pipeline (window read, value,
     # add, three tree levels, the row's fold, the queue)
     assert groups <= spans[0] <= groups + 10, (groups, spans)
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"edge_lanes": 3}, r"edge_lanes must be 1 \(no lanes\) or a power of two from 2 to 16, not 3"),
+    ({"edge_lanes": 0}, r"edge_lanes must be 1 \(no lanes\) or a power of two from 2 to 16, not 0"),
+    ({"edge_lanes": 32}, r"not 32"),
+    ({"window_vertices": 0}, r"edge_lanes=8 read the source window: with window_vertices=0 pass edge_lanes=1")])
+def test_engine_refuses_edge_lanes_it_cannot_build(params, message):
+    """A lane count the bus word cannot feed, or lanes without a window to read: refused
+    when the engine is made, naming the parameter and what to pass; without lanes no
+    window is needed."""
+    from ndpkit_hw.engines.graph.engine import GraphEngine
+    with pytest.raises(ValueError, match=message):
+        GraphEngine(**params)
+    GraphEngine(window_vertices=0, edge_lanes=1)

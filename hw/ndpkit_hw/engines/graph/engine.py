@@ -110,15 +110,11 @@ class GraphEngine(CommandEngine):
         self.cache = SourceCache(cache_lines)
         # edge lanes (above 1): the min programs' edge passes take `edge_lanes` edges a cycle
         # when every source is in the window (lanes.py); else the single-edge path below
+        # (the bundler refuses a lane count it cannot take, the window lanes without a window)
         self.edge_lanes = edge_lanes
-        if edge_lanes not in (1, 2, 4, 8, 16):
-            raise ValueError(f"graph: edge_lanes must be 1, 2, 4, 8 or 16, not {edge_lanes}")
-        if edge_lanes > 1:
-            if not window_vertices:
-                raise ValueError("graph: edge_lanes above 1 read the source window: with window_vertices=0 "
-                                 "pass edge_lanes=1")
+        if edge_lanes != 1:
             self.lanes = EdgeLanes(edge_lanes, data_width)
-        self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes > 1 else 0)
+        self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0)
         #: the build constants the host reads (read-only registers)
         self.constants = {"window_capacity": window_vertices}
         self.ticket_layout = self.collector.ticket_layout

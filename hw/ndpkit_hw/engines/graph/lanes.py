@@ -16,8 +16,8 @@ joined by :class:`EdgeLanes`:
   lane), adds its weight (saturating), takes the bundle's minimum through a tree of
   registered pairwise minima, and folds the bundles of a row into ``min(own, ...)``:
   one result a row, in order, into a queue for the writer.  It is a pipeline without
-  stalls: it grants a bundle only while its result queue has room for every row in
-  flight (``room``, a register's compare).
+  stalls: it grants a bundle (its ``ready``, a register's compare) only while its result
+  queue has room for every row in flight.
 
 Pass results, byte counts and ``changed`` equal the single-edge path's, bit for bit
 (the golden model's ``min(old[v], min_u value[u] + w)``).
@@ -29,10 +29,9 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_hw.bus.axi import log2_exact
+from ndpkit_hw.engines.graph.reducer import INF, saturating_add
 
 __all__ = ["bundle_layout", "RowBundler", "LaneReducer", "EdgeLanes"]
-
-INF = 0xFFFF_FFFF
 
 
 def bundle_layout(lanes: int) -> data.StructLayout:
@@ -45,8 +44,8 @@ def bundle_layout(lanes: int) -> data.StructLayout:
 def _row_layout(group_bits: int, lane_bits: int) -> data.StructLayout:
     # a row as the bundler walks it: its first group, how many more, the lanes its first
     # and last groups start and end at, and whether its last group ends a bus word
-    return data.StructLayout({"group": group_bits, "more": group_bits, "lo": max(1, lane_bits),
-                              "hi": max(1, lane_bits), "empty": 1, "ends_word": 1})
+    return data.StructLayout({"group": group_bits, "more": group_bits, "lo": lane_bits, "hi": lane_bits,
+                              "empty": 1, "ends_word": 1})
 
 
 class RowBundler(wiring.Component):
@@ -59,9 +58,10 @@ class RowBundler(wiring.Component):
     def __init__(self, lanes: int, data_width: int = 512):
         self.lanes = lanes
         self.word_lanes = data_width // 32
+        if lanes not in [1 << k for k in range(1, self.word_lanes.bit_length())]:
+            raise ValueError(f"graph: edge_lanes must be 1 (no lanes) or a power of two from 2 to {self.word_lanes}, "
+                             f"not {lanes}")
         self.lane_bits = log2_exact(lanes, "edge_lanes")
-        if not 2 <= lanes <= self.word_lanes:
-            raise ValueError(f"graph: edge_lanes must be a power of two from 2 to {self.word_lanes}, not {lanes}")
         word = data.StructLayout({"data": data_width, "last": 1})
         super().__init__({
             "rowptr": In(stream.Signature(32)), "own": In(stream.Signature(32)),
@@ -206,9 +206,8 @@ class LaneReducer(wiring.Component):
         v3, meta3 = stage(v2, meta2, "add")
         level = []
         for j in range(lanes):
-            total = value2[j] + weight2[j]
             candidate = Signal(32, name=f"candidate{j}")
-            m.d.sync += candidate.eq(Mux(~mask2[j] | (value2[j] == INF) | total[32], INF, total[:32]))
+            m.d.sync += candidate.eq(Mux(mask2[j], saturating_add(value2[j], weight2[j]), INF))
             level.append(candidate)
         # the tree: pairwise minima, a register each level
         valid, meta = v3, meta3

@@ -31,9 +31,16 @@ from amaranth.lib.wiring import In, Out
 from ndpkit_spec.engines.sg import LINE
 from ndpkit_hw.engines.graph.rowsums import EntryLayout
 
-__all__ = ["Reducer"]
+__all__ = ["Reducer", "saturating_add", "INF"]
 
 INF = 0xFFFF_FFFF
+
+
+def saturating_add(value, weight):
+    """``value + weight`` saturating at INF (an INF value stays INF): the min programs'
+    edge candidate, the golden model's saturating addition."""
+    total = value + weight
+    return Mux((value == INF) | total[32], INF, total[:32])
 
 
 class Reducer(wiring.Component):
@@ -75,11 +82,10 @@ class Reducer(wiring.Component):
         a = Signal(self.ticket_layout)
         a_take = Signal()                                    # stage 3 takes its edge
         advance = resolved.r_rdy & (~a_valid | a_take)
-        total = e.value + e.ticket.weight
         m.d.comb += resolved.r_en.eq(advance)
         with m.If(advance):
             m.d.sync += [a_valid.eq(1), a.eq(e.ticket), a_value.eq(e.value),
-                         a_candidate.eq(Mux((e.value == INF) | total[32], INF, total[:32]))]
+                         a_candidate.eq(saturating_add(e.value, e.ticket.weight))]
         with m.Elif(a_take):
             m.d.sync += a_valid.eq(0)
 

@@ -54,7 +54,8 @@ class SourceWindow(wiring.Component):
     def __init__(self, vertices: int, data_width: int = 512, read_lanes: int = 0):
         self.lanes = data_width // 32
         if read_lanes and not vertices:
-            raise ValueError("graph: edge_lanes need a source window (window_vertices > 0)")
+            raise ValueError(f"graph: edge_lanes={read_lanes} read the source window: with window_vertices=0 "
+                             "pass edge_lanes=1")
         self.read_lanes = read_lanes
         if vertices and (vertices & (vertices - 1) or not self.lanes <= vertices <= MAX_VERTICES):
             raise ValueError(f"graph: window_vertices must be 0 or a power of two from {self.lanes} to "
@@ -126,13 +127,12 @@ class SourceWindow(wiring.Component):
                 port_b = values.read_port()
                 m.d.comb += [port_b.addr.eq(word_of(self.lane_u[2 * c + 1])), port_b.en.eq(self.lane_en)]
                 ports.append((2 * c + 1, port_b))
-            for j, port in ports:
-                if j < self.read_lanes:
-                    at = Signal(lane_bits, name=f"lane{j}_at")
-                    m.d.comb += self.lane_value[j].eq(port.data.word_select(at, 32))
-                    with m.If(self.lane_en):
-                        m.d.sync += at.eq(self.lane_u[j][:lane_bits])
-        with m.If(self.load.valid & (self.loaded < words)):
+            for j, port in ports[:self.read_lanes - 2 * c]:     # (copy 0's port A: a lane's only with lanes)
+                at = Signal(lane_bits, name=f"lane{j}_at")
+                m.d.comb += self.lane_value[j].eq(port.data.word_select(at, 32))
+                with m.If(self.lane_en):
+                    m.d.sync += at.eq(self.lane_u[j][:lane_bits])
+        with m.If(writing):
             m.d.sync += self.loaded.eq(self.loaded + 1)
         with m.If(self.start):
             m.d.sync += self.loaded.eq(0)
