@@ -22,8 +22,9 @@ class Program(enum.IntEnum):
 
 
 #: FMA partial sums per row (fp32 row sums: entry k to partial k mod ACC_LANES, then the
-#: tree): at least the FMA's latency (14), so a row's entries go in one a cycle
-ACC_LANES = 16
+#: pairwise tree): two FMAs of latency 14 (with their input and read stages, 16) each
+#: owning 16 of them take a row's entries two a cycle
+ACC_LANES = 32
 MAX_VERTICES = 1 << 24              # vertex ids and degrees convert to fp32 exactly below this
 MODE_PICCOLO, MODE_BASELINE = 0, 1
 CONVERGED = 1 << 31                 # PageRank's cpl_aux: set when it stopped by its tolerance

@@ -212,7 +212,9 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
          "fabric_levels": n,           # the deepest path through the fabric (and unregistered DSPs)
          "dsp_path_levels": n | None,  # the deepest path that runs through (or into) a DSP
          "dsp_clock_mhz": f | None,    # the slowest path between a DSP's own registers
-         "limit": "fabric" | "dsp"}    # which of the two the result is
+         "limit": "fabric" | "dsp",    # which of the two the result is
+         "deep_paths": [{"levels", "between"}, ...]}  # the deepest path into each register
+                                       # signal within two levels of the fabric's deepest
     """
     if isinstance(netlist, dict):
         design = netlist
@@ -403,7 +405,32 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
         port, levels = label[name]
         return f"{kind} {port}->P {levels:g}" if port else kind
 
+    names = _net_names(module)
     fabric_levels = math.ceil(deepest)
+    # every register fed by a deep path, by the signal it holds: what else is near the
+    # deepest (a fix to the deepest path shows the next one without another synthesis)
+    near = {}
+    for name in weight:
+        ends = [r for b in outputs(cells[name]) for r in readers[b] if r in starts]
+        if not ends or depth[name] < fabric_levels - 2:
+            continue
+        for finish in {_signal(names[b]) for r in ends for b in outputs(cells[r]) if b in names}:
+            if depth[name] > near.get(finish, (0.0,))[0]:
+                near[finish] = (depth[name], name)
+    # (registers of one array, numbered alike, count once: the deepest of them)
+    alike = {}
+    for finish, (levels, name) in near.items():
+        key = re.sub(r"\d+", "#", finish)
+        if levels > alike.get(key, (0.0,))[0]:
+            alike[key] = (levels, name, finish)
+    deep_paths = []
+    for levels, name, finish in sorted(alike.values(), key=lambda v: -v[0])[:64]:
+        walk, node = [], name
+        while node is not None:
+            walk.append(node)
+            node = via[node]
+        start = _endpoints(module, cells, walk[::-1], driver, readers, starts, path_inputs, outputs)[0]
+        deep_paths.append({"levels": math.ceil(levels), "between": [start, finish]})
     bounded = {n: d.clock_mhz for n, d in dsps.items() if d.clock_mhz is not None}
     dsp_mhz = min(bounded.values()) if bounded else None
     result = {"levels": fabric_levels, "path": [path_entry(c) for c in chain],
@@ -411,6 +438,7 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
               "path_nets": _path_nets(module, chain, cells, outputs),
               "unregistered_dsps": len(dsps) - counts["register_bounded"], "dsps": counts,
               "fabric_levels": fabric_levels, "dsp_clock_mhz": dsp_mhz, "limit": "fabric",
+              "deep_paths": deep_paths,
               "dsp_path_levels": math.ceil(max(through.values(), default=-1.0)) if any(
                   v >= 0 for v in through.values()) else None}
     if dsp_mhz is not None and dsp_mhz < depth_clock_mhz(fabric_levels):
@@ -422,6 +450,11 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
                       path_nets=_path_nets(module, [slowest], cells, outputs),
                       between=_endpoints(module, cells, [slowest], driver, readers, starts, path_inputs, outputs))
     return result
+
+
+def _signal(net: str) -> str:
+    """A net's signal: its name without a bit or slice suffix."""
+    return re.sub(r"\s*\[[0-9:]+\]$", "", net)
 
 
 def _net_names(module) -> dict:

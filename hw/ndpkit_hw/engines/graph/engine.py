@@ -33,9 +33,11 @@ Phases:
    (:mod:`~ndpkit_hw.engines.graph.lanes`: up to ``edge_lanes`` edges of a row a cycle,
    the same results).
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to the row sums
-   (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 16] = fma(val,
-   x[u], partial[k mod 16])`` (16 partials over an input register and an FMA of latency 14: an entry a cycle),
-   rows alternating between two banks of partials, then the adder tree, rows in order.
+   (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 32] = fma(val,
+   x[u], partial[k mod 32])`` (32 partials, two FMAs of latency 14 owning 16 each), eight
+   banks of partials so short rows follow each other, then the adder tree, rows in
+   order.  When every source is in the window the edge lanes' sum lanes feed it two
+   entries a cycle (PageRank's pull pass too); the single path, one.
 
 5. *PageRank* (``val`` the out-degrees, ``scratch`` 2 x n words, four fp32 constants):
    per iteration a contributions pass (ranks, degrees -> ``rank / deg`` into scratch;
@@ -108,12 +110,14 @@ class GraphEngine(CommandEngine):
         self.collector = Collector(addr_width=addr_width, row_bytes=row_bytes, slots=mshr_slots, ids=response_ids,
                                    timeout=group_timeout)
         self.cache = SourceCache(cache_lines)
-        # edge lanes (above 1): the min programs' edge passes take `edge_lanes` edges a cycle
-        # when every source is in the window (lanes.py); else the single-edge path below
-        # (the bundler refuses a lane count it cannot take, the window lanes without a window)
+        # edge lanes (above 1): the edge passes take `edge_lanes` edges a cycle when every
+        # source is in the window (lanes.py), the sums' rows two entries a cycle into two
+        # FMAs; else the single-edge path below (the bundler refuses a lane count it cannot
+        # take, the window lanes without a window)
         self.edge_lanes = edge_lanes
+        self.sum_fmas = 2 if edge_lanes != 1 else 1
         if edge_lanes != 1:
-            self.lanes = EdgeLanes(edge_lanes, data_width)
+            self.lanes = EdgeLanes(edge_lanes, data_width, sum_fmas=self.sum_fmas)
         self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0)
         #: the build constants the host reads (read-only registers)
         self.constants = {"window_capacity": window_vertices}
@@ -235,12 +239,12 @@ class GraphEngine(CommandEngine):
                               {"window": Transfer(Mux(is_pagerank, cmd.scratch, source_base), window_len[:32])},
                               loading)
         start = Signal()                # one cycle before a phase: counters restart
-        # the edge lanes take a min program's edge passes when every source is in the window
-        # (registered: fixed for the command, settled during the validation pass)
+        # the edge lanes take the edge passes when every source is in the window (registered:
+        # fixed for the command, settled during the validation pass)
         lanes = self.edge_lanes > 1
         use_lanes = Signal()
         if lanes:
-            m.d.sync += use_lanes.eq(~sum_rows & (window_count == cmd.n))
+            m.d.sync += use_lanes.eq(window_count == cmd.n)
         # the validation pass takes the row pointers and columns a word at a time; the edge
         # passes element by element through the unpackers
         m.submodules.validator = validator = GraphValidator(self.data_width)
@@ -252,13 +256,14 @@ class GraphEngine(CommandEngine):
             m.submodules[f"unpack_{name}"] = u
             m.d.comb += u.start.eq(start)
             data = readers[name].data
-            # with the edge lanes the columns and weights go to them as words
-            to_lanes = use_lanes if name in ("col", "val") else 0
+            # with the edge lanes the edge passes' columns and weights go to them as words
+            # (PageRank's vertex passes read their degrees and sums through the unpacker)
+            to_lanes = use_lanes & iterating if name in ("col", "val") else 0
             lane_ready = 0
             if lanes and name in ("col", "val"):
                 lane_words = getattr(self.lanes, name)
                 lane_ready = lane_words.ready
-                m.d.comb += [lane_words.payload.eq(data.payload), lane_words.valid.eq(data.valid & ~validating & use_lanes)]
+                m.d.comb += [lane_words.payload.eq(data.payload), lane_words.valid.eq(data.valid & ~validating & to_lanes)]
             m.d.comb += [u.words.payload.eq(data.payload), u.words.valid.eq(data.valid & ~validating & ~to_lanes)]
             if name in ("rowptr", "col"):
                 check = getattr(validator, name)
@@ -293,7 +298,7 @@ class GraphEngine(CommandEngine):
                          edge_lanes.own.valid.eq(old.valid), edge_lanes.own.payload.eq(old.payload),
                          edge_lanes.run.eq(iterating & use_lanes), edge_lanes.start.eq(start),
                          edge_lanes.uses_val.eq(uses_val), edge_lanes.weight.eq(gen.weight),
-                         edge_lanes.edges.eq(cmd.edges)]
+                         edge_lanes.edges.eq(cmd.edges), edge_lanes.sums.eq(sum_rows)]
             lanes_busy, lanes_changed = edge_lanes.busy, edge_lanes.changed
             lane_rowptr_ready, lane_own_ready = edge_lanes.rowptr.ready, edge_lanes.own.ready
 
@@ -375,21 +380,28 @@ class GraphEngine(CommandEngine):
         m.d.sync += vertex_last.eq(Mux(vertex_fire, vertices_taken + 2, vertices_taken + 1) == pass_count)
 
         # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree ------
-        # SpMV and PageRank's pull pass: a row's entries; PageRank's vertex passes: one
-        # row of all n vertices (the dangling rank, the L1 change), its sum kept
-        m.submodules.sums = sums = RowSums(ACC_LANES)
+        # SpMV and PageRank's pull pass: a row's entries (from the sum lanes two a cycle, or
+        # the single path's one); PageRank's vertex passes: one row of all n vertices (the
+        # dangling rank, the L1 change), its sum kept
+        m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas)
         entry = sums.entry
         m.d.comb += sums.start.eq(start)
         with m.If(vertex_pass):
             # the vertex's value to the writer and its term into the sums, together
             m.d.comb += [entry.valid.eq(vertex_out.valid & packer.elements.ready),
-                         entry.payload.a.eq(FP32_ONE), entry.payload.b.eq(vertex_out.payload[32:]),
-                         entry.payload.last.eq(vertex_last),
+                         entry.payload.a[0].eq(FP32_ONE), entry.payload.b[0].eq(vertex_out.payload[32:]),
+                         entry.payload.count.eq(1), entry.payload.last.eq(vertex_last),
                          vertex_out.ready.eq(entry.ready & packer.elements.ready),
                          vertex_fire.eq(vertex_out.valid & vertex_out.ready)]
+        with m.Elif(use_lanes):
+            if lanes:
+                m.d.comb += [entry.valid.eq(edge_lanes.entries.valid), entry.payload.eq(edge_lanes.entries.payload),
+                             edge_lanes.entries.ready.eq(entry.ready)]
         with m.Else():
-            m.d.comb += [entry.valid.eq(reducer.entry.valid), entry.payload.eq(reducer.entry.payload),
-                         reducer.entry.ready.eq(entry.ready)]
+            single = reducer.entry.payload
+            m.d.comb += [entry.valid.eq(reducer.entry.valid), entry.payload.a[0].eq(single.a[0]),
+                         entry.payload.b[0].eq(single.b[0]), entry.payload.count.eq(single.count),
+                         entry.payload.last.eq(single.last), reducer.entry.ready.eq(entry.ready)]
         with m.If(vertex_fire):
             m.d.sync += vertices_taken.eq(vertices_taken + 1)
         total_sum, total_ready = Signal(32), Signal()       # a vertex pass's sum

@@ -30,8 +30,9 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.engines.graph.reducer import INF, saturating_add
+from ndpkit_hw.engines.graph.rowsums import entries_layout
 
-__all__ = ["bundle_layout", "RowBundler", "LaneReducer", "EdgeLanes"]
+__all__ = ["bundle_layout", "RowBundler", "LaneReducer", "SumLanes", "EdgeLanes"]
 
 
 def bundle_layout(lanes: int) -> data.StructLayout:
@@ -67,7 +68,7 @@ class RowBundler(wiring.Component):
             "rowptr": In(stream.Signature(32)), "own": In(stream.Signature(32)),
             "col": In(stream.Signature(word)), "val": In(stream.Signature(word)),
             "bundle": Out(stream.Signature(bundle_layout(lanes))),
-            "uses_val": In(1), "weight": In(32), "edges": In(32),
+            "uses_val": In(1), "uses_own": In(1), "weight": In(32), "edges": In(32),
             "run": In(1), "start": In(1), "idle": Out(1),
         })
 
@@ -102,7 +103,7 @@ class RowBundler(wiring.Component):
         open_, first, at_last = Signal(), Signal(), Signal()
         bundle = self.bundle
         words_valid = self.col.valid & (self.val.valid | ~self.uses_val)
-        can = open_ & (current.empty | words_valid) & (~first | self.own.valid)
+        can = open_ & (current.empty | words_valid) & (~first | ~self.uses_own | self.own.valid)
         fire = Signal()
         out_free = ~bundle.valid | bundle.ready
         m.d.comb += fire.eq(can & out_free)
@@ -112,7 +113,7 @@ class RowBundler(wiring.Component):
         word_done = Mux(ends_row, current.ends_word, sel == word_groups - 1)
         take_word = fire & ~current.empty & word_done
         m.d.comb += [self.col.ready.eq(take_word), self.val.ready.eq(take_word & self.uses_val),
-                     self.own.ready.eq(fire & first)]
+                     self.own.ready.eq(fire & first & self.uses_own)]
         load = (~open_ | fire & ends_row) & rows.r_rdy
         m.d.comb += rows.r_en.eq(load)
         nxt = data.View(Row, rows.r_data)
@@ -242,33 +243,118 @@ class LaneReducer(wiring.Component):
         return m
 
 
+class SumLanes(wiring.Component):
+    """Bundles -> row-sum entries for SpMV and PageRank's pull pass, ``fmas`` a cycle.
+
+    Each lane's source value is looked up in the window (as :class:`LaneReducer` does),
+    the bundle's edges are moved to lanes 0 .. count - 1 (their order in the row), and
+    a bundle goes out as ``fmas`` entries ``{a: weight, b: value}`` a cycle into
+    :class:`~ndpkit_hw.engines.graph.rowsums.RowSums`; a row without edges is one entry
+    of count 0.  The row sums fix the arithmetic and its order, so the sums equal the
+    single-edge path's bit for bit.  A bundle is granted only while the queue of looked-up
+    bundles has room for every one in flight; ``busy`` while any is."""
+
+    def __init__(self, lanes: int, fmas: int = 2, queue: int = 8):
+        self.lanes, self.fmas, self.queue = lanes, fmas, queue
+        log2_exact(lanes, "edge_lanes")
+        if fmas > lanes:
+            raise ValueError(f"graph: {fmas} row-sum FMAs need at least as many edge lanes, not {lanes}")
+        super().__init__({
+            "bundle": In(stream.Signature(bundle_layout(lanes))),
+            "lane_u": Out(data.ArrayLayout(32, lanes)), "lane_en": Out(1),
+            "lane_value": In(data.ArrayLayout(32, lanes)),
+            "entries": Out(stream.Signature(entries_layout(fmas))),
+            "start": In(1), "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, fmas = self.lanes, self.fmas
+        b = self.bundle.payload
+        Group = data.StructLayout({"a": data.ArrayLayout(32, lanes), "b": data.ArrayLayout(32, lanes),
+                                   "count": range(lanes + 1), "last": 1})
+        groups = fifo.SyncFIFOBuffered(width=Group.size, depth=self.queue)
+        m.submodules.groups = ResetInserter(self.start)(groups)
+        # a bundle's room in the queue is reserved when it is granted, freed when it leaves
+        reserved = Signal(range(self.queue + 1))
+        grant = self.bundle.valid & self.bundle.ready
+        leave = groups.r_en & groups.r_rdy
+        m.d.comb += [self.bundle.ready.eq(reserved != self.queue), self.lane_en.eq(grant), self.lane_u.eq(b.u)]
+        m.d.sync += reserved.eq(reserved + grant - leave)
+        # stage 1: the window's read (the weights, mask and row end wait beside it)
+        v1, weight1, mask1, last1 = Signal(), Signal(data.ArrayLayout(32, lanes)), Signal(lanes), Signal()
+        m.d.sync += [v1.eq(grant), weight1.eq(b.weight), mask1.eq(b.mask), last1.eq(b.last)]
+        # stage 2: the values registered, with where the row's lanes start and how many
+        v2, weight2, value2, last2 = Signal(), Signal(data.ArrayLayout(32, lanes)), Signal(data.ArrayLayout(32, lanes)), Signal()
+        low2, count2 = Signal(range(lanes)), Signal(range(lanes + 1))
+        low = Const(0, range(lanes))
+        for j in reversed(range(lanes)):          # the mask's lowest lane (it is one run of lanes)
+            low = Mux(mask1[j], j, low)
+        m.d.sync += [v2.eq(v1), weight2.eq(weight1), value2.eq(self.lane_value), last2.eq(last1),
+                     low2.eq(low), count2.eq(sum(mask1[j] for j in range(lanes)))]
+        # into the queue: the lanes turned so the row's first edge of the bundle is lane 0
+        group = data.View(Group, groups.w_data)
+        m.d.comb += [groups.w_en.eq(v2), group.count.eq(count2), group.last.eq(last2)]
+        for j in range(lanes):
+            m.d.comb += [group.a[j].eq(weight2[(low2 + j)[:len(low2)]]), group.b[j].eq(value2[(low2 + j)[:len(low2)]])]
+        # out: ``fmas`` lanes a cycle
+        head = data.View(Group, groups.r_data)
+        step = Signal(range(max(lanes // fmas, 2)))   # the head's next lanes: step * fmas ..
+        offset = step * fmas
+        final = offset + fmas >= head.count
+        entries = self.entries
+        m.d.comb += [entries.valid.eq(groups.r_rdy), entries.payload.last.eq(head.last & final),
+                     entries.payload.count.eq(Mux(final, head.count - offset, fmas)),
+                     groups.r_en.eq(entries.ready & final)]
+        for j in range(fmas):
+            lane = (offset + j)[:(lanes - 1).bit_length()]
+            m.d.comb += [entries.payload.a[j].eq(head.a[lane]), entries.payload.b[j].eq(head.b[lane])]
+        with m.If(entries.valid & entries.ready):
+            m.d.sync += step.eq(Mux(final, 0, step + 1))
+        m.d.comb += self.busy.eq(self.bundle.valid | v1 | v2 | (reserved != 0))
+        with m.If(self.start):
+            m.d.sync += [reserved.eq(0), step.eq(0), v1.eq(0), v2.eq(0)]
+        return m
+
+
 class EdgeLanes(wiring.Component):
-    """The bundler and the lane reducer joined: row pointers, own values and column (and
-    weight) words in, each row's minimum out (``results``); the lanes' window reads on
+    """The bundler and the lane reducers joined: row pointers, own values and column (and
+    weight) words in; each row's minimum out (``results``), or with ``sums`` the row-sum
+    entries (``entries``, :class:`SumLanes`); the lanes' window reads on
     ``lane_u``/``lane_en``/``lane_value`` (:class:`~ndpkit_hw.engines.graph.window.SourceWindow`'s
     lane ports).  ``busy`` while a row of the pass (``run``) is still in flight."""
 
-    def __init__(self, lanes: int, data_width: int = 512):
+    def __init__(self, lanes: int, data_width: int = 512, sum_fmas: int = 2):
         self.bundler, self.reducer = RowBundler(lanes, data_width), LaneReducer(lanes)
+        self.summer = SumLanes(lanes, sum_fmas)
         bundler, reducer = self.bundler.signature.members, self.reducer.signature.members
         super().__init__({
             **{name: bundler[name] for name in ("rowptr", "own", "col", "val", "uses_val", "weight", "edges",
                                                 "run", "start")},
             **{name: reducer[name] for name in ("lane_u", "lane_en", "lane_value", "results", "changed")},
-            "busy": Out(1),
+            "entries": Out(stream.Signature(entries_layout(sum_fmas))),
+            "sums": In(1), "busy": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.bundler = bundler = self.bundler
         m.submodules.reducer = reducer = self.reducer
-        wiring.connect(m, bundler.bundle, reducer.bundle)
+        m.submodules.summer = summer = self.summer
         for name in ("rowptr", "own", "col", "val"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(bundler, name))
         wiring.connect(m, reducer.results, wiring.flipped(self.results))
-        m.d.comb += [bundler.uses_val.eq(self.uses_val), bundler.weight.eq(self.weight), bundler.edges.eq(self.edges),
-                     bundler.run.eq(self.run), bundler.start.eq(self.start), reducer.start.eq(self.start),
-                     self.lane_u.eq(reducer.lane_u), self.lane_en.eq(reducer.lane_en),
-                     reducer.lane_value.eq(self.lane_value), self.changed.eq(reducer.changed),
-                     self.busy.eq(reducer.busy | self.run & ~bundler.idle)]
+        wiring.connect(m, summer.entries, wiring.flipped(self.entries))
+        bundle = bundler.bundle
+        # the bundles to the min reducer or, for the sums, to the sum lanes
+        m.d.comb += [reducer.bundle.payload.eq(bundle.payload), summer.bundle.payload.eq(bundle.payload),
+                     reducer.bundle.valid.eq(bundle.valid & ~self.sums), summer.bundle.valid.eq(bundle.valid & self.sums),
+                     bundle.ready.eq(Mux(self.sums, summer.bundle.ready, reducer.bundle.ready)),
+                     self.lane_u.eq(Mux(self.sums, summer.lane_u, reducer.lane_u)),
+                     self.lane_en.eq(reducer.lane_en | summer.lane_en),
+                     reducer.lane_value.eq(self.lane_value), summer.lane_value.eq(self.lane_value)]
+        m.d.comb += [bundler.uses_val.eq(self.uses_val), bundler.uses_own.eq(~self.sums), bundler.weight.eq(self.weight),
+                     bundler.edges.eq(self.edges), bundler.run.eq(self.run), bundler.start.eq(self.start),
+                     reducer.start.eq(self.start), summer.start.eq(self.start), self.changed.eq(reducer.changed),
+                     self.busy.eq(reducer.busy | summer.busy | self.run & ~bundler.idle)]
         return m

@@ -29,7 +29,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.sg import LINE
-from ndpkit_hw.engines.graph.rowsums import EntryLayout
+from ndpkit_hw.engines.graph.rowsums import entries_layout
 
 __all__ = ["Reducer", "saturating_add", "INF"]
 
@@ -53,7 +53,7 @@ class Reducer(wiring.Component):
             "fill": Out(1), "fill_u": Out(32), "fill_line": Out(8 * LINE),
             "own": In(stream.Signature(32)),
             "minimum": Out(stream.Signature(32)),
-            "entry": Out(stream.Signature(EntryLayout)),
+            "entry": Out(stream.Signature(entries_layout(1))),
             "run": In(1), "sums": In(1), "baseline": In(1), "start": In(1),
             "changed": Out(1), "busy": Out(1),
         })
@@ -98,8 +98,8 @@ class Reducer(wiring.Component):
         min_fire = self.run & ~self.sums & a_valid & has_own & can_emit
         entry = self.entry
         m.d.comb += [entry.valid.eq(self.run & self.sums & a_valid),
-                     entry.payload.a.eq(a.weight), entry.payload.b.eq(a_value),
-                     entry.payload.empty.eq(a.empty), entry.payload.last.eq(a.last),
+                     entry.payload.a[0].eq(a.weight), entry.payload.b[0].eq(a_value),
+                     entry.payload.count.eq(~a.empty), entry.payload.last.eq(a.last),
                      a_take.eq(min_fire | (entry.valid & entry.ready)),
                      own_values.ready.eq(min_fire & a.first),
                      self.minimum.valid.eq(self.run & ~self.sums & a_valid & has_own & a.last),

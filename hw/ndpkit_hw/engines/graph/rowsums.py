@@ -1,18 +1,27 @@
-"""fp32 row sums in the golden model's order: ``lanes`` FMA partial sums per row, then
+"""fp32 row sums in the golden model's order: ``partials`` FMA partial sums per row, then
 the adder tree.
 
-Each entry ``{a, b, empty, last}`` of a row updates partial ``k mod lanes`` (``k`` its
-place in the row) by one FMA, ``partial = fma(a, b, partial)``; an ``empty`` entry is
-a row without entries (it only ends the row).  One FMA unit is shared by all lanes: a
-lane whose previous FMA is still in flight holds its next entry back, so with
-``lanes`` above the FMA's latency (an input register stage, then the FMA) a row's
-entries go in one a cycle.  Rows alternate
-between two banks of partials, so the next row starts at once while the finished row's
-FMAs complete; then its partials go down the pipelined tree
-((p0 + p1) + (p2 + p3)) + ..., rows in order, and each row's sum leaves on ``sums`` (a
-queue the tree never overruns: a row enters the tree only when the queue has room for
-everything in flight).  This is :func:`ndpkit.engines.graph.golden.row_sums` with
-``ACC_LANES = lanes``.
+Each entry ``{a, b}`` of a row updates partial ``k mod partials`` (``k`` its place in
+the row) by one FMA, ``partial = fma(a, b, partial)``; then the row's partials go down
+the pairwise tree ((p0 + p1) + (p2 + p3)) + ... (:func:`ndpkit.engines.graph.golden.row_sums`
+with ``ACC_LANES = partials``).
+
+Up to ``fmas`` entries of a row come in a cycle (``count`` of them, in lanes 0 ..
+count - 1; ``count = 0`` with ``last`` is a row without entries).  Entry ``k`` goes to
+FMA ``k mod fmas``, which owns the partials of that residue, so the entries of a cycle
+never share an FMA.  A partial's next entry comes ``partials / fmas`` cycles later at
+the earliest, and that is at least the FMA's recurrence (an input stage, the partial's
+read, the FMA): a long row's entries go in at ``fmas`` a cycle.
+
+A row holds one of ``banks`` banks of partials from its first entry until its sums go
+down the tree, which is the FMA's latency after its last entry: with several banks the
+short rows of a skewed graph follow each other without waiting for that latency.  A
+row's end travels down the FMAs' pipeline as a marker beside its last entries (the
+pipeline has a fixed latency), so the bank is known final when the marker comes out.
+Banks drain in row order: the tree takes 16 partials a cycle, a row of 32 partials in
+two cycles, the two halves' sums then added (exactly the 32-leaf tree's top node).
+Sums leave on ``sums``, in row order, through a queue the tree never overruns (a row
+is drained only when the queue has room for every row in flight).
 
 ``start`` empties it; ``idle`` is high when no entry, FMA or tree sum is in flight
 (sums may still wait in the queue).
@@ -23,24 +32,43 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ndpkit_hw.arith.add import FpAdd
 from ndpkit_hw.arith.fma import FpFma
 from ndpkit_hw.arith.reduce import FpReduce
 from ndpkit_hw.bus.axi import log2_exact
 
-__all__ = ["RowSums", "EntryLayout"]
+__all__ = ["RowSums", "entries_layout", "TREE_LANES"]
 
-EntryLayout = data.StructLayout({"a": 32, "b": 32, "empty": 1, "last": 1})
+#: partials the tree takes a cycle
+TREE_LANES = 16
+
+
+def entries_layout(fmas: int) -> data.StructLayout:
+    """Up to ``fmas`` consecutive entries of one row: ``count`` of them (lanes 0 ..
+    count - 1), ``last`` if they end the row."""
+    return data.StructLayout({"a": data.ArrayLayout(32, fmas), "b": data.ArrayLayout(32, fmas),
+                              "count": range(fmas + 1), "last": 1})
 
 
 class RowSums(wiring.Component):
-    def __init__(self, lanes: int):
-        log2_exact(lanes, "row-sum lanes")
-        self.lanes = lanes
-        self.fma = FpFma()
-        self.tree = FpReduce(lanes=lanes, op="sum")
-        self.depth = self.tree.latency + 4
+    def __init__(self, partials: int, *, fmas: int = 1, banks: int = 8):
+        log2_exact(partials, "row-sum partials")
+        log2_exact(fmas, "row-sum FMAs")
+        log2_exact(banks, "row-sum banks")
+        self.fma = FpFma(lanes=fmas)
+        if partials not in (TREE_LANES, 2 * TREE_LANES):
+            raise ValueError(f"graph: row sums take {TREE_LANES} or {2 * TREE_LANES} partials, not {partials}")
+        # (the input stage and the partial's read stand before the FMA)
+        if partials // fmas < self.fma.latency + 2:
+            raise ValueError(f"graph: {partials} partials cannot keep {fmas} FMAs of latency "
+                             f"{self.fma.latency} busy (a partial's next entry would come before its sum)")
+        self.partials, self.fmas, self.banks = partials, fmas, banks
+        self.halves = partials // TREE_LANES
+        self.tree = FpReduce(lanes=TREE_LANES, op="sum")
+        self.fold = FpAdd() if self.halves > 1 else None
+        self.depth = self.tree.latency + (self.fold.latency if self.fold else 0) + 4
         super().__init__({
-            "entry": In(stream.Signature(EntryLayout)),
+            "entry": In(stream.Signature(entries_layout(fmas))),
             "sums": Out(stream.Signature(32)),
             "start": In(1),
             "idle": Out(1),
@@ -48,59 +76,112 @@ class RowSums(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        lanes, entry = self.lanes, self.entry
+        P, F, B, H = self.partials, self.fmas, self.banks, self.halves
+        per_fma = P // F                         # the partials an FMA owns in a bank
+        entry = self.entry
         m.submodules.fma = fma = self.fma
         m.submodules.tree = tree = self.tree
         out = fifo.SyncFIFOBuffered(width=32, depth=self.depth)
         m.submodules.out = ResetInserter(self.start)(out)     # nothing left from an aborted command
         m.d.comb += [self.sums.valid.eq(out.r_rdy), self.sums.payload.eq(out.r_data), out.r_en.eq(self.sums.ready)]
 
-        flat = [Signal(32, name=f"partial{b}_{i}") for b in range(2) for i in range(lanes)]
-        partial = Array(flat)
-        busy = Signal(2 * lanes)                # bank x lane with an FMA in flight
-        position = Signal(range(lanes))         # the next entry's lane
-        bank = Signal()                         # the bank the current row accumulates in
-        pending = Signal(2)                     # per bank: a finished row whose sums have not gone to the tree
-        drain_bank = Signal()                   # the bank whose row goes to the tree next
-        in_tree = Signal(range(self.depth + 1))
-        slot = Cat(position, bank) if lanes > 1 else bank
-        lane_free = ~(busy >> slot)[0]
-        bank_ready = ~(pending >> bank)[0]
-        m.d.comb += entry.ready.eq(bank_ready & (entry.payload.empty | lane_free))
+        # partial[f][bank * per_fma + i] is partial i * F + f of the bank's row
+        store = [[Signal(32, name=f"partial_f{f}_{s}") for s in range(B * per_fma)] for f in range(F)]
+        bank_bits = max(B.bit_length() - 1, 0)
+        index_bits = (B * per_fma - 1).bit_length()
+
+        position = Signal(range(P))              # the next entry's partial
+        bank = Signal(range(B))                  # the current row's bank
+        pending = Signal(B)                      # a bank's row has all its entries
+        final = Signal(B)                        # ... and all its FMAs' results
+        m.d.comb += entry.ready.eq(~(pending >> bank)[0])
         take = entry.valid & entry.ready
-        issue = take & ~entry.payload.empty
-        # the entry and its lane's partial are registered before the FMA (the lane select
-        # and the FMA's first stage never share a cycle); a lane's partial is final when
-        # it is read, as its busy bit clears with the write of its last result
-        m.d.sync += [fma.i.valid.eq(issue), fma.i.payload.a[0].eq(entry.payload.a),
-                     fma.i.payload.b[0].eq(entry.payload.b), fma.i.payload.c[0].eq(partial[slot])]
-        # lane tags travel with the entry: the register stage, then the FMA
-        slot_tags = [Signal(len(slot), name=f"fma_slot{i}") for i in range(fma.latency + 1)]
-        m.d.sync += [slot_tags[0].eq(slot)] + [b.eq(a) for a, b in zip(slot_tags, slot_tags[1:])]
-        issued = Mux(issue, Const(1, 2 * lanes) << slot, 0)
-        returned = Mux(fma.o.valid, Const(1, 2 * lanes) << slot_tags[-1], 0)
-        m.d.sync += busy.eq((busy | issued) & ~returned)
-        with m.If(fma.o.valid):
-            m.d.sync += partial[slot_tags[-1]].eq(fma.o.payload[0])
-        with m.If(issue):
-            m.d.sync += position.eq(position + 1)
-        with m.If(take & entry.payload.last):
-            m.d.sync += [pending.bit_select(bank, 1).eq(1), bank.eq(~bank), position.eq(0)]
+        ends = take & entry.payload.last
+
+        # ---- input stage: each entry to its FMA (entry j is partial position + j) ----------
+        Lane = data.StructLayout({"valid": 1, "a": 32, "b": 32, "index": index_bits})
+        issue = [Signal(Lane, name=f"issue{f}") for f in range(F)]
+        issue_end, issue_bank = Signal(), Signal(range(B))
+        rotate = position[:F.bit_length() - 1] if F > 1 else Const(0)
+        for f in range(F):
+            # the entry for FMA f: lane (f - position) mod F
+            j = (f - rotate)[:F.bit_length() - 1] if F > 1 else Const(0)
+            slot = Signal(range(P), name=f"slot{f}")
+            m.d.comb += slot.eq(position + j)
+            m.d.sync += [issue[f].valid.eq(take & (j < entry.payload.count)),
+                         issue[f].a.eq(entry.payload.a[j]), issue[f].b.eq(entry.payload.b[j]),
+                         issue[f].index.eq(Cat(slot[F.bit_length() - 1:], bank) if B > 1 else slot[F.bit_length() - 1:])]
+        m.d.sync += [issue_end.eq(ends), issue_bank.eq(bank)]
+        with m.If(take):
+            m.d.sync += position.eq(position + entry.payload.count)
+        with m.If(ends):
+            m.d.sync += [bank.eq(bank + 1), position.eq(0)]
+
+        # ---- read stage: each FMA's partial, then the FMAs ------------------------------
+        m.d.sync += fma.i.valid.eq(Cat(*(issue[f].valid for f in range(F))) != 0)
+        for f in range(F):
+            m.d.sync += [fma.i.payload.a[f].eq(issue[f].a), fma.i.payload.b[f].eq(issue[f].b),
+                         fma.i.payload.c[f].eq(Array(store[f])[issue[f].index])]
+        # the tags beside the FMAs: each lane's write, and a row's end with its bank
+        Tag = data.StructLayout({"write": F, "index": data.ArrayLayout(index_bits, F), "end": 1, "bank": range(B)})
+        tags = [Signal(Tag, name=f"fma_tag{i}") for i in range(fma.latency + 1)]
+        m.d.sync += [tags[0].write.eq(Cat(*(issue[f].valid for f in range(F)))), tags[0].end.eq(issue_end),
+                     tags[0].bank.eq(issue_bank)] + [tags[0].index[f].eq(issue[f].index) for f in range(F)]
+        m.d.sync += [b.eq(a) for a, b in zip(tags, tags[1:])]
+        back = tags[-1]                          # beside the FMAs' results
+        for f in range(F):
+            with m.If(back.write[f]):
+                m.d.sync += Array(store[f])[back.index[f]].eq(fma.o.payload[f])
+        finishing = Mux(back.end, Const(1, B) << back.bank, 0)
+
+        # ---- drain: the finished banks in row order, 16 partials a cycle, to the tree -----
+        drain = Signal(range(B))                 # the bank whose row goes to the tree next
+        half = Signal(range(H))
+        in_tree = Signal(range(self.depth + 1))  # rows in the tree and the fold
         room = in_tree + out.level < self.depth
-        to_tree = (pending >> drain_bank)[0] & (busy.word_select(drain_bank, lanes) == 0) & room
-        m.d.comb += [tree.i.valid.eq(to_tree)] + [tree.i.payload.a[i].eq(Mux(drain_bank, flat[lanes + i], flat[i]))
-                                                  for i in range(lanes)]
-        with m.If(to_tree):
-            m.d.sync += [pending.bit_select(drain_bank, 1).eq(0), drain_bank.eq(~drain_bank)]
-            for i in range(lanes):
-                with m.If(drain_bank):
-                    m.d.sync += flat[lanes + i].eq(0)
-                with m.Else():
-                    m.d.sync += flat[i].eq(0)
-        m.d.sync += in_tree.eq(in_tree + to_tree - tree.o.valid)
-        m.d.comb += [out.w_en.eq(tree.o.valid), out.w_data.eq(tree.o.payload)]
-        m.d.comb += self.idle.eq((pending == 0) & (busy == 0) & (in_tree == 0))
+        begin = (final >> drain)[0] & room & (half == 0)
+        draining = begin | (half != 0)
+        m.d.comb += tree.i.valid.eq(draining)
+        def held(b, p):                          # partial p of bank b
+            return store[p % F][b * per_fma + p // F]
+        for i in range(TREE_LANES):
+            choices = [held(b, h * TREE_LANES + i) for b in range(B) for h in range(H)]
+            select = Cat(half, drain)
+            m.d.comb += tree.i.payload.a[i].eq(Array(choices)[select] if len(choices) > 1 else choices[0])
+        done = draining & (half == H - 1)
+        with m.If(draining):
+            # the drained half is zeroed for the bank's next row
+            for b in range(B):
+                for p in range(P):
+                    with m.If((drain == b) & (half == p // TREE_LANES)):
+                        m.d.sync += held(b, p).eq(0)
+            if H > 1:
+                m.d.sync += half.eq(Mux(done, 0, half + 1))
+        with m.If(done):
+            m.d.sync += drain.eq(drain + 1)
+        m.d.sync += [final.eq((final | finishing) & ~Mux(done, Const(1, B) << drain, 0)),
+                     pending.eq(pending & ~Mux(done, Const(1, B) << drain, 0) |
+                                Mux(ends, Const(1, B) << bank, 0))]
+        m.d.sync += in_tree.eq(in_tree + begin - out.w_en)
+
+        # ---- the halves' sums added, into the queue ---------------------------------------
+        if H > 1:
+            m.submodules.fold = fold = self.fold
+            low, second = Signal(32), Signal()
+            with m.If(tree.o.valid):
+                m.d.sync += [low.eq(tree.o.payload), second.eq(~second)]
+            m.d.comb += [fold.i.valid.eq(tree.o.valid & second), fold.i.payload.a[0].eq(low),
+                         fold.i.payload.b[0].eq(tree.o.payload), fold.i.payload.sub.eq(0),
+                         out.w_en.eq(fold.o.valid), out.w_data.eq(fold.o.payload[0])]
+        else:
+            m.d.comb += [out.w_en.eq(tree.o.valid), out.w_data.eq(tree.o.payload)]
+        flight = Cat(*(issue[f].valid for f in range(F)), issue_end, fma.i.valid,
+                     *(t.write for t in tags), *(t.end for t in tags))
+        m.d.comb += self.idle.eq((pending == 0) & (flight == 0) & (in_tree == 0))
         with m.If(self.start):
-            m.d.sync += [pending.eq(0), bank.eq(0), drain_bank.eq(0), position.eq(0), fma.i.valid.eq(0)] + \
-                [p.eq(0) for p in flat]
+            m.d.sync += [pending.eq(0), final.eq(0), bank.eq(0), drain.eq(0), half.eq(0), position.eq(0),
+                         fma.i.valid.eq(0), issue_end.eq(0)] + [issue[f].valid.eq(0) for f in range(F)] + \
+                [t.eq(0) for t in tags] + [p.eq(0) for row in store for p in row]
+            if H > 1:
+                m.d.sync += second.eq(0)
         return m

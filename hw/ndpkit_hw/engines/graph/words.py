@@ -81,25 +81,27 @@ class WordPacker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lane = Signal(range(self.lanes))
-        taken = Signal(32)
+        left = Signal(32)                # elements not yet taken, counted down
         word = Signal(len(self.words.payload.data))
         full = Signal()
-        # "the next element is the last", registered: next cycle's count of taken elements
-        # compared with the count (which holds through the pass), so the word's completion
-        # and the writer's valid start at a flop, not at the count's add and compare
-        # (the count settles the cycle after start: no element is taken in that cycle)
+        # "the next element is the last", registered: from the down-count's compares with
+        # constants, so the word's completion and the writer's valid start at a flop and
+        # no add or compare of two counts stands in front of it (the count settles the
+        # cycle after start, `fresh`: it is loaded then, and no element is taken)
         last, fresh = Signal(), Signal()
         fire = self.elements.valid & self.elements.ready
-        m.d.sync += [last.eq(Mux(fire, taken + 2, taken + 1) == self.count), fresh.eq(self.start)]
+        m.d.sync += [last.eq(Mux(fresh, self.count == 1, Mux(fire, left == 2, left == 1))), fresh.eq(self.start)]
         m.d.comb += [self.words.valid.eq(full), self.words.payload.data.eq(word), self.words.payload.strb.eq(-1),
                      self.elements.ready.eq(~full & ~fresh)]
         with m.If(self.words.valid & self.words.ready):
             m.d.sync += [full.eq(0), word.eq(0)]
+        with m.If(fresh):
+            m.d.sync += left.eq(self.count)
         with m.If(fire):
-            m.d.sync += [word.word_select(lane, 32).eq(self.elements.payload), taken.eq(taken + 1),
+            m.d.sync += [word.word_select(lane, 32).eq(self.elements.payload), left.eq(left - 1),
                          lane.eq(lane + 1)]
             with m.If((lane == self.lanes - 1) | last):
                 m.d.sync += [full.eq(1), lane.eq(0)]
         with m.If(self.start):
-            m.d.sync += [taken.eq(0), lane.eq(0), word.eq(0), full.eq(0)]
+            m.d.sync += [lane.eq(0), word.eq(0), full.eq(0)]
         return m
