@@ -185,21 +185,29 @@ def engine_rows(inputs: dict) -> list[dict]:
                          "efficiency": dense["link_efficiency"], "work": "elements",
                          "work_per_cycle": dense["elements_per_cycle"],
                          "implemented": ("sg", {"data_width": 512})})
-    graph = inputs.get("graph")
-    for label, big in graph_headline_rows(graph):
-        rows.append({"engine": label, "port_bits": 512, "latency": 200, **graph_efficiency(big),
-                     "problem": f"{big['graph']}, {big['edges']:,} edges",
-                     "work": "edges", "work_per_cycle": big["edges_per_cycle"],
-                     "implemented": ("graph", {"data_width": 512}),
-                     "sim_cycles_per_second": big.get("sim_cycles_per_second")})
+    rows += graph_ideal_rows(inputs.get("graph"))
     for row in rows:
-        row.setdefault("cpu", None)
-        row.setdefault("cpu_ratio", None)
-        row.setdefault("sim_cycles_per_second", None)
-        engine, params = row.pop("implemented")
-        row["implemented"] = {"engine": engine, "params": params}
-        engine_clocks(row, impl)
+        _finish_ideal_row(row, impl)
     return rows
+
+
+def graph_ideal_rows(graph: dict | None) -> list[dict]:
+    """The graph engine's engine-table rows from its benchmark on the ideal memory."""
+    return [{"engine": label, "port_bits": 512, "latency": 200, **graph_efficiency(big),
+             "problem": f"{big['graph']}, {big['edges']:,} edges",
+             "work": "edges", "work_per_cycle": big["edges_per_cycle"],
+             "implemented": ("graph", {"data_width": 512}),
+             "sim_cycles_per_second": big.get("sim_cycles_per_second")} for label, big in graph_headline_rows(graph)]
+
+
+def _finish_ideal_row(row: dict, impl) -> dict:
+    row.setdefault("cpu", None)
+    row.setdefault("cpu_ratio", None)
+    row.setdefault("sim_cycles_per_second", None)
+    engine, params = row.pop("implemented")
+    row["implemented"] = {"engine": engine, "params": params}
+    engine_clocks(row, impl)
+    return row
 
 
 def _memory_peak(preset: str, mhz: float) -> float:
@@ -219,21 +227,7 @@ def board_rows(inputs: dict, ideal_rows: list[dict]) -> list[dict]:
     rows = []
 
     def add(row, ideal_name=None, ideal_efficiency=None):
-        if ideal_efficiency is None and ideal_name in ideal:
-            ideal_efficiency = ideal[ideal_name]["efficiency"]
-        row["ideal_efficiency"] = ideal_efficiency
-        row.setdefault("cpu", None)
-        row.setdefault("sim_cycles_per_second", None)
-        engine, params = row.pop("implemented")
-        row["implemented"] = {"engine": engine, "params": params}
-        clocks = _clocks(impl, engine, params)
-        row.update(depth_levels=clocks["depth_levels"], depth_clock_mhz=clocks["depth_clock_mhz"])
-        # a rate a second only at a clock the configuration's logic depth supports
-        evidence = row["depth_clock_mhz"] is not None and row["clock_mhz"] <= row["depth_clock_mhz"]
-        row["per_second"] = row["work_per_cycle"] * row["clock_mhz"] * 1e6 if evidence else None
-        cpu = row.pop("cpu_per_second", None)
-        row["cpu_ratio"] = row["per_second"] / cpu if cpu and row["per_second"] else None
-        rows.append(row)
+        rows.append(_finish_board_row(row, ideal, impl, ideal_name, ideal_efficiency))
 
     for (name, memory), data in on.items():
         if name != "copy":
@@ -290,18 +284,44 @@ def board_rows(inputs: dict, ideal_rows: list[dict]) -> list[dict]:
              "work": "elements", "work_per_cycle": r["elements_per_cycle"], "clock_mhz": mhz,
              "implemented": ("sg", {"data_width": 512})}, "sg unit (row gathers)")
     for (name, memory), data in on.items():
-        if name != "graph":
-            continue
-        mhz = data.get("engine_mhz", 200)
-        for label, big in graph_headline_rows(data):
-            axi = big["axi_read_bytes"] + big["axi_write_bytes"]
-            add({"engine": label, "port_bits": 512, "memory": memory, **graph_efficiency(big),
-                 "problem": f"{big['graph']}, {big['edges']:,} edges",
-                 "of_memory": axi / big["cycles"] / _memory_peak(memory, mhz), "work": "edges",
-                 "work_per_cycle": big["edges_per_cycle"], "clock_mhz": mhz,
-                 "sim_cycles_per_second": big.get("sim_cycles_per_second"),
-                 "implemented": ("graph", {"data_width": 512})}, label)
+        if name == "graph":
+            for row in graph_board_rows(memory, data):
+                add(row, row["engine"])
     return rows
+
+
+def graph_board_rows(memory: str, data: dict) -> list[dict]:
+    """The graph engine's engine-table rows from its benchmark on the preset ``memory``."""
+    mhz = data.get("engine_mhz", 200)
+    rows = []
+    for label, big in graph_headline_rows(data):
+        axi = big["axi_read_bytes"] + big["axi_write_bytes"]
+        rows.append({"engine": label, "port_bits": 512, "memory": memory, **graph_efficiency(big),
+                     "problem": f"{big['graph']}, {big['edges']:,} edges",
+                     "of_memory": axi / big["cycles"] / _memory_peak(memory, mhz), "work": "edges",
+                     "work_per_cycle": big["edges_per_cycle"], "clock_mhz": mhz,
+                     "sim_cycles_per_second": big.get("sim_cycles_per_second"),
+                     "implemented": ("graph", {"data_width": 512})})
+    return rows
+
+
+def _finish_board_row(row: dict, ideal: dict, impl, ideal_name=None, ideal_efficiency=None) -> dict:
+    """A board row's ideal-memory efficiency beside it, its clocks, and its rate a second
+    at the clock the configuration's logic depth supports (none without that evidence)."""
+    if ideal_efficiency is None and ideal_name in ideal:
+        ideal_efficiency = ideal[ideal_name]["efficiency"]
+    row["ideal_efficiency"] = ideal_efficiency
+    row.setdefault("cpu", None)
+    row.setdefault("sim_cycles_per_second", None)
+    engine, params = row.pop("implemented")
+    row["implemented"] = {"engine": engine, "params": params}
+    clocks = _clocks(impl, engine, params)
+    row.update(depth_levels=clocks["depth_levels"], depth_clock_mhz=clocks["depth_clock_mhz"])
+    evidence = row["depth_clock_mhz"] is not None and row["clock_mhz"] <= row["depth_clock_mhz"]
+    row["per_second"] = row["work_per_cycle"] * row["clock_mhz"] * 1e6 if evidence else None
+    cpu = row.pop("cpu_per_second", None)
+    row["cpu_ratio"] = row["per_second"] / cpu if cpu and row["per_second"] else None
+    return row
 
 
 def graph_rate_lines(report: dict) -> list[str]:
@@ -715,12 +735,34 @@ def smart_infinity_ours(offload: dict) -> float:
     return max(r["compressed"] for r in offload["table"] if r["ssds"] == PUBLISHED["smart_infinity"]["ssds"])
 
 
-def rerender(report: dict, impl) -> dict:
+def rerender(report: dict, impl, graph_runs: dict | None = None) -> dict:
     """``report`` (a bench.json) brought up to date without running a benchmark: each engine
     row's clocks from the implementation report ``impl`` (rows that name their
     configuration), and the offload model re-computed from the updater input it records
-    (at the SmartSSD build's engine clock).  The decode model, the measured figures and
-    the machine stay as recorded."""
+    (at the SmartSSD build's engine clock).  ``graph_runs`` (``{None: the ideal memory's
+    run, preset: that preset's}``, any of them) replaces the graph benchmark's runs and
+    what is derived from them (its engine rows, the Piccolo headline).  The decode model,
+    the other measured figures and the machine stay as recorded."""
+    for memory, data in (graph_runs or {}).items():
+        ideal = {r["engine"]: r for r in report.get("engines_ideal", [])}
+        if memory is None:
+            report["graph"] = data
+            report["engines_ideal"] = [r for r in report["engines_ideal"] if r["implemented"]["engine"] != "graph"] + [
+                _finish_ideal_row(r, impl) for r in graph_ideal_rows(data)]
+            ideal = {r["engine"]: r for r in report["engines_ideal"]}
+            for r in report["engines"]:
+                if r["implemented"]["engine"] == "graph" and r["engine"] in ideal:
+                    r["ideal_efficiency"] = ideal[r["engine"]]["efficiency"]
+        else:
+            report.setdefault("graph_on", {})[memory] = data
+            kept = [r for r in report["engines"] if not (r["implemented"]["engine"] == "graph" and r.get("memory") == memory)]
+            report["engines"] = kept + [_finish_board_row(r, ideal, impl, r["engine"])
+                                        for r in graph_board_rows(memory, data)]
+    if graph_runs:
+        inputs = {"graph": report.get("graph"), "on": {("graph", k): v for k, v in (report.get("graph_on") or {}).items()}}
+        for h in report["headline"]:
+            if h["paper"].startswith("Piccolo"):
+                h["ours"] = piccolo_ours(inputs)
     for row in report.get("engines_ideal", []):
         if "implemented" in row:
             engine_clocks(row, impl)
@@ -1109,13 +1151,23 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=source_root() / "docs" / "bench")
     ap.add_argument("--readme", default=str(source_root() / "README.md"),
                     help="README whose results section is regenerated ('' to leave it)")
+    ap.add_argument("--graph-runs", type=Path, metavar="DIR",
+                    help="with --from-json: the graph benchmark's runs in DIR (graph.json, graph-<preset>.json, "
+                         "any of them) replace the recorded ones")
     ap.add_argument("--from-json", type=Path, metavar="BENCH_JSON",
                     help="run no benchmark input: re-render an existing bench.json (engine clocks from --impl, "
                          "the offload model re-computed; see rerender) into --out and the README, with the "
                          "model plots (efficiency.png needs the benchmark inputs and is left)")
     args = ap.parse_args(argv)
     if args.from_json:
-        report = rerender(json.loads(args.from_json.read_text()), _load(args.impl))
+        graph_runs = {}
+        if args.graph_runs:
+            from ndpkit_spec.dram import PRESETS
+            for memory in (None, *PRESETS):
+                data = _load(args.graph_runs / ("graph.json" if memory is None else f"graph-{memory}.json"))
+                if data is not None:
+                    graph_runs[memory] = data
+        report = rerender(json.loads(args.from_json.read_text()), _load(args.impl), graph_runs)
         args.out.mkdir(parents=True, exist_ok=True)
         images = model_plots(report, args.out)
     else:

@@ -424,7 +424,7 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
         if levels > alike.get(key, (0.0,))[0]:
             alike[key] = (levels, name, finish)
     deep_paths = []
-    for levels, name, finish in sorted(alike.values(), key=lambda v: -v[0])[:64]:
+    for levels, name, finish in sorted(alike.values(), key=lambda v: -v[0])[:12]:
         walk, node = [], name
         while node is not None:
             walk.append(node)

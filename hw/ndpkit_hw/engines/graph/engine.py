@@ -164,8 +164,13 @@ class GraphEngine(CommandEngine):
         # the row slice: rows first_row .. first_row + row_count - 1 (0 rows: through n)
         row_count = checks.derive(Mux(cmd.rows == 0, cmd.n - cmd.first_row, cmd.rows)[:32], "row_count")
         slice_end = checks.derive(cmd.first_row + row_count, "slice_end", after=checks.after(row_count))
-        rowptr_len, edge_len, vertex_len = words(row_count + 1), words(cmd.edges), words(cmd.n)
-        row_len = words(row_count)             # the slice's values, whole words
+        # the arrays' lengths in whole bus words, registered (the checks wait for them): the
+        # passes' transfers and byte counts start at a register, not at the rounding add
+        after_rows = checks.after(row_count)
+        rowptr_len = checks.derive(words(row_count + 1), "rowptr_len", after=after_rows)
+        edge_len, vertex_len = checks.derive(words(cmd.edges), "edge_len"), checks.derive(words(cmd.n), "vertex_len")
+        row_len = checks.derive(words(row_count), "row_len", after=after_rows)     # the slice's values
+        last_iteration = checks.derive(cmd.max_iterations - 1, "last_iteration")
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
                   "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
                   "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
@@ -232,9 +237,9 @@ class GraphEngine(CommandEngine):
         loading = Signal()
         window_count = Signal(range(MAX_VERTICES + 1))
         m.d.sync += window_count.eq(Mux(cmd.source_window < cmd.n, cmd.source_window, cmd.n))
-        window_len = words(window_count)
+        window_len = Signal(40)          # (registered: a register, not the rounding add, starts the loads)
         window_words = Signal(range(MAX_VERTICES + 1))
-        m.d.sync += window_words.eq(window_len >> (word - 1).bit_length())
+        m.d.sync += [window_len.eq(words(window_count)), window_words.eq(window_len >> (word - 1).bit_length())]
         loads = TransferGroup(m, {"window": readers["window"]},
                               {"window": Transfer(Mux(is_pagerank, cmd.scratch, source_base), window_len[:32])},
                               loading)
@@ -373,11 +378,11 @@ class GraphEngine(CommandEngine):
                      val.ready.eq(gen.val.ready | vertex.other.ready),
                      old.ready.eq(reducer.own.ready | vertex.rank.ready | lane_own_ready)]
         vertex_fire = Signal()
-        vertices_taken = Signal(32)
-        # "the next vertex is the pass's last", registered (next cycle's count of vertices taken
-        # against the pass's count, which holds from start): the row sums' entry starts at a flop
+        vertices_left = Signal(32)       # the pass's vertices not yet taken, counted down
+        # "the next vertex is the pass's last", registered (from the down-count's compares with
+        # constants; the count is loaded at start): the row sums' entry starts at a flop
         vertex_last = Signal()
-        m.d.sync += vertex_last.eq(Mux(vertex_fire, vertices_taken + 2, vertices_taken + 1) == pass_count)
+        m.d.sync += vertex_last.eq(Mux(vertex_fire, vertices_left == 2, vertices_left == 1))
 
         # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree ------
         # SpMV and PageRank's pull pass: a row's entries (from the sum lanes two a cycle, or
@@ -403,7 +408,7 @@ class GraphEngine(CommandEngine):
                          entry.payload.b[0].eq(single.b[0]), entry.payload.count.eq(single.count),
                          entry.payload.last.eq(single.last), reducer.entry.ready.eq(entry.ready)]
         with m.If(vertex_fire):
-            m.d.sync += vertices_taken.eq(vertices_taken + 1)
+            m.d.sync += vertices_left.eq(vertices_left - 1)
         total_sum, total_ready = Signal(32), Signal()       # a vertex pass's sum
         with m.If(sums.sums.valid & vertex_pass):
             m.d.sync += [total_sum.eq(sums.sums.payload), total_ready.eq(1)]
@@ -425,7 +430,7 @@ class GraphEngine(CommandEngine):
                 m.d.comb += [packer.elements.valid.eq(minimum.valid), packer.elements.payload.eq(minimum.payload),
                              minimum.ready.eq(packer.elements.ready)]
         with m.If(start):
-            m.d.sync += [vertices_taken.eq(0), total_ready.eq(0), vertex_last.eq(pass_count == 1)]
+            m.d.sync += [vertices_left.eq(pass_count), total_ready.eq(0), vertex_last.eq(pass_count == 1)]
         spmv_idle = ~sum_rows | sums.idle
 
         # dangling x (1/n), once per iteration between the contributions and the update
@@ -441,7 +446,7 @@ class GraphEngine(CommandEngine):
         # changes only at a pass's end, long before the next one ends): the compare
         # from registers, not from the count's increment into the completion's enable
         final_iteration = Signal()
-        m.d.sync += final_iteration.eq(iterations + 1 == cmd.max_iterations)
+        m.d.sync += final_iteration.eq(iterations == last_iteration)
         converged = Signal()             # PageRank stopped by its tolerance (cpl_aux bit 31)
         stopping = Signal()              # contributions 2: the iteration's last pass ends the command
         bus_error = Signal(4)            # the first AXI error of any phase
@@ -452,10 +457,11 @@ class GraphEngine(CommandEngine):
 
         # the byte counts of a pass, fixed by the command: registered (first used at the
         # validation's end), so a pass's end adds one register to the running count
-        scan_bytes, iteration_bytes = Signal(32), Signal(32)
+        scan_bytes, iteration_bytes, val_bytes, own_bytes = Signal(32), Signal(32), Signal(32), Signal(32)
         m.d.sync += [scan_bytes.eq(rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)),
-                     iteration_bytes.eq(scan_bytes + Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0) +
-                                        Mux(sum_rows, 0, row_len[:32]))]
+                     val_bytes.eq(Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0)),
+                     own_bytes.eq(Mux(sum_rows, 0, row_len[:32])),
+                     iteration_bytes.eq(scan_bytes + val_bytes + own_bytes)]
         m.d.sync += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & gen.idle & ~gen.edge.valid & ~window.out.valid & (windowed_queue.level == 0)
                                     & ~(collector.waiting & ~collector.edge.ready))
