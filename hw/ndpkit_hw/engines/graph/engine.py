@@ -216,8 +216,10 @@ class GraphEngine(CommandEngine):
         # ranks -> the other array)
         contributing = is_pagerank & (stage == 0)              # the contributions pass
         every_vertex = contributing & (cmd.contributions == 0)
-        pass_count = Mux(every_vertex, cmd.n, row_count)       # the vertex passes' and results' length
-        pass_len = Mux(every_vertex, vertex_len, row_len)
+        # the vertex passes' and results' length, registered: the stage changes as a pass ends,
+        # a cycle (NEXT) before the next pass's transfers, counts and byte counts use them
+        pass_count, pass_len = Signal(32), Signal(40)
+        m.d.sync += [pass_count.eq(Mux(every_vertex, cmd.n, row_count)), pass_len.eq(Mux(every_vertex, vertex_len, row_len))]
         val_base = Mux(vertex_pass & update, sums_rows, Mux(contributing & ~every_vertex, degree_rows, cmd.val))
         out_base = Mux(contributing, Mux(every_vertex, cmd.scratch, contrib_rows),
                        Mux(is_pagerank & (stage == 1), sums_rows, Mux(odd, a_rows, b_rows)))
@@ -388,7 +390,9 @@ class GraphEngine(CommandEngine):
         # SpMV and PageRank's pull pass: a row's entries (from the sum lanes two a cycle, or
         # the single path's one); PageRank's vertex passes: one row of all n vertices (the
         # dangling rank, the L1 change), its sum kept
-        m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas)
+        # (eight banks for the lanes' short rows; a build without lanes, two, as its single
+        # path takes an entry a cycle)
+        m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=8 if lanes else 2)
         entry = sums.entry
         m.d.comb += sums.start.eq(start)
         with m.If(vertex_pass):
@@ -429,8 +433,14 @@ class GraphEngine(CommandEngine):
             with m.Else():
                 m.d.comb += [packer.elements.valid.eq(minimum.valid), packer.elements.payload.eq(minimum.payload),
                              minimum.ready.eq(packer.elements.ready)]
+        # (the count is loaded the cycle after start, as the packer's: the registered pass
+        # count has settled then, and the vertex pipeline gives nothing in a pass's first cycle)
+        counting = Signal()
+        m.d.sync += counting.eq(start)
         with m.If(start):
-            m.d.sync += [vertices_left.eq(pass_count), total_ready.eq(0), vertex_last.eq(pass_count == 1)]
+            m.d.sync += total_ready.eq(0)
+        with m.If(counting):
+            m.d.sync += [vertices_left.eq(pass_count), vertex_last.eq(pass_count == 1)]
         spmv_idle = ~sum_rows | sums.idle
 
         # dangling x (1/n), once per iteration between the contributions and the update
