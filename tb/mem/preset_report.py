@@ -18,12 +18,15 @@ def _load(path: Path):
 
 
 def _runs(perf: Path, docs: Path, bench: str):
-    """(preset, run) for each preset ``bench`` ran on, each run copied beside the document."""
+    """(preset, run) for each preset ``bench`` ran on, each new run copied beside the
+    document (a run not in ``perf``: the copy kept there, so one bench's new runs re-render
+    the document with the others as they were)."""
     for name in PRESETS:
-        path = perf / f"{bench}-{name}.json"
+        path, kept = perf / f"{bench}-{name}.json", docs / "presets" / f"{bench}-{name}.json"
         if path.exists():
-            shutil.copy(path, docs / "presets" / path.name)
-            yield name, json.loads(path.read_text())
+            shutil.copy(path, kept)
+        if kept.exists():
+            yield name, json.loads(kept.read_text())
 
 
 def _real_cells(r: dict, per: int) -> str:
@@ -164,9 +167,10 @@ def main() -> int:
                   f"DMA into the running instances' regions: worst scaling {worst:.3f} (the table: "
                   "[README.md](README.md#card-scale-instances-on-their-own-memory-regions)). The 128-bit engines "
                   "use a fraction of a channel, so the host's traffic finds room beside them.", ""]
-    speed = _load(perf / "sim_speed.json")
-    if speed:
+    if (perf / "sim_speed.json").exists():
         shutil.copy(perf / "sim_speed.json", docs / "presets" / "sim_speed.json")
+    speed = _load(docs / "presets" / "sim_speed.json")
+    if speed:
         lines += ["## The simulated card on each memory (`python -m tb.mem.sim_speed`)", "",
                   "A copy on `ndpkit.open(\"sim?memory=...\")` (dma_copy, 512-bit, 250 MHz engines), one timed run "
                   "after a warm-up: the copy's cycles, and Verilator's device cycles a wall-clock second against "

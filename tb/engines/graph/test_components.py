@@ -659,8 +659,10 @@ def test_reducer_resolves_and_reduces_edges_in_order(rng, sums):
             assert bool(ctx.get(dut.consume)) == bool(ctx.get(dut.fill))
             if ctx.get(out.valid) and ready:
                 p = ctx.get(out.payload)
-                empty = int(p.count == 0)
-                got.append((p.a[0], None if empty else p.b[0], empty, p.last) if sums else p)
+                if sums:
+                    empty = int(p.count == 0)
+                    p = (p.a[0], None if empty else p.b[0], empty, p.last)
+                got.append(p)
             took = _fired(ctx, dut.tickets)
             j += _fired(ctx, dut.own)
             await ctx.tick()
@@ -731,6 +733,56 @@ class _EdgeLanes(wiring.Component):
         wiring.connect(m, self.lanes.entries, self.sums.entry)
         return m
 
+    async def load(self, ctx, values, *, sums, uses_val, weight, edges):
+        """Restart the lanes, load the 64-vertex window with ``values``, set the pass."""
+        b, w = self.lanes, self.window
+        ctx.set(b.start, 1)
+        ctx.set(w.start, 1)
+        ctx.set(w.count, 64)
+        await ctx.tick()
+        for s in (b.start, w.start):
+            ctx.set(s, 0)
+        for word in _words(values):
+            ctx.set(w.load.valid, 1)
+            ctx.set(w.load.payload, {"data": word, "last": 0})
+            await ctx.tick()
+        ctx.set(w.load.valid, 0)
+        for port, value in ((b.sums, sums), (b.uses_val, uses_val), (b.weight, weight), (b.edges, edges), (b.run, 1)):
+            ctx.set(port, value)
+
+    async def run(self, ctx, rng, streams, out, count, each=None):
+        """Offer ``streams`` (port name -> items) with random gaps and take ``count``
+        results from ``out`` with random stalls (``each()`` checked every cycle); returns
+        the results and how many items of each stream were taken."""
+        b = self.lanes
+        at, got = dict.fromkeys(streams, 0), []
+        while len(got) < count:
+            for name, items in streams.items():
+                _drive(ctx, getattr(b, name), items, rng, at[name])
+            ready = rng.random() < 0.6
+            ctx.set(out.ready, ready)
+            if ready and ctx.get(out.valid):
+                got.append(ctx.get(out.payload))
+            if each:
+                each()
+            for name in streams:
+                at[name] += _fired(ctx, getattr(b, name))
+            await ctx.tick()
+        for name in streams:
+            ctx.set(getattr(b, name).valid, 0)
+        assert at == {name: len(items) for name, items in streams.items()}   # every word taken, no more
+        return got
+
+
+def _words(items):
+    """32-bit items in 512-bit bus words (the last padded with zeros)."""
+    items = list(items) + [0] * (-len(items) % 16)
+    return [sum(v << (32 * k) for k, v in enumerate(items[i:i + 16])) for i in range(0, len(items), 16)]
+
+
+def _word_stream(items):
+    return [{"data": x, "last": 0} for x in _words(items)]
+
 
 @pytest.mark.parametrize("lanes", [pytest.param(2, marks=pytest.mark.long), 8,
                                    pytest.param(16, marks=pytest.mark.long)])    # (2 and 16 in make sim)
@@ -743,13 +795,8 @@ def test_edge_lanes_reduce_rows_like_the_golden_min(rng, lanes):
     ``changed`` is set exactly when some row changed; the second pass (constant weight)
     starts clean."""
     dut = _EdgeLanes(lanes)
-    b = r = dut.lanes
-    w = dut.window
+    r = dut.lanes
     passes = 0
-
-    def words(items):
-        items = items + [0] * (-len(items) % 16)
-        return [sum(v << (32 * k) for k, v in enumerate(items[i:i + 16])) for i in range(0, len(items), 16)]
 
     async def bench(ctx):
         nonlocal passes
@@ -770,45 +817,16 @@ def test_edge_lanes_reduce_rows_like_the_golden_min(rng, lanes):
                     total = values[col[e]] + (val[e] if uses_val else weight)
                     best = min(best, 0xFFFF_FFFF if values[col[e]] == 0xFFFF_FFFF or total >> 32 else total)
                 expected.append(best)
-            ctx.set(b.start, 1)
-            ctx.set(w.start, 1)
-            ctx.set(w.count, 64)
-            await ctx.tick()
-            for s in (b.start, w.start):
-                ctx.set(s, 0)
-            for word in words(values):
-                ctx.set(w.load.valid, 1)
-                ctx.set(w.load.payload, {"data": word, "last": 0})
-                await ctx.tick()
-            ctx.set(w.load.valid, 0)
-            ctx.set(b.uses_val, uses_val)
-            ctx.set(b.weight, weight)
-            ctx.set(b.edges, edges)
-            ctx.set(b.run, 1)
-            streams = {"rowptr": rowptr, "own": own,
-                       "col": [{"data": x, "last": 0} for x in words(col)],
-                       "val": [{"data": x, "last": 0} for x in words(val)] if uses_val else []}
-            at = dict.fromkeys(streams, 0)
-            got = []
-            while len(got) < n:
-                for name, items in streams.items():
-                    _drive(ctx, getattr(b, name), items, rng, at[name])
-                ready = rng.random() < 0.6
-                ctx.set(r.results.ready, ready)
-                if ready and ctx.get(r.results.valid):
-                    got.append(ctx.get(r.results.payload))
-                for name in streams:
-                    at[name] += _fired(ctx, getattr(b, name))
-                await ctx.tick()
-            for name in streams:
-                ctx.set(getattr(b, name).valid, 0)
+            await dut.load(ctx, values, sums=0, uses_val=uses_val, weight=weight, edges=edges)
+            streams = {"rowptr": rowptr, "own": own, "col": _word_stream(col),
+                       "val": _word_stream(val) if uses_val else []}
+            got = await dut.run(ctx, rng, streams, r.results, n)
             assert got == expected, (lanes, uses_val)
-            assert at == {name: len(items) for name, items in streams.items()}   # every word taken, no more
             for _ in range(12):
                 await ctx.tick()
             assert ctx.get(r.changed) == (expected != own)
             assert ctx.get(dut.bundler.idle)
-            ctx.set(b.run, 0)
+            ctx.set(r.run, 0)
             await ctx.tick()
             assert not ctx.get(r.busy)
             passes += 1
@@ -826,13 +844,9 @@ def test_sum_lanes_give_the_golden_row_sums(rng, lanes):
     row's sum equals ``golden.row_sums`` bit for bit, in order; no own value is taken."""
     from ndpkit.engines.graph import golden
     dut = _EdgeLanes(lanes)
-    b, w, sums = dut.lanes, dut.window, dut.sums
+    b, sums = dut.lanes, dut.sums
     one = 0x3F80_0000
     passes = 0
-
-    def words(items):
-        items = items + [0] * (-len(items) % 16)
-        return [sum(v << (32 * k) for k, v in enumerate(items[i:i + 16])) for i in range(0, len(items), 16)]
 
     def floats(count):
         return [rng.choice([0, 0x8000_0000, 1, 0x7F00_0000]) if rng.random() < 0.1 else
@@ -850,41 +864,13 @@ def test_sum_lanes_give_the_golden_row_sums(rng, lanes):
             weights = val if uses_val else [one] * edges
             want = [int(x) for x in golden.row_sums(np.array(rowptr), np.array(weights, np.uint32),
                                                     np.array(values, np.uint32)[col])]
-            ctx.set(b.start, 1)
-            ctx.set(w.start, 1)
-            ctx.set(w.count, 64)
-            await ctx.tick()
-            for s in (b.start, w.start):
-                ctx.set(s, 0)
-            for word in words(values):
-                ctx.set(w.load.valid, 1)
-                ctx.set(w.load.payload, {"data": word, "last": 0})
-                await ctx.tick()
-            ctx.set(w.load.valid, 0)
-            ctx.set(b.sums, 1)
-            ctx.set(b.uses_val, uses_val)
-            ctx.set(b.weight, one)
-            ctx.set(b.edges, edges)
-            ctx.set(b.run, 1)
-            streams = {"rowptr": rowptr, "col": [{"data": x, "last": 0} for x in words(col)],
-                       "val": [{"data": x, "last": 0} for x in words(val)] if uses_val else []}
-            at = dict.fromkeys(streams, 0)
-            got = []
-            while len(got) < n:
-                for name, items in streams.items():
-                    _drive(ctx, getattr(b, name), items, rng, at[name])
-                ready = rng.random() < 0.6
-                ctx.set(sums.sums.ready, ready)
-                if ready and ctx.get(sums.sums.valid):
-                    got.append(ctx.get(sums.sums.payload))
+            await dut.load(ctx, values, sums=1, uses_val=uses_val, weight=one, edges=edges)
+            streams = {"rowptr": rowptr, "col": _word_stream(col), "val": _word_stream(val) if uses_val else []}
+
+            def no_own():
                 assert not ctx.get(b.own.ready)
-                for name in streams:
-                    at[name] += _fired(ctx, getattr(b, name))
-                await ctx.tick()
-            for name in streams:
-                ctx.set(getattr(b, name).valid, 0)
+            got = await dut.run(ctx, rng, streams, sums.sums, n, no_own)
             assert got == want, (lanes, uses_val)
-            assert at == {name: len(items) for name, items in streams.items()}
             ctx.set(b.run, 0)
             await ctx.tick()
             assert not ctx.get(b.busy) and ctx.get(sums.idle)
@@ -914,8 +900,7 @@ def test_edge_lanes_take_a_lane_group_a_cycle():
         ctx.set(b.edges, edges)
         ctx.set(b.run, 1)
         ctx.set(r.results.ready, 1)
-        col = [x % 64 for x in range(edges)] + [0] * (-edges % 16)
-        words = [sum(v << (32 * k) for k, v in enumerate(col[i:i + 16])) for i in range(0, len(col), 16)]
+        words = _words([x % 64 for x in range(edges)])
         at = {"rowptr": 0, "col": 0, "own": 0}
         got, cycle, first = 0, 0, None
         while got < len(degrees):

@@ -505,6 +505,14 @@ def card_build(board_name: str) -> dict:
             "one_more": {r.upper(): share for r, share in bound["one_more"].items()}}
 
 
+def graph_build(impl, scaling_runs) -> tuple[dict, dict | None]:
+    """The graph engine's clocks by the implementation report, and the card the scaling
+    runs' most instances would be built on (:func:`graph_card`)."""
+    clock = _clocks(impl, "graph", {"data_width": 512, "banks": None})
+    most_instances = max((r["instances"] for d in scaling_runs if d for r in d["rows"]), default=1)
+    return clock, graph_card(most_instances, clock["depth_clock_mhz"])
+
+
 def graph_card(instances: int, mhz: int | None) -> dict | None:
     """A U55C build of ``instances`` graph instances, each on its own pseudo-channel, at
     ``mhz`` (the clock the engine's depth supports): whether the board checks take it and
@@ -698,11 +706,8 @@ def build(inputs: dict) -> dict:
          "theirs": PUBLISHED["piccolo"]["geomean"], "ours": piccolo_ours(inputs)},
     ]
     ideal = engine_rows(inputs)
-    graph_clock = _clocks(inputs["impl"], "graph", {"data_width": 512, "banks": None})
     graph_scaling_on = _on_presets(inputs, "graph_scaling")
-    # the card the scaling runs' instances would be built on
-    most_instances = max((r["instances"] for d in [inputs.get("graph_scaling"), *graph_scaling_on.values()] if d
-                          for r in d["rows"]), default=1)
+    graph_clock, card = graph_build(inputs["impl"], [inputs.get("graph_scaling"), *graph_scaling_on.values()])
     return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": platform.processor()},
             "versions": versions, "present": {k: v is not None or any(name == k for name, _ in inputs["on"])
                                                   for k, v in inputs.items() if k != "on"},
@@ -711,7 +716,7 @@ def build(inputs: dict) -> dict:
             "gather": gather, "graph": inputs.get("graph"), "scaling": scaling_section(inputs),
             "graph_on": _on_presets(inputs, "graph"),
             "graph_scaling": inputs.get("graph_scaling"),
-            "graph_clock": graph_clock, "graph_card": graph_card(most_instances, graph_clock["depth_clock_mhz"]),
+            "graph_clock": graph_clock, "graph_card": card,
             "graph_scaling_on": graph_scaling_on,
             "scaling_on": {memory: scaling_section({"scaling": data})
                            for memory, data in _on_presets(inputs, "scaling").items()},
@@ -739,13 +744,19 @@ def rerender(report: dict, impl, graph_runs: dict | None = None) -> dict:
     """``report`` (a bench.json) brought up to date without running a benchmark: each engine
     row's clocks from the implementation report ``impl`` (rows that name their
     configuration), and the offload model re-computed from the updater input it records
-    (at the SmartSSD build's engine clock).  ``graph_runs`` (``{None: the ideal memory's
-    run, preset: that preset's}``, any of them) replaces the graph benchmark's runs and
-    what is derived from them (its engine rows, the Piccolo headline).  The decode model,
-    the other measured figures and the machine stay as recorded."""
-    for memory, data in (graph_runs or {}).items():
+    (at the SmartSSD build's engine clock).  ``graph_runs`` (``{(step, memory): run}``,
+    step ``"graph"`` or ``"graph_scaling"``, memory None for the ideal memory's or a
+    preset's) replaces those runs of the graph benchmarks and what is derived from them
+    (the graph engine rows, the Piccolo headline, the scaling runs' card).  The decode
+    model, the other measured figures and the machine stay as recorded."""
+    for (step, memory), data in (graph_runs or {}).items():
         ideal = {r["engine"]: r for r in report.get("engines_ideal", [])}
-        if memory is None:
+        if step == "graph_scaling":
+            if memory is None:
+                report["graph_scaling"] = data
+            else:
+                report.setdefault("graph_scaling_on", {})[memory] = data
+        elif memory is None:
             report["graph"] = data
             report["engines_ideal"] = [r for r in report["engines_ideal"] if r["implemented"]["engine"] != "graph"] + [
                 _finish_ideal_row(r, impl) for r in graph_ideal_rows(data)]
@@ -759,6 +770,8 @@ def rerender(report: dict, impl, graph_runs: dict | None = None) -> dict:
             report["engines"] = kept + [_finish_board_row(r, ideal, impl, r["engine"])
                                         for r in graph_board_rows(memory, data)]
     if graph_runs:
+        report["graph_clock"], report["graph_card"] = graph_build(
+            impl, [report.get("graph_scaling"), *(report.get("graph_scaling_on") or {}).values()])
         inputs = {"graph": report.get("graph"), "on": {("graph", k): v for k, v in (report.get("graph_on") or {}).items()}}
         for h in report["headline"]:
             if h["paper"].startswith("Piccolo"):
@@ -1163,10 +1176,11 @@ def main(argv=None) -> int:
         graph_runs = {}
         if args.graph_runs:
             from ndpkit_spec.dram import PRESETS
-            for memory in (None, *PRESETS):
-                data = _load(args.graph_runs / ("graph.json" if memory is None else f"graph-{memory}.json"))
-                if data is not None:
-                    graph_runs[memory] = data
+            for step in ("graph", "graph_scaling"):
+                for memory in (None, *PRESETS):
+                    data = _load(args.graph_runs / (f"{step}.json" if memory is None else f"{step}-{memory}.json"))
+                    if data is not None:
+                        graph_runs[step, memory] = data
         report = rerender(json.loads(args.from_json.read_text()), _load(args.impl), graph_runs)
         args.out.mkdir(parents=True, exist_ok=True)
         images = model_plots(report, args.out)

@@ -158,10 +158,18 @@ NOTES = {
                                     "the collector's input register with its match bits computed as the edge "
                                     "enters (forwarding the key of a group opened that cycle) and the flush "
                                     "registered -> 12 (the word packer's last-element compare); that compare "
-                                    "and the vertex passes' one registered a cycle ahead -> 11. Now: the "
-                                    "packer's next-count add and compare into its register (block.packer.$2 -> "
-                                    "block.packer.$signal, a 32-bit carry chain). Next: the counts as "
-                                    "down-counters with a registered zero flag.",
+                                    "and the vertex passes' one registered a cycle ahead -> 11; the sums' two "
+                                    "FMAs and eight banks (the sum lanes) 11; the packer's and the vertex passes' "
+                                    "counts as down-counters, the arrays' lengths, the passes' count and the "
+                                    "last iteration registered -> 10 to 11: no path from the command register "
+                                    "or a count is among the deepest, which are now the fp32 units' own "
+                                    "stages, measured at 9 to 11 levels in this flattened netlist (7 to 8 "
+                                    "alone, docs/arith_impl.md) depending on how ABC maps them: here the "
+                                    "dangling-rank multiplier's (block.scale.lane0_s3_0 -> "
+                                    "block.scale.lane0_s4_4), beside the sums' FMA at 10, the sg unit's "
+                                    "response checks and the collector's send into the response table at 10. "
+                                    "Next: the fp32 units' normalising stages split (a stage more each), the "
+                                    "sg unit's inbox and run-start paths registered.",
 }
 
 
