@@ -937,3 +937,165 @@ def test_engine_refuses_edge_lanes_it_cannot_build(params, message):
     with pytest.raises(ValueError, match=message):
         GraphEngine(**params)
     GraphEngine(window_vertices=0, edge_lanes=1)
+
+
+def _held_offer(ctx, port, items, state, rng, rate=0.7):
+    """Offer ``items`` on ``port`` with random gaps, an offered item held until taken
+    (``state``: [next index, held]); returns a function that, after the cycle's inputs
+    are set, advances the state and says whether the item was taken."""
+    on = state[1] or (state[0] < len(items) and rng.random() < rate)
+    ctx.set(port.valid, on)
+    if items:
+        ctx.set(port.payload, items[min(state[0], len(items) - 1)])
+
+    def advance():
+        fired = bool(ctx.get(port.valid) and ctx.get(port.ready))
+        state[1] = bool(ctx.get(port.valid)) and not fired
+        state[0] += fired
+        return fired
+    return advance
+
+
+def test_word_router_sends_each_word_to_its_phase_user(rng):
+    """The validation pass's words, the edge lanes' and the unpackers' in turn (128-bit
+    words, random stalls on every stream): in each phase every array's words reach its
+    phase's user alone, in order (unpacked into the pass's count of elements, the last
+    word's spare elements dropped), and no other output offers anything."""
+    from ndpkit_hw.engines.graph.routes import ELEMENT_ARRAYS, WordRouter
+    dut = WordRouter(128)
+    phases = [("validate", ("rowptr", "col")), ("lanes", ("rowptr", "col", "val", "old")),
+              ("elements", ("rowptr", "col", "val", "old"))]
+
+    async def bench(ctx):
+        for phase, arrays in phases:
+            counts = {name: rng.randrange(1, 40) for name in ELEMENT_ARRAYS}
+            words = {name: [{"data": rng.getrandbits(128), "last": 0} for _ in range(-(-counts[name] // 4))]
+                     for name in arrays}
+            ctx.set(dut.validating, phase == "validate")
+            ctx.set(dut.to_lanes, phase == "lanes")
+            for name in ELEMENT_ARRAYS:
+                ctx.set(getattr(dut, f"{name}_count"), counts[name])
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            # the users: the checks (words), the lanes (words), the element outputs
+            users = {name: (getattr(dut, f"check_{name}") if phase == "validate" else
+                            getattr(dut, f"lane_{name}") if phase == "lanes" and name in ("col", "val") else
+                            getattr(dut, name)) for name in arrays}
+            others = [p for p in (dut.check_rowptr, dut.check_col, dut.lane_col, dut.lane_val,
+                                  *(getattr(dut, n) for n in ELEMENT_ARRAYS)) if p not in users.values()]
+            want = {name: ([w["data"] for w in words[name]] if users[name] is not getattr(dut, name) else
+                           [w["data"] >> (32 * k) & 0xFFFF_FFFF for w in words[name] for k in range(4)][:counts[name]])
+                    for name in arrays}
+            got = {name: [] for name in arrays}
+            states = {name: [0, False] for name in arrays}
+            while any(len(got[n]) < len(want[n]) for n in arrays):
+                advances = [_held_offer(ctx, getattr(dut, f"{n}_words"), words[n], states[n], rng) for n in arrays]
+                for name, port in users.items():
+                    ready = rng.random() < 0.6
+                    ctx.set(port.ready, ready)
+                    if ctx.get(port.valid) and ready:
+                        payload = ctx.get(port.payload)
+                        got[name].append(payload if port is getattr(dut, name) else payload.data)
+                for port in others:
+                    ctx.set(port.ready, 1)
+                    assert not ctx.get(port.valid), f"{phase}: an output of another phase offered a word"
+                for advance in advances:
+                    advance()
+                await ctx.tick()
+            for name in arrays:
+                ctx.set(getattr(dut, f"{name}_words").valid, 0)
+            assert got == want, phase
+    run_to_end(dut, bench)
+
+
+@pytest.mark.parametrize("mode", ["vertex", "lane_sums", "single_sums", "lane_minima", "single_minima"])
+def test_result_router_routes_each_mode(rng, mode):
+    """Every input offered at once with random stalls: only the mode's sources are taken,
+    each reaching its destination unchanged and in order (a single entry widened to the
+    two-FMA layout); a vertex pass's value and term leave together, its entry marked last
+    at the pass's last vertex only, and the pass's sum kept as ``total`` until the next
+    start."""
+    from ndpkit_hw.engines.graph.rowsums import entries_layout
+    from ndpkit_hw.engines.graph.routes import FP32_ONE, ResultRouter
+    dut = ResultRouter(2)
+    n = 37
+    word = lambda: rng.getrandbits(32)    # noqa: E731
+    items = {
+        "vertex": [rng.getrandbits(64) for _ in range(n)],
+        "lane_entries": [entries_layout(2).const({"a": [word(), word()], "b": [word(), word()],
+                                                  "count": rng.randrange(1, 3), "last": rng.randrange(2)})
+                         for _ in range(n)],
+        "single_entry": [entries_layout(1).const({"a": [word()], "b": [word()], "count": 1, "last": rng.randrange(2)})
+                         for _ in range(n)],
+        "lane_minima": [word() for _ in range(n)], "single_minima": [word() for _ in range(n)],
+        "row_sums": [word() for _ in range(n)]}
+    sources = {"vertex": ("vertex", "row_sums"), "lane_sums": ("lane_entries", "row_sums"),
+               "single_sums": ("single_entry", "row_sums"), "lane_minima": ("lane_minima",),
+               "single_minima": ("single_minima",)}[mode]
+
+    def entry_of(e):
+        return (list(e.a), list(e.b), e.count, e.last)
+    want_entries = {"vertex": [([FP32_ONE, None], [v >> 32, None], 1, int(k == n - 1))
+                               for k, v in enumerate(items["vertex"])],
+                    "lane_sums": [entry_of(e) for e in items["lane_entries"]],
+                    "single_sums": [([e.a[0], None], [e.b[0], None], 1, e.last) for e in items["single_entry"]]}.get(mode, [])
+    want_elements = {"vertex": [v & 0xFFFF_FFFF for v in items["vertex"]],
+                     "lane_sums": items["row_sums"], "single_sums": items["row_sums"],
+                     "lane_minima": items["lane_minima"], "single_minima": items["single_minima"]}[mode]
+    entries, elements, taken = [], [], {name: 0 for name in items}
+
+    async def bench(ctx):
+        ctx.set(dut.vertex_pass, mode == "vertex")
+        ctx.set(dut.use_lanes, mode.startswith("lane"))
+        ctx.set(dut.sum_rows, mode.endswith("sums") or mode == "vertex")
+        ctx.set(dut.iterating, mode != "vertex")
+        ctx.set(dut.pass_count, n)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        assert not ctx.get(dut.total_ready)
+        states = {name: [0, False] for name in items}
+        # (the sums answer a vertex pass once, at its end; a min program's sources offer no entries)
+        offered = {name: ([] if name == "row_sums" and mode == "vertex" or
+                          name in ("lane_entries", "single_entry") and mode.endswith("minima") else values)
+                   for name, values in items.items()}
+        while len(elements) < len(want_elements) or len(entries) < len(want_entries):
+            advances = {name: _held_offer(ctx, getattr(dut, name), offered[name], states[name], rng) for name in items}
+            ready_entry, ready_elements = rng.random() < 0.6, rng.random() < 0.6
+            ctx.set(dut.entry.ready, ready_entry)
+            ctx.set(dut.elements.ready, ready_elements)
+            entry_fired = ctx.get(dut.entry.valid) and ready_entry
+            element_fired = ctx.get(dut.elements.valid) and ready_elements
+            if entry_fired:
+                e = ctx.get(dut.entry.payload)
+                got = entry_of(e)
+                if e.count == 1 and mode != "lane_sums":
+                    got = ([got[0][0], None], [got[1][0], None], 1, got[3])
+                entries.append(got)
+            if element_fired:
+                elements.append(ctx.get(dut.elements.payload))
+            if mode == "vertex":
+                assert entry_fired == element_fired, "a vertex's value and term left apart"
+            for name, advance in advances.items():
+                taken[name] += advance()
+            await ctx.tick()
+        if mode == "vertex":
+            for _ in range(40):
+                if taken["row_sums"]:
+                    break
+                advance = _held_offer(ctx, dut.row_sums, items["row_sums"][:1], states["row_sums"], rng)
+                taken["row_sums"] += advance()
+                await ctx.tick()
+            ctx.set(dut.row_sums.valid, 0)
+            assert ctx.get(dut.total_ready) and ctx.get(dut.total) == items["row_sums"][0]
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            await ctx.tick()
+            assert not ctx.get(dut.total_ready)
+    run_to_end(dut, bench)
+    assert elements == want_elements
+    assert entries == want_entries
+    unused = set(items) - set(sources)
+    assert all(taken[name] == 0 for name in unused), {name: taken[name] for name in unused}

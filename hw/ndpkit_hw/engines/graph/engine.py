@@ -82,7 +82,8 @@ from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.lanes import EdgeLanes
 from ndpkit_hw.engines.graph.pagerank import VertexPass
-from ndpkit_hw.engines.graph.words import WordPacker, WordUnpacker
+from ndpkit_hw.engines.graph.routes import ELEMENT_ARRAYS, FP32_ONE, ResultRouter, WordRouter
+from ndpkit_hw.engines.graph.words import WordPacker
 from ndpkit_hw.engines.graph.reducer import Reducer
 from ndpkit_hw.engines.graph.responses import ResponseTable
 from ndpkit_hw.engines.graph.rowsums import RowSums
@@ -92,9 +93,6 @@ from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEng
 from ndpkit_hw.engines.sg.unit import SgUnit
 
 __all__ = ["GraphEngine"]
-
-FP32_ONE = 0x3F80_0000
-
 
 class GraphEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 4,
@@ -253,38 +251,28 @@ class GraphEngine(CommandEngine):
         if lanes:
             m.d.sync += use_lanes.eq(window_count == cmd.n)
         # the validation pass takes the row pointers and columns a word at a time; the edge
-        # passes element by element through the unpackers
+        # passes element by element through the unpackers, or (the edge lanes) the columns
+        # and weights as words; PageRank's vertex passes read their degrees and sums as elements
         m.submodules.validator = validator = GraphValidator(self.data_width)
         m.d.comb += [validator.n.eq(cmd.n), validator.rows.eq(row_count), validator.edges.eq(cmd.edges),
                      validator.start.eq(start)]
-        unpack = {}
-        for name in ("rowptr", "col", "val", "old"):
-            u = unpack[name] = WordUnpacker(self.data_width)
-            m.submodules[f"unpack_{name}"] = u
-            m.d.comb += u.start.eq(start)
-            data = readers[name].data
-            # with the edge lanes the edge passes' columns and weights go to them as words
-            # (PageRank's vertex passes read their degrees and sums through the unpacker)
-            to_lanes = use_lanes & iterating if name in ("col", "val") else 0
-            lane_ready = 0
-            if lanes and name in ("col", "val"):
-                lane_words = getattr(self.lanes, name)
-                lane_ready = lane_words.ready
-                m.d.comb += [lane_words.payload.eq(data.payload), lane_words.valid.eq(data.valid & ~validating & to_lanes)]
-            m.d.comb += [u.words.payload.eq(data.payload), u.words.valid.eq(data.valid & ~validating & ~to_lanes)]
-            if name in ("rowptr", "col"):
-                check = getattr(validator, name)
-                m.d.comb += [check.payload.eq(data.payload), check.valid.eq(data.valid & validating),
-                             data.ready.eq(Mux(validating, check.ready, Mux(to_lanes, lane_ready, u.words.ready)))]
-            else:
-                m.d.comb += data.ready.eq(Mux(to_lanes, lane_ready, u.words.ready))
-        m.d.comb += [unpack["rowptr"].count.eq(row_count + 1), unpack["col"].count.eq(cmd.edges),
-                     unpack["val"].count.eq(Mux(vertex_pass, pass_count, cmd.edges)),
-                     unpack["old"].count.eq(pass_count)]
+        m.submodules.words = words_in = WordRouter(self.data_width)
+        for name in ELEMENT_ARRAYS:
+            wiring.connect(m, readers[name].data, getattr(words_in, f"{name}_words"))
+        wiring.connect(m, words_in.check_rowptr, validator.rowptr)
+        wiring.connect(m, words_in.check_col, validator.col)
+        m.d.comb += [words_in.validating.eq(validating), words_in.to_lanes.eq(use_lanes & iterating),
+                     words_in.start.eq(start),
+                     words_in.rowptr_count.eq(row_count + 1), words_in.col_count.eq(cmd.edges),
+                     words_in.val_count.eq(Mux(vertex_pass, pass_count, cmd.edges)),
+                     words_in.old_count.eq(pass_count)]
+        if lanes:
+            wiring.connect(m, words_in.lane_col, self.lanes.col)
+            wiring.connect(m, words_in.lane_val, self.lanes.val)
         m.submodules.packer = packer = WordPacker(self.data_width)
         wiring.connect(m, packer.words, writer.data)
         m.d.comb += [packer.count.eq(pass_count), packer.start.eq(start)]
-        rp, col, val, old = (unpack[k].elements for k in ("rowptr", "col", "val", "old"))
+        rp, col, val, old = (getattr(words_in, name) for name in ELEMENT_ARRAYS)
 
         # ---- validation pass: the verdicts (GraphValidator) ----------------------------
         graph_error = Mux(validator.bad_graph, ErrorCode.BAD_GRAPH, 0)
@@ -374,73 +362,32 @@ class GraphEngine(CommandEngine):
                      vertex.other.valid.eq(val.valid), vertex.other.payload.eq(val.payload),
                      vertex.run.eq(vertex_pass), vertex.update.eq(update), vertex.damping.eq(cmd.damping),
                      vertex.teleport.eq(cmd.teleport), vertex.dterm.eq(dterm), vertex.start.eq(start)]
-        vertex_out = vertex.out
         # the streams' readers: validation, the edge generator, the reducer, the vertex passes
         m.d.comb += [rp.ready.eq(gen.rowptr.ready | lane_rowptr_ready), col.ready.eq(gen.col.ready),
                      val.ready.eq(gen.val.ready | vertex.other.ready),
                      old.ready.eq(reducer.own.ready | vertex.rank.ready | lane_own_ready)]
-        vertex_fire = Signal()
-        vertices_left = Signal(32)       # the pass's vertices not yet taken, counted down
-        # "the next vertex is the pass's last", registered (from the down-count's compares with
-        # constants; the count is loaded at start): the row sums' entry starts at a flop
-        vertex_last = Signal()
-        m.d.sync += vertex_last.eq(Mux(vertex_fire, vertices_left == 2, vertices_left == 1))
 
-        # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree ------
+        # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree; the results' routes ----
         # SpMV and PageRank's pull pass: a row's entries (from the sum lanes two a cycle, or
         # the single path's one); PageRank's vertex passes: one row of all n vertices (the
         # dangling rank, the L1 change), its sum kept
         # (eight banks for the lanes' short rows; a build without lanes, two, as its single
         # path takes an entry a cycle)
         m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=8 if lanes else 2)
-        entry = sums.entry
-        m.d.comb += sums.start.eq(start)
-        with m.If(vertex_pass):
-            # the vertex's value to the writer and its term into the sums, together
-            m.d.comb += [entry.valid.eq(vertex_out.valid & packer.elements.ready),
-                         entry.payload.a[0].eq(FP32_ONE), entry.payload.b[0].eq(vertex_out.payload[32:]),
-                         entry.payload.count.eq(1), entry.payload.last.eq(vertex_last),
-                         vertex_out.ready.eq(entry.ready & packer.elements.ready),
-                         vertex_fire.eq(vertex_out.valid & vertex_out.ready)]
-        with m.Elif(use_lanes):
-            if lanes:
-                m.d.comb += [entry.valid.eq(edge_lanes.entries.valid), entry.payload.eq(edge_lanes.entries.payload),
-                             edge_lanes.entries.ready.eq(entry.ready)]
-        with m.Else():
-            single = reducer.entry.payload
-            m.d.comb += [entry.valid.eq(reducer.entry.valid), entry.payload.a[0].eq(single.a[0]),
-                         entry.payload.b[0].eq(single.b[0]), entry.payload.count.eq(single.count),
-                         entry.payload.last.eq(single.last), reducer.entry.ready.eq(entry.ready)]
-        with m.If(vertex_fire):
-            m.d.sync += vertices_left.eq(vertices_left - 1)
-        total_sum, total_ready = Signal(32), Signal()       # a vertex pass's sum
-        with m.If(sums.sums.valid & vertex_pass):
-            m.d.sync += [total_sum.eq(sums.sums.payload), total_ready.eq(1)]
-        with m.If(vertex_pass):
-            m.d.comb += [packer.elements.valid.eq(vertex_out.valid & entry.ready),
-                         packer.elements.payload.eq(vertex_out.payload[:32]), sums.sums.ready.eq(1)]
-        with m.Elif(sum_rows):
-            m.d.comb += [packer.elements.valid.eq(iterating & sums.sums.valid),
-                         packer.elements.payload.eq(sums.sums.payload),
-                         sums.sums.ready.eq(iterating & packer.elements.ready)]
-        with m.Else():
-            minimum = reducer.minimum
-            with m.If(use_lanes):        # (the lanes' row minima, in the same order)
-                if lanes:
-                    m.d.comb += [packer.elements.valid.eq(edge_lanes.results.valid),
-                                 packer.elements.payload.eq(edge_lanes.results.payload),
-                                 edge_lanes.results.ready.eq(packer.elements.ready)]
-            with m.Else():
-                m.d.comb += [packer.elements.valid.eq(minimum.valid), packer.elements.payload.eq(minimum.payload),
-                             minimum.ready.eq(packer.elements.ready)]
-        # (the count is loaded the cycle after start, as the packer's: the registered pass
-        # count has settled then, and the vertex pipeline gives nothing in a pass's first cycle)
-        counting = Signal()
-        m.d.sync += counting.eq(start)
-        with m.If(start):
-            m.d.sync += total_ready.eq(0)
-        with m.If(counting):
-            m.d.sync += [vertices_left.eq(pass_count), vertex_last.eq(pass_count == 1)]
+        m.submodules.results = results = ResultRouter(self.sum_fmas)
+        wiring.connect(m, results.entry, sums.entry)
+        wiring.connect(m, sums.sums, results.row_sums)
+        wiring.connect(m, results.elements, packer.elements)
+        wiring.connect(m, vertex.out, results.vertex)
+        wiring.connect(m, reducer.entry, results.single_entry)
+        wiring.connect(m, reducer.minimum, results.single_minima)
+        if lanes:
+            wiring.connect(m, edge_lanes.entries, results.lane_entries)
+            wiring.connect(m, edge_lanes.results, results.lane_minima)
+        m.d.comb += [sums.start.eq(start), results.vertex_pass.eq(vertex_pass), results.use_lanes.eq(use_lanes),
+                     results.sum_rows.eq(sum_rows), results.iterating.eq(iterating), results.start.eq(start),
+                     results.pass_count.eq(pass_count)]
+        total_sum, total_ready = results.total, results.total_ready       # a vertex pass's sum
         spmv_idle = ~sum_rows | sums.idle
 
         # dangling x (1/n), once per iteration between the contributions and the update
@@ -527,7 +474,7 @@ class GraphEngine(CommandEngine):
                             ctl.finish(verdict(transfers.error))
             with m.State("VERTEX"):
                 m.d.comb += vertex_pass.eq(1)
-                drained = total_ready & vertex.empty & ~vertex_out.valid
+                drained = total_ready & vertex.empty & ~vertex.out.valid
                 with m.If(transfers.finished & (drained | (transfers.error != 0))):
                     m.d.sync += [bytes_read.eq(bytes_read + (pass_len[:32] << 1)),
                                  bytes_written.eq(bytes_written + pass_len[:32]), bus_error.eq(transfers.error)]
