@@ -2,7 +2,9 @@
 """The graph engine's components alone, in Amaranth's simulator against Python models,
 with random stalls on every valid/ready pair (the ``rng`` fixture prints its seed; ``SEED=`` reproduces): the edge
 generator, the word packer and unpacker, the source-value cache, the collector (collection-extended MSHR) with the
-response table, the source window, the edge lanes, the word-rate validator, the fp32 row sums, and PageRank's vertex passes (bit for bit the golden operations).
+response table, the source window, the single-edge path's gathers (cache, collector, table, tickets and reducer behind a
+modelled unit), the edge lanes, the word-rate validator, the fp32 row sums, PageRank's vertex passes (bit for bit the
+golden operations), and the routes of the readers' words and of a pass's results.
 The whole engine's bench is ``test_graph_engine.py``."""
 
 import numpy as np
@@ -1099,3 +1101,104 @@ def test_result_router_routes_each_mode(rng, mode):
     assert entries == want_entries
     unused = set(items) - set(sources)
     assert all(taken[name] == 0 for name in unused), {name: taken[name] for name in unused}
+
+
+@pytest.mark.parametrize("baseline", [0, 1], ids=["piccolo", "baseline"])
+@pytest.mark.parametrize("sums", [False, True], ids=["min", "sums"])
+def test_gather_path_gives_the_golden_rows_through_a_modelled_unit(rng, baseline, sums):
+    """The single-edge path behind a window of no vertices (every source through the cache
+    or the unit), a Python unit answering row gathers and line reads from a memory image
+    after random delays, random stalls everywhere: rows of 0-9 edges with clustered and
+    scattered sources give ``min(own, min(value + weight))`` (saturating) per row and
+    ``changed`` (min programs), or each edge's (weight, value) entry in order (sums);
+    every request is a row gather (line read) of 1-16 members, and the cache spares some
+    (fewer members fetched than edges); nothing is left busy."""
+    from amaranth.hdl import Module
+    from ndpkit_hw.engines.graph.gather import GatherPath
+    INF, BASE, N = 0xFFFF_FFFF, 0x4000, 4096
+    values = [rng.choice([rng.randrange(1 << 20), rng.randrange(1 << 32), INF]) for _ in range(N)]
+    rows, edges = [], []
+    for _ in range(80):
+        own = rng.choice([INF, rng.randrange(1 << 21)])
+        hot = rng.randrange(N - 64)
+        us = [rng.randrange(hot, hot + 64) if rng.random() < 0.6 else rng.randrange(N)
+              for _ in range(rng.choice([0, 1, 2, 5, 9]))]
+        weights = [rng.choice([0, 1, rng.randrange(1 << 31), INF]) for _ in us]
+        for k, (u, w) in enumerate(zip(us, weights)):
+            edges.append({"u": u, "weight": w, "empty": 0, "first": int(k == 0), "last": int(k == len(us) - 1)})
+        if not us:
+            edges.append({"u": 0, "weight": 0, "empty": 1, "first": 1, "last": 1})
+        best = own
+        for u, w in zip(us, weights):
+            best = min(best, INF if values[u] == INF or values[u] + w >= INF else values[u] + w)
+        rows.append((own, best))
+    want_entries = [(e["weight"], None if e["empty"] else values[e["u"]], e["empty"], e["last"]) for e in edges]
+    window = SourceWindow(0, 512)
+    path = GatherPath(addr_width=32, row_bytes=2048, mshr_slots=4, response_ids=16, group_timeout=8, tickets=32,
+                      cache_lines=16)
+    top = Module()
+    top.submodules.window, top.submodules.path = window, path
+    top.d.comb += [path.lookup_u.eq(window.edge.payload.u), window.cache_hit.eq(path.cache_hit),
+                   window.cache_value.eq(path.cache_value), path.windowed.payload.eq(window.out.payload),
+                   path.windowed.valid.eq(window.out.valid), window.out.ready.eq(path.windowed.ready)]
+
+    def line_at(address):
+        return sum(values[(address - BASE) // 4 + k] << (32 * k) for k in range(16))
+
+    async def bench(ctx):
+        ctx.set(window.base, BASE)
+        ctx.set(path.baseline, baseline)
+        ctx.set(path.sums, sums)
+        ctx.set(path.start, 1)
+        ctx.set(window.start, 1)
+        await ctx.tick()
+        ctx.set(path.start, 0)
+        ctx.set(window.start, 0)
+        ctx.set(path.run, 1)
+        out = path.entry if sums else path.minimum
+        want_count = len(want_entries) if sums else len(rows)
+        edge_state, own_state = [0, False], [0, False]
+        pending, answering, got, flush, members = [], None, [], False, 0
+        for _ in range(60 * len(edges)):
+            advance_edge = _held_offer(ctx, window.edge, edges, edge_state, rng)
+            advance_own = _held_offer(ctx, path.own, [] if sums else [own for own, _ in rows], own_state, rng)
+            ctx.set(path.flush, flush)
+            ctx.set(path.req.ready, rng.random() < 0.5)
+            if answering is None and pending and rng.random() < 0.3:
+                answering = pending.pop(0)
+            ctx.set(path.resp.valid, answering is not None)
+            ctx.set(path.resp.payload, answering or 0)
+            ready = rng.random() < 0.6
+            ctx.set(out.ready, ready)
+            if ctx.get(path.req.valid) and ctx.get(path.req.ready):
+                r = ctx.get(path.req.payload)
+                assert 1 <= r.count <= 16 and r.op == (0 if baseline else 2)
+                members += r.count if not baseline else 1
+                if baseline:
+                    pending.append(line_at(r.address))
+                else:
+                    pending.append(sum(values[(r.address - BASE) // 4 + r.offsets[j]] << (32 * j)
+                                       for j in range(r.count)))
+            if answering is not None and ctx.get(path.resp.ready):
+                answering = None
+            if ctx.get(out.valid) and ready:
+                p = ctx.get(out.payload)
+                if sums:
+                    empty = int(p.count == 0)
+                    p = (p.a[0], None if empty else p.b[0], empty, p.last)
+                got.append(p)
+            advance_edge()
+            advance_own()
+            # the engine's flush: registered from "every edge is in and none waits"
+            flush = edge_state[0] == len(edges) and not ctx.get(window.out.valid) and bool(ctx.get(path.drained))
+            await ctx.tick()
+            if len(got) == want_count and not pending and answering is None and not ctx.get(path.busy):
+                break
+        assert not ctx.get(path.busy)
+        assert members < sum(not e["empty"] for e in edges), "no edge was served by the cache"
+        if sums:
+            assert got == want_entries
+        else:
+            assert got == [best for _, best in rows]
+            assert ctx.get(path.changed) == any(own != best for own, best in rows)
+    run_to_end(top, bench, deadline=400_000)

@@ -66,9 +66,8 @@ value traffic is in the unit's counters (``link`` port), which depend on timing.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
-from amaranth.lib import fifo, wiring
-from amaranth.lib.data import View
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
 from ndpkit_spec.codes import ErrorCode
@@ -77,18 +76,15 @@ from ndpkit_spec.engines.sg import DEVICE_BANKS, DEVICE_ROW_BYTES, LINE
 from ndpkit_spec.engines.graph import BLOCK as GRAPH
 from ndpkit_hw.arith.mul import FpMul
 from ndpkit_hw.bus.dma import Transfer, TransferGroup
-from ndpkit_hw.engines.graph.cache import SourceCache
-from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
+from ndpkit_hw.engines.graph.gather import GatherPath
 from ndpkit_hw.engines.graph.lanes import EdgeLanes
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.routes import ELEMENT_ARRAYS, FP32_ONE, ResultRouter, WordRouter
 from ndpkit_hw.engines.graph.words import WordPacker
-from ndpkit_hw.engines.graph.reducer import Reducer
-from ndpkit_hw.engines.graph.responses import ResponseTable
 from ndpkit_hw.engines.graph.rowsums import RowSums
 from ndpkit_hw.engines.graph.validate import GraphValidator
-from ndpkit_hw.engines.graph.window import SourceWindow, WindowedEdge, windowed_queue as windowed_queue_of
+from ndpkit_hw.engines.graph.window import SourceWindow
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.sg.unit import SgUnit
 
@@ -104,10 +100,9 @@ class GraphEngine(CommandEngine):
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
         self.mshr_slots, self.response_ids, self.cache_lines = mshr_slots, response_ids, cache_lines
-        self.table = ResponseTable(response_ids)
-        self.collector = Collector(addr_width=addr_width, row_bytes=row_bytes, slots=mshr_slots, ids=response_ids,
-                                   timeout=group_timeout)
-        self.cache = SourceCache(cache_lines)
+        self.gather = GatherPath(addr_width=addr_width, row_bytes=row_bytes, mshr_slots=mshr_slots,
+                                 response_ids=response_ids, group_timeout=group_timeout, tickets=tickets,
+                                 cache_lines=cache_lines)
         # edge lanes (above 1): the edge passes take `edge_lanes` edges a cycle when every
         # source is in the window (lanes.py), the sums' rows two entries a cycle into two
         # FMAs; else the single-edge path below (the bundler refuses a lane count it cannot
@@ -119,7 +114,6 @@ class GraphEngine(CommandEngine):
         self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0)
         #: the build constants the host reads (read-only registers)
         self.constants = {"window_capacity": window_vertices}
-        self.ticket_layout = self.collector.ticket_layout
         # The streams take full 4 KiB bursts, four in flight each: the validation pass and
         # the window loads run at the bus's rate, and on the HBM preset Piccolo mode gains
         # too (measured against 1 KiB and two: the unit's reads are not starved).
@@ -297,7 +291,7 @@ class GraphEngine(CommandEngine):
             lanes_busy, lanes_changed = edge_lanes.busy, edge_lanes.changed
             lane_rowptr_ready, lane_own_ready = edge_lanes.rowptr.ready, edge_lanes.own.ready
 
-        # ---- source window, collector (a collection-extended MSHR), source-value cache, response table ----
+        # ---- source window, then the single-edge path's gathers (GatherPath) ----------
         m.submodules.window = window = self.window
         wiring.connect(m, readers["window"].data, window.load)
         m.d.comb += [window.start.eq(start), window.count.eq(window_count),
@@ -306,54 +300,20 @@ class GraphEngine(CommandEngine):
             m.d.comb += [window.lane_u.eq(edge_lanes.lane_u), window.lane_en.eq(edge_lanes.lane_en),
                          edge_lanes.lane_value.eq(window.lane_value)]
         wiring.connect(m, gen.edge, window.edge)
-        m.submodules.cache = cache = self.cache
-        # the cache answers for the edge entering the window's stage, which registers it;
-        # a three-entry queue (its room a registered count) between that stage and the
-        # collector keeps the collector's decision out of the edge generator's ready; its
-        # output register feeds the collector's key compares
-        m.d.comb += [cache.u.eq(gen.edge.payload.u), window.cache_hit.eq(cache.hit),
-                     window.cache_value.eq(cache.value)]
-        m.submodules.collector = collector = self.collector
+        m.submodules.gather = gather = self.gather
         baseline = cmd.format_mode == MODE_BASELINE
-        # (the edge's group key goes in with it: the collector's compares start at the queue's register)
-        key_bits = self.addr_width - 6
-        windowed_queue = windowed_queue_of(len(window.out.payload.as_value()) + key_bits)
-        m.submodules.windowed = ResetInserter(start)(windowed_queue)
-        m.d.comb += [windowed_queue.w_en.eq(window.out.valid),
-                     windowed_queue.w_data.eq(Cat(window.out.payload,
-                                                  collector.group_key(window.out.payload.address, baseline))),
-                     window.out.ready.eq(windowed_queue.w_rdy)]
-        windowed = View(WindowedEdge, windowed_queue.r_data[:-key_bits])
-        m.submodules.table = table = self.table
-        m.submodules.tickets = tickets = fifo.SyncFIFOBuffered(width=self.ticket_layout.size, depth=self.tickets)
         streams_done = Signal()          # every edge of the iteration has left the queue (registered:
                                          # the collector's groups flush a cycle later, not through its take)
-        m.d.comb += [collector.edge.valid.eq(windowed_queue.r_rdy), collector.edge.payload.eq(windowed.edge),
-                     windowed_queue.r_en.eq(collector.edge.ready)]
-        wiring.connect(m, collector.req, unit.req)
-        m.d.comb += [cache.whole.eq(baseline), cache.clear.eq(start),
-                     collector.hit.eq(windowed.hit), collector.value.eq(windowed.value),
-                     collector.address.eq(windowed.address), collector.key.eq(windowed_queue.r_data[-key_bits:]),
-                     collector.baseline.eq(baseline), collector.flush.eq(streams_done),
-                     collector.ticket_room.eq(tickets.w_rdy),
-                     tickets.w_data.eq(collector.ticket), tickets.w_en.eq(collector.ticket_en),
-                     table.open.eq(collector.open), collector.next_id.eq(table.next_id),
-                     collector.next_free.eq(table.next_free),
-                     table.send.eq(collector.send), table.send_id.eq(collector.send_id),
-                     table.send_members.eq(collector.send_members),
-                     table.resp.valid.eq(unit.resp.valid), table.resp.payload.eq(unit.resp.payload.data),
-                     unit.resp.ready.eq(table.resp.ready)]
-
-        # ---- reducer: the source values resolved, then reduced per row -----------------
-        m.submodules.reducer = reducer = Reducer(self.ticket_layout, self.response_ids)
-        m.d.comb += [reducer.tickets.valid.eq(tickets.r_rdy), reducer.tickets.payload.eq(tickets.r_data),
-                     tickets.r_en.eq(reducer.tickets.ready)]
-        m.d.comb += [table.read_id.eq(reducer.read_id), reducer.line.eq(table.line),
-                     reducer.arrived.eq(table.arrived), table.consume.eq(reducer.consume),
-                     cache.fill.eq(reducer.fill), cache.fill_u.eq(reducer.fill_u), cache.fill_line.eq(reducer.fill_line),
-                     reducer.run.eq(iterating), reducer.sums.eq(sum_rows), reducer.baseline.eq(baseline),
-                     reducer.start.eq(start), reducer.own.valid.eq(old.valid), reducer.own.payload.eq(old.payload)]
-        changed = reducer.changed | lanes_changed
+        wiring.connect(m, window.out, gather.windowed)
+        wiring.connect(m, gather.req, unit.req)
+        m.d.comb += [gather.lookup_u.eq(gen.edge.payload.u), window.cache_hit.eq(gather.cache_hit),
+                     window.cache_value.eq(gather.cache_value),
+                     gather.resp.valid.eq(unit.resp.valid), gather.resp.payload.eq(unit.resp.payload.data),
+                     unit.resp.ready.eq(gather.resp.ready),
+                     gather.own.valid.eq(old.valid), gather.own.payload.eq(old.payload),
+                     gather.run.eq(iterating), gather.sums.eq(sum_rows), gather.baseline.eq(baseline),
+                     gather.start.eq(start), gather.flush.eq(streams_done)]
+        changed = gather.changed | lanes_changed
 
         # ---- PageRank's vertex passes ------------------------------------------------
         dterm = Signal(32)               # dangling x (1/n), for the update pass
@@ -365,7 +325,7 @@ class GraphEngine(CommandEngine):
         # the streams' readers: validation, the edge generator, the reducer, the vertex passes
         m.d.comb += [rp.ready.eq(gen.rowptr.ready | lane_rowptr_ready), col.ready.eq(gen.col.ready),
                      val.ready.eq(gen.val.ready | vertex.other.ready),
-                     old.ready.eq(reducer.own.ready | vertex.rank.ready | lane_own_ready)]
+                     old.ready.eq(gather.own.ready | vertex.rank.ready | lane_own_ready)]
 
         # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree; the results' routes ----
         # SpMV and PageRank's pull pass: a row's entries (from the sum lanes two a cycle, or
@@ -379,8 +339,8 @@ class GraphEngine(CommandEngine):
         wiring.connect(m, sums.sums, results.row_sums)
         wiring.connect(m, results.elements, packer.elements)
         wiring.connect(m, vertex.out, results.vertex)
-        wiring.connect(m, reducer.entry, results.single_entry)
-        wiring.connect(m, reducer.minimum, results.single_minima)
+        wiring.connect(m, gather.entry, results.single_entry)
+        wiring.connect(m, gather.minimum, results.single_minima)
         if lanes:
             wiring.connect(m, edge_lanes.entries, results.lane_entries)
             wiring.connect(m, edge_lanes.results, results.lane_minima)
@@ -420,8 +380,7 @@ class GraphEngine(CommandEngine):
                      own_bytes.eq(Mux(sum_rows, 0, row_len[:32])),
                      iteration_bytes.eq(scan_bytes + val_bytes + own_bytes)]
         m.d.sync += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
-                                    & gen.idle & ~gen.edge.valid & ~window.out.valid & (windowed_queue.level == 0)
-                                    & ~(collector.waiting & ~collector.edge.ready))
+                                    & gen.idle & ~gen.edge.valid & ~window.out.valid & gather.drained)
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
@@ -458,8 +417,7 @@ class GraphEngine(CommandEngine):
                         m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                with m.If(transfers.finished & ~collector.busy & ~tickets.r_rdy & ~reducer.busy & spmv_idle &
-                          ~lanes_busy):
+                with m.If(transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy):
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error)]
                     with m.If(is_pagerank):          # the pull sums are in: the update pass next
