@@ -586,6 +586,15 @@ def test_vertex_pass_is_the_golden_arithmetic(rng):
     run_to_end(dut, bench)
 
 
+def _single_result(p, sums):
+    """A single-path result as the benches compare it: a row minimum, or an entry's
+    (weight, value, empty, last) (an empty row's entry carries no value)."""
+    if not sums:
+        return p
+    empty = int(p.count == 0)
+    return (p.a[0], None if empty else p.b[0], empty, p.last)
+
+
 @pytest.mark.parametrize("sums", [False, True], ids=["min", "sums"])
 def test_reducer_resolves_and_reduces_edges_in_order(rng, sums):
     """Tickets of random rows (empty rows, window or cache hits, members of response
@@ -660,11 +669,7 @@ def test_reducer_resolves_and_reduces_edges_in_order(rng, sums):
                 consumed.append(u)
             assert bool(ctx.get(dut.consume)) == bool(ctx.get(dut.fill))
             if ctx.get(out.valid) and ready:
-                p = ctx.get(out.payload)
-                if sums:
-                    empty = int(p.count == 0)
-                    p = (p.a[0], None if empty else p.b[0], empty, p.last)
-                got.append(p)
+                got.append(_single_result(ctx.get(out.payload), sums))
             took = _fired(ctx, dut.tickets)
             j += _fired(ctx, dut.own)
             await ctx.tick()
@@ -1182,11 +1187,7 @@ def test_gather_path_gives_the_golden_rows_through_a_modelled_unit(rng, baseline
             if answering is not None and ctx.get(path.resp.ready):
                 answering = None
             if ctx.get(out.valid) and ready:
-                p = ctx.get(out.payload)
-                if sums:
-                    empty = int(p.count == 0)
-                    p = (p.a[0], None if empty else p.b[0], empty, p.last)
-                got.append(p)
+                got.append(_single_result(ctx.get(out.payload), sums))
             advance_edge()
             advance_own()
             # the engine's flush: registered from "every edge is in and none waits"

@@ -9,8 +9,9 @@ H = L / 2C).  A beat is C columns of a bus word for H query heads; G > H heads t
 ceil(G / H) passes over each row.  L = 32 at a 512-bit port (C = 16, H = 1) keeps pace
 with the port for G = 1: K and V share it, each side takes a word every two cycles.
 
-- **q loader**: the group's q elements, one a cycle, rounded to the KV format, into
-  the q bank of the head (two banks: the next head loads while this one runs).
+- **q loader** (:class:`~ndpkit_hw.engines.attention.qload.QueryBanks`): the group's q
+  elements, one a cycle, rounded to the KV format, into the q bank of the head (two
+  banks: the next head loads while this one runs).
 - **score side**: per unit a :class:`~ndpkit_hw.arith.blockfloat.RowDot` (exact
   products, the row's window sum, one rounding), ``s = dot * scale``; the scores of a
   block of 128 tokens go to a score bank with the running maximum; at the block's end
@@ -42,6 +43,7 @@ from ndpkit_spec.engines.attention import HEAD_DIMS, MAX_GROUP, SOFTMAX_BLOCK as
 from ndpkit_hw.arith.blockfloat import REVISIT, RowDot, RunningSums
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.engines.attention.epilogue import Epilogue, epilogue_width
+from ndpkit_hw.engines.attention.qload import QueryBanks
 from ndpkit_hw.arith.minmax import minmax_value
 
 __all__ = ["AttentionDatapath", "lane_shape"]
@@ -182,45 +184,11 @@ class AttentionDatapath(wiring.Component):
 
         # ---- q loader: one element a cycle, rounded to the KV format, into the head's bank --
         q_full = Signal(2)                 # bank holds a loaded head the score side has not finished
-        q_bank = Signal()
-        q32 = self.q_format == KvFormat.FP32
-        per_word = Mux(q32, P // 2, P)
-        q_word = Signal(W)
-        q_held = Signal()                  # a word is being split
-        q_k = Signal(range(P))             # its element being sent
-        q_g, q_i = Signal(range(MAX_GROUP)), Signal(range(MAX_DIM))
-        dim = Mux(self.head_dim128, MAX_DIM, MAX_DIM // 2)
-        m.d.comb += self.q.ready.eq(~q_held & ~q_full.bit_select(q_bank, 1))
-        with m.If(self.q.valid & self.q.ready):
-            m.d.sync += [q_word.eq(self.q.payload), q_held.eq(1), q_k.eq(0)]
-        q_send = Signal()
-        q_last = Signal()
-        m.d.comb += [q_send.eq(q_held), q_last.eq((q_g == G - 1) & (q_i == dim - 1))]
-        with m.If(q_send):
-            m.d.sync += [q_k.eq(q_k + 1), q_i.eq(q_i + 1)]
-            with m.If(q_k == per_word - 1):
-                m.d.sync += q_held.eq(0)
-            with m.If(q_i == dim - 1):
-                m.d.sync += [q_i.eq(0), q_g.eq(q_g + 1)]
-            with m.If(q_last):
-                m.d.sync += [q_g.eq(0), q_bank.eq(~q_bank), q_held.eq(0)]
-        qdf = Dataflow(m, "qload", platform)
-        raw32 = qdf.input(q_word.word_select(q_k[:_log2(P // 2)], 32))
-        raw16 = qdf.input(q_word.word_select(q_k, 16))
-        wide16 = qdf.select(qdf.static(self.q_format == KvFormat.BF16), qdf.op("bf16_to_fp32", raw16),
-                            qdf.op("fp16_to_fp32", raw16))
-        wide = qdf.select(qdf.static(q32), raw32, wide16)
-        qk = qdf.select(qdf.static(bf16), qdf.op("fp32_to_bf16", wide), qdf.op("fp32_to_fp16", wide))
-        q_time = qdf.latency
-        q_at = {name: qdf.at(qdf.input(v), q_time) for name, v in
-                (("valid", q_send), ("g", q_g), ("i", q_i), ("bank", q_bank), ("last", q_send & q_last))}
-        q_mem = [memory(f"q_mem{h}", 16 * C, 2 * PM * GROUPS, granularity=16) for h in range(H)]
-        for h, (wp, _) in enumerate(q_mem):
-            m.d.comb += [wp.addr.eq(((q_at["bank"] * PM + (q_at["g"] >> h_bits)) * GROUPS) + (q_at["i"] >> _log2(C))),
-                         wp.data.eq(Cat(*[qdf.at(qk, q_time)[:16] for _ in range(C)])),
-                         wp.en.eq(Mux(q_at["valid"] & (unit_of(q_at["g"]) == h), 1 << q_at["i"][:_log2(C)], 0))]
-        q_loaded = Signal(2)
-        m.d.comb += q_loaded.eq(Mux(q_at["last"], 1 << q_at["bank"], 0))
+        m.submodules.q_banks = q_banks = QueryBanks(data_width=W, columns=C, units=H)
+        wiring.connect(m, wiring.flipped(self.q), q_banks.q)
+        m.d.comb += [q_banks.head_dim128.eq(self.head_dim128), q_banks.group.eq(G), q_banks.q_format.eq(self.q_format),
+                     q_banks.kv_format.eq(self.kv_format), q_banks.full.eq(q_full)]
+        q_loaded, q_held = q_banks.loaded, q_banks.busy
 
         # ---- score banks ------------------------------------------------------------------
         # per bank: free, the score side fills it, scored, the sweep computes its weights
@@ -286,11 +254,10 @@ class AttentionDatapath(wiring.Component):
         m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block), tag.row0.eq(k_row0)]
         beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(ScoreTag), Signal(range(S)), Signal()
         m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end)]
+        m.d.comb += q_banks.read_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)
         for h, dot in enumerate(dots):
-            _, rp = q_mem[h]
-            m.d.comb += rp.addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)
             slice_ = k_word.word_select(beat_c, 16 * C) if S > 1 else k_word
-            m.d.comb += [dot.i.valid.eq(beat_valid), dot.i.payload.q.eq(rp.data), dot.i.payload.k.eq(slice_),
+            m.d.comb += [dot.i.valid.eq(beat_valid), dot.i.payload.q.eq(q_banks.read_data[h]), dot.i.payload.k.eq(slice_),
                          dot.i.payload.last.eq(beat_last), dot.i.payload.tag.eq(beat_tag)]
         # scores: s = dot * scale into the bank; the running maximum; the block's end
         score_rp = []

@@ -1,0 +1,83 @@
+# amaranth: UnusedElaboratable=no
+"""The attention datapath's q loader (:class:`~ndpkit_hw.engines.attention.qload.QueryBanks`)
+alone in Amaranth's simulator: several KV heads' groups of q rows in, words with random
+gaps, a modelled score side that reads a loaded bank back after a random wait and
+releases it; every element in its unit, pass, column group and lane, rounded to the KV
+format bit for bit as the golden model rounds q (``narrow(widen(q, q_format),
+kv_format)``), and no bank overwritten while it is full (the ``rng`` fixture prints its
+seed; ``SEED=`` reproduces)."""
+import numpy as np
+import pytest
+
+from ndpkit.engines.attention import golden
+from ndpkit_hw.engines.attention.datapath import lane_shape
+from ndpkit_hw.engines.attention.qload import QueryBanks
+from tb.amaranth_sim import run_to_end
+
+F = golden.KvFormat
+WIDTH = 128
+
+
+def _q_bits(nprng, fmt, shape):
+    """q rows as bit patterns: ordinary values, and any pattern (NaN, infinities,
+    subnormals) now and then."""
+    floats = nprng.standard_normal(shape) * 4.0 ** nprng.integers(-8, 8, shape)
+    bits = golden.widen(floats, fmt) if fmt == F.FP32 else golden.narrow(golden.widen(floats, F.FP32), fmt)
+    wild = nprng.integers(0, 1 << (32 if fmt == F.FP32 else 16), shape, dtype=np.uint64)
+    return np.where(nprng.random(shape) < 0.2, wild, bits).astype(np.uint32 if fmt == F.FP32 else np.uint16)
+
+
+@pytest.mark.parametrize("q_fmt,kv_fmt,d,group", [(F.FP32, F.FP16, 64, 3), (F.FP16, F.BF16, 128, 4),
+                                                  (F.BF16, F.FP16, 64, 1)])
+def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt, d, group):
+    C, H = lane_shape(WIDTH, 32)
+    dut = QueryBanks(data_width=WIDTH, columns=C, units=H)
+    nprng = np.random.default_rng(rng.randrange(1 << 30))
+    heads = [_q_bits(nprng, q_fmt, (group, d)) for _ in range(5)]
+    words = []
+    for q in heads:
+        raw = np.ascontiguousarray(q).tobytes()
+        words += [int.from_bytes(raw[i:i + WIDTH // 8], "little") for i in range(0, len(raw), WIDTH // 8)]
+    want = [golden.narrow(golden.widen(q, q_fmt), kv_fmt) for q in heads]
+    passes = -(-group // H)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.head_dim128, d == 128)
+        ctx.set(dut.group, group)
+        ctx.set(dut.q_format, q_fmt)
+        ctx.set(dut.kv_format, kv_fmt)
+        full, queue, i, held = 0, [], 0, False
+        # the score side: the oldest loaded bank read back whole (an address a cycle, its
+        # data the next) after a random wait, then released
+        addresses = [(j, cg) for j in range(passes) for cg in range(d // C)]
+        reading, rows, step = None, None, 0
+        while len(got) < len(heads):
+            on = held or (i < len(words) and rng.random() < 0.7)
+            ctx.set(dut.q.valid, on)
+            ctx.set(dut.q.payload, words[min(i, len(words) - 1)])
+            ctx.set(dut.full, full)
+            if reading is None and queue and rng.random() < 0.004:     # (slower than the loader at times)
+                reading, rows, step = queue.pop(0), np.zeros((passes * H, d), dtype=np.uint16), 0
+            if reading is not None and step < len(addresses):
+                j, cg = addresses[step]
+                ctx.set(dut.read_addr, (reading * dut.max_passes + j) * dut.groups + cg)
+            fired = on and ctx.get(dut.q.ready)
+            loaded = ctx.get(dut.loaded)
+            await ctx.tick()
+            held, i = on and not fired, i + fired
+            full |= loaded
+            queue += [b for b in (0, 1) if loaded >> b & 1]
+            if reading is not None and step < len(addresses):
+                j, cg = addresses[step]
+                for h in range(H):
+                    line = ctx.get(dut.read_data[h])
+                    rows[j * H + h, cg * C:(cg + 1) * C] = [line >> (16 * c) & 0xFFFF for c in range(C)]
+                step += 1
+            elif reading is not None:
+                got.append(rows[:group])
+                full &= ~(1 << reading)
+                reading = None
+    run_to_end(dut, bench)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert np.array_equal(g, w), f"head {k}: {np.argwhere(g != w)[:4].tolist()}"
