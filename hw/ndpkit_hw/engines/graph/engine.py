@@ -25,9 +25,12 @@ Phases:
    member, to free a slot for an edge that fits no open group, or at the end.  Each
    group holds a response id until its members are read; the unit's responses (in
    send order) wait in a response buffer under their id, and a ticket per edge (id,
-   lane) lets the **reducer** (two stages: the source value resolved, then reduced) consume edges in order: ``new[v] = min(old[v], min_u value[u] + w)`` (saturating;
+   lane) lets the **reducer** (two stages: the source value resolved, then reduced)
+   consume edges in order: ``new[v] = min(old[v], min_u value[u] + w)`` (saturating;
    BFS w = 1, CC w = 0), written in order through the burst writer (whole bus words,
-   padding 0).  Iterations alternate a -> b -> a until one changes nothing or
+   padding 0).  (:class:`~ndpkit_hw.engines.graph.gather.GatherPath` joins the cache,
+   collector, response table and reducer; :mod:`~ndpkit_hw.engines.graph.routes`
+   routes the readers' words and the passes' results.)  Iterations alternate a -> b -> a until one changes nothing or
    ``max_iterations``; ``cpl_aux`` = iterations.  A BFS, SSSP or CC pass whose sources
    all lie in the source window runs on the **edge lanes** instead
    (:mod:`~ndpkit_hw.engines.graph.lanes`: up to ``edge_lanes`` edges of a row a cycle,
