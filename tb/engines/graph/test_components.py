@@ -1046,7 +1046,8 @@ def test_result_router_routes_each_mode(rng, mode):
     want_entries = {"vertex": [([FP32_ONE, None], [v >> 32, None], 1, int(k == n - 1))
                                for k, v in enumerate(items["vertex"])],
                     "lane_sums": [entry_of(e) for e in items["lane_entries"]],
-                    "single_sums": [([e.a[0], None], [e.b[0], None], 1, e.last) for e in items["single_entry"]]}.get(mode, [])
+                    "single_sums": [([e.a[0], None], [e.b[0], None], 1, e.last)
+                                    for e in items["single_entry"]]}.get(mode, [])
     want_elements = {"vertex": [v & 0xFFFF_FFFF for v in items["vertex"]],
                      "lane_sums": items["row_sums"], "single_sums": items["row_sums"],
                      "lane_minima": items["lane_minima"], "single_minima": items["single_minima"]}[mode]

@@ -257,7 +257,8 @@ class AttentionDatapath(wiring.Component):
         m.d.comb += q_banks.read_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)
         for h, dot in enumerate(dots):
             slice_ = k_word.word_select(beat_c, 16 * C) if S > 1 else k_word
-            m.d.comb += [dot.i.valid.eq(beat_valid), dot.i.payload.q.eq(q_banks.read_data[h]), dot.i.payload.k.eq(slice_),
+            m.d.comb += [dot.i.valid.eq(beat_valid), dot.i.payload.q.eq(q_banks.read_data[h]),
+                         dot.i.payload.k.eq(slice_),
                          dot.i.payload.last.eq(beat_last), dot.i.payload.tag.eq(beat_tag)]
         # scores: s = dot * scale into the bank; the running maximum; the block's end
         score_rp = []

@@ -30,9 +30,10 @@ Phases:
    BFS w = 1, CC w = 0), written in order through the burst writer (whole bus words,
    padding 0).  (:class:`~ndpkit_hw.engines.graph.gather.GatherPath` joins the cache,
    collector, response table and reducer; :mod:`~ndpkit_hw.engines.graph.routes`
-   routes the readers' words and the passes' results.)  Iterations alternate a -> b -> a until one changes nothing or
-   ``max_iterations``; ``cpl_aux`` = iterations.  A BFS, SSSP or CC pass whose sources
-   all lie in the source window runs on the **edge lanes** instead
+   routes the readers' words and the passes' results.)  Iterations alternate a -> b
+   -> a until one changes nothing or ``max_iterations``; ``cpl_aux`` = iterations.  A
+   BFS, SSSP or CC pass whose sources all lie in the source window runs on the **edge
+   lanes** instead
    (:mod:`~ndpkit_hw.engines.graph.lanes`: up to ``edge_lanes`` edges of a row a cycle,
    the same results).
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to the row sums
@@ -92,6 +93,7 @@ from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEng
 from ndpkit_hw.engines.sg.unit import SgUnit
 
 __all__ = ["GraphEngine"]
+
 
 class GraphEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 4,

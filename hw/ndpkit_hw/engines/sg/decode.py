@@ -93,8 +93,9 @@ class RequestDecoder(wiring.Component):
                 m.d.sync += [b.column[j].eq(a_column[j]), b.lane[j].eq(a_lane[j]),
                              b.run[j].eq(Mux(a_row, popcount(a_starts[1:j + 1]), 0) if j else 0),
                              b.live[j].eq(Mux(a_row, in_count[j] & ~overridden, 1)),
-                             b.slots[j].eq(Mux(a_row, Mux(a_size8, Const(3, MAX_OFFSETS) << Cat(Const(0, 1), a_lane[j][3:]),
-                                                           Const(1, MAX_OFFSETS) << a_lane[j][2:]),
+                             b.slots[j].eq(Mux(a_row, Mux(a_size8,
+                                                          Const(3, MAX_OFFSETS) << Cat(Const(0, 1), a_lane[j][3:]),
+                                                          Const(1, MAX_OFFSETS) << a_lane[j][2:]),
                                                1 << j))]
         with m.Elif(out.valid & out.ready):
             m.d.sync += b_valid.eq(0)
