@@ -2,7 +2,7 @@
 ndpkit_tools.sim instead)."""
 from amaranth.sim import Simulator
 
-__all__ = ["run_to_end"]
+__all__ = ["Offer", "run_to_end"]
 
 
 def run_to_end(dut, bench, deadline: int = 200_000):
@@ -23,3 +23,28 @@ def run_to_end(dut, bench, deadline: int = 200_000):
         if finished:
             return
     assert finished, f"the bench did not finish in {deadline} cycles"
+
+
+class Offer:
+    """Offers ``items`` on a stream ``port`` with random gaps (valid with probability
+    ``rate``), keeping an offered item valid until it is taken, as the stream rule
+    asks.  Each cycle: :meth:`drive` before reading the design, :meth:`advance` after
+    the cycle's inputs are set; ``i`` counts the items taken.  ``items`` may grow or be
+    replaced between cycles."""
+
+    def __init__(self, port, items, rng, rate: float = 0.7):
+        self.port, self.items, self.rng, self.rate = port, items, rng, rate
+        self.i, self.held = 0, False
+
+    def drive(self, ctx):
+        on = self.held or (self.i < len(self.items) and self.rng.random() < self.rate)
+        ctx.set(self.port.valid, on)
+        if self.items:
+            ctx.set(self.port.payload, self.items[min(self.i, len(self.items) - 1)])
+
+    def advance(self, ctx) -> bool:
+        """Whether the item was taken this cycle (else it stays offered, if it was)."""
+        fired = bool(ctx.get(self.port.valid) and ctx.get(self.port.ready))
+        self.held = bool(ctx.get(self.port.valid)) and not fired
+        self.i += fired
+        return fired

@@ -14,7 +14,13 @@ from ndpkit_hw.engines.attention.datapath import AttentionDatapath
 F = golden.KvFormat
 
 
-def _words(bits: np.ndarray, width: int) -> list[int]:
+def hold_fields(ctx, dut, **fields):
+    """Set the fields a datapath (or a part of it) holds for a whole command."""
+    for name, value in fields.items():
+        ctx.set(getattr(dut, name), value)
+
+
+def bus_words(bits: np.ndarray, width: int) -> list[int]:
     raw = np.ascontiguousarray(bits).tobytes()
     step = width // 8
     return [int.from_bytes(raw[i:i + step], "little") for i in range(0, len(raw), step)]
@@ -37,19 +43,15 @@ def test_datapath_matches_golden(rng, lanes, group, d, tokens):
         heads.append((q, k, v, golden.narrow(golden.decode_group(q, k, v, scale, kv_format=kv_fmt), out_fmt)))
     dut = AttentionDatapath(data_width=width, lanes=lanes)
     streams = {"head": [t for t in tokens],
-               "q": [w for q, *_ in heads for w in _words(q, width)],
-               "k": [w for _, k, _, _ in heads for w in _words(k, width)],
-               "v": [w for _, _, v, _ in heads for w in _words(v, width)]}
-    want = [w for *_, out in heads for w in _words(out, width)]
+               "q": [w for q, *_ in heads for w in bus_words(q, width)],
+               "k": [w for _, k, _, _ in heads for w in bus_words(k, width)],
+               "v": [w for _, _, v, _ in heads for w in bus_words(v, width)]}
+    want = [w for *_, out in heads for w in bus_words(out, width)]
     got = []
 
     async def bench(ctx):
-        ctx.set(dut.head_dim128, d == 128)
-        ctx.set(dut.group, group)
-        ctx.set(dut.q_format, q_fmt)
-        ctx.set(dut.kv_format, kv_fmt)
-        ctx.set(dut.out_format, out_fmt)
-        ctx.set(dut.scale, int(np.float32(scale).view(np.uint32)))
+        hold_fields(ctx, dut, head_dim128=d == 128, group=group, q_format=q_fmt, kv_format=kv_fmt,
+                    out_format=out_fmt, scale=int(np.float32(scale).view(np.uint32)))
         index = {name: 0 for name in streams}
         cycles = 0
         while len(got) < len(want):

@@ -15,6 +15,7 @@ from ndpkit.engines.attention import golden
 from ndpkit_hw.arith.blockfloat import NO_TERM
 from ndpkit_hw.engines.attention.epilogue import Epilogue
 from tb.amaranth_sim import run_to_end
+from tb.engines.attention.test_datapath import bus_words
 from tb.arith.test_blockfloat_units import _operands, _tf32
 
 F = golden.KvFormat
@@ -36,11 +37,6 @@ def _payload(state):
     return [{"sum": int(S[i]), "exp": int(E[i]) if E[i] != bf.EMPTY else NO_TERM,
              "pos_inf": int(special[i] == bf.POS_INF), "neg_inf": int(special[i] == bf.NEG_INF),
              "nan": int(special[i] == bf.NAN)} for i in range(len(S))]
-
-
-def _words(bits: np.ndarray) -> list[int]:
-    raw = np.ascontiguousarray(bits).tobytes()
-    return [int.from_bytes(raw[i:i + WIDTH // 8], "little") for i in range(0, len(raw), WIDTH // 8)]
 
 
 @pytest.mark.parametrize("units,width,group,d,out_fmt", [
@@ -77,7 +73,7 @@ def test_epilogue_matches_golden(rng, units, width, group, d, out_fmt):
             jobs.append({"job": {"b": bank, "first": int(first), "last": int(n == len(blocks) - 1), "rows": rows},
                          "corr": corr})
             bank ^= 1
-        want += _words(golden.narrow(fp.div(o, l[:, None]), out_fmt))
+        want += bus_words(golden.narrow(fp.div(o, l[:, None]), out_fmt), WIDTH)
     dut = Epilogue(data_width=WIDTH, columns=C, units=units, width=width)
     got = []
 

@@ -12,7 +12,8 @@ import pytest
 from ndpkit.engines.attention import golden
 from ndpkit_hw.engines.attention.datapath import lane_shape
 from ndpkit_hw.engines.attention.qload import QueryBanks
-from tb.amaranth_sim import run_to_end
+from tb.amaranth_sim import Offer, run_to_end
+from tb.engines.attention.test_datapath import bus_words, hold_fields
 
 F = golden.KvFormat
 WIDTH = 128
@@ -34,38 +35,30 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
     dut = QueryBanks(data_width=WIDTH, columns=C, units=H)
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     heads = [_q_bits(nprng, q_fmt, (group, d)) for _ in range(5)]
-    words = []
-    for q in heads:
-        raw = np.ascontiguousarray(q).tobytes()
-        words += [int.from_bytes(raw[i:i + WIDTH // 8], "little") for i in range(0, len(raw), WIDTH // 8)]
+    words = [w for q in heads for w in bus_words(q, WIDTH)]
     want = [golden.narrow(golden.widen(q, q_fmt), kv_fmt) for q in heads]
     passes = -(-group // H)
     got = []
 
     async def bench(ctx):
-        ctx.set(dut.head_dim128, d == 128)
-        ctx.set(dut.group, group)
-        ctx.set(dut.q_format, q_fmt)
-        ctx.set(dut.kv_format, kv_fmt)
-        full, queue, i, held = 0, [], 0, False
+        hold_fields(ctx, dut, head_dim128=d == 128, group=group, q_format=q_fmt, kv_format=kv_fmt)
+        full, queue = 0, []
+        offer = Offer(dut.q, words, rng)
         # the score side: the oldest loaded bank read back whole (an address a cycle, its
         # data the next) after a random wait, then released
         addresses = [(j, cg) for j in range(passes) for cg in range(d // C)]
         reading, rows, step = None, None, 0
         while len(got) < len(heads):
-            on = held or (i < len(words) and rng.random() < 0.7)
-            ctx.set(dut.q.valid, on)
-            ctx.set(dut.q.payload, words[min(i, len(words) - 1)])
+            offer.drive(ctx)
             ctx.set(dut.full, full)
             if reading is None and queue and rng.random() < 0.004:     # (slower than the loader at times)
                 reading, rows, step = queue.pop(0), np.zeros((passes * H, d), dtype=np.uint16), 0
             if reading is not None and step < len(addresses):
                 j, cg = addresses[step]
                 ctx.set(dut.read_addr, (reading * dut.max_passes + j) * dut.groups + cg)
-            fired = on and ctx.get(dut.q.ready)
+            offer.advance(ctx)
             loaded = ctx.get(dut.loaded)
             await ctx.tick()
-            held, i = on and not fired, i + fired
             full |= loaded
             queue += [b for b in (0, 1) if loaded >> b & 1]
             if reading is not None and step < len(addresses):

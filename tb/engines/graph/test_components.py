@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from tb.amaranth_sim import run_to_end
+from tb.amaranth_sim import Offer, run_to_end
 
 from ndpkit.arith import fp
 from ndpkit_hw.engines.graph.cache import SourceCache
@@ -946,23 +946,6 @@ def test_engine_refuses_edge_lanes_it_cannot_build(params, message):
     GraphEngine(window_vertices=0, edge_lanes=1)
 
 
-def _held_offer(ctx, port, items, state, rng, rate=0.7):
-    """Offer ``items`` on ``port`` with random gaps, an offered item held until taken
-    (``state``: [next index, held]); returns a function that, after the cycle's inputs
-    are set, advances the state and says whether the item was taken."""
-    on = state[1] or (state[0] < len(items) and rng.random() < rate)
-    ctx.set(port.valid, on)
-    if items:
-        ctx.set(port.payload, items[min(state[0], len(items) - 1)])
-
-    def advance():
-        fired = bool(ctx.get(port.valid) and ctx.get(port.ready))
-        state[1] = bool(ctx.get(port.valid)) and not fired
-        state[0] += fired
-        return fired
-    return advance
-
-
 def test_word_router_sends_each_word_to_its_phase_user(rng):
     """The validation pass's words, the edge lanes' and the unpackers' in turn (128-bit
     words, random stalls on every stream): in each phase every array's words reach its
@@ -995,9 +978,10 @@ def test_word_router_sends_each_word_to_its_phase_user(rng):
                            [w["data"] >> (32 * k) & 0xFFFF_FFFF for w in words[name] for k in range(4)][:counts[name]])
                     for name in arrays}
             got = {name: [] for name in arrays}
-            states = {name: [0, False] for name in arrays}
+            offers = [Offer(getattr(dut, f"{n}_words"), words[n], rng) for n in arrays]
             while any(len(got[n]) < len(want[n]) for n in arrays):
-                advances = [_held_offer(ctx, getattr(dut, f"{n}_words"), words[n], states[n], rng) for n in arrays]
+                for offer in offers:
+                    offer.drive(ctx)
                 for name, port in users.items():
                     ready = rng.random() < 0.6
                     ctx.set(port.ready, ready)
@@ -1007,8 +991,8 @@ def test_word_router_sends_each_word_to_its_phase_user(rng):
                 for port in others:
                     ctx.set(port.ready, 1)
                     assert not ctx.get(port.valid), f"{phase}: an output of another phase offered a word"
-                for advance in advances:
-                    advance()
+                for offer in offers:
+                    offer.advance(ctx)
                 await ctx.tick()
             for name in arrays:
                 ctx.set(getattr(dut, f"{name}_words").valid, 0)
@@ -1051,7 +1035,7 @@ def test_result_router_routes_each_mode(rng, mode):
     want_elements = {"vertex": [v & 0xFFFF_FFFF for v in items["vertex"]],
                      "lane_sums": items["row_sums"], "single_sums": items["row_sums"],
                      "lane_minima": items["lane_minima"], "single_minima": items["single_minima"]}[mode]
-    entries, elements, taken = [], [], {name: 0 for name in items}
+    entries, elements, taken = [], [], {}       # taken: items taken of each source
 
     async def bench(ctx):
         ctx.set(dut.vertex_pass, mode == "vertex")
@@ -1063,13 +1047,14 @@ def test_result_router_routes_each_mode(rng, mode):
         await ctx.tick()
         ctx.set(dut.start, 0)
         assert not ctx.get(dut.total_ready)
-        states = {name: [0, False] for name in items}
+        await ctx.tick()        # the pass count is taken now: the engine's vertices come later
         # (the sums answer a vertex pass once, at its end; a min program's sources offer no entries)
-        offered = {name: ([] if name == "row_sums" and mode == "vertex" or
-                          name in ("lane_entries", "single_entry") and mode.endswith("minima") else values)
-                   for name, values in items.items()}
+        offers = {name: Offer(getattr(dut, name), [] if name == "row_sums" and mode == "vertex" or
+                              name in ("lane_entries", "single_entry") and mode.endswith("minima") else values, rng)
+                  for name, values in items.items()}
         while len(elements) < len(want_elements) or len(entries) < len(want_entries):
-            advances = {name: _held_offer(ctx, getattr(dut, name), offered[name], states[name], rng) for name in items}
+            for offer in offers.values():
+                offer.drive(ctx)
             ready_entry, ready_elements = rng.random() < 0.6, rng.random() < 0.6
             ctx.set(dut.entry.ready, ready_entry)
             ctx.set(dut.elements.ready, ready_elements)
@@ -1085,15 +1070,16 @@ def test_result_router_routes_each_mode(rng, mode):
                 elements.append(ctx.get(dut.elements.payload))
             if mode == "vertex":
                 assert entry_fired == element_fired, "a vertex's value and term left apart"
-            for name, advance in advances.items():
-                taken[name] += advance()
+            for offer in offers.values():
+                offer.advance(ctx)
             await ctx.tick()
         if mode == "vertex":
+            offers["row_sums"].items = items["row_sums"][:1]
             for _ in range(40):
-                if taken["row_sums"]:
+                if offers["row_sums"].i:
                     break
-                advance = _held_offer(ctx, dut.row_sums, items["row_sums"][:1], states["row_sums"], rng)
-                taken["row_sums"] += advance()
+                offers["row_sums"].drive(ctx)
+                offers["row_sums"].advance(ctx)
                 await ctx.tick()
             ctx.set(dut.row_sums.valid, 0)
             assert ctx.get(dut.total_ready) and ctx.get(dut.total) == items["row_sums"][0]
@@ -1102,6 +1088,7 @@ def test_result_router_routes_each_mode(rng, mode):
             ctx.set(dut.start, 0)
             await ctx.tick()
             assert not ctx.get(dut.total_ready)
+        taken.update({name: offer.i for name, offer in offers.items()})
     run_to_end(dut, bench)
     assert elements == want_elements
     assert entries == want_entries
@@ -1163,11 +1150,12 @@ def test_gather_path_gives_the_golden_rows_through_a_modelled_unit(rng, baseline
         ctx.set(path.run, 1)
         out = path.entry if sums else path.minimum
         want_count = len(want_entries) if sums else len(rows)
-        edge_state, own_state = [0, False], [0, False]
+        edge_offer = Offer(window.edge, edges, rng)
+        own_offer = Offer(path.own, [] if sums else [own for own, _ in rows], rng)
         pending, answering, got, flush, members = [], None, [], False, 0
         for _ in range(60 * len(edges)):
-            advance_edge = _held_offer(ctx, window.edge, edges, edge_state, rng)
-            advance_own = _held_offer(ctx, path.own, [] if sums else [own for own, _ in rows], own_state, rng)
+            edge_offer.drive(ctx)
+            own_offer.drive(ctx)
             ctx.set(path.flush, flush)
             ctx.set(path.req.ready, rng.random() < 0.5)
             if answering is None and pending and rng.random() < 0.3:
@@ -1189,10 +1177,10 @@ def test_gather_path_gives_the_golden_rows_through_a_modelled_unit(rng, baseline
                 answering = None
             if ctx.get(out.valid) and ready:
                 got.append(_single_result(ctx.get(out.payload), sums))
-            advance_edge()
-            advance_own()
+            edge_offer.advance(ctx)
+            own_offer.advance(ctx)
             # the engine's flush: registered from "every edge is in and none waits"
-            flush = edge_state[0] == len(edges) and not ctx.get(window.out.valid) and bool(ctx.get(path.drained))
+            flush = edge_offer.i == len(edges) and not ctx.get(window.out.valid) and bool(ctx.get(path.drained))
             await ctx.tick()
             if len(got) == want_count and not pending and answering is None and not ctx.get(path.busy):
                 break

@@ -14,7 +14,7 @@ from ndpkit_hw.engines.sg.decode import RequestDecoder, decoded_layout
 from ndpkit_hw.engines.sg.issue import RunIssuer, completion_layout
 from ndpkit_hw.engines.sg.link import LinkGate
 from ndpkit_hw.engines.sg.requests import MAX_OFFSETS, request_layout
-from tb.amaranth_sim import run_to_end
+from tb.amaranth_sim import Offer, run_to_end
 
 ADDR = 24
 ROW = 2048
@@ -22,28 +22,6 @@ BANKS = 4
 MEM = 1 << 15          # the window: the whole memory
 OP_LINE_READ, OP_LINE_WRITE, OP_GATHER, OP_SCATTER = (int(golden.Op.LINE_READ), int(golden.Op.LINE_WRITE),
                                                       int(golden.Op.ROW_GATHER), int(golden.Op.ROW_SCATTER))
-
-
-class _Offer:
-    """Offers items on a stream with random gaps, keeping an offered item valid until it
-    is taken (the stream rule the unit's FIFOs and stages follow)."""
-
-    def __init__(self, port, items, rng, rate=0.7):
-        self.port, self.items, self.rng, self.rate = port, items, rng, rate
-        self.i, self.held = 0, False
-
-    def drive(self, ctx):
-        on = self.held or (self.i < len(self.items) and self.rng.random() < self.rate)
-        ctx.set(self.port.valid, on)
-        if self.items:
-            ctx.set(self.port.payload, self.items[min(self.i, len(self.items) - 1)])
-
-    def advance(self, ctx):
-        """After the cycle's inputs are set: the item taken, or still held."""
-        fired = bool(ctx.get(self.port.valid) and ctx.get(self.port.ready))
-        self.held = bool(ctx.get(self.port.valid)) and not fired
-        self.i += fired
-        return fired
 
 
 def _random_request(rng, *, bad=0.0):
@@ -119,7 +97,7 @@ def test_link_gate_holds_the_link_for_each_transfer(rng):
     async def bench(ctx):
         for stalls in (True, False):
             passed, cycle = [], 0
-            offer = _Offer(dut.i, [v for v, _ in items], rng, 0.7 if stalls else 1.0)
+            offer = Offer(dut.i, [v for v, _ in items], rng, 0.7 if stalls else 1.0)
             while len(passed) < len(items):
                 offer.drive(ctx)
                 ctx.set(dut.flits, items[min(offer.i, len(items) - 1)][1])
@@ -155,7 +133,7 @@ def test_request_decoder_finds_the_golden_runs_and_verdicts(rng):
         ctx.set(dut.window_base, 0)
         ctx.set(dut.window_size, MEM)
         await ctx.tick()               # (the window's last starts are registered)
-        offer = _Offer(dut.requests, [layout.const(r) for r in reqs], rng)
+        offer = Offer(dut.requests, [layout.const(r) for r in reqs], rng)
         while len(got) < len(reqs):
             offer.drive(ctx)
             ready = rng.random() < 0.6
@@ -226,7 +204,7 @@ def test_run_issuer_issues_each_run_once_in_order(rng):
         await ctx.tick()
         ctx.set(dut.clear, 0)
         reads_out, writes_out, aw_pending, w_pending = 0, 0, [], []
-        offer = _Offer(dut.decoded, [layout.const(d) for d in decoded], rng, 0.8)
+        offer = Offer(dut.decoded, [layout.const(d) for d in decoded], rng, 0.8)
         while offer.i < len(reqs) or reads_out or writes_out:
             offer.drive(ctx)
             for port in (dut.entries, dut.ar, dut.aw, dut.w):
@@ -303,7 +281,7 @@ def test_response_assembler_packs_beats_into_the_golden_responses(rng):
     got = []
 
     async def bench(ctx):
-        offers = [_Offer(dut.entries, entries, rng), _Offer(dut.r, r_beats, rng), _Offer(dut.b, b_beats, rng)]
+        offers = [Offer(dut.entries, entries, rng), Offer(dut.r, r_beats, rng), Offer(dut.b, b_beats, rng)]
         while len(got) < len(wanted):
             for offer in offers:
                 offer.drive(ctx)

@@ -39,17 +39,16 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS
-from ndpkit_spec.engines.attention import HEAD_DIMS, MAX_GROUP, SOFTMAX_BLOCK as BLOCK, KvFormat
+from ndpkit_spec.engines.attention import MAX_GROUP, SOFTMAX_BLOCK as BLOCK, KvFormat
 from ndpkit_hw.arith.blockfloat import REVISIT, RowDot, RunningSums
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
-from ndpkit_hw.engines.attention.epilogue import Epilogue, epilogue_width
+from ndpkit_hw.engines.attention.epilogue import MAX_DIM, Epilogue, epilogue_width
 from ndpkit_hw.engines.attention.qload import QueryBanks
 from ndpkit_hw.arith.minmax import minmax_value
 
 __all__ = ["AttentionDatapath", "lane_shape"]
 
 NEG_INF = 0xFF80_0000
-MAX_DIM = max(HEAD_DIMS)
 ONE = {KvFormat.FP16: 0x3C00, KvFormat.BF16: 0x3F80}
 
 

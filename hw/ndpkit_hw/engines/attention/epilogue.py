@@ -37,7 +37,7 @@ from ndpkit_hw.arith.blockfloat import (FLUSH_LATENCY, NO_TERM, MergedState, Sum
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
 
-__all__ = ["Epilogue", "epilogue_width", "EpilogueJob"]
+__all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM"]
 
 MAX_DIM = max(HEAD_DIMS)
 #: a block for the epilogue: its RunningSums bank, the head's first / last block, its rows

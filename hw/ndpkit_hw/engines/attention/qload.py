@@ -8,17 +8,12 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ndpkit_spec.engines.attention import HEAD_DIMS, MAX_GROUP, KvFormat
+from ndpkit_spec.engines.attention import MAX_GROUP, KvFormat
 from ndpkit_hw.arith.dataflow import Dataflow
+from ndpkit_hw.bus.axi import log2_exact
+from ndpkit_hw.engines.attention.epilogue import MAX_DIM
 
 __all__ = ["QueryBanks"]
-
-MAX_DIM = max(HEAD_DIMS)
-
-
-def _log2(n: int) -> int:
-    return n.bit_length() - 1
-
 
 class QueryBanks(wiring.Component):
     """``q``: bus words of the group's rows (``group`` rows of d = 128 or 64 elements in
@@ -49,7 +44,8 @@ class QueryBanks(wiring.Component):
         m = Module()
         W, P, C, H, PM, GROUPS = (self.data_width, self.elements, self.columns, self.units, self.max_passes,
                                   self.groups)
-        h_bits = _log2(H)
+        h_bits = log2_exact(H, "units")
+        c_bits = log2_exact(C, "columns")
         G = self.group
         bank = Signal()                    # the bank being filled
         q32 = self.q_format == KvFormat.FP32
@@ -75,7 +71,7 @@ class QueryBanks(wiring.Component):
                 m.d.sync += [g.eq(0), bank.eq(~bank), held.eq(0)]
         # the element widened to fp32, then rounded to the KV format, through a timed dataflow
         qdf = Dataflow(m, "qload", platform)
-        raw32 = qdf.input(word.word_select(k[:_log2(P // 2)], 32))
+        raw32 = qdf.input(word.word_select(k[:log2_exact(P // 2, "fp32 elements a word")], 32))
         raw16 = qdf.input(word.word_select(k, 16))
         wide16 = qdf.select(qdf.static(self.q_format == KvFormat.BF16), qdf.op("bf16_to_fp32", raw16),
                             qdf.op("fp16_to_fp32", raw16))
@@ -90,9 +86,9 @@ class QueryBanks(wiring.Component):
             m.submodules[f"q_mem{h}"] = mem
             wp, rp = mem.write_port(granularity=16), mem.read_port()
             unit = late["g"][:h_bits] if H > 1 else Const(0, 1)
-            m.d.comb += [wp.addr.eq(((late["bank"] * PM + (late["g"] >> h_bits)) * GROUPS) + (late["i"] >> _log2(C))),
+            m.d.comb += [wp.addr.eq(((late["bank"] * PM + (late["g"] >> h_bits)) * GROUPS) + (late["i"] >> c_bits)),
                          wp.data.eq(Cat(*[qdf.at(rounded, at)[:16] for _ in range(C)])),
-                         wp.en.eq(Mux(late["valid"] & (unit == h), 1 << late["i"][:_log2(C)], 0)),
+                         wp.en.eq(Mux(late["valid"] & (unit == h), 1 << late["i"][:c_bits], 0)),
                          rp.addr.eq(self.read_addr), self.read_data[h].eq(rp.data)]
         m.d.comb += self.loaded.eq(Mux(late["last"], 1 << late["bank"], 0))
         return m
