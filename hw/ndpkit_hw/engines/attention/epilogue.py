@@ -37,7 +37,7 @@ from ndpkit_hw.arith.blockfloat import (FLUSH_LATENCY, NO_TERM, MergedState, Sum
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
 
-__all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM"]
+__all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM", "flush_layout"]
 
 MAX_DIM = max(HEAD_DIMS)
 #: a block for the epilogue: its RunningSums bank, the head's first / last block, its rows
@@ -53,15 +53,20 @@ def epilogue_width(lanes: int) -> int:
     return max(1, lanes // 128)
 
 
+def flush_layout(columns: int, units: int) -> data.StructLayout:
+    """A flush of one RunningSums slot: the slot (pass, column group, partial), the
+    sums bank, the unit."""
+    slots = MAX_GROUP // units * (MAX_DIM // columns) * PARTIALS
+    return data.StructLayout({"slot": range(slots), "bank": 1, "unit": range(max(2, units))})
+
+
 class Epilogue(wiring.Component):
     def __init__(self, *, data_width: int, columns: int, units: int, width: int = 1):
         if width < 1 or width & (width - 1) or columns % width:
             raise ValueError(f"width must be a power of two dividing the {columns} columns, not {width}")
         self.data_width, self.columns, self.units, self.width = data_width, columns, units, width
         self.elements = data_width // 16
-        groups = MAX_DIM // columns
-        slots = MAX_GROUP // units * groups * PARTIALS
-        self.flush_layout = data.StructLayout({"slot": range(slots), "bank": 1, "unit": range(max(2, units))})
+        self.flush_layout = flush_layout(columns, units)
         super().__init__({
             "job": In(stream.Signature(EpilogueJob)),
             "corr": In(data.ArrayLayout(32, 2 * MAX_GROUP)),        # by Cat(query head, bank)

@@ -1,0 +1,108 @@
+"""What the attention datapath's sides share: the shape of a beat and of a row, the
+passes a group takes over each row, the two-slot row buffer K and V words go through,
+and the memories they keep per unit."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+
+from ndpkit_spec.engines.attention import MAX_GROUP
+from ndpkit_hw.bus.axi import log2_exact
+from ndpkit_hw.engines.attention.epilogue import MAX_DIM
+
+__all__ = ["RowSide", "RowBuffer", "memory_ports", "register_file", "pass_count", "serves"]
+
+
+def pass_count(m: Module, group, units: int) -> Signal:
+    """The passes ``ceil(group / units)`` each row takes, as a signal."""
+    passes = Signal(range(MAX_GROUP // units + 1))
+    m.d.comb += passes.eq((group + units - 1) >> log2_exact(units, "units"))
+    return passes
+
+
+def serves(j, h: int, group, units: int):
+    """Unit ``h``'s pass ``j`` has a query head of the group."""
+    return ((j << log2_exact(units, "units")) + h) < group
+
+
+def memory_ports(m: Module, name: str, shape, depth: int):
+    """A memory's write port and (synchronous) read port."""
+    mem = Memory(shape=shape, depth=depth, init=[])
+    m.submodules[name] = mem
+    return mem.write_port(), mem.read_port()
+
+
+def register_file(m: Module, name: str, shape, depth: int):
+    """A memory's write port and an asynchronous read port (a register file's timing: a
+    read sees the value written at an earlier edge)."""
+    mem = Memory(shape=shape, depth=depth, init=[])
+    m.submodules[name] = mem
+    return mem.write_port(), mem.read_port(domain="comb")
+
+
+class RowBuffer:
+    """Two row slots filled from a word stream (``R`` words a row, runtime), read by
+    one consumer that releases a slot when it has issued its last word."""
+
+    def __init__(self, m: Module, name: str, words_in: stream.Interface, rows_words, max_words: int, width: int):
+        mem = Memory(shape=width, depth=2 * max_words, init=[])
+        m.submodules[f"{name}_rows"] = mem
+        wp, self._rp = mem.write_port(), mem.read_port()
+        self.full = Signal(2, name=f"{name}_full")
+        fill_slot, self.read_slot = Signal(name=f"{name}_fill_slot"), Signal(name=f"{name}_read_slot")
+        fill_word = Signal(range(max_words), name=f"{name}_fill_word")
+        self.release = Signal(name=f"{name}_release")
+        self._max_words = max_words
+        m.d.comb += words_in.ready.eq(~self.full.bit_select(fill_slot, 1))
+        set_full = Signal(2, name=f"{name}_set_full")
+        m.d.comb += [wp.addr.eq(Cat(fill_word, fill_slot)), wp.data.eq(words_in.payload),
+                     wp.en.eq(words_in.valid & words_in.ready)]
+        with m.If(words_in.valid & words_in.ready):
+            m.d.sync += fill_word.eq(fill_word + 1)
+            with m.If(fill_word == rows_words - 1):
+                m.d.sync += [fill_word.eq(0), fill_slot.eq(~fill_slot)]
+                m.d.comb += set_full.eq(1 << fill_slot)
+        clear = Signal(2, name=f"{name}_clear")
+        with m.If(self.release):
+            m.d.comb += clear.eq(1 << self.read_slot)
+            m.d.sync += self.read_slot.eq(~self.read_slot)
+        m.d.sync += self.full.eq((self.full & ~clear) | set_full)
+        self.ready = self.full.bit_select(self.read_slot, 1)
+
+    def read(self, m: Module, index):
+        """The word ``index`` of the slot being read, a cycle later (a memory read)."""
+        m.d.comb += self._rp.addr.eq(Cat(index[:log2_exact(self._max_words, "row words")], self.read_slot))
+        return self._rp.data
+
+
+class RowSide(wiring.Component):
+    """A side that streams K or V rows through ``units`` units of ``columns`` lanes: a
+    row is ``rows_words()`` bus words (d = 128 or 64 elements of 16 bits), a word
+    ``beats`` beats of ``columns`` elements, a d = 128 row ``groups`` column groups; a
+    group of query heads takes ``max_passes`` passes at most.  Subclasses give their
+    ports as :meth:`members`."""
+
+    def __init__(self, *, data_width: int, columns: int, units: int):
+        self.data_width, self.columns, self.units = data_width, columns, units
+        self.elements = data_width // 16                   # P
+        self.beats = self.elements // columns              # S: beats a word
+        self.row_words = MAX_DIM // self.elements          # R at d = 128 (twice R at d = 64)
+        self.groups = MAX_DIM // columns                   # column groups of a d = 128 row
+        self.max_passes = MAX_GROUP // units
+        self.unit_bits = log2_exact(units, "units")
+        super().__init__(self.members())
+
+    def members(self) -> dict:
+        raise NotImplementedError
+
+    def rows_words(self):
+        """R, the bus words of a row at the command's head dimension."""
+        return Mux(self.head_dim128, self.row_words, self.row_words // 2)
+
+    def beat_of(self, word, beat):
+        """Beat ``beat``'s ``columns`` elements of a bus word."""
+        return word.word_select(beat, 16 * self.columns) if self.beats > 1 else word
+
+    def unit_of(self, g):
+        return g[:self.unit_bits] if self.units > 1 else Const(0, 1)

@@ -1,0 +1,148 @@
+"""The attention datapath's score side: K rows against the group's q rows, a
+:class:`~ndpkit_hw.arith.blockfloat.RowDot` per unit, ``s = dot * scale`` into a score
+bank with the running maximum."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream
+from amaranth.lib.wiring import In, Out
+
+from ndpkit_spec.engines.attention import MAX_GROUP, SOFTMAX_BLOCK as BLOCK, KvFormat
+from ndpkit_hw.arith.blockfloat import RowDot
+from ndpkit_hw.arith.dataflow import Dataflow, Timed
+from ndpkit_hw.arith.minmax import minmax_value
+from ndpkit_hw.engines.attention.rows import RowBuffer, RowSide, memory_ports, pass_count, register_file, serves
+
+__all__ = ["ScoreSide", "NEG_INF"]
+
+NEG_INF = 0xFF80_0000
+
+
+class ScoreSide(RowSide):
+    """Per KV head (``jobs``: its token count), its K rows (``k``) against the q rows of
+    the bank the q loader filled (``q_full``; ``q_release`` when the head's last row has
+    been issued; ``q_addr``/``q_data`` the loader's read port): a row's ``passes`` go
+    beat by beat into each unit's RowDot, ``s = dot * scale`` into the unit's score
+    memory at ``(bank * max_passes + pass) * 128 + row``.
+
+    The rows go in blocks of 128 tokens, block n to score bank n mod 2 once that bank is
+    ``free``: ``fill`` names the bank as its first beat goes in (its ``bank_rows``,
+    ``bank_first``, ``bank_last`` are set then), ``scored`` once its last score is in.
+    Per unit and pass the running maximum; at a block's end the bank's maxima of each
+    query head, the new one and the one before the block (-inf for a head's first
+    block), for the sweep to read at ``max_addr`` = Cat(pass, bank) (``m_new``,
+    ``m_old``: a register file's read, the same cycle); ``score_addr``/``score_data``:
+    every unit's score at that address, a cycle later."""
+
+    def members(self) -> dict:
+        W, C, H, PM = self.data_width, self.columns, self.units, self.max_passes
+        return {
+            "k": In(stream.Signature(W)),
+            "jobs": In(stream.Signature(32)),
+            "q_full": In(2), "q_release": Out(2),
+            "q_addr": Out(range(2 * PM * self.groups)), "q_data": In(data.ArrayLayout(16 * C, H)),
+            "free": In(2),
+            "fill": Out(stream.Signature(1, always_ready=True)),
+            "scored": Out(stream.Signature(1, always_ready=True)),
+            "bank_rows": Out(data.ArrayLayout(range(BLOCK + 1), 2)), "bank_first": Out(2), "bank_last": Out(2),
+            "score_addr": In(range(2 * PM * BLOCK)), "score_data": Out(data.ArrayLayout(32, H)),
+            "max_addr": In(range(2 * PM)),
+            "m_new": Out(data.ArrayLayout(32, H)), "m_old": Out(data.ArrayLayout(32, H)),
+            "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)), "kv_format": In(2), "scale": In(32),
+            "busy": Out(1),
+        }
+
+    def elaborate(self, platform):
+        m = Module()
+        W, C, H, PM, S, GROUPS = (self.data_width, self.columns, self.units, self.max_passes, self.beats,
+                                  self.groups)
+        R128 = self.row_words
+        rows_words = self.rows_words()
+        passes = pass_count(m, self.group, H)
+        jobs = self.jobs
+
+        k_rows = RowBuffer(m, "k", self.k, rows_words, R128, W)
+        k_active, k_left = self.busy, Signal(32)           # rows of the head still to issue
+        k_row0, k_t, k_b = Signal(), Signal(range(BLOCK)), Signal()
+        k_j, k_w, k_c = Signal(range(PM)), Signal(range(R128)), Signal(range(S))
+        k_qbank, k_first_block = Signal(), Signal()
+        m.d.comb += jobs.ready.eq(~k_active)
+        with m.If(jobs.valid & ~k_active):
+            m.d.sync += [k_active.eq(jobs.payload != 0), k_left.eq(jobs.payload), k_row0.eq(1), k_t.eq(0),
+                         k_first_block.eq(1)]
+        ScoreTag = data.StructLayout({"t": range(BLOCK), "j": range(PM), "b": 1, "block_end": 1, "row0": 1})
+        dots = [RowDot(lanes=C, max_row_beats=GROUPS, tag_width=ScoreTag.size) for _ in range(H)]
+        for h, dot in enumerate(dots):
+            m.submodules[f"row_dot{h}"] = dot
+            m.d.comb += dot.bf16.eq(self.kv_format == KvFormat.BF16)
+        block_start = (k_t == 0) & (k_j == 0) & (k_w == 0) & (k_c == 0)
+        k_issue = Signal()
+        m.d.comb += k_issue.eq(k_active & k_rows.ready & self.q_full.bit_select(k_qbank, 1) & dots[0].room &
+                               (~block_start | self.free.bit_select(k_b, 1)))
+        k_last_row_block = (k_t == BLOCK - 1) | (k_left == 1)
+        row_end = (k_w == rows_words - 1) & (k_c == S - 1)
+        m.d.comb += [self.fill.valid.eq(k_issue & block_start), self.fill.payload.eq(k_b)]
+        with m.If(k_issue):
+            with m.If(block_start):
+                m.d.sync += [self.bank_first.bit_select(k_b, 1).eq(k_first_block),
+                             self.bank_last.bit_select(k_b, 1).eq(k_left <= BLOCK),
+                             self.bank_rows[k_b].eq(Mux(k_left < BLOCK, k_left, BLOCK))]
+            m.d.sync += k_c.eq(k_c + 1)
+            with m.If(k_c == S - 1):
+                m.d.sync += [k_c.eq(0), k_w.eq(k_w + 1)]
+            with m.If(row_end):
+                m.d.sync += [k_w.eq(0), k_j.eq(k_j + 1)]
+                with m.If(k_j == passes - 1):
+                    m.d.sync += [k_j.eq(0), k_t.eq(k_t + 1), k_left.eq(k_left - 1), k_row0.eq(0)]
+                    m.d.comb += k_rows.release.eq(1)
+                    with m.If(k_last_row_block):
+                        m.d.sync += [k_t.eq(0), k_b.eq(~k_b), k_first_block.eq(0)]
+                    with m.If(k_left == 1):
+                        m.d.sync += [k_active.eq(0), k_qbank.eq(~k_qbank)]
+                        m.d.comb += self.q_release.eq(1 << k_qbank)
+        # the beat a cycle later: the K word and the q columns read from memory
+        k_word = k_rows.read(m, k_w)
+        tag = Signal(ScoreTag)
+        m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block), tag.row0.eq(k_row0)]
+        beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(ScoreTag), Signal(range(S)), Signal()
+        m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end)]
+        m.d.comb += self.q_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)
+        for h, dot in enumerate(dots):
+            m.d.comb += [dot.i.valid.eq(beat_valid), dot.i.payload.q.eq(self.q_data[h]),
+                         dot.i.payload.k.eq(self.beat_of(k_word, beat_c)),
+                         dot.i.payload.last.eq(beat_last), dot.i.payload.tag.eq(beat_tag)]
+        # scores: s = dot * scale into the bank; the running maximum; the block's end
+        for h, dot in enumerate(dots):
+            sdf = Dataflow(m, f"scale{h}", platform)
+            # (the row's sum registered first: RowDot's rounding increment and the multiplier's
+            # operand decode were one 11-level path)
+            s = sdf.op("mul", Timed(sdf.at(sdf.input(dot.o.payload.value), 1), 1), sdf.static(self.scale))
+            s_tag = data.View(ScoreTag, sdf.at(sdf.input(dot.o.payload.tag), s.time))
+            s_valid = sdf.at(sdf.input(dot.o.valid), s.time)
+            wp, rp = memory_ports(m, f"score_mem{h}", 32, 2 * PM * BLOCK)
+            m.d.comb += [wp.addr.eq((s_tag.b * PM + s_tag.j) * BLOCK + s_tag.t), wp.data.eq(s.value),
+                         wp.en.eq(s_valid & serves(s_tag.j, h, self.group, H)),
+                         rp.addr.eq(self.score_addr), self.score_data[h].eq(rp.data)]
+            # per pass: the running maximum and the one at the last block's end
+            run_wp, run_rp = register_file(m, f"m_run{h}", 32, PM)
+            prev_wp, prev_rp = register_file(m, f"m_prev{h}", 32, PM)
+            m.d.comb += [run_rp.addr.eq(s_tag.j), prev_rp.addr.eq(s_tag.j)]
+            current = Mux(s_tag.row0, NEG_INF, run_rp.data)
+            new_max = minmax_value(m, current, s.value, Const(1))
+            block_end = s_valid & s_tag.block_end
+            m.d.comb += [run_wp.addr.eq(s_tag.j), run_wp.data.eq(new_max), run_wp.en.eq(s_valid),
+                         prev_wp.addr.eq(s_tag.j), prev_wp.data.eq(new_max), prev_wp.en.eq(block_end)]
+            # the bank's maxima of this unit's head of pass j: per unit (each writes its heads'
+            # at a block's end, all units in one cycle) a register file addressed by (pass,
+            # bank): distributed RAM, no register array and 32-way select
+            new_wp, new_rp = register_file(m, f"m_new{h}", 32, 2 * PM)
+            old_wp, old_rp = register_file(m, f"m_old{h}", 32, 2 * PM)
+            m.d.comb += [new_wp.addr.eq(Cat(s_tag.j, s_tag.b)), new_wp.data.eq(new_max), new_wp.en.eq(block_end),
+                         old_wp.addr.eq(Cat(s_tag.j, s_tag.b)), old_wp.en.eq(block_end),
+                         old_wp.data.eq(Mux(self.bank_first.bit_select(s_tag.b, 1), NEG_INF, prev_rp.data)),
+                         new_rp.addr.eq(self.max_addr), old_rp.addr.eq(self.max_addr),
+                         self.m_new[h].eq(new_rp.data), self.m_old[h].eq(old_rp.data)]
+            if h == 0:
+                m.d.comb += [self.scored.valid.eq(s_valid & s_tag.block_end & (s_tag.j == passes - 1)),
+                             self.scored.payload.eq(s_tag.b)]
+        return m

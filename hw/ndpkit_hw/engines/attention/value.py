@@ -1,0 +1,149 @@
+"""The attention datapath's value side: V rows weighted by the sweep's ``pk`` into a
+:class:`~ndpkit_hw.arith.blockfloat.RunningSums` per unit, four partial sums a block."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream
+from amaranth.lib.wiring import In, Out
+
+from ndpkit_spec.blockfloat import PARTIALS
+from ndpkit_spec.engines.attention import MAX_GROUP, SOFTMAX_BLOCK as BLOCK, KvFormat
+from ndpkit_hw.arith.blockfloat import REVISIT, RunningSums, SumState
+from ndpkit_hw.bus.axi import log2_exact
+from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout
+from ndpkit_hw.engines.attention.rows import RowBuffer, RowSide, pass_count, serves
+from ndpkit_hw.engines.attention.sweep import PK_BITS
+
+__all__ = ["ValueSide", "ONE"]
+
+ONE = {KvFormat.FP16: 0x3C00, KvFormat.BF16: 0x3F80}
+
+
+class ValueSide(RowSide):
+    """Per KV head (``jobs``: its token count), its V rows (``v``), block by block: a
+    block's bank once it is ``weighing`` (the sweep has started it) and the RunningSums
+    bank of its parity has been merged (``released`` / ``released_bank`` from the
+    epilogue), then each row once the sweep has its weights (``swept``), its passes
+    beat by beat into each unit's RunningSums of ``columns + 1`` lanes (the last sums
+    ``pk * 1`` with the row's first column group: the denominator), row t into partial
+    ``t mod 4``, with the weight read at ``pk_addr`` (``pk_data`` a cycle later).
+
+    After a block's last row and the sums' last updates, the block goes to the epilogue
+    (``blocks``: its sums bank, first / last, rows) and ``merging`` names its score
+    bank; ``flush`` / ``state``: the epilogue's port to the units' sums (a unit's state
+    two cycles after its flush)."""
+
+    def members(self) -> dict:
+        C, H, PM = self.columns, self.units, self.max_passes
+        return {
+            "v": In(stream.Signature(self.data_width)),
+            "jobs": In(stream.Signature(32)),
+            "weighing": In(2),
+            "swept": In(data.ArrayLayout(range(BLOCK + 1), 2)),
+            "bank_rows": In(data.ArrayLayout(range(BLOCK + 1), 2)), "bank_first": In(2), "bank_last": In(2),
+            "pk_addr": Out(range(2 * PM * BLOCK)), "pk_data": In(data.ArrayLayout(PK_BITS, H)),
+            "blocks": Out(stream.Signature(EpilogueJob)),
+            "merging": Out(stream.Signature(1, always_ready=True)),
+            "flush": In(stream.Signature(flush_layout(C, H), always_ready=True)),
+            "state": Out(stream.Signature(data.ArrayLayout(SumState, C + 1), always_ready=True)),
+            "released": In(1), "released_bank": In(1),
+            "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)), "kv_format": In(2),
+            "busy": Out(1),
+        }
+
+    def elaborate(self, platform):
+        m = Module()
+        W, C, H, PM, S, GROUPS = (self.data_width, self.columns, self.units, self.max_passes, self.beats,
+                                  self.groups)
+        R128 = self.row_words
+        rows_words = self.rows_words()
+        passes = pass_count(m, self.group, H)
+        bf16 = self.kv_format == KvFormat.BF16
+        jobs, bank_rows = self.jobs, self.bank_rows
+
+        v_rows = RowBuffer(m, "v", self.v, rows_words, R128, W)
+        v_t, v_b = Signal(range(BLOCK)), Signal()
+        v_j, v_w, v_c = Signal(range(PM)), Signal(range(R128)), Signal(range(S))
+        v_issue = Signal()
+        sums = [RunningSums(lanes=C + 1, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length()) for _ in range(H)]
+        for h, unit in enumerate(sums):
+            m.submodules[f"running_sums{h}"] = unit
+            m.d.comb += unit.bf16.eq(bf16)
+        ends = fifo.SyncFIFOBuffered(width=EpilogueJob.size, depth=4)          # blocks for the epilogue
+        m.submodules.block_ends = ends
+        m.d.comb += [self.blocks.valid.eq(ends.r_rdy), self.blocks.payload.eq(ends.r_data),
+                     ends.r_en.eq(self.blocks.ready)]
+        sums_busy = Signal(2)          # a RunningSums bank the epilogue has still to merge
+        sums_set = Signal(2)
+        sums_clear = Mux(self.released, 1 << self.released_bank, 0)
+        m.d.sync += sums_busy.eq((sums_busy & ~sums_clear) | sums_set)
+        v_row_end = (v_w == rows_words - 1) & (v_c == S - 1)
+        v_block_end = v_row_end & (v_j == passes - 1) & (v_t == bank_rows[v_b] - 1)
+        drain = Signal(range(REVISIT + 8))
+        with m.FSM(name="value_side") as value_fsm:
+            with m.State("IDLE"):
+                m.d.comb += jobs.ready.eq(1)
+                with m.If(jobs.valid):
+                    m.d.sync += [v_t.eq(0), v_j.eq(0), v_w.eq(0), v_c.eq(0)]
+                    with m.If(jobs.payload != 0):
+                        m.next = "WAIT_BANK"
+            with m.State("WAIT_BANK"):
+                # (and the epilogue has merged the block two back, which used the same sums bank)
+                with m.If(self.weighing.bit_select(v_b, 1) & ~sums_busy.bit_select(v_b, 1)):
+                    m.next = "STREAM"
+            with m.State("STREAM"):
+                # a row once the sweep has its weights
+                m.d.comb += v_issue.eq(v_rows.ready & (self.swept[v_b] > v_t))
+                with m.If(v_issue):
+                    m.d.sync += v_c.eq(v_c + 1)
+                    with m.If(v_c == S - 1):
+                        m.d.sync += [v_c.eq(0), v_w.eq(v_w + 1)]
+                    with m.If(v_row_end):
+                        m.d.sync += [v_w.eq(0), v_j.eq(v_j + 1)]
+                        with m.If(v_j == passes - 1):
+                            m.d.sync += [v_j.eq(0), v_t.eq(v_t + 1)]
+                            m.d.comb += v_rows.release.eq(1)
+                    with m.If(v_block_end):
+                        m.d.sync += [v_t.eq(0), drain.eq(REVISIT + 4)]
+                        m.next = "DRAIN"
+            with m.State("DRAIN"):
+                # the block's last updates land before the epilogue reads the sums
+                m.d.sync += drain.eq(drain - 1)
+                with m.If((drain == 0) & ends.w_rdy):
+                    m.d.comb += [ends.w_en.eq(1),
+                                 ends.w_data.eq(Cat(v_b, self.bank_first.bit_select(v_b, 1),
+                                                    self.bank_last.bit_select(v_b, 1), bank_rows[v_b])),
+                                 sums_set.eq(1 << v_b), self.merging.valid.eq(1), self.merging.payload.eq(v_b)]
+                    m.d.sync += v_b.eq(~v_b)
+                    with m.If(self.bank_last.bit_select(v_b, 1)):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "WAIT_BANK"
+        m.d.comb += self.busy.eq(~value_fsm.ongoing("IDLE") | ends.r_rdy)
+        # the beat a cycle later: the V word and each unit's weight read from memory
+        v_word = v_rows.read(m, v_w)
+        Beat = data.StructLayout({"c": range(S), "slot": range(PM * GROUPS * PARTIALS), "b": 1, "fresh": 1,
+                                  "first_group": 1, "j": range(PM)})
+        vb = Signal(Beat)
+        vb_valid = Signal()
+        p_bits = log2_exact(PARTIALS, "partials")
+        m.d.sync += [vb_valid.eq(v_issue), vb.c.eq(v_c), vb.b.eq(v_b), vb.fresh.eq(v_t < PARTIALS),
+                     vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j),
+                     vb.slot.eq(((v_j * GROUPS + v_w * S + v_c) << p_bits) + v_t[:p_bits])]
+        one = Mux(bf16, ONE[KvFormat.BF16], ONE[KvFormat.FP16])
+        m.d.comb += self.pk_addr.eq((v_b * PM + v_j) * BLOCK + v_t)
+        for h, unit in enumerate(sums):
+            m.d.comb += [unit.i.valid.eq(vb_valid & serves(vb.j, h, self.group, H)),
+                         unit.i.payload.p.eq(self.pk_data[h]),
+                         unit.i.payload.v.eq(Cat(self.beat_of(v_word, vb.c), Mux(vb.first_group, one, 0)[:16])),
+                         unit.i.payload.slot.eq(vb.slot), unit.i.payload.bank.eq(vb.b),
+                         unit.i.payload.fresh.eq(vb.fresh)]
+            m.d.comb += [unit.flush.valid.eq(self.flush.valid & (self.flush.payload.unit == h)),
+                         unit.flush.payload.slot.eq(self.flush.payload.slot),
+                         unit.flush.payload.bank.eq(self.flush.payload.bank)]
+        # one unit's state at a time
+        state = Const(0, len(self.state.payload.as_value()))
+        for unit in sums:
+            state = state | Mux(unit.state.valid, unit.state.payload.as_value(), 0)
+        m.d.comb += [self.state.valid.eq(Cat(*[unit.state.valid for unit in sums]).any()), self.state.payload.eq(state)]
+        return m
