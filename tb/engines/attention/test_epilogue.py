@@ -32,7 +32,8 @@ def _running_sum(nprng, lanes: int):
     return state
 
 
-def _payload(state):
+def sum_state_fields(state):
+    """A golden running sum ``(S, E, special)`` as the lanes' SumState fields."""
     S, E, special = state
     return [{"sum": int(S[i]), "exp": int(E[i]) if E[i] != bf.EMPTY else NO_TERM,
              "pos_inf": int(special[i] == bf.POS_INF), "neg_inf": int(special[i] == bf.NEG_INF),
@@ -59,7 +60,7 @@ def test_epilogue_matches_golden(rng, units, width, group, d, out_fmt):
                     parts = [_running_sum(nprng, C + 1) for _ in range(bf.PARTIALS)]
                     for r, part in enumerate(parts):
                         slot = ((g // units * GROUPS + grp) << 2) + r
-                        slots[(len(jobs), g % units, slot)] = _payload(part)     # stale beyond the block's rows
+                        slots[(len(jobs), g % units, slot)] = sum_state_fields(part)     # stale beyond the block's rows
                     total = parts[0] if rows > 0 else bf.empty(C + 1)
                     for part in parts[1:min(rows, bf.PARTIALS)]:
                         total = bf.merge(total, part)

@@ -12,16 +12,19 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
 - **q loader** (:class:`~ndpkit_hw.engines.attention.qload.QueryBanks`): the group's q
   elements, one a cycle, rounded to the KV format, into the q bank of the head (two
   banks: the next head loads while this one runs).
-- **score side**: per unit a :class:`~ndpkit_hw.arith.blockfloat.RowDot` (exact
-  products, the row's window sum, one rounding), ``s = dot * scale``; the scores of a
-  block of 128 tokens go to a score bank with the running maximum; at the block's end
-  the bank keeps ``m_new`` and the maximum before it.
-- **softmax sweep** (an exp unit per unit): per bank, ``corr = exp(m_old - m_new)``
-  and ``pk = exp(s - m_new)`` rounded to TF32, into the bank's weight memory, row by
-  row (a row's passes together): the value side follows a row behind.
-- **value side**: per unit a :class:`~ndpkit_hw.arith.blockfloat.RunningSums` of C + 1
-  lanes (the last one sums ``pk * 1``: the denominator), four partial sums a block
-  (token j -> partial j mod 4), in the RunningSums bank of the block's parity.
+- **score side** (:class:`~ndpkit_hw.engines.attention.score.ScoreSide`): per unit a
+  :class:`~ndpkit_hw.arith.blockfloat.RowDot` (exact products, the row's window sum,
+  one rounding), ``s = dot * scale``; the scores of a block of 128 tokens go to a score
+  bank with the running maximum; at the block's end the bank keeps ``m_new`` and the
+  maximum before it.
+- **softmax sweep** (:class:`~ndpkit_hw.engines.attention.sweep.SoftmaxSweep`, an exp
+  unit per unit): per bank, ``corr = exp(m_old - m_new)`` and ``pk = exp(s - m_new)``
+  rounded to TF32, into the bank's weight memory, row by row (a row's passes
+  together): the value side follows a row behind.
+- **value side** (:class:`~ndpkit_hw.engines.attention.value.ValueSide`): per unit a
+  :class:`~ndpkit_hw.arith.blockfloat.RunningSums` of C + 1 lanes (the last one sums
+  ``pk * 1``: the denominator), four partial sums a block (token j -> partial j mod
+  4), in the RunningSums bank of the block's parity.
 - **epilogue** (:class:`~ndpkit_hw.engines.attention.epilogue.Epilogue`): per block
   and column group the four partials flushed into shift registers, merged in order,
   rounded and folded in with ``o = fma(o, corr, ob)``, ``l = fma(l, corr, lb)``, ``E``
@@ -30,6 +33,11 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
 
 K of block n + 1 streams while V of block n is consumed and block n - 1's partials are
 merged, so the memory port, not the arithmetic, bounds the engine when G <= H.
+
+This component joins the parts: it queues each head for both sides, holds the q
+banks' full flags (set by the loader, cleared by the score side) and the two score
+banks' states (free, filling, scored, sweeping, ready, merging), which the parts'
+events move and their ``free`` / ``scored`` / ``weighing`` inputs read.
 """
 from __future__ import annotations
 

@@ -3,8 +3,9 @@ passes a group takes over each row, the two-slot row buffer K and V words go thr
 and the memories they keep per unit."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.lib.memory import Memory
 
 from ndpkit_spec.engines.attention import MAX_GROUP
@@ -78,10 +79,10 @@ class RowBuffer:
 
 class RowSide(wiring.Component):
     """A side that streams K or V rows through ``units`` units of ``columns`` lanes: a
-    row is ``rows_words()`` bus words (d = 128 or 64 elements of 16 bits), a word
+    row is R bus words (d = 128 or 64 elements of 16 bits), a word
     ``beats`` beats of ``columns`` elements, a d = 128 row ``groups`` column groups; a
-    group of query heads takes ``max_passes`` passes at most.  Subclasses give their
-    ports as :meth:`members`."""
+    group of query heads takes ``max_passes`` passes at most.  Subclasses add their
+    ports to :meth:`members`."""
 
     def __init__(self, *, data_width: int, columns: int, units: int):
         self.data_width, self.columns, self.units = data_width, columns, units
@@ -90,19 +91,38 @@ class RowSide(wiring.Component):
         self.row_words = MAX_DIM // self.elements          # R at d = 128 (twice R at d = 64)
         self.groups = MAX_DIM // columns                   # column groups of a d = 128 row
         self.max_passes = MAX_GROUP // units
-        self.unit_bits = log2_exact(units, "units")
         super().__init__(self.members())
 
     def members(self) -> dict:
-        raise NotImplementedError
+        """The ports both sides have: ``jobs`` (a KV head's token count), the fields held
+        for a command, ``busy``."""
+        return {"jobs": In(stream.Signature(32)), "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)),
+                "kv_format": In(2), "busy": Out(1)}
 
-    def rows_words(self):
-        """R, the bus words of a row at the command's head dimension."""
-        return Mux(self.head_dim128, self.row_words, self.row_words // 2)
+    def row_stream(self, m: Module, name: str, words: stream.Interface):
+        """The side's row buffer on ``words``, R (the bus words of a row at the command's
+        head dimension) and the passes each row takes."""
+        rows_words = Mux(self.head_dim128, self.row_words, self.row_words // 2)
+        buffer = RowBuffer(m, name, words, rows_words, self.row_words, self.data_width)
+        return buffer, rows_words, pass_count(m, self.group, self.units)
+
+    def row_end(self, beat, word, rows_words):
+        """The beat is a row's last (of its pass)."""
+        return (word == rows_words - 1) & (beat == self.beats - 1)
+
+    def step(self, m: Module, beat, word, pass_, rows_words, passes):
+        """Move the cursor (``beat`` of ``word`` of pass ``pass_``) one beat on; returns
+        "this was the row's last beat of its last pass" (the caller moves to the next row)."""
+        row_end = self.row_end(beat, word, rows_words)
+        m.d.sync += beat.eq(beat + 1)
+        with m.If(beat == self.beats - 1):
+            m.d.sync += [beat.eq(0), word.eq(word + 1)]
+        with m.If(row_end):
+            m.d.sync += [word.eq(0), pass_.eq(pass_ + 1)]
+        with m.If(row_end & (pass_ == passes - 1)):
+            m.d.sync += pass_.eq(0)
+        return row_end & (pass_ == passes - 1)
 
     def beat_of(self, word, beat):
         """Beat ``beat``'s ``columns`` elements of a bus word."""
         return word.word_select(beat, 16 * self.columns) if self.beats > 1 else word
-
-    def unit_of(self, g):
-        return g[:self.unit_bits] if self.units > 1 else Const(0, 1)

@@ -7,11 +7,11 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from ndpkit_spec.engines.attention import MAX_GROUP, SOFTMAX_BLOCK as BLOCK, KvFormat
+from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
 from ndpkit_hw.arith.blockfloat import RowDot
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.minmax import minmax_value
-from ndpkit_hw.engines.attention.rows import RowBuffer, RowSide, memory_ports, pass_count, register_file, serves
+from ndpkit_hw.engines.attention.rows import RowSide, memory_ports, register_file, serves
 
 __all__ = ["ScoreSide", "NEG_INF"]
 
@@ -37,8 +37,8 @@ class ScoreSide(RowSide):
     def members(self) -> dict:
         W, C, H, PM = self.data_width, self.columns, self.units, self.max_passes
         return {
+            **super().members(),
             "k": In(stream.Signature(W)),
-            "jobs": In(stream.Signature(32)),
             "q_full": In(2), "q_release": Out(2),
             "q_addr": Out(range(2 * PM * self.groups)), "q_data": In(data.ArrayLayout(16 * C, H)),
             "free": In(2),
@@ -48,23 +48,17 @@ class ScoreSide(RowSide):
             "score_addr": In(range(2 * PM * BLOCK)), "score_data": Out(data.ArrayLayout(32, H)),
             "max_addr": In(range(2 * PM)),
             "m_new": Out(data.ArrayLayout(32, H)), "m_old": Out(data.ArrayLayout(32, H)),
-            "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)), "kv_format": In(2), "scale": In(32),
-            "busy": Out(1),
+            "scale": In(32),
         }
 
     def elaborate(self, platform):
         m = Module()
-        W, C, H, PM, S, GROUPS = (self.data_width, self.columns, self.units, self.max_passes, self.beats,
-                                  self.groups)
-        R128 = self.row_words
-        rows_words = self.rows_words()
-        passes = pass_count(m, self.group, H)
+        C, H, PM, S, GROUPS = self.columns, self.units, self.max_passes, self.beats, self.groups
         jobs = self.jobs
-
-        k_rows = RowBuffer(m, "k", self.k, rows_words, R128, W)
+        k_rows, rows_words, passes = self.row_stream(m, "k", self.k)
         k_active, k_left = self.busy, Signal(32)           # rows of the head still to issue
         k_row0, k_t, k_b = Signal(), Signal(range(BLOCK)), Signal()
-        k_j, k_w, k_c = Signal(range(PM)), Signal(range(R128)), Signal(range(S))
+        k_j, k_w, k_c = Signal(range(PM)), Signal(range(self.row_words)), Signal(range(S))
         k_qbank, k_first_block = Signal(), Signal()
         m.d.comb += jobs.ready.eq(~k_active)
         with m.If(jobs.valid & ~k_active):
@@ -80,26 +74,21 @@ class ScoreSide(RowSide):
         m.d.comb += k_issue.eq(k_active & k_rows.ready & self.q_full.bit_select(k_qbank, 1) & dots[0].room &
                                (~block_start | self.free.bit_select(k_b, 1)))
         k_last_row_block = (k_t == BLOCK - 1) | (k_left == 1)
-        row_end = (k_w == rows_words - 1) & (k_c == S - 1)
+        row_end = self.row_end(k_c, k_w, rows_words)
         m.d.comb += [self.fill.valid.eq(k_issue & block_start), self.fill.payload.eq(k_b)]
         with m.If(k_issue):
             with m.If(block_start):
                 m.d.sync += [self.bank_first.bit_select(k_b, 1).eq(k_first_block),
                              self.bank_last.bit_select(k_b, 1).eq(k_left <= BLOCK),
                              self.bank_rows[k_b].eq(Mux(k_left < BLOCK, k_left, BLOCK))]
-            m.d.sync += k_c.eq(k_c + 1)
-            with m.If(k_c == S - 1):
-                m.d.sync += [k_c.eq(0), k_w.eq(k_w + 1)]
-            with m.If(row_end):
-                m.d.sync += [k_w.eq(0), k_j.eq(k_j + 1)]
-                with m.If(k_j == passes - 1):
-                    m.d.sync += [k_j.eq(0), k_t.eq(k_t + 1), k_left.eq(k_left - 1), k_row0.eq(0)]
-                    m.d.comb += k_rows.release.eq(1)
-                    with m.If(k_last_row_block):
-                        m.d.sync += [k_t.eq(0), k_b.eq(~k_b), k_first_block.eq(0)]
-                    with m.If(k_left == 1):
-                        m.d.sync += [k_active.eq(0), k_qbank.eq(~k_qbank)]
-                        m.d.comb += self.q_release.eq(1 << k_qbank)
+            with m.If(self.step(m, k_c, k_w, k_j, rows_words, passes)):
+                m.d.sync += [k_t.eq(k_t + 1), k_left.eq(k_left - 1), k_row0.eq(0)]
+                m.d.comb += k_rows.release.eq(1)
+                with m.If(k_last_row_block):
+                    m.d.sync += [k_t.eq(0), k_b.eq(~k_b), k_first_block.eq(0)]
+                with m.If(k_left == 1):
+                    m.d.sync += [k_active.eq(0), k_qbank.eq(~k_qbank)]
+                    m.d.comb += self.q_release.eq(1 << k_qbank)
         # the beat a cycle later: the K word and the q columns read from memory
         k_word = k_rows.read(m, k_w)
         tag = Signal(ScoreTag)

@@ -7,11 +7,11 @@ from amaranth.lib import data, fifo, stream
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS
-from ndpkit_spec.engines.attention import MAX_GROUP, SOFTMAX_BLOCK as BLOCK, KvFormat
+from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
 from ndpkit_hw.arith.blockfloat import REVISIT, RunningSums, SumState
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout
-from ndpkit_hw.engines.attention.rows import RowBuffer, RowSide, pass_count, serves
+from ndpkit_hw.engines.attention.rows import RowSide, serves
 from ndpkit_hw.engines.attention.sweep import PK_BITS
 
 __all__ = ["ValueSide", "ONE"]
@@ -36,8 +36,8 @@ class ValueSide(RowSide):
     def members(self) -> dict:
         C, H, PM = self.columns, self.units, self.max_passes
         return {
+            **super().members(),
             "v": In(stream.Signature(self.data_width)),
-            "jobs": In(stream.Signature(32)),
             "weighing": In(2),
             "swept": In(data.ArrayLayout(range(BLOCK + 1), 2)),
             "bank_rows": In(data.ArrayLayout(range(BLOCK + 1), 2)), "bank_first": In(2), "bank_last": In(2),
@@ -47,23 +47,16 @@ class ValueSide(RowSide):
             "flush": In(stream.Signature(flush_layout(C, H), always_ready=True)),
             "state": Out(stream.Signature(data.ArrayLayout(SumState, C + 1), always_ready=True)),
             "released": In(1), "released_bank": In(1),
-            "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)), "kv_format": In(2),
-            "busy": Out(1),
         }
 
     def elaborate(self, platform):
         m = Module()
-        W, C, H, PM, S, GROUPS = (self.data_width, self.columns, self.units, self.max_passes, self.beats,
-                                  self.groups)
-        R128 = self.row_words
-        rows_words = self.rows_words()
-        passes = pass_count(m, self.group, H)
+        C, H, PM, S, GROUPS = self.columns, self.units, self.max_passes, self.beats, self.groups
         bf16 = self.kv_format == KvFormat.BF16
         jobs, bank_rows = self.jobs, self.bank_rows
-
-        v_rows = RowBuffer(m, "v", self.v, rows_words, R128, W)
+        v_rows, rows_words, passes = self.row_stream(m, "v", self.v)
         v_t, v_b = Signal(range(BLOCK)), Signal()
-        v_j, v_w, v_c = Signal(range(PM)), Signal(range(R128)), Signal(range(S))
+        v_j, v_w, v_c = Signal(range(PM)), Signal(range(self.row_words)), Signal(range(S))
         v_issue = Signal()
         sums = [RunningSums(lanes=C + 1, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length()) for _ in range(H)]
         for h, unit in enumerate(sums):
@@ -77,8 +70,7 @@ class ValueSide(RowSide):
         sums_set = Signal(2)
         sums_clear = Mux(self.released, 1 << self.released_bank, 0)
         m.d.sync += sums_busy.eq((sums_busy & ~sums_clear) | sums_set)
-        v_row_end = (v_w == rows_words - 1) & (v_c == S - 1)
-        v_block_end = v_row_end & (v_j == passes - 1) & (v_t == bank_rows[v_b] - 1)
+        v_block_end = self.row_end(v_c, v_w, rows_words) & (v_j == passes - 1) & (v_t == bank_rows[v_b] - 1)
         drain = Signal(range(REVISIT + 8))
         with m.FSM(name="value_side") as value_fsm:
             with m.State("IDLE"):
@@ -95,14 +87,9 @@ class ValueSide(RowSide):
                 # a row once the sweep has its weights
                 m.d.comb += v_issue.eq(v_rows.ready & (self.swept[v_b] > v_t))
                 with m.If(v_issue):
-                    m.d.sync += v_c.eq(v_c + 1)
-                    with m.If(v_c == S - 1):
-                        m.d.sync += [v_c.eq(0), v_w.eq(v_w + 1)]
-                    with m.If(v_row_end):
-                        m.d.sync += [v_w.eq(0), v_j.eq(v_j + 1)]
-                        with m.If(v_j == passes - 1):
-                            m.d.sync += [v_j.eq(0), v_t.eq(v_t + 1)]
-                            m.d.comb += v_rows.release.eq(1)
+                    with m.If(self.step(m, v_c, v_w, v_j, rows_words, passes)):
+                        m.d.sync += v_t.eq(v_t + 1)
+                        m.d.comb += v_rows.release.eq(1)
                     with m.If(v_block_end):
                         m.d.sync += [v_t.eq(0), drain.eq(REVISIT + 4)]
                         m.next = "DRAIN"
