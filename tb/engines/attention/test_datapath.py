@@ -5,11 +5,11 @@ the output words out with random back-pressure (the ``rng`` fixture prints its s
 ``SEED=`` reproduces).  Small shapes (the engine bench runs the large ones on Verilator)."""
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from ndpkit.arith import fp
 from ndpkit.engines.attention import golden
 from ndpkit_hw.engines.attention.datapath import AttentionDatapath
+from tb.amaranth_sim import Offer, run_to_end
 
 F = golden.KvFormat
 
@@ -52,34 +52,25 @@ def test_datapath_matches_golden(rng, lanes, group, d, tokens):
     async def bench(ctx):
         hold_fields(ctx, dut, head_dim128=d == 128, group=group, q_format=q_fmt, kv_format=kv_fmt,
                     out_format=out_fmt, scale=int(np.float32(scale).view(np.uint32)))
-        index = {name: 0 for name in streams}
+        offers = {name: Offer(getattr(dut, name), items, rng) for name, items in streams.items()}
         cycles = 0
         while len(got) < len(want):
             cycles += 1
-            assert cycles < 200_000, f"stuck: {len(got)} of {len(want)} words, sent {index}"
-            offered = {}
-            for name, items in streams.items():
-                port = getattr(dut, name)
-                on = index[name] < len(items) and rng.random() < 0.7
-                ctx.set(port.valid, on)
-                if on:
-                    ctx.set(port.payload, items[index[name]])
-                offered[name] = on
+            assert cycles < 200_000, \
+                f"stuck: {len(got)} of {len(want)} words, sent {({n: o.i for n, o in offers.items()})}"
+            for offer in offers.values():
+                offer.drive(ctx)
             ready = rng.random() < 0.8
             ctx.set(dut.out.ready, ready)
-            taken = {name: offered[name] and ctx.get(getattr(dut, name).ready) for name in streams}
             if ready and ctx.get(dut.out.valid):
                 got.append(ctx.get(dut.out.payload))
+            for offer in offers.values():
+                offer.advance(ctx)
             await ctx.tick()
-            for name, t in taken.items():
-                index[name] += t
         for _ in range(50):
             await ctx.tick()
         assert ctx.get(dut.idle)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    run_to_end(dut, bench, deadline=200_100)
     bad = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
     assert not bad, f"{len(bad)} of {len(want)} words differ, first {bad[0]}: {got[bad[0]]:#x} != {want[bad[0]]:#x}"

@@ -21,6 +21,7 @@ from ndpkit.arith import blockfloat as bf
 from ndpkit.arith import fp
 from ndpkit.arith.exp import exp as fp_exp
 from ndpkit.engines.attention import golden
+from ndpkit_spec.engines.attention import MAX_GROUP, SOFTMAX_BLOCK as BLOCK
 from ndpkit_hw.engines.attention.datapath import lane_shape
 from ndpkit_hw.engines.attention.score import NEG_INF, ScoreSide
 from ndpkit_hw.engines.attention.sweep import SoftmaxSweep
@@ -32,8 +33,6 @@ from tb.engines.attention.test_epilogue import sum_state_fields
 
 F = golden.KvFormat
 WIDTH = 128
-BLOCK = 128
-MAX_GROUP = 16
 
 
 def _blocks(tokens):

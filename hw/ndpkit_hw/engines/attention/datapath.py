@@ -120,7 +120,7 @@ class AttentionDatapath(wiring.Component):
                      k_jobs.w_en.eq(self.head.valid & self.head.ready), k_jobs.w_data.eq(self.head.payload),
                      v_jobs.w_en.eq(self.head.valid & self.head.ready), v_jobs.w_data.eq(self.head.payload)]
         for jobs, side in ((k_jobs, score), (v_jobs, value)):
-            m.d.comb += [side.jobs.valid.eq(jobs.r_rdy), side.jobs.payload.eq(jobs.r_data), jobs.r_en.eq(side.jobs.ready)]
+            wiring.connect(m, jobs.r_stream, side.jobs)
 
         # q: the loader fills a bank the score side has released
         q_full = Signal(2)                 # bank holds a loaded head the score side has not finished

@@ -36,21 +36,24 @@ from ndpkit_hw.arith.blockfloat import (FLUSH_LATENCY, NO_TERM, MergedState, Sum
                                         sum_to_fp32)
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
+from ndpkit_hw.bus.axi import log2_exact
 
-__all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM", "flush_layout"]
+__all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM", "flush_layout", "sums_slot"]
 
 MAX_DIM = max(HEAD_DIMS)
 #: a block for the epilogue: its RunningSums bank, the head's first / last block, its rows
 EpilogueJob = data.StructLayout({"b": 1, "first": 1, "last": 1, "rows": 8})
 
 
-def _log2(n: int) -> int:
-    return n.bit_length() - 1
-
-
 def epilogue_width(lanes: int) -> int:
     """Lanes a cycle the epilogue needs to keep pace with ``lanes`` MAC lanes."""
     return max(1, lanes // 128)
+
+
+def sums_slot(j, group, r, groups: int):
+    """The RunningSums slot of pass ``j``, column group ``group`` (of ``groups`` in a
+    d = 128 row) and partial ``r``: where the value side adds and the epilogue flushes."""
+    return ((j * groups + group) << log2_exact(PARTIALS, "partials")) + r
 
 
 def flush_layout(columns: int, units: int) -> data.StructLayout:
@@ -85,7 +88,7 @@ class Epilogue(wiring.Component):
         m = Module()
         W, P, C, H, E = self.data_width, self.elements, self.columns, self.units, self.width
         GROUPS = MAX_DIM // C
-        h_bits = _log2(H)
+        h_bits, c_bits, e_bits = log2_exact(H, "units"), log2_exact(C, "columns"), log2_exact(E, "width")
         G = self.group
         row_groups = Mux(self.head_dim128, GROUPS, GROUPS // 2)
         dim = Mux(self.head_dim128, MAX_DIM, MAX_DIM // 2)
@@ -117,7 +120,7 @@ class Epilogue(wiring.Component):
                 m.d.comb += now.eq(f[r])
         j = now.g >> h_bits
         m.d.comb += [self.flush.valid.eq(now.valid),
-                     self.flush.payload.slot.eq(((j * GROUPS + now.grp) << _log2(PARTIALS)) + now.r),
+                     self.flush.payload.slot.eq(sums_slot(j, now.grp, now.r, GROUPS)),
                      self.flush.payload.bank.eq(job.b),
                      self.flush.payload.unit.eq(now.g[:h_bits] if H > 1 else 0)]
         # the response's partial and group, FLUSH_LATENCY cycles later
@@ -216,9 +219,9 @@ class Epilogue(wiring.Component):
             l_mem.read_port(domain="comb")
         finishing = Signal()
         final_g, final_w = Signal(range(MAX_GROUP)), Signal(range(MAX_DIM // E))
-        lane0 = Cat(Const(0, _log2(E)), rtag.k) if E > 1 else rtag.k          # k * E
+        lane0 = Cat(Const(0, e_bits), rtag.k) if E > 1 else rtag.k          # k * E
         is_l = (rtag.grp == 0) & (lane0 == C)
-        word = Cat(lane0[:_log2(C)], rtag.grp)[_log2(E):]                      # (grp * C + k * E) / E
+        word = Cat(lane0[:c_bits], rtag.grp)[e_bits:]                      # (grp * C + k * E) / E
         o_at = rtag.g * (MAX_DIM // E) + word
         m.d.comb += o_rp.addr.eq(Mux(finishing, final_g * (MAX_DIM // E) + final_w, o_at))
         m.d.comb += l_fold_rp.addr.eq(rtag.g)
@@ -276,8 +279,8 @@ class Epilogue(wiring.Component):
         # pack steps in flight: never more than the queue's room holds
         in_flight_div = Signal(range(64 + P))
         m.d.sync += in_flight_div.eq(in_flight_div + final_issue - d_valid)
-        words_ahead = Mux(out32, (in_flight_div + P // 2 // E) >> _log2(P // 2 // E),
-                          (in_flight_div + P // E) >> _log2(P // E))
+        words_ahead = Mux(out32, (in_flight_div + P // 2 // E) >> log2_exact(P // 2 // E, "fp32 words a chunk"),
+                          (in_flight_div + P // E) >> log2_exact(P // E, "16-bit words a chunk"))
         room = out_fifo.level + words_ahead + 1 < out_depth
 
         # ---- the sequence ------------------------------------------------------------------------
@@ -314,7 +317,7 @@ class Epilogue(wiring.Component):
                 m.d.comb += [finishing.eq(1), final_issue.eq(room)]
                 with m.If(room):
                     m.d.sync += final_w.eq(final_w + 1)
-                    with m.If(final_w == (dim >> _log2(E)) - 1):
+                    with m.If(final_w == (dim >> e_bits) - 1):
                         m.d.sync += [final_w.eq(0), final_g.eq(final_g + 1)]
                         with m.If(final_g == G - 1):
                             m.next = "IDLE"

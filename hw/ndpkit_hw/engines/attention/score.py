@@ -92,7 +92,8 @@ class ScoreSide(RowSide):
         # the beat a cycle later: the K word and the q columns read from memory
         k_word = k_rows.read(m, k_w)
         tag = Signal(ScoreTag)
-        m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block), tag.row0.eq(k_row0)]
+        m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block),
+                     tag.row0.eq(k_row0)]
         beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(ScoreTag), Signal(range(S)), Signal()
         m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end)]
         m.d.comb += self.q_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)

@@ -21,7 +21,7 @@ class SoftmaxSweep(wiring.Component):
     """An exp unit per unit of the score side (its query heads of each pass).
 
     A bank in ``scored`` is taken (``start`` names it): first each query head's
-    ``corr`` (into ``corr`` at ``bank * 8 + head``), then row by row, a row's passes
+    ``corr`` (into ``corr`` at ``bank * 16 + head``: ``MAX_GROUP`` heads a bank), then row by row, a row's passes
     together, each score's weight into the unit's weight memory at ``(bank *
     max_passes + pass) * 128 + row`` (``pk_addr``/``pk_data``: every unit's weight
     there, a cycle later); ``swept`` counts the bank's rows done, so the value side

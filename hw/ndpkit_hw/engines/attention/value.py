@@ -10,7 +10,7 @@ from ndpkit_spec.blockfloat import PARTIALS
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
 from ndpkit_hw.arith.blockfloat import REVISIT, RunningSums, SumState
 from ndpkit_hw.bus.axi import log2_exact
-from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout
+from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout, sums_slot
 from ndpkit_hw.engines.attention.rows import RowSide, serves
 from ndpkit_hw.engines.attention.sweep import PK_BITS
 
@@ -113,10 +113,9 @@ class ValueSide(RowSide):
                                   "first_group": 1, "j": range(PM)})
         vb = Signal(Beat)
         vb_valid = Signal()
-        p_bits = log2_exact(PARTIALS, "partials")
         m.d.sync += [vb_valid.eq(v_issue), vb.c.eq(v_c), vb.b.eq(v_b), vb.fresh.eq(v_t < PARTIALS),
                      vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j),
-                     vb.slot.eq(((v_j * GROUPS + v_w * S + v_c) << p_bits) + v_t[:p_bits])]
+                     vb.slot.eq(sums_slot(v_j, v_w * S + v_c, v_t[:log2_exact(PARTIALS, "partials")], GROUPS))]
         one = Mux(bf16, ONE[KvFormat.BF16], ONE[KvFormat.FP16])
         m.d.comb += self.pk_addr.eq((v_b * PM + v_j) * BLOCK + v_t)
         for h, unit in enumerate(sums):
