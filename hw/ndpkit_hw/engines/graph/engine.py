@@ -71,7 +71,7 @@ value traffic is in the unit's counters (``link`` port), which depend on timing.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import Out
 
 from ndpkit_spec.codes import ErrorCode
@@ -93,6 +93,9 @@ from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEng
 from ndpkit_hw.engines.sg.unit import SgUnit
 
 __all__ = ["GraphEngine"]
+
+#: the first edge pass's results held on chip while its last column words are judged
+HELD_RESULTS = 1024
 
 
 class GraphEngine(CommandEngine):
@@ -168,6 +171,24 @@ class GraphEngine(CommandEngine):
         edge_len, vertex_len = checks.derive(words(cmd.edges), "edge_len"), checks.derive(words(cmd.n), "vertex_len")
         row_len = checks.derive(words(row_count), "row_len", after=after_rows)     # the slice's values
         last_iteration = checks.derive(cmd.max_iterations - 1, "last_iteration")
+        # The source window loads beside the validation pass when the first pass runs on the
+        # edge lanes (every source in the window: CC, BFS, SSSP, SpMV): that pass then judges
+        # the row pointers and the first column words, and the last `tail_words` column words
+        # (as many as the window's, so the first phase streams what the validation alone
+        # did) are judged beside the first edge pass, read by the window's reader, which is
+        # idle then.  That pass's results are held on chip until the verdict: a bad column
+        # still writes nothing.  (The edge pass leaves most of the port's read slots free.)
+        lanes_on = self.edge_lanes > 1
+        word_shift = (word - 1).bit_length()
+        col_words = edge_len[word_shift:]
+        first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & ~is_pagerank & (cmd.edges != 0) if lanes_on
+                                       else Const(0), "first_on_lanes")
+        vertex_words = vertex_len[word_shift:]
+        tail_words = checks.derive(Mux(first_on_lanes, Mux(col_words < vertex_words, col_words, vertex_words), 0),
+                                   "tail_words", after=checks.after(edge_len, vertex_len, first_on_lanes))
+        head_words = checks.derive(col_words - tail_words, "head_words", after=checks.after(tail_words))
+        tail_addr = checks.derive(cmd.col + (head_words << word_shift)[:32], "tail_addr",
+                                  after=checks.after(head_words))
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
                   "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
                   "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
@@ -193,6 +214,9 @@ class GraphEngine(CommandEngine):
         # ---- streams ----------------------------------------------------------------
         validating = Signal()
         iterating = Signal()           # an edge pass
+        tail_phase = Signal()          # the first edge pass, with the last column words' check beside it
+        tail_failed = Signal()         # the tail has a bad column (or its read a bus error)
+        holding = Signal()             # the first pass's results wait for the tail's verdict
         vertex_pass = Signal()         # PageRank: a pass over the vertices (contributions or update)
         stage = Signal(2)              # PageRank's pass in an iteration: 0 contributions, 1 pull sums, 2 update
         update = stage == 2
@@ -223,16 +247,18 @@ class GraphEngine(CommandEngine):
         transfers = TransferGroup(
             m, {"rowptr": readers["rowptr"], "col": readers["col"], "val": readers["val"], "old": readers["old"],
                 "out": writer},
-            {"rowptr": Transfer(cmd.rowptr, rowptr_len[:32]), "col": Transfer(cmd.col, edge_len[:32]),
+            {"rowptr": Transfer(cmd.rowptr, rowptr_len[:32]),
+             "col": Transfer(cmd.col, Mux(validating, head_words << word_shift, edge_len)[:32]),
              "val": Transfer(val_base, Mux(vertex_pass, pass_len, edge_len)[:32]),
              "old": Transfer(Mux(every_vertex, source_base, Mux(odd, b_rows, a_rows)), pass_len[:32]),
              "out": Transfer(out_base, pass_len[:32])},
             validating | iterating | vertex_pass,
-            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0),
+            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & (head_words == 0)),
                      "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
-                     "old": (iterating & ~sum_rows) | vertex_pass, "out": iterating | vertex_pass})
+                     "old": (iterating & ~sum_rows) | vertex_pass, "out": (iterating & ~holding) | vertex_pass})
         # the source window: min(window, n) values of the pass's source array, before each
-        # edge pass (PageRank's: the contributions)
+        # edge pass (PageRank's: the contributions); the window's reader then takes the last
+        # column words of the first edge pass's check
         loading = Signal()
         window_count = Signal(range(MAX_VERTICES + 1))
         m.d.sync += window_count.eq(Mux(cmd.source_window < cmd.n, cmd.source_window, cmd.n))
@@ -240,8 +266,9 @@ class GraphEngine(CommandEngine):
         window_words = Signal(range(MAX_VERTICES + 1))
         m.d.sync += [window_len.eq(words(window_count)), window_words.eq(window_len >> (word - 1).bit_length())]
         loads = TransferGroup(m, {"window": readers["window"]},
-                              {"window": Transfer(Mux(is_pagerank, cmd.scratch, source_base), window_len[:32])},
-                              loading)
+                              {"window": Transfer(Mux(tail_phase, tail_addr, Mux(is_pagerank, cmd.scratch, source_base)),
+                                                  Mux(tail_phase, tail_words << word_shift, window_len)[:32])},
+                              loading | (tail_phase & iterating))
         start = Signal()                # one cycle before a phase: counters restart
         # the edge lanes take the edge passes when every source is in the window (registered:
         # fixed for the command, settled during the validation pass)
@@ -254,12 +281,17 @@ class GraphEngine(CommandEngine):
         # and weights as words; PageRank's vertex passes read their degrees and sums as elements
         m.submodules.validator = validator = GraphValidator(self.data_width)
         m.d.comb += [validator.n.eq(cmd.n), validator.rows.eq(row_count), validator.edges.eq(cmd.edges),
-                     validator.start.eq(start)]
+                     validator.rowptr_on.eq(~tail_phase), validator.col_from.eq(Mux(tail_phase, head_words, 0)),
+                     validator.col_to.eq(Mux(tail_phase, col_words, head_words)), validator.start.eq(start)]
         m.submodules.words = words_in = WordRouter(self.data_width)
         for name in ELEMENT_ARRAYS:
             wiring.connect(m, readers[name].data, getattr(words_in, f"{name}_words"))
         wiring.connect(m, words_in.check_rowptr, validator.rowptr)
-        wiring.connect(m, words_in.check_col, validator.col)
+        # the validation's columns: the column reader's words, or the window reader's (the tail)
+        window_words_in, check_col = readers["window"].data, words_in.check_col
+        m.d.comb += [validator.col.valid.eq(Mux(tail_phase, window_words_in.valid, check_col.valid)),
+                     validator.col.payload.eq(Mux(tail_phase, window_words_in.payload, check_col.payload)),
+                     check_col.ready.eq(validator.col.ready & ~tail_phase)]
         m.d.comb += [words_in.validating.eq(validating), words_in.to_lanes.eq(use_lanes & iterating),
                      words_in.start.eq(start),
                      words_in.rowptr_count.eq(row_count + 1), words_in.col_count.eq(cmd.edges),
@@ -270,6 +302,10 @@ class GraphEngine(CommandEngine):
             wiring.connect(m, words_in.lane_val, self.lanes.val)
         m.submodules.packer = packer = WordPacker(self.data_width)
         wiring.connect(m, packer.words, writer.data)
+        # the tail's verdict: pending until its words are judged and its read reported; failed
+        # on a bad column or a bus error (the head passed, so any bad index is the tail's)
+        m.d.comb += [tail_failed.eq(tail_phase & (validator.bad_index | (loads.error != 0))),
+                     holding.eq(tail_phase & (~(validator.done & loads.finished) | tail_failed))]
         m.d.comb += [packer.count.eq(pass_count), packer.start.eq(start)]
         rp, col, val, old = (getattr(words_in, name) for name in ELEMENT_ARRAYS)
 
@@ -298,7 +334,9 @@ class GraphEngine(CommandEngine):
 
         # ---- source window, then the single-edge path's gathers (GatherPath) ----------
         m.submodules.window = window = self.window
-        wiring.connect(m, readers["window"].data, window.load)
+        m.d.comb += [window.load.valid.eq(window_words_in.valid & ~tail_phase),
+                     window.load.payload.eq(window_words_in.payload),
+                     window_words_in.ready.eq(Mux(tail_phase, validator.col.ready, window.load.ready))]
         m.d.comb += [window.start.eq(start), window.count.eq(window_count),
                      window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
         if lanes:
@@ -342,7 +380,18 @@ class GraphEngine(CommandEngine):
         m.submodules.results = results = ResultRouter(self.sum_fmas)
         wiring.connect(m, results.entry, sums.entry)
         wiring.connect(m, sums.sums, results.row_sums)
-        wiring.connect(m, results.elements, packer.elements)
+        if lanes_on:
+            # the results held (32-bit elements, a block RAM: at the edge lanes' rate of rows,
+            # thousands of cycles of the first pass) while the tail is judged; dropped if it fails
+            m.submodules.held = held = fifo.SyncFIFOBuffered(width=32, depth=HELD_RESULTS)
+            m.d.comb += [held.w_en.eq(results.elements.valid), held.w_data.eq(results.elements.payload),
+                         results.elements.ready.eq(held.w_rdy),
+                         packer.elements.valid.eq(held.r_rdy & ~holding), packer.elements.payload.eq(held.r_data),
+                         held.r_en.eq(Mux(tail_failed, 1, packer.elements.ready & ~holding))]
+            results_left = held.r_rdy
+        else:
+            wiring.connect(m, results.elements, packer.elements)
+            results_left = Const(0)
         wiring.connect(m, vertex.out, results.vertex)
         wiring.connect(m, gather.entry, results.single_entry)
         wiring.connect(m, gather.minimum, results.single_minima)
@@ -393,20 +442,33 @@ class GraphEngine(CommandEngine):
                                                    stopping.eq(0), scale_issued.eq(0),
                                                    dterm.eq(cmd.dangling_term)]):
             with m.State("VALIDATE"):
-                m.d.comb += validating.eq(1)
+                # (with the window's load beside it when the last column words are left for
+                # the first edge pass)
+                preloading = tail_words != 0
+                m.d.comb += [validating.eq(1), loading.eq(preloading)]
                 # a reader reports before its last word is taken: wait for the verdicts too
                 drained = validator.done
-                with m.If(transfers.finished & (drained | (transfers.error != 0))):
-                    m.d.sync += [bytes_read.eq(scan_bytes), bus_error.eq(transfers.error)]
+                loaded = ~preloading | loads.finished & ((window.loaded == window_words) | (loads.error != 0))
+                with m.If(transfers.finished & (drained | (transfers.error != 0)) & loaded):
+                    # (a rejected graph reports the validation's bytes alone, as the golden model)
+                    counted = preloading & ~validator.bad_graph & ~validator.bad_index
+                    m.d.sync += [bytes_read.eq(scan_bytes + Mux(counted, window_len[:32], 0)),
+                                 bus_error.eq(Mux(transfers.error != 0, transfers.error, loads.error)),
+                                 tail_phase.eq(preloading)]
                     m.next = "NEXT"
             with m.State("NEXT"):
                 # start an iteration (or report the validation's verdict)
                 m.d.comb += start.eq(1)
                 m.d.sync += transfers.clear() + loads.clear()          # (start clears the reducer's changed)
                 with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
+                    # (the tail's flag cleared here, not with the next command: that command's
+                    # validation starts in the cycle it is latched, from the flag)
+                    m.d.sync += tail_phase.eq(0)
                     ctl.finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
                     m.next = "VERTEX"
+                with m.Elif(tail_phase):                 # the window was loaded beside the validation
+                    m.next = "ITERATE"
                 with m.Elif(window_count != 0):
                     m.next = "LOAD"
                 with m.Else():
@@ -422,10 +484,15 @@ class GraphEngine(CommandEngine):
                         m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                with m.If(transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy):
+                tail_over = ~tail_phase | loads.finished & (validator.done | tail_failed)
+                with m.If(transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy & tail_over & ~results_left):
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
-                                 bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error)]
-                    with m.If(is_pagerank):          # the pull sums are in: the update pass next
+                                 bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error),
+                                 tail_phase.eq(0)]
+                    with m.If(tail_failed):                 # a bad last column: nothing was written
+                        m.d.sync += [bytes_read.eq(scan_bytes), bytes_written.eq(0)]
+                        ctl.finish(verdict(Mux(transfers.error != 0, transfers.error, loads.error)))
+                    with m.Elif(is_pagerank):          # the pull sums are in: the update pass next
                         m.d.sync += stage.eq(2)
                         m.next = "NEXT"              # (NEXT ends the command on a bus error)
                     with m.Else():

@@ -9,10 +9,14 @@ before the columns'): ``rowptr[0] == 0``, every row pointer at least the one bef
 ``rows`` is ``n`` for a whole matrix, fewer for a row slice.
 Elements past the array's end in its last word are ignored.
 
+A pass may judge part of the columns: words ``col_from`` to ``col_to`` (the engine
+checks the last columns in a pass of their own, beside the first edge pass, so the
+source window loads in the first pass's time); ``rowptr_on`` low takes no row pointers.
+
 Each word is registered with its lanes' indices, its compares are made from those
 registers into a second stage of per-lane flags, and the flags' OR lands in the sticky
 verdicts a cycle later: no compare of a 32-bit lane feeds an OR of sixteen in one
-cycle.  ``start`` restarts it with ``n``, ``rows`` and ``edges`` (held for the pass); ``done``
+cycle.  ``start`` restarts it with ``n``, ``rows``, ``edges`` and the words to take (held for the pass); ``done``
 is high when both arrays' words have all been taken and judged.
 """
 from __future__ import annotations
@@ -31,6 +35,7 @@ class GraphValidator(wiring.Component):
         super().__init__({
             "rowptr": In(words), "col": In(words),
             "n": In(32), "rows": In(32), "edges": In(32),
+            "col_from": In(32), "col_to": In(32), "rowptr_on": In(1),
             "start": In(1),
             "bad_graph": Out(1), "bad_index": Out(1),
             "done": Out(1),
@@ -40,11 +45,12 @@ class GraphValidator(wiring.Component):
         m = Module()
         lanes, shift = self.lanes, (self.lanes - 1).bit_length()
         n, rows, edges = self.n, self.rows, self.edges
-        # the words a pass takes: ceil((rows + 1) / lanes) row-pointer words, ceil(edges / lanes) column words
-        rp_words, col_words = Signal(33 - shift), Signal(33 - shift)
-        m.d.sync += [rp_words.eq((rows + lanes) >> shift), col_words.eq((edges + lanes - 1) >> shift)]
+        # the words a pass takes: ceil((rows + 1) / lanes) row-pointer words (or none), the
+        # column words col_from .. col_to - 1
+        rp_words = Signal(33 - shift)
+        m.d.sync += rp_words.eq(Mux(self.rowptr_on, (rows + lanes) >> shift, 0))
         rp_taken, col_taken = Signal(33 - shift), Signal(33 - shift)
-        rp_more, col_more = rp_taken != rp_words, col_taken != col_words
+        rp_more, col_more = rp_taken != rp_words, col_taken != self.col_to
         m.d.comb += [self.rowptr.ready.eq(rp_more), self.col.ready.eq(col_more)]
 
         # stage 1: the word taken, with where its lanes stand in the array
@@ -88,6 +94,6 @@ class GraphValidator(wiring.Component):
             m.d.sync += self.bad_index.eq(1)
         m.d.comb += self.done.eq(~rp_more & ~col_more & ~rp_valid & ~col_valid & ~judged_rp & ~judged_col)
         with m.If(self.start):
-            m.d.sync += [rp_taken.eq(0), col_taken.eq(0), rp_valid.eq(0), col_valid.eq(0), judged_rp.eq(0),
+            m.d.sync += [rp_taken.eq(0), col_taken.eq(self.col_from), rp_valid.eq(0), col_valid.eq(0), judged_rp.eq(0),
                          judged_col.eq(0), self.bad_graph.eq(0), self.bad_index.eq(0)]
         return m
