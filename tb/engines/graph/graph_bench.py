@@ -148,14 +148,16 @@ async def graph_throughput(dut):
                 fields.update(scratch=layout["scratch"], damping=c.damping, teleport=c.teleport, inv_n=c.inv_n,
                               tolerance=c.tolerance)
             if validation is None and e:
-                # the validation pass alone: the last column out of range is refused after both
-                # arrays have streamed through (nothing else runs)
+                # the validation pass alone: the last row pointer not the edge count is refused
+                # after the pass (on the edge lanes: the row pointers and the first column words,
+                # the window loading beside them; nothing else runs)
                 bad = image.copy()
-                bad[layout["col"] + 4 * (e - 1):layout["col"] + 4 * e] = np.array([n], np.uint32).view(np.uint8)
+                bad[layout["rowptr"] + 4 * n:layout["rowptr"] + 4 * (n + 1)] = \
+                    np.array([e + 1], np.uint32).view(np.uint8)
                 await memory.write(0, bad.tobytes())
                 source.send(fields)
                 cpl, validation = await sink.timed_receive()
-                assert cpl["error"] == ErrorCode.BAD_INDEX, cpl
+                assert cpl["error"] == ErrorCode.BAD_GRAPH, cpl
             await memory.write(0, (image_w if renumber else image).tobytes())
             before = unpack(counters, int(dut.link.value))
             port_before = memory_stats(dut.memory, preset=p.get("memory"))

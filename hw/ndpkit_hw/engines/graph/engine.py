@@ -13,7 +13,13 @@ Phases:
 2. *validate*: the row pointers and columns stream through once: ``rowptr[0] == 0``,
    non-decreasing, ``rowptr[n] == edges`` (BAD_GRAPH), every column ``< n``
    (BAD_INDEX); both arrays are read whole, the row-pointer error wins.  Nothing has
-   been written when a graph is rejected.
+   been written when a graph is rejected.  When the first pass runs on the edge lanes
+   (every source in the window; not PageRank), the window loads beside this pass, which
+   then judges the row pointers and the first column words only: the last ones (as many
+   words as the window's) are judged beside the first edge pass, read by the window's
+   idle reader, that pass's results held on chip until the verdict (a bad column there
+   ends the command with nothing written, as in the pass).  The first phase streams what
+   the whole validation did, and the window's load leaves the command's path.
 3. *iterate*: the row pointers, columns (and weights) and the vertices' own values
    stream in order; each edge's source value comes from the **cache** (``cache_lines``
    lines of 16 values, direct mapped by vertex id; filled per value in Piccolo mode,
