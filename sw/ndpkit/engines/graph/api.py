@@ -67,13 +67,23 @@ def instances_for(device, instances: int | None = None) -> list:
     return clients[:int(instances)]
 
 
-def row_slices(g: csr.PullGraph, parts: int, lanes: int) -> list[tuple[int, int]]:
-    """(first row, rows) of up to ``parts`` row slices of ``g`` holding about equal
-    numbers of entries, every slice starting at a multiple of ``lanes`` rows (the
-    engine's ``first_row`` rule); fewer slices where the graph has fewer such rows."""
+#: what a row costs beside its entries when slices are balanced, in entries: fitted to the
+#: slices' cycles on the ``hbm2_pc`` preset (scale-14 uniform and Kronecker graphs, 4 and 8
+#: instances: a row's pointer, own value and result words and its edge-lane bundle cost
+#: about five entries' time; PageRank's two vertex passes a row, about eleven)
+ROW_COST = 5
+PAGERANK_ROW_COST = 11
+
+
+def row_slices(g: csr.PullGraph, parts: int, lanes: int, row_cost: float = ROW_COST) -> list[tuple[int, int]]:
+    """(first row, rows) of up to ``parts`` row slices of ``g`` of about equal cost
+    (entries + ``row_cost`` x rows), every slice starting at a multiple of ``lanes``
+    rows (the engine's ``first_row`` rule); fewer slices where the graph has fewer
+    such rows."""
+    cost = g.rowptr.astype(np.float64) + row_cost * np.arange(g.n + 1)
     starts = {0}
     for i in range(1, parts):
-        row = int(np.searchsorted(g.rowptr, i * len(g.col) / parts, side="left"))
+        row = int(np.searchsorted(cost, i * cost[-1] / parts, side="left"))
         row = int(round(row / lanes)) * lanes
         if 0 < row < g.n:
             starts.add(row)
@@ -165,7 +175,8 @@ class SlicedGraph:
                  degrees=None):
         lanes = device.word_bytes // 4
         self.g, self.device = g, device
-        self.slices = row_slices(g, len(clients), lanes)
+        self.slices = row_slices(g, len(clients), lanes,
+                                 PAGERANK_ROW_COST if degrees is not None else ROW_COST)
         self.cards = []
         for client, (first, rows) in zip(clients, self.slices):
             part, part_values = slice_of(g, first, rows, values)
