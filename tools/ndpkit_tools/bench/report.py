@@ -363,8 +363,9 @@ def graph_scaling_lines(report: dict) -> list[str]:
                  for kernel in dict.fromkeys(r["kernel"] for r in rows)}
         lines += ["", f"One graph split by rows over N graph instances, each on its own memory region"
                   f"{f' (a `{memory}` channel each)' if memory else ''} (`tb/engines/graph/graph_scaling.py`, the "
-                  "driver's `SlicedGraph`: row slices of about equal entries, window mode, every slice started at "
-                  "once, its rows checked against the golden model's one iteration of the whole graph): the span "
+                  "driver's `SlicedGraph`: row slices of about equal cost (entries + 5 × rows, PageRank 11 × "
+                  "rows), window mode, every slice started at once, its rows checked against the golden model's "
+                  "one iteration of the whole graph): the span "
                   "from the first start to the last completion, every command with its validation pass; "
                   "scaling = aggregate ÷ (N × the N = 1 rate), goal ≥ 0.9. Worst scaling per kernel: "
                   + ", ".join(f"{k} **{v:.3f}**" for k, v in worst.items()) + ".", "",
