@@ -355,6 +355,7 @@ def graph_rate_lines(report: dict) -> list[str]:
 def graph_scaling_lines(report: dict) -> list[str]:
     """The graph split by rows over N instances, each on its own channel
     (``tb/engines/graph/graph_scaling.py``): aggregate edges a cycle and the scaling."""
+    from ndpkit.engines.graph.api import PAGERANK_ROW_COST, ROW_COST
     lines = []
     runs = [(None, report.get("graph_scaling"))] + sorted((report.get("graph_scaling_on") or {}).items())
     for memory, data in ((m, d) for m, d in runs if d):
@@ -363,8 +364,8 @@ def graph_scaling_lines(report: dict) -> list[str]:
                  for kernel in dict.fromkeys(r["kernel"] for r in rows)}
         lines += ["", f"One graph split by rows over N graph instances, each on its own memory region"
                   f"{f' (a `{memory}` channel each)' if memory else ''} (`tb/engines/graph/graph_scaling.py`, the "
-                  "driver's `SlicedGraph`: row slices of about equal cost (entries + 5 × rows, PageRank 11 × "
-                  "rows), window mode, every slice started at once, its rows checked against the golden model's "
+                  f"driver's `SlicedGraph`: row slices of about equal cost (entries + {ROW_COST} × rows, PageRank "
+                  f"{PAGERANK_ROW_COST} × rows), window mode, every slice started at once, its rows checked against the golden model's "
                   "one iteration of the whole graph): the span "
                   "from the first start to the last completion, every command with its validation pass; "
                   "scaling = aggregate ÷ (N × the N = 1 rate), goal ≥ 0.9. Worst scaling per kernel: "

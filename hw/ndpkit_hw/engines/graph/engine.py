@@ -184,7 +184,7 @@ class GraphEngine(CommandEngine):
         # did) are judged beside the first edge pass, read by the window's reader, which is
         # idle then.  That pass's results are held on chip until the verdict: a bad column
         # still writes nothing.  (The edge pass leaves most of the port's read slots free.)
-        lanes_on = self.edge_lanes > 1
+        lanes_on = self.edge_lanes > 1     # the edge lanes are built
         word_shift = (word - 1).bit_length()
         col_words = edge_len[word_shift:]
         first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & ~is_pagerank & (cmd.edges != 0) if lanes_on
@@ -270,7 +270,7 @@ class GraphEngine(CommandEngine):
         m.d.sync += window_count.eq(Mux(cmd.source_window < cmd.n, cmd.source_window, cmd.n))
         window_len = Signal(40)          # (registered: a register, not the rounding add, starts the loads)
         window_words = Signal(range(MAX_VERTICES + 1))
-        m.d.sync += [window_len.eq(words(window_count)), window_words.eq(window_len >> (word - 1).bit_length())]
+        m.d.sync += [window_len.eq(words(window_count)), window_words.eq(window_len >> word_shift)]
         loads = TransferGroup(m, {"window": readers["window"]},
                               {"window": Transfer(Mux(tail_phase, tail_addr, Mux(is_pagerank, cmd.scratch, source_base)),
                                                   Mux(tail_phase, tail_words << word_shift, window_len)[:32])},
@@ -278,9 +278,8 @@ class GraphEngine(CommandEngine):
         start = Signal()                # one cycle before a phase: counters restart
         # the edge lanes take the edge passes when every source is in the window (registered:
         # fixed for the command, settled during the validation pass)
-        lanes = self.edge_lanes > 1
         use_lanes = Signal()
-        if lanes:
+        if lanes_on:
             m.d.sync += use_lanes.eq(window_count == cmd.n)
         # the validation pass takes the row pointers and columns a word at a time; the edge
         # passes element by element through the unpackers, or (the edge lanes) the columns
@@ -303,7 +302,7 @@ class GraphEngine(CommandEngine):
                      words_in.rowptr_count.eq(row_count + 1), words_in.col_count.eq(cmd.edges),
                      words_in.val_count.eq(Mux(vertex_pass, pass_count, cmd.edges)),
                      words_in.old_count.eq(pass_count)]
-        if lanes:
+        if lanes_on:
             wiring.connect(m, words_in.lane_col, self.lanes.col)
             wiring.connect(m, words_in.lane_val, self.lanes.val)
         m.submodules.packer = packer = WordPacker(self.data_width)
@@ -327,7 +326,7 @@ class GraphEngine(CommandEngine):
                      gen.run.eq(iterating & ~use_lanes), gen.uses_val.eq(uses_val), gen.start.eq(start),
                      gen.weight.eq(Mux(is_pagerank, FP32_ONE, Mux(program == Program.BFS, 1, 0)))]
         lanes_busy = lane_rowptr_ready = lane_own_ready = lanes_changed = Const(0)
-        if lanes:
+        if lanes_on:
             # ---- edge lanes: rows in lane groups through the window's lane ports to the row minima ----
             m.submodules.lanes = edge_lanes = self.lanes
             m.d.comb += [edge_lanes.rowptr.valid.eq(rp.valid), edge_lanes.rowptr.payload.eq(rp.payload),
@@ -345,7 +344,7 @@ class GraphEngine(CommandEngine):
                      window_words_in.ready.eq(Mux(tail_phase, validator.col.ready, window.load.ready))]
         m.d.comb += [window.start.eq(start), window.count.eq(window_count),
                      window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
-        if lanes:
+        if lanes_on:
             m.d.comb += [window.lane_u.eq(edge_lanes.lane_u), window.lane_en.eq(edge_lanes.lane_en),
                          edge_lanes.lane_value.eq(window.lane_value)]
         wiring.connect(m, gen.edge, window.edge)
@@ -382,7 +381,7 @@ class GraphEngine(CommandEngine):
         # dangling rank, the L1 change), its sum kept
         # (eight banks for the lanes' short rows; a build without lanes, two, as its single
         # path takes an entry a cycle)
-        m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=8 if lanes else 2)
+        m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=8 if lanes_on else 2)
         m.submodules.results = results = ResultRouter(self.sum_fmas)
         wiring.connect(m, results.entry, sums.entry)
         wiring.connect(m, sums.sums, results.row_sums)
@@ -401,7 +400,7 @@ class GraphEngine(CommandEngine):
         wiring.connect(m, vertex.out, results.vertex)
         wiring.connect(m, gather.entry, results.single_entry)
         wiring.connect(m, gather.minimum, results.single_minima)
-        if lanes:
+        if lanes_on:
             wiring.connect(m, edge_lanes.entries, results.lane_entries)
             wiring.connect(m, edge_lanes.results, results.lane_minima)
         m.d.comb += [sums.start.eq(start), results.vertex_pass.eq(vertex_pass), results.use_lanes.eq(use_lanes),
@@ -450,15 +449,13 @@ class GraphEngine(CommandEngine):
             with m.State("VALIDATE"):
                 # (with the window's load beside it when the last column words are left for
                 # the first edge pass)
-                preloading = tail_words != 0
+                preloading = first_on_lanes
                 m.d.comb += [validating.eq(1), loading.eq(preloading)]
                 # a reader reports before its last word is taken: wait for the verdicts too
                 drained = validator.done
                 loaded = ~preloading | loads.finished & ((window.loaded == window_words) | (loads.error != 0))
                 with m.If(transfers.finished & (drained | (transfers.error != 0)) & loaded):
-                    # (a rejected graph reports the validation's bytes alone, as the golden model)
-                    counted = preloading & ~validator.bad_graph & ~validator.bad_index
-                    m.d.sync += [bytes_read.eq(scan_bytes + Mux(counted, window_len[:32], 0)),
+                    m.d.sync += [bytes_read.eq(scan_bytes),
                                  bus_error.eq(Mux(transfers.error != 0, transfers.error, loads.error)),
                                  tail_phase.eq(preloading)]
                     m.next = "NEXT"
@@ -492,7 +489,8 @@ class GraphEngine(CommandEngine):
                 m.d.comb += iterating.eq(1)
                 tail_over = ~tail_phase | loads.finished & (validator.done | tail_failed)
                 with m.If(transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy & tail_over & ~results_left):
-                    m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes),
+                    # (the first pass's window, loaded beside the validation, is counted here)
+                    m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes + Mux(tail_phase, window_len[:32], 0)),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error),
                                  tail_phase.eq(0)]
                     with m.If(tail_failed):                 # a bad last column: nothing was written
