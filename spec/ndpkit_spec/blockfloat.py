@@ -1,10 +1,18 @@
 """Constants of the block-float sums (``ndpkit.arith.blockfloat`` is their golden model,
 ``ndpkit_hw.arith.blockfloat`` their gateware)."""
 
-__all__ = ["GUARD", "PARTIALS"]
+__all__ = ["GUARD", "PARTIALS", "Q_BITS", "K_BITS", "DROP"]
 
 #: bits of the window below the largest term's least significant bit
 GUARD = 16
 #: running sums a long sum is split into (term j -> partial j mod PARTIALS), so the
 #: hardware revisits a partial's state no sooner than it can update it
 PARTIALS = 4
+
+#: the score side's block-fixed operands (two's complement, magnitude bits): a q row's
+#: elements share its largest exponent in Q_BITS bits (a DSP48E2's 27-bit port), a K
+#: row's in K_BITS (its 18-bit port)
+Q_BITS = 26
+K_BITS = 17
+#: low bits of each Q x K product dropped (floor) before the products are summed
+DROP = 12

@@ -1,7 +1,9 @@
 """ndpkit.arith.blockfloat against exact rational arithmetic (fractions.Fraction).
 
 Every operand decodes to the rational it encodes; a product is the exact product;
-an aligned sum is the sum of each term's floor on the window's grid; the rounding to
+a block-fixed row is each value's floor on its row's grid, a block-fixed dot product
+the sum of the integer products' floors; an aligned sum is the sum of each term's
+floor on the window's grid; the rounding to
 binary32 is the independent RNE encoder of test_golden_fp.
 """
 from fractions import Fraction
@@ -81,39 +83,58 @@ def _floor_on_grid(v: Fraction, unit_exp: int) -> int:
 
 @pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
 @pytest.mark.parametrize("n", [1, 2, 64, 128])
-def test_aligned_dot_against_rationals(fmt, n):
+def test_fixed_dot_against_rationals(fmt, n):
+    """Each row's integers are the floors of its values on the grid of its largest
+    last-place exponent (``bits`` magnitude bits); the dot product is the sum of the
+    integer products' floors by 2**DROP, rounded once to binary32 by the independent
+    encoder."""
     rng = np.random.default_rng(n * 7 + int(fmt))
     rows = 60
+    sig = bf.SIG_BITS[fmt]
     a, b = _patterns(rng, fmt, rows * n).reshape(rows, n), _patterns(rng, fmt, rows * n).reshape(rows, n)
     a[::5] &= 0x7FFF if fmt == KvFormat.FP16 else 0xFFFF     # some rows of like signs
-    products = bf.multiply(bf.decompose(a, fmt), bf.decompose(b, fmt))
-    S, E, special = bf.aligned_dot(products)
+    b[1::7, 1:] &= 0x83FF if fmt == KvFormat.FP16 else 0x807F  # rows of one large element among subnormals
+    S, E, special = bf.fixed_dot(a, b, fmt)
     out = bf.sum_fp32((S, E, special))
     for r in range(rows):
-        terms = [_value(products[0][r, i], products[1][r, i]) for i in range(n)]
-        live = [products[1][r, i] for i in range(n) if products[0][r, i] != 0]
         assert special[r] == bf.FINITE
-        if not live:
-            assert out[r] == 0 and E[r] == bf.EMPTY
-            continue
-        unit = int(max(live)) - bf.GUARD
-        want_S = sum(_floor_on_grid(x, unit) for x in terms)
-        assert S[r] == want_S and E[r] == max(live)
-        assert int(out[r]) == encode(Fraction(want_S) * Fraction(2) ** unit, 8, 23)
+        ints = []
+        units = []
+        for row, bits in ((a[r], bf.Q_BITS), (b[r], bf.K_BITS)):
+            t, e, _ = bf.decompose(row, fmt)
+            E_row = max(int(x) for x in e)
+            unit = E_row - bits + sig
+            values = [_value(t[i], e[i]) for i in range(n)]
+            ints.append([_floor_on_grid(x, unit) for x in values])
+            units.append(unit)
+            assert all(abs(x) <= 1 << bits for x in ints[-1])
+        want_S = sum((x * y) >> bf.DROP for x, y in zip(*ints))
+        assert S[r] == want_S
+        want = Fraction(want_S) * Fraction(2) ** (units[0] + units[1] + bf.DROP)
+        assert int(out[r]) == encode(want, 8, 23)
+        # within the window's floors of the exact dot product
+        exact = sum(_value(*bf.decompose(a[r, i], fmt)[:2]) * _value(*bf.decompose(b[r, i], fmt)[:2])
+                    for i in range(n))
+        grid = Fraction(2) ** (units[0] + units[1])
+        qmax, kmax = (max(abs(x) for x in v) + 1 for v in ints)
+        assert abs(want - exact) <= n * grid * (qmax + kmax + 1 + (1 << bf.DROP))
 
 
-def test_aligned_dot_specials():
+def test_fixed_dot_specials():
     fmt = KvFormat.FP16
-    one, inf, ninf, nan, zero = 0x3C00, 0x7C00, 0xFC00, 0x7E00, 0x0000
+    one, inf, ninf, nan, zero, tiny = 0x3C00, 0x7C00, 0xFC00, 0x7E00, 0x0000, 0x0001
     cases = [([one, inf], bf.POS_INF), ([ninf, one], bf.NEG_INF), ([inf, ninf], bf.NAN), ([nan, one], bf.NAN),
              ([one, one], bf.FINITE)]
     for row, want in cases:
         a = np.array(row, dtype=np.uint16)
         b = np.array([one, one], dtype=np.uint16)
-        assert bf.aligned_dot(bf.multiply(bf.decompose(a, fmt), bf.decompose(b, fmt)))[2] == want
-    # inf x 0 is NaN; bits of the specials
-    prod = bf.multiply(bf.decompose(np.array([inf], np.uint16), fmt), bf.decompose(np.array([zero], np.uint16), fmt))
-    assert prod[2][0] == bf.NAN
+        assert bf.fixed_dot(a, b, fmt)[2] == want
+    # inf x 0 is NaN; inf x a value whose integer floors to 0 is still inf
+    assert bf.fixed_dot(np.array([inf, one], np.uint16), np.array([zero, one], np.uint16), fmt)[2] == bf.NAN
+    big = 0x7BFF
+    X, _, _ = bf.block_fixed(np.array([big, tiny], np.uint16), fmt, bf.K_BITS)
+    assert X[1] == 0
+    assert bf.fixed_dot(np.array([big, tiny], np.uint16), np.array([one, inf], np.uint16), fmt)[2] == bf.POS_INF
     assert bf.to_fp32([1, 1, 1], [0, 0, 0], np.array([bf.NAN, bf.POS_INF, bf.NEG_INF])).tolist() == \
         [0x7FC00000, 0x7F800000, 0xFF800000]
 

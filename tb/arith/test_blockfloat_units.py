@@ -8,7 +8,9 @@ from tb.amaranth_sim import run_to_end
 
 from ndpkit.arith import blockfloat as bf
 from ndpkit_spec.engines.attention import KvFormat
-from ndpkit_hw.arith.blockfloat import RowDot
+from amaranth.hdl import Elaboratable, Module
+
+from ndpkit_hw.arith.blockfloat import FixedDot, KeyAlign
 
 
 def _operands(nprng, fmt, shape):
@@ -36,41 +38,81 @@ def _tf32(nprng, shape):
     return (b << 16) | np.where(special, 0, nprng.integers(0, 8, shape) << 13).astype(np.uint32)
 
 
+def q_lanes(q, fmt):
+    """A q row's :data:`~ndpkit_hw.arith.blockfloat.QLane` elements and its exponent,
+    as the q loader writes them (the golden model's ``block_fixed``)."""
+    X, E, special = bf.block_fixed(q, fmt, bf.Q_BITS)
+    t, _, _ = bf.decompose(q, fmt)
+    sign = (np.asarray(q, np.int64) >> 15) & 1
+    lanes = [{"x": int(x), "sign": int(sg), "zero": int(sp == bf.FINITE and tt == 0), "inf":
+              int(sp in (bf.POS_INF, bf.NEG_INF)), "nan": int(sp == bf.NAN)}
+             for x, sg, sp, tt in zip(X, sign, special, t)]
+    return lanes, int(E)
+
+
+class ScoreDot(Elaboratable):
+    """A KeyAlign into a FixedDot, as the score side joins them."""
+
+    def __init__(self, lanes, max_beats):
+        self.align = KeyAlign(lanes=lanes, max_row_beats=max_beats, tag_width=16)
+        self.dot = FixedDot(lanes=lanes, max_row_beats=max_beats, tag_width=16)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.align, m.submodules.dot = self.align, self.dot
+        return m
+
+
 @pytest.mark.parametrize("fmt, lanes", [(KvFormat.FP16, 16), (KvFormat.BF16, 4),      # each format, each width once
                                         pytest.param(KvFormat.BF16, 16, marks=pytest.mark.long),
                                         pytest.param(KvFormat.FP16, 4, marks=pytest.mark.long)])
-def test_row_dot_matches_aligned_dot(rng, fmt, lanes):
+def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
+    """K rows through KeyAlign (random gaps), each aligned beat paired with its q row's
+    lanes (as the score side reads them from the q bank) into FixedDot: every row's
+    binary32 sum equals ``sum_fp32(fixed_dot(q, k))``."""
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     max_beats = 8
     rows = []
     for _ in range(60):
         beats = int(nprng.integers(1, max_beats + 1))
         rows.append((_operands(nprng, fmt, (beats * lanes,)), _operands(nprng, fmt, (beats * lanes,))))
-    want = []
-    for a, b in rows:
-        prod = bf.multiply(bf.decompose(a, fmt), bf.decompose(b, fmt))
-        want.append(int(bf.sum_fp32(bf.aligned_dot(prod))))
-    dut = RowDot(lanes=lanes, max_row_beats=max_beats, tag_width=8)
+    want = [int(bf.sum_fp32(bf.fixed_dot(q, k, fmt))) for q, k in rows]
+    q_rows = [q_lanes(q, fmt) for q, _ in rows]
+    top = ScoreDot(lanes, max_beats)
+    align, dot = top.align, top.dot
     got = []
 
     async def bench(ctx):
-        ctx.set(dut.bf16, fmt == KvFormat.BF16)
-        beats = [(a[i:i + lanes], b[i:i + lanes], i + lanes == len(a), r) for r, (a, b) in enumerate(rows)
-                 for i in range(0, len(a), lanes)]
+        ctx.set(align.bf16, fmt == KvFormat.BF16)
+        ctx.set(dot.bf16, fmt == KvFormat.BF16)
+        beats = [(k[i:i + lanes], i + lanes == len(k), r * 256 + i // lanes) for r, (_, k) in enumerate(rows)
+                 for i in range(0, len(k), lanes)]
         i = 0
         while len(got) < len(rows):
             on = i < len(beats) and rng.random() < 0.75
-            ctx.set(dut.i.valid, on)
+            ctx.set(align.i.valid, on)
             if on:
-                q, k, last, tag = beats[i]
-                ctx.set(dut.i.payload, {"q": [int(x) for x in q], "k": [int(x) for x in k], "last": int(last),
-                                        "tag": tag})
-            taken = on and ctx.get(dut.i.ready)
-            if ctx.get(dut.o.valid):
-                got.append((ctx.get(dut.o.payload.tag), ctx.get(dut.o.payload.value)))
+                k, last, tag = beats[i]
+                ctx.set(align.i.payload, {"k": [int(x) for x in k], "last": int(last), "tag": tag})
+            taken = on and ctx.get(align.i.ready)
+            # the aligned beat with its q lanes, into the dot product
+            valid = ctx.get(align.o.valid)
+            ctx.set(dot.i.valid, valid)
+            if valid:
+                tag = ctx.get(align.o.payload.tag)
+                q, q_exp = q_rows[tag >> 8]
+                j = tag & 0xFF
+                ctx.set(dot.i.payload.q, q[j * lanes:(j + 1) * lanes])
+                ctx.set(dot.i.payload.k, ctx.get(align.o.payload.k))
+                ctx.set(dot.i.payload.q_exp, q_exp)
+                ctx.set(dot.i.payload.k_exp, ctx.get(align.o.payload.exp))
+                ctx.set(dot.i.payload.last, ctx.get(align.o.payload.last))
+                ctx.set(dot.i.payload.tag, tag >> 8)
+            if ctx.get(dot.o.valid):
+                got.append((ctx.get(dot.o.payload.tag), ctx.get(dot.o.payload.value)))
             await ctx.tick()
             i += taken
-    run_to_end(dut, bench)
+    run_to_end(top, bench)
     assert [t for t, _ in got] == list(range(len(rows))), [t for t, _ in got]
     bad = [(r, hex(v), hex(w)) for r, ((_, v), w) in enumerate(zip(got, want)) if v != w]
     assert not bad, bad[:5]

@@ -1,17 +1,20 @@
-"""Exact fp16/bf16 products summed in a wide fixed-point window: the hardware of
+"""The attention engine's sums of fp16/bf16 products: the hardware of
 :mod:`ndpkit.arith.blockfloat` (read its docstring for the arithmetic), bit for bit.
 
 - :func:`decompose` — a 16-bit float as a significand, the exponent of its last place
   and special flags (the format chosen at run time: one datapath serves fp16 and bf16).
-- :class:`RowDot` — the score side's sum: rows of ``q · k`` products, ``lanes``
-  products a beat.  Two passes: the first takes each beat's product exponents (no
-  multiply) to the row's largest, while the beat waits in a queue; the second
-  multiplies (one DSP a lane), aligns every product to that exponent, adds the beat
-  by a tree and the row's beats by an accumulator, and rounds once to binary32.
+- :func:`to_block_fixed` — one element as its row's block-fixed integer (the q loader's
+  :data:`Q_BITS` and the K rows' :data:`K_BITS`).
+- :class:`KeyAlign` — the score side's K rows as block-fixed integers: a first pass
+  takes each row's largest exponent while its beats wait in a queue, the second turns
+  the elements into integers (one for all the units that share the K beats).
+- :class:`FixedDot` — a unit's dot products: ``lanes`` products of q and K integers a
+  beat (one DSP48E2 a lane, 27 x 18 bits), their low bits dropped, summed by a tree,
+  the row's beats by an accumulator, rounded once to binary32.
 - :class:`RunningSums` — the value side's sums: per lane, running sums in a memory
   (one state a slot), each beat's ``p · v`` products added to its slot's state; a
   flush port reads states out (for merging and rounding).
-- :func:`sum_to_fp32` — that rounding: the shared normalise/round path of the FP units.
+- :func:`sum_to_fp32` — the rounding: the shared normalise/round path of the FP units.
 """
 from __future__ import annotations
 
@@ -20,12 +23,13 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ndpkit_spec.blockfloat import GUARD
+from ndpkit_spec.blockfloat import DROP, GUARD, K_BITS, Q_BITS
 from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multiplier_shape, normalize_into_range, \
     round_bits, round_pack, select_result, staged_product
 
-__all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "RowDot", "RunningSums", "SumState", "TERM_BITS",
-           "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
+__all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "KeyAlign",
+           "FixedDot", "QLane", "KLane", "row_exponent", "to_block_fixed", "BLOCK_FIXED_LATENCY", "RunningSums", "SumState",
+           "TERM_BITS", "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
            "MERGE_LATENCY", "merge_states"]
 
 #: a product's significand: 11 x 11 bits (bf16: 8 x 8, zero-extended)
@@ -47,7 +51,8 @@ ROOM_AHEAD = 3
 
 
 class Decomposed:
-    """``value = (-1)**sign * sig * 2**exp``; ``zero``, ``inf``, ``nan`` flags."""
+    """``value = (-1)**sign * sig * 2**exp``; ``zero``, ``inf``, ``nan`` flags;
+    ``exp_floor`` the format's smallest ``exp``."""
 
     def __init__(self, name: str):
         self.sig = Signal(SIG_BITS, name=f"{name}_sig")
@@ -76,6 +81,7 @@ def decompose(m: Module, h, bf16, name: str) -> Decomposed:
         d.inf.eq(top & (f == 0)),
         d.nan.eq(top & (f != 0)),
     ]
+    d.exp_floor = Mux(bf16, 1 - 134, 1 - 25)          # the format's smallest (a subnormal's)
     return d
 
 
@@ -151,27 +157,79 @@ def sum_to_fp32(m: Module, pipe: Pipeline, total, exp, nan, pos_inf, neg_inf, ca
     return result, list(carry)
 
 
-class RowDot(wiring.Component):
-    """Rows of products summed like :func:`ndpkit.arith.blockfloat.aligned_dot`, rounded to binary32.
+def _fixed_lane(bits):
+    return data.StructLayout({"x": signed(bits + 1), "sign": 1, "zero": 1, "inf": 1, "nan": 1})
 
-    ``i``: beats of ``lanes`` operand pairs (16-bit patterns), ``last`` on a row's
-    last beat, a ``tag`` that comes out with the row's sum.  ``o``: one binary32 sum a
-    row, in row order, with the tag of the row's last beat (valid only: the consumer
-    always takes it).  ``bf16`` (held): the operands' format.  A row has at most
-    ``max_row_beats`` beats (the input queue holds two rows and the first pass's
-    latency).  ``room``: the queue takes at least :data:`ROOM_AHEAD` more beats (a
-    producer that reads its operands from a memory decides a cycle ahead).
-    """
+
+#: a q element as the score side multiplies it: its block-fixed integer (:data:`Q_BITS`
+#: magnitude bits) and the flags the products' specials need (the integer of a tiny
+#: element may be 0 or -1, so zero and the sign are kept apart)
+QLane = _fixed_lane(Q_BITS)
+#: a K element likewise (:data:`K_BITS`)
+KLane = _fixed_lane(K_BITS)
+#: stages of :func:`to_block_fixed`
+BLOCK_FIXED_LATENCY = 3
+
+
+def row_exponent(m: Module, d: Decomposed, name: str):
+    """The exponent an element contributes to its row's largest: its last place's, a
+    special's the format's smallest (as ``decompose`` of a zero gives)."""
+    e = Signal(EXP_SHAPE, name=f"{name}_row_exp")
+    m.d.comb += e.eq(Mux(d.inf | d.nan, d.exp_floor, d.exp))
+    return e
+
+
+def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_exp, bits: int, bf16, carry=()):
+    """``floor(t * 2**(bits - SIG - (row_exp - e)))`` of the element ``t * 2**e`` (0 for
+    a special; SIG = 11, bf16 8), a signed ``bits + 1``-bit integer, with its
+    :func:`_fixed_lane` flags: :data:`BLOCK_FIXED_LATENCY` stages of ``pipe``."""
+    name = pipe.name
+    distance = Signal(signed(EXP_SHAPE.width + 1), name=f"{name}_distance")
+    amount = Signal(range(bits + 1), name=f"{name}_amount")
+    # a shift by ``bits`` leaves 0 or -1, as any longer one
+    m.d.comb += [distance.eq(row_exp - d.exp), amount.eq(Mux(distance > bits, bits, distance))]
+    magnitude = Signal(bits, name=f"{name}_magnitude")
+    m.d.comb += magnitude.eq(Mux(d.inf | d.nan, 0, Mux(bf16, d.sig << (bits - 8), d.sig << (bits - SIG_BITS))))
+    placed = Signal(signed(bits + 1), name=f"{name}_placed")
+    m.d.comb += placed.eq(Mux(d.sign, -magnitude, magnitude))
+    flags = Cat(d.sign, d.zero, d.inf, d.nan)
+    staged = pipe.stage(placed, amount, flags, *carry)
+    placed, amount, flags = staged[:3]
+    # the arithmetic right shift (floor) in two stages
+    half = Signal(signed(bits + 1), name=f"{name}_half")
+    m.d.comb += half.eq(placed >> Cat(Const(0, 3), amount[3:]))
+    staged = pipe.stage(half, amount, flags, *staged[3:])
+    half, amount, flags = staged[:3]
+    lane = Signal(_fixed_lane(bits), name=f"{name}_fixed")
+    m.d.comb += [lane.x.eq(half >> amount[:3]), Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags)]
+    staged = pipe.stage(lane, *staged[3:])
+    staged = staged if isinstance(staged, list) else [staged]
+    return data.View(_fixed_lane(bits), staged[0]), staged[1:]
+
+
+class KeyAlign(wiring.Component):
+    """K rows as block-fixed integers, like :func:`ndpkit.arith.blockfloat.block_fixed`
+    with :data:`K_BITS`.
+
+    ``i``: beats of ``lanes`` 16-bit patterns, ``last`` on a row's last beat, a ``tag``
+    that travels with the beat.  A first pass takes the row's largest exponent while the
+    beats wait in a queue (a row has at most ``max_row_beats`` beats; the queue holds two
+    rows and the pass's latency); the second turns every element into its integer.
+    ``o`` (valid only: the consumer always takes it): the beat's :data:`KLane` elements,
+    the row's exponent ``exp``, ``last`` and ``tag``.  ``bf16`` (held): the format.
+    ``room``: the queue takes at least :data:`ROOM_AHEAD` more beats (a producer that
+    reads its operands from a memory decides a cycle ahead)."""
 
     def __init__(self, *, lanes: int = 16, max_row_beats: int = 8, tag_width: int = 8):
         if lanes < 1 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes}")
         self.lanes, self.max_row_beats, self.tag_width = lanes, max_row_beats, tag_width
-        beat = data.StructLayout({"q": data.ArrayLayout(16, lanes), "k": data.ArrayLayout(16, lanes), "last": 1,
-                                  "tag": tag_width})
+        beat = data.StructLayout({"k": data.ArrayLayout(16, lanes), "last": 1, "tag": tag_width})
+        aligned = data.StructLayout({"k": data.ArrayLayout(KLane, lanes), "exp": EXP_SHAPE, "last": 1,
+                                     "tag": tag_width})
         super().__init__({
             "i": In(stream.Signature(beat)),
-            "o": Out(stream.Signature(data.StructLayout({"value": 32, "tag": tag_width}), always_ready=True)),
+            "o": Out(stream.Signature(aligned, always_ready=True)),
             "bf16": In(1),
             "room": Out(1),
         })
@@ -181,30 +239,19 @@ class RowDot(wiring.Component):
         C = self.lanes
         depth = 2 * self.max_row_beats + 8
         beats = fifo.SyncFIFOBuffered(width=len(self.i.payload.as_value()), depth=depth)
-        m.d.comb += self.room.eq(beats.level < depth - ROOM_AHEAD)
-        rows = fifo.SyncFIFOBuffered(width=EXP_SHAPE.width + 3, depth=depth)
+        rows = fifo.SyncFIFOBuffered(width=EXP_SHAPE.width, depth=depth)
         m.submodules.beats, m.submodules.rows = beats, rows
+        m.d.comb += self.room.eq(beats.level < depth - ROOM_AHEAD)
         take = Signal()
         m.d.comb += [self.i.ready.eq(beats.w_rdy), take.eq(self.i.valid & self.i.ready),
                      beats.w_en.eq(take), beats.w_data.eq(self.i.payload.as_value())]
 
-        # ---- pass 1: the row's largest product exponent and its specials ---------------------
+        # ---- pass 1: the row's largest exponent --------------------------------------------
         p1 = Pipeline(m, take, "pass1")
-        exps, flags = [], []
-        for lane in range(C):
-            a = decompose(m, self.i.payload.q[lane], self.bf16, f"p1q{lane}")
-            b = decompose(m, self.i.payload.k[lane], self.bf16, f"p1k{lane}")
-            exp, _, live, pos_inf, neg_inf, nan = product_of(m, a, b, f"p1_{lane}")
-            e = Signal(EXP_SHAPE, name=f"p1_e{lane}")
-            m.d.comb += e.eq(Mux(live, exp, NO_TERM))
-            exps.append(e)
-            flags.append(Cat(pos_inf, neg_inf, nan))
-        # the lanes' specials registered before their OR (the format's decode and a 16-way OR
-        # in one cycle were the engine's longest path)
-        staged = p1.stage(*exps, *flags, self.i.payload.last)
-        exps, flags, last = staged[:C], staged[C:2 * C], staged[2 * C]
-        any_flags = Signal(3, name="p1_flags")
-        m.d.comb += any_flags.eq(Cat(*[Cat(*[f[i] for f in flags]).any() for i in range(3)]))
+        exps = [row_exponent(m, decompose(m, self.i.payload.k[lane], self.bf16, f"p1k{lane}"), f"p1_{lane}")
+                for lane in range(C)]
+        staged = p1.stage(*exps, self.i.payload.last)
+        exps, last = staged[:C], staged[C]
         level = 0
         while len(exps) > 1:
             nxt = []
@@ -214,91 +261,133 @@ class RowDot(wiring.Component):
                 nxt.append(s)
             exps, level = nxt, level + 1
             if level % 2 == 0 or len(exps) == 1:
-                staged = p1.stage(*exps, any_flags, last)
-                exps, any_flags, last = staged[:len(exps)], staged[len(exps)], staged[len(exps) + 1]
+                staged = p1.stage(*exps, last)
+                exps, last = staged[:len(exps)], staged[len(exps)]
         beat_max = exps[0]
-        row_max = Signal(EXP_SHAPE, init=NO_TERM)
-        row_flags = Signal(3)
+        row_max = Signal(EXP_SHAPE)
         first = Signal(init=1)
         new_max = Signal(EXP_SHAPE)
-        new_flags = Signal(3)
-        m.d.comb += [new_max.eq(Mux(~first & (row_max > beat_max), row_max, beat_max)),
-                     new_flags.eq(Mux(first, 0, row_flags) | any_flags)]
+        m.d.comb += new_max.eq(Mux(~first & (row_max > beat_max), row_max, beat_max))
         with m.If(p1.valid):
-            m.d.sync += [row_max.eq(new_max), row_flags.eq(new_flags), first.eq(last)]
-        m.d.comb += [rows.w_en.eq(p1.valid & last), rows.w_data.eq(Cat(new_max, new_flags))]
+            m.d.sync += [row_max.eq(new_max), first.eq(last)]
+        m.d.comb += [rows.w_en.eq(p1.valid & last), rows.w_data.eq(new_max)]
 
-        # ---- pass 2: multiply, align to the row's exponent, add -----------------------------
+        # ---- pass 2: every element as its row's integer -------------------------------------
         beat = data.View(self.i.payload.shape(), beats.r_data)
         row_exp = Signal(EXP_SHAPE)
-        row_special = Signal(3)
-        m.d.comb += Cat(row_exp, row_special).eq(rows.r_data)
+        m.d.comb += row_exp.eq(rows.r_data)
         go = Signal()
         m.d.comb += [go.eq(beats.r_rdy & rows.r_rdy), beats.r_en.eq(go), rows.r_en.eq(go & beat.last)]
-        shift_bits = (TERM_BITS).bit_length()
-        # the row's exponent, registered with the lanes' first stage (one register for all)
-        row_exp_s1 = Signal(EXP_SHAPE, name="p2_row_exp_s1", reset_less=True)
-        m.d.sync += row_exp_s1.eq(row_exp)
-        terms = []
+        lanes = []
         for lane in range(C):
-            a = decompose(m, beat.q[lane], self.bf16, f"p2q{lane}")
-            b = decompose(m, beat.k[lane], self.bf16, f"p2k{lane}")
-            _, sign, live, *_ = product_of(m, a, b, f"p2_{lane}")
-            p2 = Pipeline(m, go, f"pass2_lane{lane}", multiplier_shape(platform))
-            # stage 1 registers the operands (the DSP's A/B registers) and their exponents;
-            # the alignment distance is worked out behind it, beside the product's first
-            # stage (the format's decode, the exponents' sum, the distance and its limit
-            # in one cycle were the engine's longest path)
-            sa, sb, ea, eb, sign, live = p2.stage(a.sig, b.sig, a.exp, b.exp, sign, live)
-            distance = Signal(signed(EXP_SHAPE.width + 1), name=f"p2_distance{lane}")
-            shift = Signal(shift_bits, name=f"p2_shift{lane}")
-            m.d.comb += [distance.eq(row_exp_s1 - (ea + eb)),
-                         shift.eq(Mux(distance > TERM_BITS - 1, TERM_BITS - 1, distance))]
-            product, (shift, sign, live) = staged_product(m, p2, sa, sb, carry=(shift, sign, live))
-            signed_term = Signal(signed(TERM_BITS), name=f"p2_term{lane}")
-            m.d.comb += signed_term.eq(Mux(live, Mux(sign, -product, product), 0) << GUARD)
-            term, shift = p2.stage(signed_term, shift)
-            # the arithmetic right shift (floor) in two stages of three levels each
-            half = Signal(signed(TERM_BITS), name=f"p2_half{lane}")
-            m.d.comb += half.eq(term >> (shift & 0b111000))
-            half, shift = p2.stage(half, shift)
-            aligned = Signal(signed(TERM_BITS), name=f"p2_aligned{lane}")
-            m.d.comb += aligned.eq(half >> shift[:3])
-            terms.append(aligned)
-        # carry the row's end, tag and specials along the lanes' stages
+            pipe = Pipeline(m, go, f"pass2_lane{lane}")
+            k = decompose(m, beat.k[lane], self.bf16, f"p2k{lane}")
+            fixed, _ = to_block_fixed(m, pipe, k, row_exp, K_BITS, self.bf16)
+            lanes.append(fixed)
+        carried = Cat(row_exp, beat.last, beat.tag)
         tag_pipe = Pipeline(m, go, "pass2_tag")
-        carried = Cat(beat.last, beat.tag, row_exp, row_special)
-        for _ in range(p2.depth):
+        for _ in range(BLOCK_FIXED_LATENCY):
             carried = tag_pipe.stage(carried)
-        tree = Pipeline(m, p2.valid, "tree")
-        staged = tree.stage(*terms, carried)
-        terms, carried = staged[:C], staged[C]
+        m.d.comb += [self.o.valid.eq(tag_pipe.valid), self.o.payload.exp.eq(carried[:EXP_SHAPE.width]),
+                     self.o.payload.last.eq(carried[EXP_SHAPE.width]),
+                     self.o.payload.tag.eq(carried[EXP_SHAPE.width + 1:])]
+        for lane, fixed in enumerate(lanes):
+            m.d.comb += self.o.payload.k[lane].eq(fixed)
+        return m
+
+
+#: a block-fixed product less its DROP low bits: |Q x K| < 2**(Q_BITS + K_BITS)
+PRODUCT_BITS = Q_BITS + K_BITS - DROP + 1
+
+
+class FixedDot(wiring.Component):
+    """Rows of block-fixed products summed like :func:`ndpkit.arith.blockfloat.fixed_dot`,
+    rounded to binary32.
+
+    ``i`` (valid only): beats of ``lanes`` (:data:`QLane`, :data:`KLane`) pairs, the q
+    row's and the K row's exponents (held over a row), ``last`` on a row's last beat and
+    a ``tag``; ``o``: one binary32 sum a row, in row order, with the tag of its last beat
+    (valid only).  ``bf16`` (held): the operands' format.  A row has at most
+    ``max_row_beats`` beats.  Each lane is one 27 x 18 multiplier (a DSP48E2), its
+    operands and product registered."""
+
+    def __init__(self, *, lanes: int = 16, max_row_beats: int = 8, tag_width: int = 8):
+        if lanes < 1 or lanes & (lanes - 1):
+            raise ValueError(f"lanes must be a power of two, not {lanes}")
+        self.lanes, self.max_row_beats, self.tag_width = lanes, max_row_beats, tag_width
+        beat = data.StructLayout({"q": data.ArrayLayout(QLane, lanes), "k": data.ArrayLayout(KLane, lanes),
+                                  "q_exp": EXP_SHAPE, "k_exp": EXP_SHAPE, "last": 1, "tag": tag_width})
+        super().__init__({
+            "i": In(stream.Signature(beat, always_ready=True)),
+            "o": Out(stream.Signature(data.StructLayout({"value": 32, "tag": tag_width}), always_ready=True)),
+            "bf16": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.lanes
+        beat = self.i.payload
+        # the row's exponent (the sum's, as sum_to_fp32 takes it) beside the lanes
+        exp = Signal(EXP_SHAPE, name="row_exp")
+        offset = DROP - Q_BITS - K_BITS + GUARD
+        m.d.comb += exp.eq(beat.q_exp + beat.k_exp + Mux(self.bf16, offset + 2 * 8, offset + 2 * SIG_BITS))
+        terms, flags = [], []
+        for lane in range(C):
+            pipe = Pipeline(m, self.i.valid, f"lane{lane}")
+            q, k = beat.q[lane], beat.k[lane]
+            nan = Signal(name=f"lane{lane}_nan")
+            inf = Signal(name=f"lane{lane}_inf")
+            m.d.comb += [nan.eq(q.nan | k.nan | (q.inf & k.zero) | (q.zero & k.inf)),
+                         inf.eq((q.inf | k.inf) & ~nan)]
+            special = Cat(inf & ~(q.sign ^ k.sign), inf & (q.sign ^ k.sign), nan)
+            # the DSP's A/B registers, then its M register
+            a, b, special = pipe.stage(q.x, k.x, special)
+            product = Signal(signed(len(a) + len(b)), name=f"lane{lane}_product")
+            m.d.comb += product.eq(a * b)
+            product, special = pipe.stage(product, special)
+            term = Signal(signed(PRODUCT_BITS), name=f"lane{lane}_term")
+            m.d.comb += term.eq(product >> DROP)
+            terms.append(term)
+            flags.append(special)
+        carried = Cat(exp, beat.last, beat.tag)
+        tag_pipe = Pipeline(m, self.i.valid, "tag")
+        for _ in range(pipe.depth):
+            carried = tag_pipe.stage(carried)
+        # the lanes' specials registered before their OR
+        tree = Pipeline(m, pipe.valid, "tree")
+        staged = tree.stage(*terms, *flags, carried)
+        terms, flags, carried = staged[:C], staged[C:2 * C], staged[2 * C]
+        special = Signal(3, name="beat_special")
+        m.d.comb += special.eq(Cat(*[Cat(*[f[i] for f in flags]).any() for i in range(3)]))
         level = 0
         while len(terms) > 1:
             level += 1
             sums = []
             for j in range(0, len(terms), 2):
-                s = Signal(signed(TERM_BITS + level), name=f"p2_sum{level}_{j}")
+                s = Signal(signed(PRODUCT_BITS + level), name=f"sum{level}_{j}")
                 m.d.comb += s.eq(terms[j] + terms[j + 1])
                 sums.append(s)
-            staged = tree.stage(*sums, carried)
-            terms, carried = staged[:len(sums)], staged[len(sums)]
+            staged = tree.stage(*sums, special, carried)
+            terms, special, carried = staged[:len(sums)], staged[len(sums)], staged[len(sums) + 1]
         beat_sum = terms[0]
-        last = carried[0]
-        tag = carried[1:1 + self.tag_width]
-        exp = carried[1 + self.tag_width:1 + self.tag_width + EXP_SHAPE.width].as_signed()
-        special = carried[1 + self.tag_width + EXP_SHAPE.width:]
+        exp = carried[:EXP_SHAPE.width].as_signed()
+        last = carried[EXP_SHAPE.width]
+        tag = carried[EXP_SHAPE.width + 1:]
         # the row's beats: an accumulator, emitted with the row's last beat
-        row_bits = TERM_BITS + (C * self.max_row_beats - 1).bit_length() + 1
+        row_bits = PRODUCT_BITS + (C * self.max_row_beats - 1).bit_length() + 1
         total = Signal(signed(row_bits))
+        row_special = Signal(3)
         row_first = Signal(init=1)
         row_sum = Signal(signed(row_bits))
-        m.d.comb += row_sum.eq(Mux(row_first, 0, total) + beat_sum)
+        row_flags = Signal(3)
+        m.d.comb += [row_sum.eq(Mux(row_first, 0, total) + beat_sum),
+                     row_flags.eq(Mux(row_first, 0, row_special) | special)]
         with m.If(tree.valid):
-            m.d.sync += [total.eq(row_sum), row_first.eq(last)]
+            m.d.sync += [total.eq(row_sum), row_special.eq(row_flags), row_first.eq(last)]
         out_pipe = Pipeline(m, tree.valid & last, "round")
-        row_sum, exp, special, tag = out_pipe.stage(row_sum, exp, special, tag)
-        value, (tag,) = sum_to_fp32(m, out_pipe, row_sum, exp, special[2], special[0], special[1], carry=(tag,))
+        row_sum, exp, row_flags, tag = out_pipe.stage(row_sum, exp, row_flags, tag)
+        value, (tag,) = sum_to_fp32(m, out_pipe, row_sum, exp, row_flags[2], row_flags[0], row_flags[1],
+                                    carry=(tag,))
         m.d.comb += [self.o.valid.eq(out_pipe.valid), self.o.payload.value.eq(value), self.o.payload.tag.eq(tag)]
         return m
 

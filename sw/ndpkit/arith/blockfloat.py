@@ -1,38 +1,38 @@
-"""Sums of exact 16-bit-float products in a wide fixed-point window, bit for bit.
+"""The attention engine's sums of 16-bit-float products, bit for bit.
 
-The attention engine multiplies fp16 (or bf16) by fp16 (bf16): the product of two
-11-bit (8-bit) significands is an integer below 2**22 (2**16), so the product is
-exact as an integer ``t`` (signed) times a power of two ``2**e``.  Instead of a tree
-of rounding binary32 adders, products are summed in two's complement in a window of
-:data:`GUARD` bits below the largest term's least significant bit, and the sum is
-rounded once to binary32 (:func:`to_fp32`).  A term below the window keeps its
-floor (``floor(t * 2**(GUARD - shift))``: an arithmetic right shift), so the only
-error is that floor, at most one unit of 2**(E - GUARD) a term — for a product of
-normal numbers, 2**-(GUARD + 20) of the largest product, below binary32's
-own rounding.  Two sums:
+Two kinds of sum, each rounded once to binary32 (:func:`to_fp32`):
 
-- :func:`aligned_dot` — a row at once (the score side): ``E`` is the largest product
-  exponent over the row, every product is aligned to it, one rounding.  The result
-  does not depend on how many lanes a bus word carries.
-- :func:`accumulate` — a running sum, one term at a time (the value side: for each
-  output element, the tokens in order): when a term's exponent exceeds the sum's,
-  the sum is shifted down to it (its floor) and the term added at the window's top.
-  :func:`merge` joins two running sums the same way (a long sum runs as
-  :data:`PARTIALS` interleaved partial sums, merged at its end).
+- **Block-fixed dot products** (the score side, :func:`fixed_dot`): a row of fp16 or
+  bf16 values shares its largest exponent (:func:`block_fixed`): each element becomes
+  an integer of a fixed number of magnitude bits, floored (an arithmetic right shift),
+  so a row of q is :data:`Q_BITS` bits and a row of K :data:`K_BITS` (a DSP48E2's 27-
+  and 18-bit ports).  The products of the integers are exact; each drops its
+  :data:`DROP` low bits (floor) and the row's products are summed exactly.  Elements
+  within 2**(Q_BITS - 11) (q) and 2**(K_BITS - 11) (K; bf16: 8 significand bits) of
+  their row's largest lose nothing; smaller ones keep the bits above the row's window.
+  The sum does not depend on how many lanes a bus word carries.
+- **Running sums in a wide window** (the value side, :func:`accumulate`): products
+  ``t * 2**e`` (exact, signed) summed in two's complement in a window of :data:`GUARD`
+  bits below the largest term's least significant bit; a term below the window keeps
+  its floor (``floor(t * 2**(GUARD - shift))``), at most one unit of 2**(E - GUARD) a
+  term.  When a term's exponent exceeds the sum's, the sum is shifted down to it (its
+  floor) and the term added at the window's top.  :func:`merge` joins two running sums
+  the same way (a long sum runs as :data:`PARTIALS` interleaved partial sums, merged at
+  its end).
 
-Specials travel beside the window: any NaN operand or inf x 0 makes the sum NaN, as
+Specials travel beside the sums: any NaN operand or inf x 0 makes the sum NaN, as
 do infinities of both signs; otherwise an infinity is the sum.  A sum with no nonzero
-term is +0.  Integers stay within int64: terms < 2**(22 + GUARD), sums of up to
-2**(62 - 22 - GUARD) terms.
+term is +0.  Integers stay within int64.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ndpkit_spec.blockfloat import GUARD, PARTIALS
+from ndpkit_spec.blockfloat import DROP, GUARD, K_BITS, PARTIALS, Q_BITS
 from ndpkit_spec.engines.attention import KvFormat
 
-__all__ = ["GUARD", "EMPTY", "PARTIALS", "TF32", "to_tf32", "decompose", "multiply", "aligned_dot", "empty", "accumulate", "merge", "to_fp32",
+__all__ = ["GUARD", "EMPTY", "PARTIALS", "Q_BITS", "K_BITS", "DROP", "SIG_BITS", "TF32", "to_tf32", "decompose",
+           "multiply", "block_fixed", "fixed_dot", "empty", "accumulate", "merge", "to_fp32",
            "sum_fp32"]
 
 #: the exponent of an accumulator with no nonzero term (below every product's)
@@ -111,13 +111,37 @@ def _align(t, shift):
     return (t << left) >> right
 
 
-def aligned_dot(products, axis=-1):
-    """Sum exact products over ``axis`` aligned to their largest exponent: returns
-    (S, E, special) with the sum S * 2**(E - GUARD) (E = EMPTY when every term is 0)."""
-    t, e, special = (np.moveaxis(np.asarray(x), axis, -1) for x in products)
-    live = t != 0
-    E = np.where(live, e, EMPTY).max(axis=-1)
-    S = np.where(live, _align(t, E[..., None] - e), 0).sum(axis=-1)
+#: significand bits per KV format
+SIG_BITS = {KvFormat.FP16: 11, KvFormat.BF16: 8}
+
+
+def block_fixed(h, fmt, bits):
+    """fp16/bf16 patterns, rows along the last axis -> (X, E, special): each row as
+    integers sharing its exponent, ``value ~ X * 2**(E - bits + SIG)``: ``E`` the row's
+    largest last-place exponent (over its finite elements; specials count as the
+    format's smallest), ``X = floor(t * 2**(bits - SIG - (E - e)))`` for ``t * 2**e``
+    (0 for a special), so ``|X| <= 2**bits``; ``special`` per element."""
+    fmt = KvFormat(fmt)
+    t, e, special = decompose(h, fmt)
+    sub_e = _FORMATS[fmt][2]
+    E = np.where(special == FINITE, e, sub_e).max(axis=-1)
+    up = bits - SIG_BITS[fmt] - (E[..., None] - e)             # > 0: a left shift
+    X = np.where(up >= 0, t << np.clip(up, 0, 63), t >> np.clip(-up, 0, 63))
+    return X, E, special
+
+
+def fixed_dot(q, k, fmt):
+    """Block-fixed dot products of q rows and K rows (16-bit patterns in ``fmt``; the
+    rows along the last axis, the other axes broadcast): returns (S, E, special) with
+    the sum ``S * 2**(E - GUARD)``, as :func:`sum_fp32` takes it."""
+    fmt = KvFormat(fmt)
+    Q, Eq, q_special = block_fixed(q, fmt, Q_BITS)
+    K, Ek, k_special = block_fixed(k, fmt, K_BITS)
+    S = ((Q * K) >> DROP).sum(axis=-1)
+    E = Eq + Ek + DROP - (Q_BITS + K_BITS - 2 * SIG_BITS[fmt]) + GUARD
+    # the specials are the exact products' (a special element's X is 0; a tiny one's is
+    # 0 or -1 but it is not zero: inf x tiny is inf)
+    _, _, special = multiply(decompose(q, fmt), decompose(k, fmt))
     return S, E, _merge_specials(special)
 
 

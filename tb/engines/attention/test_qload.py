@@ -4,7 +4,8 @@ alone in Amaranth's simulator: several KV heads' groups of q rows in, words with
 gaps, a modelled score side that reads a loaded bank back after a random wait and
 releases it; every element in its unit, pass, column group and lane, rounded to the KV
 format bit for bit as the golden model rounds q (``narrow(widen(q, q_format),
-kv_format)``), and no bank overwritten while it is full (the ``rng`` fixture prints its
+kv_format)``) and turned into its row's block-fixed integer with the row's exponent
+(``block_fixed``) and the element's flags, and no bank overwritten while it is full (the ``rng`` fixture prints its
 seed; ``SEED=`` reproduces)."""
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from ndpkit.engines.attention import golden
 from ndpkit_hw.engines.attention.datapath import lane_shape
 from ndpkit_hw.engines.attention.qload import QueryBanks
 from tb.amaranth_sim import Offer, run_to_end
+from tb.arith.test_blockfloat_units import q_lanes
 from tb.engines.attention.test_datapath import bus_words, hold_fields
 
 F = golden.KvFormat
@@ -36,7 +38,7 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     heads = [_q_bits(nprng, q_fmt, (group, d)) for _ in range(5)]
     words = [w for q in heads for w in bus_words(q, WIDTH)]
-    want = [golden.narrow(golden.widen(q, q_fmt), kv_fmt) for q in heads]
+    want = [[q_lanes(row, kv_fmt) for row in golden.narrow(golden.widen(q, q_fmt), kv_fmt)] for q in heads]
     passes = -(-group // H)
     got = []
 
@@ -52,7 +54,8 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
             offer.drive(ctx)
             ctx.set(dut.full, full)
             if reading is None and queue and rng.random() < 0.004:     # (slower than the loader at times)
-                reading, rows, step = queue.pop(0), np.zeros((passes * H, d), dtype=np.uint16), 0
+                reading, step = queue.pop(0), 0
+                rows = [([None] * d, set()) for _ in range(passes * H)]
             if reading is not None and step < len(addresses):
                 j, cg = addresses[step]
                 ctx.set(dut.read_addr, (reading * dut.max_passes + j) * dut.groups + cg)
@@ -64,13 +67,19 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
             if reading is not None and step < len(addresses):
                 j, cg = addresses[step]
                 for h in range(H):
-                    line = ctx.get(dut.read_data[h])
-                    rows[j * H + h, cg * C:(cg + 1) * C] = [line >> (16 * c) & 0xFFFF for c in range(C)]
+                    lanes, exps = rows[j * H + h]
+                    for c in range(C):
+                        lane = ctx.get(dut.read_data[h].q[c])
+                        lanes[cg * C + c] = {f: int(getattr(lane, f)) for f in ("x", "sign", "zero", "inf", "nan")}
+                    exps.add(ctx.get(dut.read_data[h].exp))
                 step += 1
             elif reading is not None:
-                got.append(rows[:group])
+                got.append([(lanes, exps.pop() if len(exps) == 1 else exps) for lanes, exps in rows[:group]])
                 full &= ~(1 << reading)
                 reading = None
     run_to_end(dut, bench)
     for k, (g, w) in enumerate(zip(got, want)):
-        assert np.array_equal(g, w), f"head {k}: {np.argwhere(g != w)[:4].tolist()}"
+        for r, ((lanes, exp), (want_lanes, want_exp)) in enumerate(zip(g, w)):
+            assert exp == want_exp, f"head {k} row {r}: exponent {exp}, not {want_exp}"
+            bad = [(i, a, b) for i, (a, b) in enumerate(zip(lanes, want_lanes)) if a != b]
+            assert not bad, f"head {k} row {r}: {bad[:3]}"

@@ -5,7 +5,7 @@ golden model's steps (:func:`ndpkit.engines.attention.golden.decode_group`):
 
 - score side (:class:`~ndpkit_hw.engines.attention.score.ScoreSide`): K words and head
   jobs with random gaps, a modelled q loader and a modelled sweep that reads each scored
-  bank back after a random wait and frees it; every score ``mul(aligned_dot, scale)``,
+  bank back after a random wait and frees it; every score ``mul(fixed_dot, scale)``,
   each bank's maxima (new, and before the block) and its rows / first / last;
 - softmax sweep (:class:`~ndpkit_hw.engines.attention.sweep.SoftmaxSweep`): scored banks
   offered at random times; every ``corr`` and every TF32 weight, read back by a modelled
@@ -27,7 +27,7 @@ from ndpkit_hw.engines.attention.score import NEG_INF, ScoreSide
 from ndpkit_hw.engines.attention.sweep import SoftmaxSweep
 from ndpkit_hw.engines.attention.value import ValueSide
 from tb.amaranth_sim import Offer, run_to_end
-from tb.arith.test_blockfloat_units import _operands, _tf32
+from tb.arith.test_blockfloat_units import _operands, _tf32, q_lanes
 from tb.engines.attention.test_datapath import bus_words, hold_fields
 from tb.engines.attention.test_epilogue import sum_state_fields
 
@@ -59,8 +59,8 @@ def test_score_side_gives_every_score_and_maximum(rng, width, lanes, group, d, t
     for t in tokens:
         q = golden.narrow(fp.bits(nprng.standard_normal((group, d)).astype(np.float32)), kv_fmt)
         k = _operands(nprng, kv_fmt, (t, d))
-        products = bf.multiply(tuple(x[:, None, :] for x in bf.decompose(q, kv_fmt)), bf.decompose(k, kv_fmt))
-        heads.append((q, k, fp.mul(bf.sum_fp32(bf.aligned_dot(products)), scale)))
+        q[:, 0] = np.where(nprng.random(group) < 0.3, _operands(nprng, kv_fmt, (group, 1))[:, 0], q[:, 0])
+        heads.append((q, k, fp.mul(bf.sum_fp32(bf.fixed_dot(q[:, None, :], k, kv_fmt)), scale)))
     blocks = []                          # (bank, rows, first, last, scores, m_new, m_old)
     for (q, k, s) in heads:
         m = np.full(group, NEG_INF, np.uint32)
@@ -71,15 +71,18 @@ def test_score_side_gives_every_score_and_maximum(rng, width, lanes, group, d, t
             blocks.append((len(blocks) % 2, rows, first, last, s[:, start:start + rows], m_new, m))
             m = m_new
     # the q loader's banks: per unit, at (bank * PM + pass) * GROUPS + column group, C columns
-    q_mem = [[0] * (2 * PM * GROUPS) for _ in range(H)]
+    # of block-fixed lanes and the row's exponent
+    empty = {"q": [{"x": 0, "sign": 0, "zero": 1, "inf": 0, "nan": 0}] * C, "exp": 0}
+    q_mem = [[empty] * (2 * PM * GROUPS) for _ in range(H)]
 
     def load(bank, q):
         for h in range(H):
             for j in range(PM):
+                g = j * H + h
+                lanes, exp = q_lanes(q[g], kv_fmt) if g < group else (None, 0)
                 for cg in range(GROUPS):
-                    g = j * H + h
-                    cols = q[g, cg * C:(cg + 1) * C] if g < group and cg * C < d else []
-                    q_mem[h][(bank * PM + j) * GROUPS + cg] = sum(int(x) << (16 * c) for c, x in enumerate(cols))
+                    cols = lanes[cg * C:(cg + 1) * C] if g < group and cg * C < d else empty["q"]
+                    q_mem[h][(bank * PM + j) * GROUPS + cg] = {"q": cols, "exp": exp}
     words = [w for _, k, _ in heads for w in bus_words(k, width)]
     read = []                             # the modelled sweep's reads: (block, pass, row)
 

@@ -1,27 +1,40 @@
 """The attention datapath's q loader: a KV head's group of q rows, one element a cycle,
-rounded to the KV format, into one of two banks (the next head's group loads while the
-score side reads this one's)."""
+rounded to the KV format and turned into its row's block-fixed integers, into one of two
+banks (the next head's group loads while the score side reads this one's)."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ndpkit_spec.blockfloat import Q_BITS
 from ndpkit_spec.engines.attention import MAX_GROUP, KvFormat
+from ndpkit_hw.arith.blockfloat import EXP_SHAPE, QLane, decompose, row_exponent, to_block_fixed
 from ndpkit_hw.arith.dataflow import Dataflow
+from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.engines.attention.epilogue import MAX_DIM
 
-__all__ = ["QueryBanks"]
+__all__ = ["QueryBanks", "q_row_layout"]
+
+
+def q_row_layout(columns: int) -> data.StructLayout:
+    """A q bank word: a unit's ``columns`` elements of a row's column group and the row's
+    exponent (the block-fixed integers' shared one)."""
+    return data.StructLayout({"q": data.ArrayLayout(QLane, columns), "exp": EXP_SHAPE})
+
 
 class QueryBanks(wiring.Component):
     """``q``: bus words of the group's rows (``group`` rows of d = 128 or 64 elements in
     ``q_format``, row after row, a row's last word padded); each element widened to fp32
-    and rounded to ``kv_format``.  Query head ``g`` goes to unit ``g mod units`` (pass
-    ``g // units``), element ``i`` to lane ``i mod columns`` of the row's column group
-    ``i // columns``: bank ``b`` holds at ``((b * max_passes + pass) * groups + i //
-    columns)`` a unit's ``columns`` elements.
+    and rounded to ``kv_format`` into a staging row (two of them) while the row's largest
+    exponent is taken, then turned into its block-fixed integer (:data:`Q_BITS`,
+    :func:`~ndpkit.arith.blockfloat.block_fixed`; one converter, an element a cycle).
+    Query head ``g`` goes to unit ``g mod units`` (pass ``g // units``), element ``i``
+    to lane ``i mod columns`` of the row's column group ``i // columns``: bank ``b``
+    holds at ``((b * max_passes + pass) * groups + i // columns)`` a unit's ``columns``
+    elements with the row's exponent (:func:`q_row_layout`).
 
     ``full``: the banks the score side has not finished with (a bank is filled only when
     it is not); ``loaded``: the bank whose group has just gone in (a pulse);
@@ -38,7 +51,7 @@ class QueryBanks(wiring.Component):
             "q": In(stream.Signature(data_width)),
             "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)), "q_format": In(2), "kv_format": In(2),
             "full": In(2), "loaded": Out(2), "busy": Out(1),
-            "read_addr": In(range(self.depth)), "read_data": Out(data.ArrayLayout(16 * columns, units))})
+            "read_addr": In(range(self.depth)), "read_data": Out(data.ArrayLayout(q_row_layout(columns), units))})
 
     def elaborate(self, platform):
         m = Module()
@@ -51,22 +64,25 @@ class QueryBanks(wiring.Component):
         q32 = self.q_format == KvFormat.FP32
         per_word = Mux(q32, P // 2, P)
         word = Signal(W)
-        held = self.busy                   # a word is being split
+        held = Signal()                    # a word is being split
         k = Signal(range(P))               # its element being sent
         g, i = Signal(range(MAX_GROUP)), Signal(range(MAX_DIM))
         dim = Mux(self.head_dim128, MAX_DIM, MAX_DIM // 2)
-        m.d.comb += self.q.ready.eq(~held & ~self.full.bit_select(bank, 1))
         with m.If(self.q.valid & self.q.ready):
             m.d.sync += [word.eq(self.q.payload), held.eq(1), k.eq(0)]
+        # a row goes into a staging row whose last conversion has been read
+        send_parity = Signal()
+        staging = Signal(2)                # staging rows written and not yet read back
         send = Signal()
         last = Signal()
-        m.d.comb += [send.eq(held), last.eq((g == G - 1) & (i == dim - 1))]
+        m.d.comb += [send.eq(held & ~staging.bit_select(send_parity, 1)), last.eq((g == G - 1) & (i == dim - 1))]
+        m.d.comb += self.q.ready.eq(~held & ~self.full.bit_select(bank, 1))
         with m.If(send):
             m.d.sync += [k.eq(k + 1), i.eq(i + 1)]
             with m.If(k == per_word - 1):
                 m.d.sync += held.eq(0)
             with m.If(i == dim - 1):
-                m.d.sync += [i.eq(0), g.eq(g + 1)]
+                m.d.sync += [i.eq(0), g.eq(g + 1), send_parity.eq(~send_parity)]
             with m.If(last):
                 m.d.sync += [g.eq(0), bank.eq(~bank), held.eq(0)]
         # the element widened to fp32, then rounded to the KV format, through a timed dataflow
@@ -80,15 +96,67 @@ class QueryBanks(wiring.Component):
         rounded = qdf.select(qdf.static(bf16), qdf.op("fp32_to_bf16", wide), qdf.op("fp32_to_fp16", wide))
         at = qdf.latency
         late = {name: qdf.at(qdf.input(v), at) for name, v in
-                (("valid", send), ("g", g), ("i", i), ("bank", bank), ("last", send & last))}
+                (("valid", send), ("g", g), ("i", i), ("bank", bank), ("last", send & last),
+                 ("parity", send_parity))}
+        element = qdf.at(rounded, at)[:16]
+
+        # the staging rows, and each row's largest exponent as it goes in
+        stage = Memory(shape=16, depth=2 * MAX_DIM, init=[])
+        m.submodules.staging = stage
+        stage_wp, stage_rp = stage.write_port(), stage.read_port()
+        m.d.comb += [stage_wp.addr.eq(Cat(late["i"], late["parity"])), stage_wp.data.eq(element),
+                     stage_wp.en.eq(late["valid"])]
+        e = row_exponent(m, decompose(m, element, bf16, "stage"), "stage")
+        running = Signal(EXP_SHAPE)
+        row_max = Signal(EXP_SHAPE)
+        m.d.comb += row_max.eq(Mux((late["i"] != 0) & (running > e), running, e))
+        with m.If(late["valid"]):
+            m.d.sync += running.eq(row_max)
+        Job = data.StructLayout({"parity": 1, "g": range(MAX_GROUP), "bank": 1, "exp": EXP_SHAPE, "last": 1})
+        jobs = fifo.SyncFIFOBuffered(width=Job.size, depth=2)
+        m.submodules.jobs = jobs
+        row_done = late["valid"] & (late["i"] == dim - 1)
+        m.d.comb += [jobs.w_en.eq(row_done),
+                     jobs.w_data.eq(Cat(late["parity"], late["g"], late["bank"], row_max, late["last"]))]
+
+        # the converter: a staged row read back an element a cycle, each turned into its
+        # integer against the row's exponent
+        job = data.View(Job, jobs.r_data)
+        ci = Signal(range(MAX_DIM))
+        reading = Signal()
+        m.d.comb += [reading.eq(jobs.r_rdy), stage_rp.addr.eq(Cat(ci, job.parity))]
+        read_done = reading & (ci == dim - 1)
+        m.d.comb += jobs.r_en.eq(read_done)
+        with m.If(reading):
+            m.d.sync += ci.eq(Mux(read_done, 0, ci + 1))
+        set_staging = Signal(2)
+        clear_staging = Signal(2)
+        m.d.comb += [set_staging.eq(Mux(row_done, 1 << late["parity"], 0)),
+                     clear_staging.eq(Mux(read_done, 1 << job.parity, 0))]
+        m.d.sync += staging.eq((staging & ~clear_staging) | set_staging)
+        conv = Pipeline(m, reading, "qconv")
+        g_c, i_c, bank_c, exp_c, end_c, last_c = conv.stage(job.g, ci, job.bank, job.exp, read_done,
+                                                            job.last & read_done)
+        fixed, (g_c, i_c, bank_c, exp_c, end_c, last_c) = to_block_fixed(
+            m, conv, decompose(m, stage_rp.data, bf16, "conv"), exp_c, Q_BITS, bf16,
+            carry=(g_c, i_c, bank_c, exp_c, end_c, last_c))
+        lane_bits = QLane.size
         for h in range(H):
-            mem = Memory(shape=16 * C, depth=self.depth, init=[])
+            mem = Memory(shape=lane_bits * (C + 1), depth=self.depth, init=[])
             m.submodules[f"q_mem{h}"] = mem
-            wp, rp = mem.write_port(granularity=16), mem.read_port()
-            unit = late["g"][:h_bits] if H > 1 else Const(0, 1)
-            m.d.comb += [wp.addr.eq(((late["bank"] * PM + (late["g"] >> h_bits)) * GROUPS) + (late["i"] >> c_bits)),
-                         wp.data.eq(Cat(*[qdf.at(rounded, at)[:16] for _ in range(C)])),
-                         wp.en.eq(Mux(late["valid"] & (unit == h), 1 << late["i"][:c_bits], 0)),
-                         rp.addr.eq(self.read_addr), self.read_data[h].eq(rp.data)]
-        m.d.comb += self.loaded.eq(Mux(late["last"], 1 << late["bank"], 0))
+            wp, rp = mem.write_port(granularity=lane_bits), mem.read_port()
+            unit = g_c[:h_bits] if H > 1 else Const(0, 1)
+            m.d.comb += [wp.addr.eq(((bank_c * PM + (g_c >> h_bits)) * GROUPS) + (i_c >> c_bits)),
+                         wp.data.eq(Cat(*[fixed.as_value() for _ in range(C)], exp_c[:EXP_SHAPE.width],
+                                        Const(0, lane_bits - EXP_SHAPE.width))),
+                         wp.en.eq(Mux(conv.valid & (unit == h), (1 << C) | (1 << i_c[:c_bits]), 0)),
+                         rp.addr.eq(self.read_addr), self.read_data[h].eq(rp.data[:len(self.read_data[h].as_value())])]
+        m.d.comb += self.loaded.eq(Mux(conv.valid & last_c, 1 << bank_c, 0))
+        # rows read back whose last integer is not yet written
+        converting = Signal()
+        with m.If(read_done):
+            m.d.sync += converting.eq(1)
+        with m.Elif(conv.valid & end_c):
+            m.d.sync += converting.eq(0)
+        m.d.comb += self.busy.eq(held | (staging != 0) | jobs.r_rdy | converting)
         return m

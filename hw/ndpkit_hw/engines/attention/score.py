@@ -1,6 +1,7 @@
-"""The attention datapath's score side: K rows against the group's q rows, a
-:class:`~ndpkit_hw.arith.blockfloat.RowDot` per unit, ``s = dot * scale`` into a score
-bank with the running maximum."""
+"""The attention datapath's score side: K rows as block-fixed integers (a
+:class:`~ndpkit_hw.arith.blockfloat.KeyAlign` for all units) against the group's q rows
+(a :class:`~ndpkit_hw.arith.blockfloat.FixedDot` per unit), ``s = dot * scale`` into a
+score bank with the running maximum."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -8,9 +9,10 @@ from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
-from ndpkit_hw.arith.blockfloat import RowDot
+from ndpkit_hw.arith.blockfloat import FixedDot, KeyAlign
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.minmax import minmax_value
+from ndpkit_hw.engines.attention.qload import q_row_layout
 from ndpkit_hw.engines.attention.rows import RowSide, memory_ports, register_file, serves
 
 __all__ = ["ScoreSide", "NEG_INF"]
@@ -23,7 +25,10 @@ class ScoreSide(RowSide):
     the bank the q loader filled (``q_full``; ``q_release`` when the head's last row has
     been issued; ``q_addr``/``q_data`` the loader's read port): a row's ``passes`` go
     beat by beat into each unit's RowDot, ``s = dot * scale`` into the unit's score
-    memory at ``(bank * max_passes + pass) * 128 + row``.
+    memory at ``(bank * max_passes + pass) * 128 + row``.  The K beats go through one
+    KeyAlign (the row's largest exponent, then its integers); the q bank is read as each
+    aligned beat comes out (``q_addr`` travels with the beat), and the beat meets its q
+    lanes in every unit's FixedDot a cycle later.
 
     The rows go in blocks of 128 tokens, block n to score bank n mod 2 once that bank is
     ``free``: ``fill`` names the bank as its first beat goes in (its ``bank_rows``,
@@ -40,7 +45,7 @@ class ScoreSide(RowSide):
             **super().members(),
             "k": In(stream.Signature(W)),
             "q_full": In(2), "q_release": Out(2),
-            "q_addr": Out(range(2 * PM * self.groups)), "q_data": In(data.ArrayLayout(16 * C, H)),
+            "q_addr": Out(range(2 * PM * self.groups)), "q_data": In(data.ArrayLayout(q_row_layout(C), H)),
             "free": In(2),
             "fill": Out(stream.Signature(1, always_ready=True)),
             "scored": Out(stream.Signature(1, always_ready=True)),
@@ -65,13 +70,17 @@ class ScoreSide(RowSide):
             m.d.sync += [k_active.eq(jobs.payload != 0), k_left.eq(jobs.payload), k_row0.eq(1), k_t.eq(0),
                          k_first_block.eq(1)]
         ScoreTag = data.StructLayout({"t": range(BLOCK), "j": range(PM), "b": 1, "block_end": 1, "row0": 1})
-        dots = [RowDot(lanes=C, max_row_beats=GROUPS, tag_width=ScoreTag.size) for _ in range(H)]
+        BeatTag = data.StructLayout({"score": ScoreTag, "q_addr": range(2 * PM * GROUPS)})
+        bf16 = self.kv_format == KvFormat.BF16
+        m.submodules.key_align = align = KeyAlign(lanes=C, max_row_beats=GROUPS, tag_width=BeatTag.size)
+        dots = [FixedDot(lanes=C, max_row_beats=GROUPS, tag_width=ScoreTag.size) for _ in range(H)]
+        m.d.comb += align.bf16.eq(bf16)
         for h, dot in enumerate(dots):
-            m.submodules[f"row_dot{h}"] = dot
-            m.d.comb += dot.bf16.eq(self.kv_format == KvFormat.BF16)
+            m.submodules[f"fixed_dot{h}"] = dot
+            m.d.comb += dot.bf16.eq(bf16)
         block_start = (k_t == 0) & (k_j == 0) & (k_w == 0) & (k_c == 0)
         k_issue = Signal()
-        m.d.comb += k_issue.eq(k_active & k_rows.ready & self.q_full.bit_select(k_qbank, 1) & dots[0].room &
+        m.d.comb += k_issue.eq(k_active & k_rows.ready & self.q_full.bit_select(k_qbank, 1) & align.room &
                                (~block_start | self.free.bit_select(k_b, 1)))
         k_last_row_block = (k_t == BLOCK - 1) | (k_left == 1)
         row_end = self.row_end(k_c, k_w, rows_words)
@@ -89,22 +98,32 @@ class ScoreSide(RowSide):
                 with m.If(k_left == 1):
                     m.d.sync += [k_active.eq(0), k_qbank.eq(~k_qbank)]
                     m.d.comb += self.q_release.eq(1 << k_qbank)
-        # the beat a cycle later: the K word and the q columns read from memory
+        # the beat a cycle later: the K word read from the row buffer, into the aligner
         k_word = k_rows.read(m, k_w)
-        tag = Signal(ScoreTag)
-        m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block),
-                     tag.row0.eq(k_row0)]
-        beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(ScoreTag), Signal(range(S)), Signal()
+        tag = Signal(BeatTag)
+        m.d.comb += [tag.score.t.eq(k_t), tag.score.j.eq(k_j), tag.score.b.eq(k_b),
+                     tag.score.block_end.eq(k_last_row_block), tag.score.row0.eq(k_row0),
+                     tag.q_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)]
+        beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(BeatTag), Signal(range(S)), Signal()
         m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end)]
-        m.d.comb += self.q_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)
+        m.d.comb += [align.i.valid.eq(beat_valid), align.i.payload.k.eq(self.beat_of(k_word, beat_c)),
+                     align.i.payload.last.eq(beat_last), align.i.payload.tag.eq(beat_tag)]
+        # an aligned beat reads its q lanes; both meet in the units' dot products a cycle later
+        aligned = Signal.like(align.o.payload)
+        aligned_valid = Signal()
+        out_tag = data.View(BeatTag, align.o.payload.tag)
+        m.d.comb += self.q_addr.eq(out_tag.q_addr)
+        m.d.sync += [aligned.eq(align.o.payload), aligned_valid.eq(align.o.valid)]
+        aligned_tag = data.View(BeatTag, aligned.tag)
         for h, dot in enumerate(dots):
-            m.d.comb += [dot.i.valid.eq(beat_valid), dot.i.payload.q.eq(self.q_data[h]),
-                         dot.i.payload.k.eq(self.beat_of(k_word, beat_c)),
-                         dot.i.payload.last.eq(beat_last), dot.i.payload.tag.eq(beat_tag)]
+            m.d.comb += [dot.i.valid.eq(aligned_valid), dot.i.payload.q.eq(self.q_data[h].q),
+                         dot.i.payload.q_exp.eq(self.q_data[h].exp), dot.i.payload.k.eq(aligned.k),
+                         dot.i.payload.k_exp.eq(aligned.exp), dot.i.payload.last.eq(aligned.last),
+                         dot.i.payload.tag.eq(aligned_tag.score)]
         # scores: s = dot * scale into the bank; the running maximum; the block's end
         for h, dot in enumerate(dots):
             sdf = Dataflow(m, f"scale{h}", platform)
-            # (the row's sum registered first: RowDot's rounding increment and the multiplier's
+            # (the row's sum registered first: the dot's rounding increment and the multiplier's
             # operand decode were one 11-level path)
             s = sdf.op("mul", Timed(sdf.at(sdf.input(dot.o.payload.value), 1), 1), sdf.static(self.scale))
             s_tag = data.View(ScoreTag, sdf.at(sdf.input(dot.o.payload.tag), s.time))

@@ -2,15 +2,17 @@
 
 For one request and one KV head with its group of ``G`` query heads (grouped-query
 attention; G = 1 is multi-head attention), context length ``L`` and head dimension
-``d``.  The cache's ``K`` and ``V`` are fp16 or bf16 (the KV format); products of two
-KV-format numbers are exact, and they are summed in a wide fixed-point window
-(:mod:`ndpkit.arith.blockfloat`), each sum rounded once to binary32.  Everything
-else is binary32 with round-to-nearest-even (:mod:`ndpkit.arith.fp`):
+``d``.  The cache's ``K`` and ``V`` are fp16 or bf16 (the KV format); the scores are
+block-fixed dot products, the weighted values exact products summed in a wide
+fixed-point window (:mod:`ndpkit.arith.blockfloat`), each sum rounded once to
+binary32.  Everything else is binary32 with round-to-nearest-even
+(:mod:`ndpkit.arith.fp`):
 
 1. **Inputs.** ``q`` (fp32, fp16 or bf16) is rounded to the KV format (RNE): ``qk``.
-2. **Scores.** ``dot[t, g] = aligned_dot(qk[g] * K[t])`` — the ``d`` exact products
-   aligned to the row's largest product exponent, summed, rounded once
-   (``blockfloat.aligned_dot``, ``sum_fp32``); ``s = mul(dot, scale)`` (the softmax
+2. **Scores.** ``dot[t, g] = fixed_dot(qk[g], K[t])`` — the q row as integers of 26
+   bits sharing its largest exponent, the K row as integers of 17 bits sharing its
+   own, their exact products less 12 low bits each (floor), summed, rounded once
+   (``blockfloat.fixed_dot``, ``sum_fp32``); ``s = mul(dot, scale)`` (the softmax
    scale, usually 1/sqrt(d), a float32 register).
 3. **Blocks.** Tokens go in blocks of ``block`` (128) — INF²'s online-softmax
    granularity: one pass over K and V, each byte read once.  For each block, in order:
@@ -117,10 +119,8 @@ def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int =
         raise ValueError(f"need L >= 1 and matching K/V of width {d}: K {k.shape}, V {v.shape}")
     if kv_format == KvFormat.FP32:
         raise ValueError("the KV cache is fp16 or bf16")
-    qk = blockfloat.decompose(narrow(q, kv_format), kv_format)
-    products = blockfloat.multiply(tuple(x[:, None, :] for x in qk),
-                                   blockfloat.decompose(k, kv_format))                    # (G, L, d)
-    scores = fp.mul(blockfloat.sum_fp32(blockfloat.aligned_dot(products)), fp.bits(np.float32(scale)))
+    dots = blockfloat.fixed_dot(narrow(q, kv_format)[:, None, :], k, kv_format)            # (G, L)
+    scores = fp.mul(blockfloat.sum_fp32(dots), fp.bits(np.float32(scale)))
     values = blockfloat.decompose(v, kv_format)
     one = blockfloat.decompose(np.uint16(0x3C00 if kv_format == KvFormat.FP16 else 0x3F80), kv_format)
     m = np.full(groups, NEG_INF, dtype=np.uint32)
