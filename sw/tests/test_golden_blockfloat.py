@@ -1,7 +1,8 @@
 """ndpkit.arith.blockfloat against exact rational arithmetic (fractions.Fraction).
 
 Every operand decodes to the rational it encodes; a product is the exact product;
-a block-fixed row is each value's floor on its row's grid, a block-fixed dot product
+a block-fixed row is each value's magnitude floored on its row's grid (a negative
+one's ones' complement), a block-fixed dot product
 the sum of the integer products' floors; an aligned sum is the sum of each term's
 floor on the window's grid; the rounding to
 binary32 is the independent RNE encoder of test_golden_fp.
@@ -84,8 +85,9 @@ def _floor_on_grid(v: Fraction, unit_exp: int) -> int:
 @pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
 @pytest.mark.parametrize("n", [1, 2, 64, 128])
 def test_fixed_dot_against_rationals(fmt, n):
-    """Each row's integers are the floors of its values on the grid of its largest
-    last-place exponent (``bits`` magnitude bits); the dot product is the sum of the
+    """Each row's integers are its values' magnitudes floored on the grid of its largest
+    last-place exponent (``bits`` magnitude bits), a negative one's ones' complement;
+    the dot product is the sum of the
     integer products' floors by 2**DROP, rounded once to binary32 by the independent
     encoder."""
     rng = np.random.default_rng(n * 7 + int(fmt))
@@ -105,7 +107,8 @@ def test_fixed_dot_against_rationals(fmt, n):
             E_row = max(int(x) for x in e)
             unit = E_row - bits + sig
             values = [_value(t[i], e[i]) for i in range(n)]
-            ints.append([_floor_on_grid(x, unit) for x in values])
+            # the magnitude's floor on the grid; a negative value's ones' complement of it
+            ints.append([_floor_on_grid(x, unit) if x >= 0 else ~_floor_on_grid(-x, unit) for x in values])
             units.append(unit)
             assert all(abs(x) <= 1 << bits for x in ints[-1])
         want_S = sum((x * y) >> bf.DROP for x, y in zip(*ints))

@@ -28,7 +28,7 @@ from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multipl
     round_bits, round_pack, select_result, staged_product
 
 __all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "KeyAlign",
-           "FixedDot", "QLane", "KLane", "row_exponent", "to_block_fixed", "BLOCK_FIXED_LATENCY", "RunningSums", "SumState",
+           "FixedDot", "QLane", "KLane", "row_field", "to_block_fixed", "BLOCK_FIXED_LATENCY", "RunningSums", "SumState",
            "TERM_BITS", "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
            "MERGE_LATENCY", "merge_states"]
 
@@ -51,8 +51,9 @@ ROOM_AHEAD = 3
 
 
 class Decomposed:
-    """``value = (-1)**sign * sig * 2**exp``; ``zero``, ``inf``, ``nan`` flags;
-    ``exp_floor`` the format's smallest ``exp``."""
+    """``value = (-1)**sign * sig * 2**exp``; ``zero``, ``inf``, ``nan`` flags; for a
+    16-bit format also ``field``, ``exp + bias`` (the exponent field, 1 for a
+    subnormal)."""
 
     def __init__(self, name: str):
         self.sig = Signal(SIG_BITS, name=f"{name}_sig")
@@ -81,7 +82,9 @@ def decompose(m: Module, h, bf16, name: str) -> Decomposed:
         d.inf.eq(top & (f == 0)),
         d.nan.eq(top & (f != 0)),
     ]
-    d.exp_floor = Mux(bf16, 1 - 134, 1 - 25)          # the format's smallest (a subnormal's)
+    # the exponent field (1 for a subnormal): exp + bias, for comparing a row's elements
+    d.field = Signal(8, name=f"{name}_field")
+    m.d.comb += d.field.eq(Mux(normal, x, 1))
     return d
 
 
@@ -171,37 +174,43 @@ KLane = _fixed_lane(K_BITS)
 BLOCK_FIXED_LATENCY = 3
 
 
-def row_exponent(m: Module, d: Decomposed, name: str):
-    """The exponent an element contributes to its row's largest: its last place's, a
-    special's the format's smallest (as ``decompose`` of a zero gives)."""
-    e = Signal(EXP_SHAPE, name=f"{name}_row_exp")
-    m.d.comb += e.eq(Mux(d.inf | d.nan, d.exp_floor, d.exp))
-    return e
+def row_field(m: Module, d: Decomposed, name: str):
+    """The exponent field an element contributes to its row's largest: its own, a
+    special's the format's smallest (1, as a zero's)."""
+    field = Signal(8, name=f"{name}_row_field")
+    m.d.comb += field.eq(Mux(d.inf | d.nan, 1, d.field))
+    return field
 
 
-def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_exp, bits: int, bf16, carry=()):
-    """``floor(t * 2**(bits - SIG - (row_exp - e)))`` of the element ``t * 2**e`` (0 for
-    a special; SIG = 11, bf16 8), a signed ``bits + 1``-bit integer, with its
-    :func:`_fixed_lane` flags: :data:`BLOCK_FIXED_LATENCY` stages of ``pipe``."""
+def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: int, bf16, carry=()):
+    """The block-fixed integer of the element ``t * 2**e`` (:func:`ndpkit.arith.blockfloat.
+    block_fixed`) against its row's largest exponent field: the magnitude ``|t| *
+    2**(bits - SIG - distance)`` (SIG = 11, bf16 8) truncated, a negative element's
+    ones' complement (the sign an XOR before the arithmetic shift), 0 for a special; a
+    signed ``bits + 1``-bit integer with its :func:`_fixed_lane` flags.
+    :data:`BLOCK_FIXED_LATENCY` stages of ``pipe``."""
     name = pipe.name
-    distance = Signal(signed(EXP_SHAPE.width + 1), name=f"{name}_distance")
+    distance = Signal(signed(10), name=f"{name}_distance")
     amount = Signal(range(bits + 1), name=f"{name}_amount")
     # a shift by ``bits`` leaves 0 or -1, as any longer one
-    m.d.comb += [distance.eq(row_exp - d.exp), amount.eq(Mux(distance > bits, bits, distance))]
+    m.d.comb += [distance.eq(row_field - d.field), amount.eq(Mux(distance > bits, bits, distance))]
+    special = d.inf | d.nan
     magnitude = Signal(bits, name=f"{name}_magnitude")
-    m.d.comb += magnitude.eq(Mux(d.inf | d.nan, 0, Mux(bf16, d.sig << (bits - 8), d.sig << (bits - SIG_BITS))))
+    m.d.comb += magnitude.eq(Mux(special, 0, Mux(bf16, d.sig << (bits - 8), d.sig << (bits - SIG_BITS))))
+    negative = d.sign & ~d.zero & ~special
     placed = Signal(signed(bits + 1), name=f"{name}_placed")
-    m.d.comb += placed.eq(Mux(d.sign, -magnitude, magnitude))
+    m.d.comb += placed.eq(Cat(magnitude, 0) ^ negative.replicate(bits + 1))
     flags = Cat(d.sign, d.zero, d.inf, d.nan)
     staged = pipe.stage(placed, amount, flags, *carry)
     placed, amount, flags = staged[:3]
-    # the arithmetic right shift (floor) in two stages
+    # the arithmetic right shift in two stages (of a ones' complement: the complement of
+    # the magnitude's shift)
     half = Signal(signed(bits + 1), name=f"{name}_half")
-    m.d.comb += half.eq(placed >> Cat(Const(0, 3), amount[3:]))
+    m.d.comb += half.eq(placed.as_signed() >> Cat(Const(0, 3), amount[3:]))
     staged = pipe.stage(half, amount, flags, *staged[3:])
     half, amount, flags = staged[:3]
     lane = Signal(_fixed_lane(bits), name=f"{name}_fixed")
-    m.d.comb += [lane.x.eq(half >> amount[:3]), Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags)]
+    m.d.comb += [lane.x.eq(half.as_signed() >> amount[:3]), Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags)]
     staged = pipe.stage(lane, *staged[3:])
     staged = staged if isinstance(staged, list) else [staged]
     return data.View(_fixed_lane(bits), staged[0]), staged[1:]
@@ -239,7 +248,7 @@ class KeyAlign(wiring.Component):
         C = self.lanes
         depth = 2 * self.max_row_beats + 8
         beats = fifo.SyncFIFOBuffered(width=len(self.i.payload.as_value()), depth=depth)
-        rows = fifo.SyncFIFOBuffered(width=EXP_SHAPE.width, depth=depth)
+        rows = fifo.SyncFIFOBuffered(width=8, depth=depth)
         m.submodules.beats, m.submodules.rows = beats, rows
         m.d.comb += self.room.eq(beats.level < depth - ROOM_AHEAD)
         take = Signal()
@@ -248,7 +257,7 @@ class KeyAlign(wiring.Component):
 
         # ---- pass 1: the row's largest exponent --------------------------------------------
         p1 = Pipeline(m, take, "pass1")
-        exps = [row_exponent(m, decompose(m, self.i.payload.k[lane], self.bf16, f"p1k{lane}"), f"p1_{lane}")
+        exps = [row_field(m, decompose(m, self.i.payload.k[lane], self.bf16, f"p1k{lane}"), f"p1_{lane}")
                 for lane in range(C)]
         staged = p1.stage(*exps, self.i.payload.last)
         exps, last = staged[:C], staged[C]
@@ -256,7 +265,7 @@ class KeyAlign(wiring.Component):
         while len(exps) > 1:
             nxt = []
             for j in range(0, len(exps), 2):
-                s = Signal(EXP_SHAPE, name=f"p1_max{level}_{j}")
+                s = Signal(8, name=f"p1_max{level}_{j}")
                 m.d.comb += s.eq(Mux(exps[j] > exps[j + 1], exps[j], exps[j + 1]))
                 nxt.append(s)
             exps, level = nxt, level + 1
@@ -264,9 +273,9 @@ class KeyAlign(wiring.Component):
                 staged = p1.stage(*exps, last)
                 exps, last = staged[:len(exps)], staged[len(exps)]
         beat_max = exps[0]
-        row_max = Signal(EXP_SHAPE)
+        row_max = Signal(8)
         first = Signal(init=1)
-        new_max = Signal(EXP_SHAPE)
+        new_max = Signal(8)
         m.d.comb += new_max.eq(Mux(~first & (row_max > beat_max), row_max, beat_max))
         with m.If(p1.valid):
             m.d.sync += [row_max.eq(new_max), first.eq(last)]
@@ -274,16 +283,18 @@ class KeyAlign(wiring.Component):
 
         # ---- pass 2: every element as its row's integer -------------------------------------
         beat = data.View(self.i.payload.shape(), beats.r_data)
-        row_exp = Signal(EXP_SHAPE)
-        m.d.comb += row_exp.eq(rows.r_data)
+        field_max = rows.r_data
         go = Signal()
         m.d.comb += [go.eq(beats.r_rdy & rows.r_rdy), beats.r_en.eq(go), rows.r_en.eq(go & beat.last)]
         lanes = []
         for lane in range(C):
             pipe = Pipeline(m, go, f"pass2_lane{lane}")
             k = decompose(m, beat.k[lane], self.bf16, f"p2k{lane}")
-            fixed, _ = to_block_fixed(m, pipe, k, row_exp, K_BITS, self.bf16)
+            fixed, _ = to_block_fixed(m, pipe, k, field_max, K_BITS, self.bf16)
             lanes.append(fixed)
+        # the row's exponent (its largest field less the format's bias), once for the lanes
+        row_exp = Signal(EXP_SHAPE)
+        m.d.comb += row_exp.eq(field_max - Mux(self.bf16, 134, 25))
         carried = Cat(row_exp, beat.last, beat.tag)
         tag_pipe = Pipeline(m, go, "pass2_tag")
         for _ in range(BLOCK_FIXED_LATENCY):

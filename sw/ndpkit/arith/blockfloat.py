@@ -4,9 +4,10 @@ Two kinds of sum, each rounded once to binary32 (:func:`to_fp32`):
 
 - **Block-fixed dot products** (the score side, :func:`fixed_dot`): a row of fp16 or
   bf16 values shares its largest exponent (:func:`block_fixed`): each element becomes
-  an integer of a fixed number of magnitude bits, floored (an arithmetic right shift),
-  so a row of q is :data:`Q_BITS` bits and a row of K :data:`K_BITS` (a DSP48E2's 27-
-  and 18-bit ports).  The products of the integers are exact; each drops its
+  an integer of a fixed number of magnitude bits (its magnitude truncated, a negative
+  one's ones' complement: the hardware's sign costs an XOR, not a negation), so a row
+  of q is :data:`Q_BITS` bits and a row of K :data:`K_BITS` (a DSP48E2's 27- and
+  18-bit ports).  The products of the integers are exact; each drops its
   :data:`DROP` low bits (floor) and the row's products are summed exactly.  Elements
   within 2**(Q_BITS - 11) (q) and 2**(K_BITS - 11) (K; bf16: 8 significand bits) of
   their row's largest lose nothing; smaller ones keep the bits above the row's window.
@@ -119,15 +120,18 @@ def block_fixed(h, fmt, bits):
     """fp16/bf16 patterns, rows along the last axis -> (X, E, special): each row as
     integers sharing its exponent, ``value ~ X * 2**(E - bits + SIG)``: ``E`` the row's
     largest last-place exponent (over its finite elements; specials count as the
-    format's smallest), ``X = floor(t * 2**(bits - SIG - (E - e)))`` for ``t * 2**e``
-    (0 for a special), so ``|X| <= 2**bits``; ``special`` per element."""
+    format's smallest); for an element ``t * 2**e`` the magnitude ``|t| * 2**(bits - SIG
+    - (E - e))`` truncated, its ones' complement when ``t < 0`` (the floor but where the
+    shift drops nothing: one unit below); 0 for a special.  ``|X| <= 2**bits``;
+    ``special`` per element."""
     fmt = KvFormat(fmt)
     t, e, special = decompose(h, fmt)
     sub_e = _FORMATS[fmt][2]
     E = np.where(special == FINITE, e, sub_e).max(axis=-1)
     up = bits - SIG_BITS[fmt] - (E[..., None] - e)             # > 0: a left shift
-    X = np.where(up >= 0, t << np.clip(up, 0, 63), t >> np.clip(-up, 0, 63))
-    return X, E, special
+    mag = np.abs(t)
+    shifted = np.where(up >= 0, mag << np.clip(up, 0, 63), mag >> np.clip(-up, 0, 63))
+    return np.where(t < 0, ~shifted, shifted), E, special
 
 
 def fixed_dot(q, k, fmt):

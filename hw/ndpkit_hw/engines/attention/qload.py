@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import Q_BITS
 from ndpkit_spec.engines.attention import MAX_GROUP, KvFormat
-from ndpkit_hw.arith.blockfloat import EXP_SHAPE, QLane, decompose, row_exponent, to_block_fixed
+from ndpkit_hw.arith.blockfloat import EXP_SHAPE, QLane, decompose, row_field, to_block_fixed
 from ndpkit_hw.arith.dataflow import Dataflow
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
@@ -106,13 +106,13 @@ class QueryBanks(wiring.Component):
         stage_wp, stage_rp = stage.write_port(), stage.read_port()
         m.d.comb += [stage_wp.addr.eq(Cat(late["i"], late["parity"])), stage_wp.data.eq(element),
                      stage_wp.en.eq(late["valid"])]
-        e = row_exponent(m, decompose(m, element, bf16, "stage"), "stage")
-        running = Signal(EXP_SHAPE)
-        row_max = Signal(EXP_SHAPE)
+        e = row_field(m, decompose(m, element, bf16, "stage"), "stage")
+        running = Signal(8)
+        row_max = Signal(8)
         m.d.comb += row_max.eq(Mux((late["i"] != 0) & (running > e), running, e))
         with m.If(late["valid"]):
             m.d.sync += running.eq(row_max)
-        Job = data.StructLayout({"parity": 1, "g": range(MAX_GROUP), "bank": 1, "exp": EXP_SHAPE, "last": 1})
+        Job = data.StructLayout({"parity": 1, "g": range(MAX_GROUP), "bank": 1, "field": 8, "last": 1})
         jobs = fifo.SyncFIFOBuffered(width=Job.size, depth=2)
         m.submodules.jobs = jobs
         row_done = late["valid"] & (late["i"] == dim - 1)
@@ -135,10 +135,13 @@ class QueryBanks(wiring.Component):
                      clear_staging.eq(Mux(read_done, 1 << job.parity, 0))]
         m.d.sync += staging.eq((staging & ~clear_staging) | set_staging)
         conv = Pipeline(m, reading, "qconv")
-        g_c, i_c, bank_c, exp_c, end_c, last_c = conv.stage(job.g, ci, job.bank, job.exp, read_done,
-                                                            job.last & read_done)
+        # the row's exponent (its largest field less the format's bias) for the bank
+        row_exp = Signal(EXP_SHAPE)
+        m.d.comb += row_exp.eq(job.field - Mux(bf16, 134, 25))
+        g_c, i_c, bank_c, field_c, exp_c, end_c, last_c = conv.stage(job.g, ci, job.bank, job.field, row_exp,
+                                                                     read_done, job.last & read_done)
         fixed, (g_c, i_c, bank_c, exp_c, end_c, last_c) = to_block_fixed(
-            m, conv, decompose(m, stage_rp.data, bf16, "conv"), exp_c, Q_BITS, bf16,
+            m, conv, decompose(m, stage_rp.data, bf16, "conv"), field_c, Q_BITS, bf16,
             carry=(g_c, i_c, bank_c, exp_c, end_c, last_c))
         lane_bits = QLane.size
         for h in range(H):
