@@ -46,7 +46,7 @@ SUM_BITS = TERM_BITS + 6
 SumState = data.StructLayout({"sum": signed(SUM_BITS), "exp": EXP_SHAPE, "pos_inf": 1, "neg_inf": 1, "nan": 1})
 #: beats between two updates of one slot, at least (the read-modify-write's length)
 REVISIT = 6
-#: RowDot.room promises this many beats of space
+#: KeyAlign.room promises this many beats of space
 ROOM_AHEAD = 3
 
 

@@ -10,11 +10,13 @@ ceil(G / H) passes over each row.  L = 32 at a 512-bit port (C = 16, H = 1) keep
 with the port for G = 1: K and V share it, each side takes a word every two cycles.
 
 - **q loader** (:class:`~ndpkit_hw.engines.attention.qload.QueryBanks`): the group's q
-  elements, one a cycle, rounded to the KV format, into the q bank of the head (two
-  banks: the next head loads while this one runs).
-- **score side** (:class:`~ndpkit_hw.engines.attention.score.ScoreSide`): per unit a
-  :class:`~ndpkit_hw.arith.blockfloat.RowDot` (exact products, the row's window sum,
-  one rounding), ``s = dot * scale``; the scores of a block of 128 tokens go to a score
+  elements, one a cycle, rounded to the KV format and turned into the row's block-fixed
+  integers, into the q bank of the head (two banks: the next head loads while this one
+  runs).
+- **score side** (:class:`~ndpkit_hw.engines.attention.score.ScoreSide`): the K rows as
+  block-fixed integers (one :class:`~ndpkit_hw.arith.blockfloat.KeyAlign`), per unit a
+  :class:`~ndpkit_hw.arith.blockfloat.FixedDot` (their products with the q row's
+  integers, summed, one rounding), ``s = dot * scale``; the scores of a block of 128 tokens go to a score
   bank with the running maximum; at the block's end the bank keeps ``m_new`` and the
   maximum before it.
 - **softmax sweep** (:class:`~ndpkit_hw.engines.attention.sweep.SoftmaxSweep`, an exp

@@ -24,7 +24,7 @@ class ScoreSide(RowSide):
     """Per KV head (``jobs``: its token count), its K rows (``k``) against the q rows of
     the bank the q loader filled (``q_full``; ``q_release`` when the head's last row has
     been issued; ``q_addr``/``q_data`` the loader's read port): a row's ``passes`` go
-    beat by beat into each unit's RowDot, ``s = dot * scale`` into the unit's score
+    beat by beat into each unit's dot product, ``s = dot * scale`` into the unit's score
     memory at ``(bank * max_passes + pass) * 128 + row``.  The K beats go through one
     KeyAlign (the row's largest exponent, then its integers); the q bank is read as each
     aligned beat comes out (``q_addr`` travels with the beat), and the beat meets its q

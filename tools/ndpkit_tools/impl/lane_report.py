@@ -1,0 +1,122 @@
+"""The attention engine's MAC lanes alone: UltraScale+ LUT, FF and DSP a lane, and logic
+levels, from the same flow as `make impl-report` (:func:`ndpkit_tools.impl.flow.implement`,
+Yosys ``synth_xilinx``, the block in ``ImplWrapper``).
+
+The score side's lanes are one :class:`~ndpkit_hw.arith.blockfloat.KeyAlign` into one
+:class:`~ndpkit_hw.arith.blockfloat.FixedDot` (the pair the score side builds per unit,
+with the register stage between them where the q bank is read), synthesised at 16 and
+32 lanes: the difference over 16 is a lane's cost, the rest the unit's (the row's
+accumulator and rounding, the wrapper's I/O).  The value side's lanes are a
+:class:`~ndpkit_hw.arith.blockfloat.RunningSums` at 16 and 32 lanes.  Rows measured
+before a redesign stay in docs/impl_lanes.json as the "before" figures.
+
+    python -m ndpkit_tools.impl.lane_report [--report]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ndpkit_tools.paths import build_root, source_root
+
+__all__ = ["score_lanes", "markdown_section", "results_path"]
+
+WIDTHS = (16, 32)
+
+
+def results_path():
+    return source_root() / "docs" / "impl_lanes.json"
+
+
+def score_lanes(lanes: int):
+    """KeyAlign -> (a register stage) -> FixedDot, as the score side joins them."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.lib import data, wiring
+    from amaranth.lib.wiring import In, Out
+    from ndpkit_hw.arith.blockfloat import EXP_SHAPE, FixedDot, KeyAlign, QLane
+
+    class ScoreLanes(wiring.Component):
+        def __init__(self):
+            self.align = KeyAlign(lanes=lanes, max_row_beats=8, tag_width=16)
+            self.dot = FixedDot(lanes=lanes, max_row_beats=8, tag_width=16)
+            super().__init__({"i": In(self.align.i.payload.shape()), "i_valid": In(1),
+                              "q": In(data.ArrayLayout(QLane, lanes)), "q_exp": In(EXP_SHAPE),
+                              "o": Out(self.dot.o.payload.shape()), "o_valid": Out(1), "bf16": In(1), "room": Out(1)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.align, m.submodules.dot = a, d = self.align, self.dot
+            m.d.comb += [a.i.payload.eq(self.i), a.i.valid.eq(self.i_valid), a.bf16.eq(self.bf16),
+                         d.bf16.eq(self.bf16), self.room.eq(a.room)]
+            aligned, valid = Signal.like(a.o.payload), Signal()
+            m.d.sync += [aligned.eq(a.o.payload), valid.eq(a.o.valid)]
+            m.d.comb += [d.i.valid.eq(valid), d.i.payload.k.eq(aligned.k), d.i.payload.k_exp.eq(aligned.exp),
+                         d.i.payload.last.eq(aligned.last), d.i.payload.tag.eq(aligned.tag),
+                         d.i.payload.q.eq(self.q), d.i.payload.q_exp.eq(self.q_exp),
+                         self.o.eq(d.o.payload), self.o_valid.eq(d.o.valid)]
+            return m
+    return ScoreLanes()
+
+
+def value_lanes(lanes: int):
+    from ndpkit_hw.arith.blockfloat import RunningSums
+    return RunningSums(lanes=lanes, slots=512)
+
+
+BLOCKS = {"score: KeyAlign + FixedDot": score_lanes, "value: RunningSums": value_lanes}
+
+
+def per_lane(rows: dict) -> dict:
+    """A lane's cost from the two widths, and the unit's."""
+    a, b = (rows[str(w)]["xcup"] for w in WIDTHS)
+    span = WIDTHS[1] - WIDTHS[0]
+    lane = {k: (b[k] - a[k]) / span for k in ("LUT", "FF", "DSP")}
+    return {"lane": lane, "unit": {k: a[k] - WIDTHS[0] * lane[k] for k in lane}}
+
+
+def markdown_section(results: dict) -> list[str]:
+    """The MAC lanes' table for docs/impl_report.md."""
+    if not results:
+        return []
+    out = ["", "## Attention MAC lanes (UltraScale+ estimate; `python -m ndpkit_tools.impl.lane_report`)", "",
+           "Each side's lane block alone at 16 and 32 lanes in the wrapper; a lane = the difference over 16 lanes, "
+           "the unit = the rest (its row accumulator and rounding, the wrapper's I/O).  Target: ≤ 200 LUT and "
+           "≤ 1 DSP48E2 a lane.", "",
+           "| block | when | LUT at 16 / 32 lanes | LUT a lane | FF a lane | DSP a lane | unit LUT | levels |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, entry in results.items():
+        for when in ("before", "now"):
+            rows = entry.get(when)
+            if not rows:
+                continue
+            cost = per_lane(rows)
+            luts = " / ".join(f"{rows[str(w)]['xcup']['LUT']:,}" for w in WIDTHS)
+            lv = max(rows[str(w)]["levels"] for w in WIDTHS)
+            label = entry.get(f"{when}_label", when)
+            out.append(f"| {name} | {label} | {luts} | {cost['lane']['LUT']:.0f} | {cost['lane']['FF']:.0f} | "
+                       f"{cost['lane']['DSP']:g} | {cost['unit']['LUT']:.0f} | {lv} |")
+    return out
+
+
+def main(argv=None) -> int:
+    from ndpkit_tools.impl.flow import implement
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--report", action="store_true", help="no tool runs: print the table from the JSON")
+    args = ap.parse_args(argv)
+    path = results_path()
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if not args.report:
+        for name, make in BLOCKS.items():
+            rows = {}
+            for w in WIDTHS:
+                out = implement(make(w), build_root() / "impl" / "lanes" / f"{name.split(':')[0]}{w}",
+                                target_mhz=250, ecp5=False)
+                rows[str(w)] = {"xcup": out["xcup"], "levels": out["xcup_depth"]["fabric_levels"]}
+            results.setdefault(name, {})["now"] = rows
+        path.write_text(json.dumps(results, indent=1) + "\n")
+    print("\n".join(markdown_section(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
