@@ -43,10 +43,9 @@ def q_lanes(q, fmt):
     as the q loader writes them (the golden model's ``block_fixed``)."""
     X, E, special = bf.block_fixed(q, fmt, bf.Q_BITS)
     t, _, _ = bf.decompose(q, fmt)
-    sign = (np.asarray(q, np.int64) >> 15) & 1
-    lanes = [{"x": int(x), "sign": int(sg), "zero": int(sp == bf.FINITE and tt == 0), "inf":
-              int(sp in (bf.POS_INF, bf.NEG_INF)), "nan": int(sp == bf.NAN)}
-             for x, sg, sp, tt in zip(X, sign, special, t)]
+    lanes = [{"x": -1 if sp == bf.NEG_INF else int(x),
+              "cls": 3 if sp == bf.NAN else 2 if sp != bf.FINITE else 1 if tt == 0 else 0}
+             for x, sp, tt in zip(X, special, t)]
     return lanes, int(E)
 
 

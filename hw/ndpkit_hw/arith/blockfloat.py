@@ -28,7 +28,7 @@ from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multipl
     round_bits, round_pack, select_result, staged_product
 
 __all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "KeyAlign",
-           "FixedDot", "QLane", "KLane", "row_field", "to_block_fixed", "BLOCK_FIXED_LATENCY", "RunningSums", "SumState",
+           "FixedDot", "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "to_block_fixed", "BLOCK_FIXED_LATENCY", "RunningSums", "SumState",
            "TERM_BITS", "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
            "MERGE_LATENCY", "merge_states"]
 
@@ -164,10 +164,12 @@ def _fixed_lane(bits):
     return data.StructLayout({"x": signed(bits + 1), "sign": 1, "zero": 1, "inf": 1, "nan": 1})
 
 
-#: a q element as the score side multiplies it: its block-fixed integer (:data:`Q_BITS`
-#: magnitude bits) and the flags the products' specials need (the integer of a tiny
-#: element may be 0 or -1, so zero and the sign are kept apart)
-QLane = _fixed_lane(Q_BITS)
+#: a q element as the q bank keeps it: its block-fixed integer (:data:`Q_BITS` magnitude
+#: bits) and its class (:data:`Q_FINITE`, :data:`Q_ZERO`, :data:`Q_INF`, :data:`Q_NAN`).
+#: The integer's sign is the element's (a tiny element's integer is 0 or -1: not zero;
+#: an infinity's is 0 or -1 by its sign), so the products' specials need no more bits
+QLane = data.StructLayout({"x": signed(Q_BITS + 1), "cls": 2})
+Q_FINITE, Q_ZERO, Q_INF, Q_NAN = range(4)
 #: a K element likewise (:data:`K_BITS`)
 KLane = _fixed_lane(K_BITS)
 #: stages of :func:`to_block_fixed`
@@ -180,6 +182,14 @@ def row_field(m: Module, d: Decomposed, name: str):
     field = Signal(8, name=f"{name}_row_field")
     m.d.comb += field.eq(Mux(d.inf | d.nan, 1, d.field))
     return field
+
+
+def q_lane(m: Module, fixed) -> Signal:
+    """A :func:`to_block_fixed` element (:data:`Q_BITS`) as its :data:`QLane`."""
+    lane = Signal(QLane, name="q_lane")
+    m.d.comb += [lane.x.eq(Mux(fixed.inf & fixed.sign, -1, fixed.x)),
+                 lane.cls.eq(Mux(fixed.nan, Q_NAN, Mux(fixed.inf, Q_INF, Mux(fixed.zero, Q_ZERO, Q_FINITE))))]
+    return lane
 
 
 def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: int, bf16, carry=()):
@@ -346,11 +356,12 @@ class FixedDot(wiring.Component):
         for lane in range(C):
             pipe = Pipeline(m, self.i.valid, f"lane{lane}")
             q, k = beat.q[lane], beat.k[lane]
+            q_nan, q_inf, q_zero, q_sign = q.cls == Q_NAN, q.cls == Q_INF, q.cls == Q_ZERO, q.x[-1]
             nan = Signal(name=f"lane{lane}_nan")
             inf = Signal(name=f"lane{lane}_inf")
-            m.d.comb += [nan.eq(q.nan | k.nan | (q.inf & k.zero) | (q.zero & k.inf)),
-                         inf.eq((q.inf | k.inf) & ~nan)]
-            special = Cat(inf & ~(q.sign ^ k.sign), inf & (q.sign ^ k.sign), nan)
+            m.d.comb += [nan.eq(q_nan | k.nan | (q_inf & k.zero) | (q_zero & k.inf)),
+                         inf.eq((q_inf | k.inf) & ~nan)]
+            special = Cat(inf & ~(q_sign ^ k.sign), inf & (q_sign ^ k.sign), nan)
             # the DSP's A/B registers, then its M register
             a, b, special = pipe.stage(q.x, k.x, special)
             product = Signal(signed(len(a) + len(b)), name=f"lane{lane}_product")

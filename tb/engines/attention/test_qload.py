@@ -70,7 +70,7 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
                     lanes, exps = rows[j * H + h]
                     for c in range(C):
                         lane = ctx.get(dut.read_data[h].q[c])
-                        lanes[cg * C + c] = {f: int(getattr(lane, f)) for f in ("x", "sign", "zero", "inf", "nan")}
+                        lanes[cg * C + c] = {"x": int(lane.x), "cls": int(lane.cls)}
                     exps.add(ctx.get(dut.read_data[h].exp))
                 step += 1
             elif reading is not None:

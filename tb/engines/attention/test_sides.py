@@ -72,7 +72,7 @@ def test_score_side_gives_every_score_and_maximum(rng, width, lanes, group, d, t
             m = m_new
     # the q loader's banks: per unit, at (bank * PM + pass) * GROUPS + column group, C columns
     # of block-fixed lanes and the row's exponent
-    empty = {"q": [{"x": 0, "sign": 0, "zero": 1, "inf": 0, "nan": 0}] * C, "exp": 0}
+    empty = {"q": [{"x": 0, "cls": 1}] * C, "exp": 0}
     q_mem = [[empty] * (2 * PM * GROUPS) for _ in range(H)]
 
     def load(bank, q):

@@ -91,20 +91,23 @@ NOTES = {
                                         "bit: the row sum's magnitude masked by compares of the registered shift "
                                         "amount and ORed (block.datapath.row_dot0.round_s4_4 -> round_s5_0). Next: "
                                         "the mask (a thermometer code of the amount) registered beside the amount",
-    ("attention", "max", "levels"): "9 levels, as the default configuration's (10 before the DMA tracker took a "
-                                    "finished burst from registers on 2026-11-26: the shared AXI port's read ID "
-                                    "into a status queue's count; 11 before RowDot's lane specials and rounding "
-                                    "were registered). Next: as the default's, then the cheaper DSP MAC lane",
+    ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on "
+                                    "2026-11-26; 11 before RowDot's lane specials and rounding were registered). "
+                                    "With the block-fixed score lanes (2026-11-27) several paths of 9: the dot "
+                                    "product's normalisation before its rounding (block.datapath.score.fixed_dot0."
+                                    "round_s2_0 -> round_s3_4), the V reader's status queue count, the epilogue's "
+                                    "fold fma and its division issue. Next: the normalisation's leading-zero count "
+                                    "a stage ahead, the status queue's count from registers",
     ("attention", "ecp5", "levels"): "9 levels (11 before 2026-11-26): as the default configuration's, RowDot's "
                                      "normalisation before its rounding, the sticky bit (block.datapath.row_dot0."
                                      "round_s4_4 -> round_s5_0). Next: the mask (a thermometer code of the amount) "
                                      "registered beside the amount, a stage earlier",
-    ("attention", "max", "area"): "38.6k LUT at 32 lanes: 34.8k, then the paged mode's block-id reader and ids "
-                                  "RAM (+2.0k) and the lane-parallel epilogue's four partial registers and three "
-                                  "merge units (+1.8k, the GQA rate: docs/bench/attention_lanes.md). The MAC "
-                                  "lanes' RowDot and RunningSums are 14k of it (docs/engines/attention.md). Next: "
-                                  "the cheaper DSP MAC lane (issue 40), the request-check stages shared with the "
-                                  "command's",
+    ("attention", "max", "area"): "35.0k LUT at 32 lanes (38.6k before the block-fixed score lanes of 2026-11-27: "
+                                  "RowDot's 402 LUT a lane became KeyAlign and FixedDot's 165, docs/impl_lanes.json; "
+                                  "the q banks, now 31-bit integers and the row's exponent a lane, take 5 BRAM36 "
+                                  "more). The value side's RunningSums, 491 LUT a lane, are the largest part left. "
+                                  "Next: the value lanes on the DSP's post-adder (issue 40), the request-check "
+                                  "stages shared with the command's",
     ("attention", "default", "ecp5"): "does not fit: 224 DP16KD > 208 (the buffers are sized by the largest "
                                       "query group and head dimension, not by the lanes); the ecp5 configuration "
                                       "(64-bit, 8 lanes, 202 DP16KD) is the one placed.",

@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import Q_BITS
 from ndpkit_spec.engines.attention import MAX_GROUP, KvFormat
-from ndpkit_hw.arith.blockfloat import EXP_SHAPE, QLane, decompose, row_field, to_block_fixed
+from ndpkit_hw.arith.blockfloat import EXP_SHAPE, QLane, decompose, q_lane, row_field, to_block_fixed
 from ndpkit_hw.arith.dataflow import Dataflow
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
@@ -101,7 +101,7 @@ class QueryBanks(wiring.Component):
         element = qdf.at(rounded, at)[:16]
 
         # the staging rows, and each row's largest exponent as it goes in
-        stage = Memory(shape=16, depth=2 * MAX_DIM, init=[])
+        stage = Memory(shape=16, depth=2 * MAX_DIM, init=[], attrs={"ram_style": "distributed"})
         m.submodules.staging = stage
         stage_wp, stage_rp = stage.write_port(), stage.read_port()
         m.d.comb += [stage_wp.addr.eq(Cat(late["i"], late["parity"])), stage_wp.data.eq(element),
@@ -143,17 +143,26 @@ class QueryBanks(wiring.Component):
         fixed, (g_c, i_c, bank_c, exp_c, end_c, last_c) = to_block_fixed(
             m, conv, decompose(m, stage_rp.data, bf16, "conv"), field_c, Q_BITS, bf16,
             carry=(g_c, i_c, bank_c, exp_c, end_c, last_c))
+        lane = q_lane(m, fixed)
         lane_bits = QLane.size
+        row_at = Signal(range(2 * PM))
+        m.d.comb += row_at.eq(bank_c * PM + (g_c >> h_bits))
         for h in range(H):
-            mem = Memory(shape=lane_bits * (C + 1), depth=self.depth, init=[])
-            m.submodules[f"q_mem{h}"] = mem
+            # the lanes in block RAM (16 of 27 bits: six 72-bit RAMs), the rows' exponents
+            # beside them in a small memory read with the same timing
+            mem = Memory(shape=lane_bits * C, depth=self.depth, init=[])
+            exps = Memory(shape=EXP_SHAPE, depth=2 * PM, init=[], attrs={"ram_style": "distributed"})
+            m.submodules[f"q_mem{h}"], m.submodules[f"q_exp{h}"] = mem, exps
             wp, rp = mem.write_port(granularity=lane_bits), mem.read_port()
+            exp_wp, exp_rp = exps.write_port(), exps.read_port()
             unit = g_c[:h_bits] if H > 1 else Const(0, 1)
-            m.d.comb += [wp.addr.eq(((bank_c * PM + (g_c >> h_bits)) * GROUPS) + (i_c >> c_bits)),
-                         wp.data.eq(Cat(*[fixed.as_value() for _ in range(C)], exp_c[:EXP_SHAPE.width],
-                                        Const(0, lane_bits - EXP_SHAPE.width))),
-                         wp.en.eq(Mux(conv.valid & (unit == h), (1 << C) | (1 << i_c[:c_bits]), 0)),
-                         rp.addr.eq(self.read_addr), self.read_data[h].eq(rp.data[:len(self.read_data[h].as_value())])]
+            write = conv.valid & (unit == h)
+            m.d.comb += [wp.addr.eq((row_at * GROUPS) + (i_c >> c_bits)),
+                         wp.data.eq(Cat(*[lane.as_value() for _ in range(C)])),
+                         wp.en.eq(Mux(write, 1 << i_c[:c_bits], 0)),
+                         exp_wp.addr.eq(row_at), exp_wp.data.eq(exp_c), exp_wp.en.eq(write & end_c),
+                         rp.addr.eq(self.read_addr), exp_rp.addr.eq(self.read_addr >> log2_exact(GROUPS, "groups")),
+                         self.read_data[h].q.eq(rp.data), self.read_data[h].exp.eq(exp_rp.data)]
         m.d.comb += self.loaded.eq(Mux(conv.valid & last_c, 1 << bank_c, 0))
         # rows read back whose last integer is not yet written
         converting = Signal()
