@@ -10,10 +10,10 @@ GUARD = 16
 PARTIALS = 4
 
 #: the score side's block-fixed operands (two's complement, magnitude bits): a q row's
-#: elements share its largest exponent in Q_BITS bits (a DSP48E2's 27-bit port; 24, so a
-#: q bank word of 16 lanes stays within six 72-bit block RAMs), a K row's in K_BITS (its
+#: elements share its largest exponent in Q_BITS bits (a DSP48E2's 27-bit port; 19, so a
+#: q bank word of 16 lanes, 16 x 22 bits, stays within five 72-bit block RAMs), a K row's in K_BITS (its
 #: 18-bit port)
-Q_BITS = 24
+Q_BITS = 19
 K_BITS = 17
 #: low bits of each Q x K product dropped (floor) before the products are summed
 DROP = 12

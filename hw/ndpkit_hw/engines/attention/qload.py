@@ -148,7 +148,7 @@ class QueryBanks(wiring.Component):
         row_at = Signal(range(2 * PM))
         m.d.comb += row_at.eq(bank_c * PM + (g_c >> h_bits))
         for h in range(H):
-            # the lanes in block RAM (16 of 27 bits: six 72-bit RAMs), the rows' exponents
+            # the lanes in block RAM (16 of 22 bits: five 72-bit RAMs), the rows' exponents
             # beside them in a small memory read with the same timing
             mem = Memory(shape=lane_bits * C, depth=self.depth, init=[])
             exps = Memory(shape=EXP_SHAPE, depth=2 * PM, init=[], attrs={"ram_style": "distributed"})

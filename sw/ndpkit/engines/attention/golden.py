@@ -9,7 +9,7 @@ binary32.  Everything else is binary32 with round-to-nearest-even
 (:mod:`ndpkit.arith.fp`):
 
 1. **Inputs.** ``q`` (fp32, fp16 or bf16) is rounded to the KV format (RNE): ``qk``.
-2. **Scores.** ``dot[t, g] = fixed_dot(qk[g], K[t])`` — the q row as integers of 26
+2. **Scores.** ``dot[t, g] = fixed_dot(qk[g], K[t])`` — the q row as integers of 19
    bits sharing its largest exponent, the K row as integers of 17 bits sharing its
    own, their exact products less 12 low bits each (floor), summed, rounded once
    (``blockfloat.fixed_dot``, ``sum_fp32``); ``s = mul(dot, scale)`` (the softmax
