@@ -145,30 +145,37 @@ class QueryBanks(wiring.Component):
             carry=(g_c, i_c, bank_c, exp_c, end_c, last_c))
         lane = q_lane(m, fixed)
         lane_bits = QLane.size
+        # a column group's lanes gathered in a register, written as one word (no per-lane
+        # write enables: block RAM's byte enables would spread a 22-bit lane over three
+        # 9-bit bytes, six RAMs where five hold the word)
+        gathered = Signal(lane_bits * C)
+        with m.If(conv.valid):
+            m.d.sync += gathered.word_select(i_c[:c_bits], lane_bits).eq(lane)
         row_at = Signal(range(2 * PM))
         m.d.comb += row_at.eq(bank_c * PM + (g_c >> h_bits))
+        put = Pipeline(m, conv.valid & (i_c[:c_bits] == C - 1), "qput")
+        addr_w, row_w, unit_w, end_w, last_w, bank_w, exp_w = put.stage(
+            (row_at * GROUPS) + (i_c >> c_bits), row_at, g_c[:h_bits] if H > 1 else Const(0, 1), end_c,
+            last_c, bank_c, exp_c)
         for h in range(H):
             # the lanes in block RAM (16 of 22 bits: five 72-bit RAMs), the rows' exponents
             # beside them in a small memory read with the same timing
             mem = Memory(shape=lane_bits * C, depth=self.depth, init=[])
             exps = Memory(shape=EXP_SHAPE, depth=2 * PM, init=[], attrs={"ram_style": "distributed"})
             m.submodules[f"q_mem{h}"], m.submodules[f"q_exp{h}"] = mem, exps
-            wp, rp = mem.write_port(granularity=lane_bits), mem.read_port()
+            wp, rp = mem.write_port(), mem.read_port()
             exp_wp, exp_rp = exps.write_port(), exps.read_port()
-            unit = g_c[:h_bits] if H > 1 else Const(0, 1)
-            write = conv.valid & (unit == h)
-            m.d.comb += [wp.addr.eq((row_at * GROUPS) + (i_c >> c_bits)),
-                         wp.data.eq(Cat(*[lane.as_value() for _ in range(C)])),
-                         wp.en.eq(Mux(write, 1 << i_c[:c_bits], 0)),
-                         exp_wp.addr.eq(row_at), exp_wp.data.eq(exp_c), exp_wp.en.eq(write & end_c),
+            write = put.valid & (unit_w == h)
+            m.d.comb += [wp.addr.eq(addr_w), wp.data.eq(gathered), wp.en.eq(write),
+                         exp_wp.addr.eq(row_w), exp_wp.data.eq(exp_w), exp_wp.en.eq(write & end_w),
                          rp.addr.eq(self.read_addr), exp_rp.addr.eq(self.read_addr >> log2_exact(GROUPS, "groups")),
                          self.read_data[h].q.eq(rp.data), self.read_data[h].exp.eq(exp_rp.data)]
-        m.d.comb += self.loaded.eq(Mux(conv.valid & last_c, 1 << bank_c, 0))
+        m.d.comb += self.loaded.eq(Mux(put.valid & last_w, 1 << bank_w, 0))
         # rows read back whose last integer is not yet written
         converting = Signal()
         with m.If(read_done):
             m.d.sync += converting.eq(1)
-        with m.Elif(conv.valid & end_c):
+        with m.Elif(put.valid & end_w):
             m.d.sync += converting.eq(0)
         m.d.comb += self.busy.eq(held | (staging != 0) | jobs.r_rdy | converting)
         return m
