@@ -742,15 +742,18 @@ def smart_infinity_ours(offload: dict) -> float:
     return max(r["compressed"] for r in offload["table"] if r["ssds"] == PUBLISHED["smart_infinity"]["ssds"])
 
 
-def rerender(report: dict, impl, graph_runs: dict | None = None) -> dict:
+def rerender(report: dict, impl, graph_runs: dict | None = None, presets: dict | None = None) -> dict:
     """``report`` (a bench.json) brought up to date without running a benchmark: each engine
     row's clocks from the implementation report ``impl`` (rows that name their
     configuration), and the offload model re-computed from the updater input it records
     (at the SmartSSD build's engine clock).  ``graph_runs`` (``{(step, memory): run}``,
     step ``"graph"`` or ``"graph_scaling"``, memory None for the ideal memory's or a
     preset's) replaces those runs of the graph benchmarks and what is derived from them
-    (the graph engine rows, the Piccolo headline, the scaling runs' card).  The decode
-    model, the other measured figures and the machine stay as recorded."""
+    (the graph engine rows, the Piccolo headline, the scaling runs' card).  ``presets``
+    (``{(input name, preset): run}``, the runs on the DRAM presets kept in docs/bench/presets)
+    re-computes the decode section on today's card build (the board model's default
+    device) from the attention runs recorded there.  The other measured figures and the
+    machine stay as recorded."""
     for (step, memory), data in (graph_runs or {}).items():
         ideal = {r["engine"]: r for r in report.get("engines_ideal", [])}
         if step == "graph_scaling":
@@ -785,6 +788,11 @@ def rerender(report: dict, impl, graph_runs: dict | None = None) -> dict:
         if "memory" in row:
             clocks = _clocks(impl, row["implemented"]["engine"], row["implemented"]["params"])
             row.update(depth_levels=clocks["depth_levels"], depth_clock_mhz=clocks["depth_clock_mhz"])
+    if presets and ("attention", DECODE_MEMORY) in presets:
+        report["decode"] = decode = decode_section({"on": presets})
+        for h in report["headline"]:
+            if h["paper"].startswith("HPU"):
+                h.update(claim=hpu_claim(decode), ours=decode["ratio"])
     off = report["offload"]
     report["offload"] = offload_figures(model.OffloadSetup(**off["setup"]), off["engine_source"],
                                         off.get("engine_board", OFFLOAD_BOARD))
@@ -971,10 +979,13 @@ def markdown(report: dict) -> str:
               f"step: each streams {fmt(dec['card_bandwidth'] / 1e9)} GB/s of KV at {fmt(dec['setup']['clock'] / 1e6)} MHz "
               "(the U55C default build's clock, within what the attention engine's logic depth supports), where "
               "the HPU prototype measured 336 GB/s (73 % of its HBM). More instances per card move the ratio up "
-              "until the GPU's weight streaming binds; what limits them is the attention instance's area: one more "
-              "instance (and its memory port) would take the build to "
-              + ", ".join(f"{share:.1%} of the part's {r}" for r, share in dec["card"]["one_more"].items())
-              + " by the resource model, over the 70 % budget. At the paper's own batch 64 this build's cards need "
+              "until the GPU's weight streaming binds; what limits them is the attention instance's area"
+              + (": one more instance (and its memory port) would take the build to "
+                 + ", ".join(f"{share:.1%} of the part's {r}" for r, share in dec["card"]["one_more"].items())
+                 + " by the resource model, over the 70 % budget" if dec["card"]["one_more"] else
+                 " (by the resource model one more instance would still fit the 70 % budget: the default build "
+                 "has not taken it yet)")
+              + ". At the paper's own batch 64 this build's cards need "
               f"{dec['at_paper_batch']['cards']} cards for the KV (1K in, 1K out), where they reach "
               f"**{ratio(dec['at_paper_batch']['ratio'])}** over the GPU alone at batch {dec['gpu_batch']}.", "",
               *models_lines(dec["models"], dec["card"]),
@@ -1183,7 +1194,11 @@ def main(argv=None) -> int:
                     data = _load(args.graph_runs / (f"{step}.json" if memory is None else f"{step}-{memory}.json"))
                     if data is not None:
                         graph_runs[step, memory] = data
-        report = rerender(json.loads(args.from_json.read_text()), _load(args.impl), graph_runs)
+        from ndpkit_spec.dram import PRESETS
+        kept = args.out / "presets"
+        presets = {(name, preset): data for name, stem in STEMS.items() for preset in PRESETS
+                   if (data := _load(kept / f"{stem}-{preset}.json")) is not None}
+        report = rerender(json.loads(args.from_json.read_text()), _load(args.impl), graph_runs, presets)
         args.out.mkdir(parents=True, exist_ok=True)
         images = model_plots(report, args.out)
     else:
