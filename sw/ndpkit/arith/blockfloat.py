@@ -33,7 +33,7 @@ from ndpkit_spec.blockfloat import DROP, GUARD, K_BITS, PARTIALS, Q_BITS
 from ndpkit_spec.engines.attention import KvFormat
 
 __all__ = ["GUARD", "EMPTY", "PARTIALS", "Q_BITS", "K_BITS", "DROP", "SIG_BITS", "TF32", "to_tf32", "decompose",
-           "multiply", "block_fixed", "fixed_dot", "empty", "accumulate", "merge", "to_fp32",
+           "multiply", "product_special", "block_fixed", "fixed_dot", "empty", "accumulate", "merge", "to_fp32",
            "sum_fp32"]
 
 #: the exponent of an accumulator with no nonzero term (below every product's)
@@ -86,16 +86,22 @@ def _decompose(h, exp_bits, frac_bits, sub_e, sign_bit):
     return t, e, special
 
 
-def multiply(a, b):
-    """The exact product of two decomposed operands (t, e, special)."""
-    (ta, ea, sa), (tb, eb, sb) = a, b
+def product_special(a, b):
+    """The special state (FINITE, POS_INF, NEG_INF or NAN) of the product of two
+    decomposed operands (t, e, special)."""
+    (ta, _, sa), (tb, _, sb) = a, b
     zero_a, zero_b = (sa == FINITE) & (ta == 0), (sb == FINITE) & (tb == 0)
     neg = (ta < 0) | (sa == NEG_INF)
     neg_b = (tb < 0) | (sb == NEG_INF)
     inf = ((sa == POS_INF) | (sa == NEG_INF) | (sb == POS_INF) | (sb == NEG_INF))
     nan = (sa == NAN) | (sb == NAN) | (inf & (zero_a | zero_b))
-    special = np.where(nan, NAN, np.where(inf, np.where(neg ^ neg_b, NEG_INF, POS_INF), FINITE))
-    return np.where(special == FINITE, ta * tb, 0), ea + eb, special
+    return np.where(nan, NAN, np.where(inf, np.where(neg ^ neg_b, NEG_INF, POS_INF), FINITE))
+
+
+def multiply(a, b):
+    """The exact product of two decomposed operands (t, e, special)."""
+    special = product_special(a, b)
+    return np.where(special == FINITE, a[0] * b[0], 0), a[1] + b[1], special
 
 
 def _merge_specials(special, axis=-1):
@@ -125,13 +131,20 @@ def block_fixed(h, fmt, bits):
     shift drops nothing: one unit below); 0 for a special.  ``|X| <= 2**bits``;
     ``special`` per element."""
     fmt = KvFormat(fmt)
-    t, e, special = decompose(h, fmt)
+    decomposed = decompose(h, fmt)
+    X, E = _block_fixed(decomposed, fmt, bits)
+    return X, E, decomposed[2]
+
+
+def _block_fixed(decomposed, fmt, bits):
+    """:func:`block_fixed` of decomposed elements: (X, E)."""
+    t, e, special = decomposed
     sub_e = _FORMATS[fmt][2]
     E = np.where(special == FINITE, e, sub_e).max(axis=-1)
     up = bits - SIG_BITS[fmt] - (E[..., None] - e)             # > 0: a left shift
     mag = np.abs(t)
     shifted = np.where(up >= 0, mag << np.clip(up, 0, 63), mag >> np.clip(-up, 0, 63))
-    return np.where(t < 0, ~shifted, shifted), E, special
+    return np.where(t < 0, ~shifted, shifted), E
 
 
 def fixed_dot(q, k, fmt):
@@ -139,14 +152,14 @@ def fixed_dot(q, k, fmt):
     rows along the last axis, the other axes broadcast): returns (S, E, special) with
     the sum ``S * 2**(E - GUARD)``, as :func:`sum_fp32` takes it."""
     fmt = KvFormat(fmt)
-    Q, Eq, q_special = block_fixed(q, fmt, Q_BITS)
-    K, Ek, k_special = block_fixed(k, fmt, K_BITS)
+    qd, kd = decompose(q, fmt), decompose(k, fmt)
+    Q, Eq = _block_fixed(qd, fmt, Q_BITS)
+    K, Ek = _block_fixed(kd, fmt, K_BITS)
     S = ((Q * K) >> DROP).sum(axis=-1)
     E = Eq + Ek + DROP - (Q_BITS + K_BITS - 2 * SIG_BITS[fmt]) + GUARD
     # the specials are the exact products' (a special element's X is 0; a tiny one's is
     # 0 or -1 but it is not zero: inf x tiny is inf)
-    _, _, special = multiply(decompose(q, fmt), decompose(k, fmt))
-    return S, E, _merge_specials(special)
+    return S, E, _merge_specials(product_special(qd, kd))
 
 
 def accumulate(state, term):
