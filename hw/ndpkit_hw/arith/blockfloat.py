@@ -28,7 +28,7 @@ from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multipl
     round_bits, round_pack, select_result, staged_product
 
 __all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "KeyAlign",
-           "FixedDot", "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "to_block_fixed", "BLOCK_FIXED_LATENCY", "RunningSums", "SumState",
+           "FixedDot", "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "field_exponent", "row_maximum", "to_block_fixed", "BLOCK_FIXED_LATENCY", "RunningSums", "SumState",
            "TERM_BITS", "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
            "MERGE_LATENCY", "merge_states"]
 
@@ -64,6 +64,23 @@ class Decomposed:
         self.nan = Signal(name=f"{name}_nan")
 
 
+def field_exponent(field, bf16):
+    """The last place's exponent of a 16-bit float with exponent field ``field`` (1 for a
+    subnormal): fp16 ``field - 25``, bf16 ``field - 134``."""
+    return field - Mux(bf16, 134, 25)
+
+
+def row_maximum(m: Module, value, first, valid, name: str):
+    """The largest ``value`` of a row so far, this one included (``first``: the row's
+    first, which starts it again); kept when ``valid``."""
+    held = Signal.like(value, name=f"{name}_held")
+    largest = Signal.like(value, name=f"{name}_largest")
+    m.d.comb += largest.eq(Mux(~first & (held > value), held, value))
+    with m.If(valid):
+        m.d.sync += held.eq(largest)
+    return largest
+
+
 def decompose(m: Module, h, bf16, name: str) -> Decomposed:
     """A 16-bit float ``h`` (fp16, or bf16 when ``bf16``) -> :class:`Decomposed`."""
     d = Decomposed(name)
@@ -76,7 +93,7 @@ def decompose(m: Module, h, bf16, name: str) -> Decomposed:
     m.d.comb += [
         d.sig.eq(Mux(bf16, Cat(fb, normal), Cat(f16, normal))),
         # the last place's exponent: fp16 max(x, 1) - 25, bf16 max(x, 1) - 134
-        d.exp.eq(Mux(normal, x, 1) - Mux(bf16, 134, 25)),
+        d.exp.eq(field_exponent(Mux(normal, x, 1), bf16)),
         d.sign.eq(h[15]),
         d.zero.eq(~normal & (f == 0)),
         d.inf.eq(top & (f == 0)),
@@ -282,13 +299,10 @@ class KeyAlign(wiring.Component):
             if level % 2 == 0 or len(exps) == 1:
                 staged = p1.stage(*exps, last)
                 exps, last = staged[:len(exps)], staged[len(exps)]
-        beat_max = exps[0]
-        row_max = Signal(8)
         first = Signal(init=1)
-        new_max = Signal(8)
-        m.d.comb += new_max.eq(Mux(~first & (row_max > beat_max), row_max, beat_max))
         with m.If(p1.valid):
-            m.d.sync += [row_max.eq(new_max), first.eq(last)]
+            m.d.sync += first.eq(last)
+        new_max = row_maximum(m, exps[0], first, p1.valid, "p1_row")
         m.d.comb += [rows.w_en.eq(p1.valid & last), rows.w_data.eq(new_max)]
 
         # ---- pass 2: every element as its row's integer -------------------------------------
@@ -304,7 +318,7 @@ class KeyAlign(wiring.Component):
             lanes.append(fixed)
         # the row's exponent (its largest field less the format's bias), once for the lanes
         row_exp = Signal(EXP_SHAPE)
-        m.d.comb += row_exp.eq(field_max - Mux(self.bf16, 134, 25))
+        m.d.comb += row_exp.eq(field_exponent(field_max, self.bf16))
         carried = Cat(row_exp, beat.last, beat.tag)
         tag_pipe = Pipeline(m, go, "pass2_tag")
         for _ in range(BLOCK_FIXED_LATENCY):

@@ -10,7 +10,8 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import Q_BITS
 from ndpkit_spec.engines.attention import MAX_GROUP, KvFormat
-from ndpkit_hw.arith.blockfloat import EXP_SHAPE, QLane, decompose, q_lane, row_field, to_block_fixed
+from ndpkit_hw.arith.blockfloat import (EXP_SHAPE, QLane, decompose, field_exponent, q_lane, row_field,
+                                        row_maximum, to_block_fixed)
 from ndpkit_hw.arith.dataflow import Dataflow
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
@@ -106,12 +107,8 @@ class QueryBanks(wiring.Component):
         stage_wp, stage_rp = stage.write_port(), stage.read_port()
         m.d.comb += [stage_wp.addr.eq(Cat(late["i"], late["parity"])), stage_wp.data.eq(element),
                      stage_wp.en.eq(late["valid"])]
-        e = row_field(m, decompose(m, element, bf16, "stage"), "stage")
-        running = Signal(8)
-        row_max = Signal(8)
-        m.d.comb += row_max.eq(Mux((late["i"] != 0) & (running > e), running, e))
-        with m.If(late["valid"]):
-            m.d.sync += running.eq(row_max)
+        row_max = row_maximum(m, row_field(m, decompose(m, element, bf16, "stage"), "stage"), late["i"] == 0,
+                              late["valid"], "stage")
         Job = data.StructLayout({"parity": 1, "g": range(MAX_GROUP), "bank": 1, "field": 8, "last": 1})
         jobs = fifo.SyncFIFOBuffered(width=Job.size, depth=2)
         m.submodules.jobs = jobs
@@ -137,7 +134,7 @@ class QueryBanks(wiring.Component):
         conv = Pipeline(m, reading, "qconv")
         # the row's exponent (its largest field less the format's bias) for the bank
         row_exp = Signal(EXP_SHAPE)
-        m.d.comb += row_exp.eq(job.field - Mux(bf16, 134, 25))
+        m.d.comb += row_exp.eq(field_exponent(job.field, bf16))
         g_c, i_c, bank_c, field_c, exp_c, end_c, last_c = conv.stage(job.g, ci, job.bank, job.field, row_exp,
                                                                      read_done, job.last & read_done)
         fixed, (g_c, i_c, bank_c, exp_c, end_c, last_c) = to_block_fixed(
@@ -177,5 +174,6 @@ class QueryBanks(wiring.Component):
             m.d.sync += converting.eq(1)
         with m.Elif(put.valid & end_w):
             m.d.sync += converting.eq(0)
-        m.d.comb += self.busy.eq(held | (staging != 0) | jobs.r_rdy | converting)
+        # (a queued row's staging bit is set until it is read back)
+        m.d.comb += self.busy.eq(held | (staging != 0) | converting)
         return m
