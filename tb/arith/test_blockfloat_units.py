@@ -8,9 +8,6 @@ from tb.amaranth_sim import run_to_end
 
 from ndpkit.arith import blockfloat as bf
 from ndpkit_spec.engines.attention import KvFormat
-from amaranth.hdl import Elaboratable, Module
-
-from ndpkit_hw.arith.blockfloat import FixedDot, KeyAlign
 
 
 def _operands(nprng, fmt, shape):
@@ -49,26 +46,14 @@ def q_lanes(q, fmt):
     return lanes, int(E)
 
 
-class ScoreDot(Elaboratable):
-    """A KeyAlign into a FixedDot, as the score side joins them."""
-
-    def __init__(self, lanes, max_beats):
-        self.align = KeyAlign(lanes=lanes, max_row_beats=max_beats, tag_width=16)
-        self.dot = FixedDot(lanes=lanes, max_row_beats=max_beats, tag_width=16)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.align, m.submodules.dot = self.align, self.dot
-        return m
-
-
 @pytest.mark.parametrize("fmt, lanes", [(KvFormat.FP16, 16), (KvFormat.BF16, 4),      # each format, each width once
                                         pytest.param(KvFormat.BF16, 16, marks=pytest.mark.long),
                                         pytest.param(KvFormat.FP16, 4, marks=pytest.mark.long)])
 def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
-    """K rows through KeyAlign (random gaps), each aligned beat paired with its q row's
-    lanes (as the score side reads them from the q bank) into FixedDot: every row's
-    binary32 sum equals ``sum_fp32(fixed_dot(q, k))``."""
+    """K rows through the score side's dot products (``ScoreDots``: KeyAlign into FixedDot;
+    random gaps), each aligned beat's q lanes read from a modelled q bank at the address it
+    gives, a cycle later: every row's binary32 sum equals ``sum_fp32(fixed_dot(q, k))``."""
+    from ndpkit_hw.engines.attention.score import ScoreDots
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     max_beats = 8
     rows = []
@@ -76,42 +61,35 @@ def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
         beats = int(nprng.integers(1, max_beats + 1))
         rows.append((_operands(nprng, fmt, (beats * lanes,)), _operands(nprng, fmt, (beats * lanes,))))
     want = [int(bf.sum_fp32(bf.fixed_dot(q, k, fmt))) for q, k in rows]
-    q_rows = [q_lanes(q, fmt) for q, _ in rows]
-    top = ScoreDot(lanes, max_beats)
-    align, dot = top.align, top.dot
+    # the q bank: row r's beat j at address r * max_beats + j
+    bank = {}
+    for r, (q, _) in enumerate(rows):
+        q_row, q_exp = q_lanes(q, fmt)
+        for j in range(len(q) // lanes):
+            bank[r * max_beats + j] = [{"q": q_row[j * lanes:(j + 1) * lanes], "exp": q_exp}]
+    dut = ScoreDots(columns=lanes, units=1, max_row_beats=max_beats, tag_width=8, q_depth=len(rows) * max_beats)
     got = []
 
     async def bench(ctx):
-        ctx.set(align.bf16, fmt == KvFormat.BF16)
-        ctx.set(dot.bf16, fmt == KvFormat.BF16)
-        beats = [(k[i:i + lanes], i + lanes == len(k), r * 256 + i // lanes) for r, (_, k) in enumerate(rows)
+        ctx.set(dut.bf16, fmt == KvFormat.BF16)
+        beats = [(k[i:i + lanes], i + lanes == len(k), r, r * max_beats + i // lanes) for r, (_, k) in enumerate(rows)
                  for i in range(0, len(k), lanes)]
-        i = 0
+        i, read = 0, None
         while len(got) < len(rows):
+            if read is not None:                       # the bank's word a cycle after its address
+                ctx.set(dut.q_data, bank.get(read, bank[0]))
             on = i < len(beats) and rng.random() < 0.75
-            ctx.set(align.i.valid, on)
+            ctx.set(dut.i.valid, on)
             if on:
-                k, last, tag = beats[i]
-                ctx.set(align.i.payload, {"k": [int(x) for x in k], "last": int(last), "tag": tag})
-            taken = on and ctx.get(align.i.ready)
-            # the aligned beat with its q lanes, into the dot product
-            valid = ctx.get(align.o.valid)
-            ctx.set(dot.i.valid, valid)
-            if valid:
-                tag = ctx.get(align.o.payload.tag)
-                q, q_exp = q_rows[tag >> 8]
-                j = tag & 0xFF
-                ctx.set(dot.i.payload.q, q[j * lanes:(j + 1) * lanes])
-                ctx.set(dot.i.payload.k, ctx.get(align.o.payload.k))
-                ctx.set(dot.i.payload.q_exp, q_exp)
-                ctx.set(dot.i.payload.k_exp, ctx.get(align.o.payload.exp))
-                ctx.set(dot.i.payload.last, ctx.get(align.o.payload.last))
-                ctx.set(dot.i.payload.tag, tag >> 8)
-            if ctx.get(dot.o.valid):
-                got.append((ctx.get(dot.o.payload.tag), ctx.get(dot.o.payload.value)))
+                k, last, tag, q_addr = beats[i]
+                ctx.set(dut.i.payload, {"k": [int(x) for x in k], "last": int(last), "tag": tag, "q_addr": q_addr})
+            taken = on and ctx.get(dut.i.ready)
+            read = ctx.get(dut.q_addr)
+            if ctx.get(dut.o.valid):
+                got.append((ctx.get(dut.o.payload[0].tag), ctx.get(dut.o.payload[0].value)))
             await ctx.tick()
             i += taken
-    run_to_end(top, bench)
+    run_to_end(dut, bench)
     assert [t for t, _ in got] == list(range(len(rows))), [t for t, _ in got]
     bad = [(r, hex(v), hex(w)) for r, ((_, v), w) in enumerate(zip(got, want)) if v != w]
     assert not bad, bad[:5]

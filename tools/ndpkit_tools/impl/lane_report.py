@@ -2,10 +2,9 @@
 levels, from the same flow as `make impl-report` (:func:`ndpkit_tools.impl.flow.implement`,
 Yosys ``synth_xilinx``, the block in ``ImplWrapper``).
 
-The score side's lanes are one :class:`~ndpkit_hw.arith.blockfloat.KeyAlign` into one
-:class:`~ndpkit_hw.arith.blockfloat.FixedDot` (the pair the score side builds per unit,
-with the register stage between them where the q bank is read), synthesised at 16 and
-32 lanes: the difference over 16 is a lane's cost, the rest the unit's (the row's
+The score side's lanes are its :class:`~ndpkit_hw.engines.attention.score.ScoreDots` of
+one unit (a KeyAlign into a FixedDot, with the register stage between them where the q
+bank is read), synthesised at 16 and 32 lanes: the difference over 16 is a lane's cost, the rest the unit's (the row's
 accumulator and rounding, the wrapper's I/O).  The value side's lanes are a
 :class:`~ndpkit_hw.arith.blockfloat.RunningSums` at 16 and 32 lanes.  Rows measured
 before a redesign stay in docs/impl_lanes.json as the "before" figures.
@@ -29,33 +28,10 @@ def results_path():
 
 
 def score_lanes(lanes: int):
-    """KeyAlign -> (a register stage) -> FixedDot, as the score side joins them."""
-    from amaranth.hdl import Module, Signal
-    from amaranth.lib import data, wiring
-    from amaranth.lib.wiring import In, Out
-    from ndpkit_hw.arith.blockfloat import EXP_SHAPE, FixedDot, KeyAlign, QLane
-
-    class ScoreLanes(wiring.Component):
-        def __init__(self):
-            self.align = KeyAlign(lanes=lanes, max_row_beats=8, tag_width=16)
-            self.dot = FixedDot(lanes=lanes, max_row_beats=8, tag_width=16)
-            super().__init__({"i": In(self.align.i.payload.shape()), "i_valid": In(1),
-                              "q": In(data.ArrayLayout(QLane, lanes)), "q_exp": In(EXP_SHAPE),
-                              "o": Out(self.dot.o.payload.shape()), "o_valid": Out(1), "bf16": In(1), "room": Out(1)})
-
-        def elaborate(self, platform):
-            m = Module()
-            m.submodules.align, m.submodules.dot = a, d = self.align, self.dot
-            m.d.comb += [a.i.payload.eq(self.i), a.i.valid.eq(self.i_valid), a.bf16.eq(self.bf16),
-                         d.bf16.eq(self.bf16), self.room.eq(a.room)]
-            aligned, valid = Signal.like(a.o.payload), Signal()
-            m.d.sync += [aligned.eq(a.o.payload), valid.eq(a.o.valid)]
-            m.d.comb += [d.i.valid.eq(valid), d.i.payload.k.eq(aligned.k), d.i.payload.k_exp.eq(aligned.exp),
-                         d.i.payload.last.eq(aligned.last), d.i.payload.tag.eq(aligned.tag),
-                         d.i.payload.q.eq(self.q), d.i.payload.q_exp.eq(self.q_exp),
-                         self.o.eq(d.o.payload), self.o_valid.eq(d.o.valid)]
-            return m
-    return ScoreLanes()
+    """The score side's dot products of one unit (KeyAlign into FixedDot), as the score
+    side builds them (its q bank's depth at 16 query heads and d = 128)."""
+    from ndpkit_hw.engines.attention.score import ScoreDots
+    return ScoreDots(columns=lanes, units=1, max_row_beats=8, tag_width=16, q_depth=2 * 16 * (128 // lanes))
 
 
 def value_lanes(lanes: int):

@@ -5,7 +5,7 @@ score bank with the running maximum."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
@@ -15,9 +15,56 @@ from ndpkit_hw.arith.minmax import minmax_value
 from ndpkit_hw.engines.attention.qload import q_row_layout
 from ndpkit_hw.engines.attention.rows import RowSide, memory_ports, register_file, serves
 
-__all__ = ["ScoreSide", "NEG_INF"]
+__all__ = ["ScoreSide", "ScoreDots", "NEG_INF"]
 
 NEG_INF = 0xFF80_0000
+
+
+class ScoreDots(wiring.Component):
+    """The score side's arithmetic: K beats (``i``: ``columns`` 16-bit patterns, ``last``
+    on a row's last beat, a ``tag`` and the beat's q bank address ``q_addr``) through one
+    :class:`~ndpkit_hw.arith.blockfloat.KeyAlign`; as each aligned beat comes out its
+    address goes to ``q_addr`` and the q bank's word (every unit's lanes and row
+    exponent, :func:`~ndpkit_hw.engines.attention.qload.q_row_layout`) comes back on
+    ``q_data`` a cycle later, where the beat meets it in each unit's
+    :class:`~ndpkit_hw.arith.blockfloat.FixedDot`.  ``o``: each unit's binary32 sum of a
+    row with the row's tag (valid only); ``room`` as KeyAlign's; ``bf16`` (held)."""
+
+    def __init__(self, *, columns: int, units: int, max_row_beats: int, tag_width: int, q_depth: int):
+        self.columns, self.units = columns, units
+        self.align = KeyAlign(lanes=columns, max_row_beats=max_row_beats,
+                              tag_width=tag_width + (q_depth - 1).bit_length())
+        self.dots = [FixedDot(lanes=columns, max_row_beats=max_row_beats, tag_width=tag_width) for _ in range(units)]
+        beat = data.StructLayout({"k": data.ArrayLayout(16, columns), "last": 1, "tag": tag_width,
+                                  "q_addr": range(q_depth)})
+        super().__init__({
+            "i": In(stream.Signature(beat)), "room": Out(1), "bf16": In(1),
+            "q_addr": Out(range(q_depth)), "q_data": In(data.ArrayLayout(q_row_layout(columns), units)),
+            "o": Out(stream.Signature(data.ArrayLayout(self.dots[0].o.payload.shape(), units), always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        align, tag_width = self.align, len(self.i.payload.tag)
+        m.submodules.key_align = align
+        m.d.comb += [align.i.valid.eq(self.i.valid), self.i.ready.eq(align.i.ready), self.room.eq(align.room),
+                     align.bf16.eq(self.bf16), align.i.payload.k.eq(self.i.payload.k),
+                     align.i.payload.last.eq(self.i.payload.last),
+                     align.i.payload.tag.eq(Cat(self.i.payload.tag, self.i.payload.q_addr)),
+                     self.q_addr.eq(align.o.payload.tag[tag_width:])]
+        # the aligned beat a cycle later, beside the q bank's word
+        aligned = Signal.like(align.o.payload)
+        aligned_valid = Signal()
+        m.d.sync += [aligned.eq(align.o.payload), aligned_valid.eq(align.o.valid)]
+        for h, dot in enumerate(self.dots):
+            m.submodules[f"fixed_dot{h}"] = dot
+            m.d.comb += [dot.bf16.eq(self.bf16), dot.i.valid.eq(aligned_valid),
+                         dot.i.payload.q.eq(self.q_data[h].q), dot.i.payload.q_exp.eq(self.q_data[h].exp),
+                         dot.i.payload.k.eq(aligned.k), dot.i.payload.k_exp.eq(aligned.exp),
+                         dot.i.payload.last.eq(aligned.last), dot.i.payload.tag.eq(aligned.tag[:tag_width]),
+                         self.o.payload[h].eq(dot.o.payload)]
+        m.d.comb += self.o.valid.eq(self.dots[0].o.valid)        # (the units' pipelines are alike)
+        return m
 
 
 class ScoreSide(RowSide):
@@ -70,17 +117,13 @@ class ScoreSide(RowSide):
             m.d.sync += [k_active.eq(jobs.payload != 0), k_left.eq(jobs.payload), k_row0.eq(1), k_t.eq(0),
                          k_first_block.eq(1)]
         ScoreTag = data.StructLayout({"t": range(BLOCK), "j": range(PM), "b": 1, "block_end": 1, "row0": 1})
-        BeatTag = data.StructLayout({"score": ScoreTag, "q_addr": range(2 * PM * GROUPS)})
-        bf16 = self.kv_format == KvFormat.BF16
-        m.submodules.key_align = align = KeyAlign(lanes=C, max_row_beats=GROUPS, tag_width=BeatTag.size)
-        dots = [FixedDot(lanes=C, max_row_beats=GROUPS, tag_width=ScoreTag.size) for _ in range(H)]
-        m.d.comb += align.bf16.eq(bf16)
-        for h, dot in enumerate(dots):
-            m.submodules[f"fixed_dot{h}"] = dot
-            m.d.comb += dot.bf16.eq(bf16)
+        m.submodules.dots = dots = ScoreDots(columns=C, units=H, max_row_beats=GROUPS, tag_width=ScoreTag.size,
+                                             q_depth=2 * PM * GROUPS)
+        m.d.comb += [dots.bf16.eq(self.kv_format == KvFormat.BF16), self.q_addr.eq(dots.q_addr),
+                     dots.q_data.eq(self.q_data)]
         block_start = (k_t == 0) & (k_j == 0) & (k_w == 0) & (k_c == 0)
         k_issue = Signal()
-        m.d.comb += k_issue.eq(k_active & k_rows.ready & self.q_full.bit_select(k_qbank, 1) & align.room &
+        m.d.comb += k_issue.eq(k_active & k_rows.ready & self.q_full.bit_select(k_qbank, 1) & dots.room &
                                (~block_start | self.free.bit_select(k_b, 1)))
         k_last_row_block = (k_t == BLOCK - 1) | (k_left == 1)
         row_end = self.row_end(k_c, k_w, rows_words)
@@ -98,36 +141,27 @@ class ScoreSide(RowSide):
                 with m.If(k_left == 1):
                     m.d.sync += [k_active.eq(0), k_qbank.eq(~k_qbank)]
                     m.d.comb += self.q_release.eq(1 << k_qbank)
-        # the beat a cycle later: the K word read from the row buffer, into the aligner
+        # the beat a cycle later: the K word read from the row buffer, into the dot products
         k_word = k_rows.read(m, k_w)
-        tag = Signal(BeatTag)
-        m.d.comb += [tag.score.t.eq(k_t), tag.score.j.eq(k_j), tag.score.b.eq(k_b),
-                     tag.score.block_end.eq(k_last_row_block), tag.score.row0.eq(k_row0),
-                     tag.q_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)]
-        beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(BeatTag), Signal(range(S)), Signal()
-        m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end)]
-        m.d.comb += [align.i.valid.eq(beat_valid), align.i.payload.k.eq(self.beat_of(k_word, beat_c)),
-                     align.i.payload.last.eq(beat_last), align.i.payload.tag.eq(beat_tag)]
-        # an aligned beat reads its q lanes; both meet in the units' dot products a cycle later
-        aligned = Signal.like(align.o.payload)
-        aligned_valid = Signal()
-        out_tag = data.View(BeatTag, align.o.payload.tag)
-        m.d.comb += self.q_addr.eq(out_tag.q_addr)
-        m.d.sync += [aligned.eq(align.o.payload), aligned_valid.eq(align.o.valid)]
-        aligned_tag = data.View(BeatTag, aligned.tag)
-        for h, dot in enumerate(dots):
-            m.d.comb += [dot.i.valid.eq(aligned_valid), dot.i.payload.q.eq(self.q_data[h].q),
-                         dot.i.payload.q_exp.eq(self.q_data[h].exp), dot.i.payload.k.eq(aligned.k),
-                         dot.i.payload.k_exp.eq(aligned.exp), dot.i.payload.last.eq(aligned.last),
-                         dot.i.payload.tag.eq(aligned_tag.score)]
+        tag = Signal(ScoreTag)
+        m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block),
+                     tag.row0.eq(k_row0)]
+        beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(ScoreTag), Signal(range(S)), Signal()
+        beat_q_addr = Signal.like(dots.i.payload.q_addr)
+        m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end),
+                     beat_q_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)]
+        m.d.comb += [dots.i.valid.eq(beat_valid), dots.i.payload.k.eq(self.beat_of(k_word, beat_c)),
+                     dots.i.payload.last.eq(beat_last), dots.i.payload.tag.eq(beat_tag),
+                     dots.i.payload.q_addr.eq(beat_q_addr)]
         # scores: s = dot * scale into the bank; the running maximum; the block's end
-        for h, dot in enumerate(dots):
+        for h in range(H):
+            dot = dots.o.payload[h]
             sdf = Dataflow(m, f"scale{h}", platform)
             # (the row's sum registered first: the dot's rounding increment and the multiplier's
             # operand decode were one 11-level path)
-            s = sdf.op("mul", Timed(sdf.at(sdf.input(dot.o.payload.value), 1), 1), sdf.static(self.scale))
-            s_tag = data.View(ScoreTag, sdf.at(sdf.input(dot.o.payload.tag), s.time))
-            s_valid = sdf.at(sdf.input(dot.o.valid), s.time)
+            s = sdf.op("mul", Timed(sdf.at(sdf.input(dot.value), 1), 1), sdf.static(self.scale))
+            s_tag = data.View(ScoreTag, sdf.at(sdf.input(dot.tag), s.time))
+            s_valid = sdf.at(sdf.input(dots.o.valid), s.time)
             wp, rp = memory_ports(m, f"score_mem{h}", 32, 2 * PM * BLOCK)
             m.d.comb += [wp.addr.eq((s_tag.b * PM + s_tag.j) * BLOCK + s_tag.t), wp.data.eq(s.value),
                          wp.en.eq(s_valid & serves(s_tag.j, h, self.group, H)),
