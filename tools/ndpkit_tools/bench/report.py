@@ -74,12 +74,18 @@ STEMS = {"dma": "dma_efficiency", "copy": "device_copy", "adam": "adam", "attent
 def load_inputs(perf: Path, impl: Path) -> dict:
     """The benchmarks' JSON on the ideal memory, ``impl``, and under ``"on"`` the runs on
     the DRAM presets: ``{(input name, preset): data}``."""
-    from ndpkit_spec.dram import PRESETS
     inputs = {name: _load(perf / f"{stem}.json") for name, stem in STEMS.items()}
     inputs["impl"] = _load(impl)
-    inputs["on"] = {(name, preset): data for name, stem in STEMS.items() for preset in PRESETS
-                    if (data := _load(perf / f"{stem}-{preset}.json")) is not None}
+    inputs["on"] = preset_runs(perf)
     return inputs
+
+
+def preset_runs(folder: Path) -> dict:
+    """The benchmarks' runs on the DRAM presets in ``folder`` (``<stem>-<preset>.json``):
+    ``{(input name, preset): data}``."""
+    from ndpkit_spec.dram import PRESETS
+    return {(name, preset): data for name, stem in STEMS.items() for preset in PRESETS
+            if (data := _load(folder / f"{stem}-{preset}.json")) is not None}
 
 
 def _clocks(impl, engine: str, params: dict) -> dict:
@@ -1194,11 +1200,8 @@ def main(argv=None) -> int:
                     data = _load(args.graph_runs / (f"{step}.json" if memory is None else f"{step}-{memory}.json"))
                     if data is not None:
                         graph_runs[step, memory] = data
-        from ndpkit_spec.dram import PRESETS
-        kept = args.out / "presets"
-        presets = {(name, preset): data for name, stem in STEMS.items() for preset in PRESETS
-                   if (data := _load(kept / f"{stem}-{preset}.json")) is not None}
-        report = rerender(json.loads(args.from_json.read_text()), _load(args.impl), graph_runs, presets)
+        report = rerender(json.loads(args.from_json.read_text()), _load(args.impl), graph_runs,
+                          preset_runs(args.out / "presets"))
         args.out.mkdir(parents=True, exist_ok=True)
         images = model_plots(report, args.out)
     else:
