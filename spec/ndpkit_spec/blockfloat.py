@@ -1,7 +1,7 @@
 """Constants of the block-float sums (``ndpkit.arith.blockfloat`` is their golden model,
 ``ndpkit_hw.arith.blockfloat`` their gateware)."""
 
-__all__ = ["GUARD", "PARTIALS", "Q_BITS", "K_BITS", "DROP"]
+__all__ = ["GUARD", "PARTIALS", "Q_BITS", "K_BITS", "DROP", "V_BITS", "W_BITS", "GROW", "TOTAL_FRAC"]
 
 #: bits of the window below the largest term's least significant bit
 GUARD = 16
@@ -17,3 +17,14 @@ Q_BITS = 19
 K_BITS = 17
 #: low bits of each Q x K product dropped (floor) before the products are summed
 DROP = 12
+
+#: the value side's block-fixed operands: a V row's elements share its largest exponent
+#: in V_BITS bits (a DSP48E2's 18-bit port), a weight is aligned to its sum's exponent in
+#: W_BITS bits (its 27-bit port; 25, so 32 products of 42 bits sum within the DSP's 48)
+V_BITS = 17
+W_BITS = 25
+#: a weighted sum's exponent moves in steps of GROW (its lanes realign by a 4:1 select
+#: of whole nibbles, then 4:1 of 16-bit steps, instead of a full shifter)
+GROW = 4
+#: fraction bits of the weights' own sum (the softmax denominator; weights are <= 1)
+TOTAL_FRAC = 41

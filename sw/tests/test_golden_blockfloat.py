@@ -3,8 +3,8 @@
 Every operand decodes to the rational it encodes; a product is the exact product;
 a block-fixed row is each value's magnitude floored on its row's grid (a negative
 one's ones' complement), a block-fixed dot product
-the sum of the integer products' floors; an aligned sum is the sum of each term's
-floor on the window's grid; the rounding to
+the sum of the integer products' floors; a weighted sum the sum of its weights'
+floors times its rows' integers, floored when its exponent grows; the rounding to
 binary32 is the independent RNE encoder of test_golden_fp.
 """
 from fractions import Fraction
@@ -142,36 +142,99 @@ def test_fixed_dot_specials():
         [0x7FC00000, 0x7F800000, 0xFF800000]
 
 
+def _weights(rng, n):
+    """TF32 softmax numerators: values in (0, 1] over a wide range of exponents, some
+    exactly 1, some 0, some subnormal."""
+    x = np.exp2(-rng.uniform(0, 40, n)).astype(np.float32)
+    x = np.where(rng.random(n) < 0.1, 1.0, x)
+    x = np.where(rng.random(n) < 0.1, 0.0, x).astype(np.float32)
+    u = bf.to_tf32(x.view(np.uint32))
+    return np.where(rng.random(n) < 0.03, np.uint32(0x00012000), u).astype(np.uint32)   # a subnormal
+
+
 @pytest.mark.parametrize("fmt", [KvFormat.FP16, KvFormat.BF16])
-def test_accumulate_against_rationals(fmt):
-    """The running sum: the floor of the sum on the grid of its largest exponent so
-    far, each step in order (tokens in order), against a rational replay."""
-    rng = np.random.default_rng(3 + int(fmt))
-    lanes, steps = 40, 130
-    a, b = _patterns(rng, fmt, (steps, lanes)), _patterns(rng, fmt, (steps, lanes))
-    state = (np.zeros(lanes, np.int64), np.full(lanes, bf.EMPTY, np.int64), np.zeros(lanes, np.int64))
-    ref_S = [0] * lanes
-    ref_E = [None] * lanes
-    for s in range(steps):
-        term = bf.multiply(bf.decompose(a[s], fmt), bf.decompose(b[s], fmt))
-        state = bf.accumulate(state, term)
-        for i in range(lanes):
-            t, e = int(term[0][i]), int(term[1][i])
-            if t == 0:
+def test_weigh_against_rationals(fmt):
+    """A partial sum of 32 weighted rows (a block's partial): the sum's exponent G the
+    multiple of GROW at or above the largest term exponent so far (a larger one floors
+    the sum onto its grid), each weight floored on the grid of G less the row's
+    exponent, times the row's block-fixed values, added exactly; the weights' own sum
+    each weight's floor on 2**-TOTAL_FRAC.  Against a rational replay, with the
+    widths the hardware has (|w| < 2**W_BITS, |S| < 2**47) and the error bound."""
+    rng = np.random.default_rng(21 + int(fmt))
+    d, steps, heads = 48, 32, 6
+    sig = bf.SIG_BITS[fmt]
+    v = _patterns(rng, fmt, (steps, d))
+    v[::3] &= 0x3FFF if fmt == KvFormat.FP16 else 0x3FFF                   # smaller rows
+    p = _weights(rng, (steps, heads))
+    p[:, 0] = 0x3F800000                                                    # a head of weight 1 throughout
+    rows = bf.value_rows(v, fmt)
+    state = bf.weighted_empty((heads,), d)
+    total = (np.zeros(heads, np.int64), np.zeros(heads, np.int64))
+    G_ref = [None] * heads
+    R = [[Fraction(0)] * d for _ in range(heads)]
+    exact = [[Fraction(0)] * d for _ in range(heads)]
+    L_ref = [Fraction(0)] * heads
+    for t in range(steps):
+        pd = bf.decompose(p[t], bf.TF32)
+        state = bf.weigh(state, pd, (rows[0][t], rows[1][t], tuple(x[t] for x in rows[2])))
+        total = bf.weigh_total(total, pd)
+        tv, ev, _ = bf.decompose(v[t], fmt)
+        Ev = max(int(x) for x in ev)
+        unit_x = Ev - bf.V_BITS + sig
+        values = [_value(tv[i], ev[i]) for i in range(d)]
+        xs = [(_floor_on_grid(x, unit_x) if x >= 0 else ~_floor_on_grid(-x, unit_x)) * Fraction(2) ** unit_x
+              for x in values]
+        for h in range(heads):
+            weight = _value(pd[0][h], pd[1][h])
+            L_ref[h] += _floor_on_grid(weight, -bf.TOTAL_FRAC)
+            if weight == 0:
                 continue
-            if ref_E[i] is None or e > ref_E[i]:
-                if ref_E[i] is not None:
-                    ref_S[i] = _floor_on_grid(Fraction(ref_S[i]) * Fraction(2) ** (ref_E[i] - bf.GUARD),
-                                              e - bf.GUARD)
-                ref_E[i] = e
-            ref_S[i] += _floor_on_grid(_value(t, e), ref_E[i] - bf.GUARD)
-    S, E, special = state
-    out = bf.sum_fp32(state)
-    for i in range(lanes):
-        assert S[i] == ref_S[i] and (E[i] == bf.EMPTY) == (ref_E[i] is None)
-        if ref_E[i] is not None:
-            assert E[i] == ref_E[i]
-            assert int(out[i]) == encode(Fraction(ref_S[i]) * Fraction(2) ** (ref_E[i] - bf.GUARD), 8, 23)
+            T = int(pd[1][h]) + Ev
+            T_up = -((-T) // bf.GROW) * bf.GROW
+            if G_ref[h] is None or T_up > G_ref[h]:
+                if G_ref[h] is not None:
+                    unit = T_up + 11 + sig - bf.W_BITS - bf.V_BITS
+                    R[h] = [_floor_on_grid(x, unit) * Fraction(2) ** unit for x in R[h]]
+                G_ref[h] = T_up
+            w_unit = G_ref[h] - Ev - bf.W_BITS + 11
+            w = _floor_on_grid(weight, w_unit)
+            assert 0 <= w < 1 << bf.W_BITS
+            for i in range(d):
+                R[h][i] += w * Fraction(2) ** w_unit * xs[i]
+                exact[h][i] += weight * values[i]
+    S, E, special = bf.weighted_sum(state, fmt)
+    L, LE, _ = bf.total_sum(total)
+    assert (special == bf.FINITE).all()
+    for h in range(heads):
+        assert L[h] == L_ref[h] and LE[h] - bf.GUARD == -bf.TOTAL_FRAC
+        if G_ref[h] is None:
+            assert (S[h] == 0).all()
+            continue
+        assert state[1][h] == G_ref[h]
+        for i in range(d):
+            assert abs(int(S[h][i])) < 1 << 47
+            assert S[h][i] * Fraction(2) ** int(E[h][i] - bf.GUARD) == R[h][i]
+        # every error a floor of a grid at most 2**-20 of the largest |weight x row maximum|
+        top = max(abs(_value(*(x[0] for x in bf.decompose(p[t, h:h + 1], bf.TF32)[:2]))) *
+                  max(abs(_value(a, b)) for a, b in zip(*bf.decompose(v[t], fmt)[:2])) for t in range(steps))
+        if top:
+            assert max(abs(R[h][i] - exact[h][i]) for i in range(d)) <= top * steps * Fraction(2) ** -(bf.V_BITS - 2)
+
+
+def test_weigh_specials():
+    """inf x 0 and NaN weights make NaN; an infinite value with a live weight is that
+    infinity; a zero weight leaves the sum's exponent; the weights' sum takes a NaN."""
+    fmt = KvFormat.FP16
+    v = np.array([[0x3C00, 0x7C00, 0xFC00, 0x7E00]], np.uint16)       # 1, +inf, -inf, NaN
+    rows = bf.value_rows(v, fmt)
+    row = (rows[0][0], rows[1][0], tuple(x[0] for x in rows[2]))
+    p = bf.decompose(np.array([0x3F800000, 0, 0x7FC00000], np.uint32), bf.TF32)
+    S, G, special = bf.weigh(bf.weighted_empty((3,), 4), p, row)
+    assert special.tolist() == [[bf.FINITE, bf.POS_INF, bf.NEG_INF, bf.NAN], [bf.FINITE, bf.NAN, bf.NAN, bf.NAN],
+                                [bf.NAN] * 4]
+    assert G[1] == bf.EMPTY and G[2] == bf.EMPTY and G[0] != bf.EMPTY
+    L, lspecial = bf.weigh_total((np.zeros(3, np.int64), np.zeros(3, np.int64)), p)
+    assert L.tolist() == [1 << bf.TOTAL_FRAC, 0, 0] and lspecial.tolist() == [bf.FINITE, bf.FINITE, bf.NAN]
 
 
 @settings(max_examples=400, deadline=None)
@@ -195,11 +258,13 @@ def test_merge_against_rationals(fmt):
     lanes = 200
     states = []
     for _ in range(2):
-        state = bf.empty(lanes)
+        state = bf.weighted_empty((lanes,), 8)
         for _ in range(int(rng.integers(0, 6))):
-            state = bf.accumulate(state, bf.multiply(bf.decompose(_patterns(rng, fmt, lanes), fmt),
-                                                     bf.decompose(_patterns(rng, fmt, lanes), fmt)))
-        states.append(state)
+            v = _patterns(rng, fmt, 8)
+            rows = bf.value_rows(v, fmt)
+            state = bf.weigh(state, bf.decompose(_weights(rng, lanes), bf.TF32), rows)
+        S, E, special = bf.weighted_sum(state, fmt)
+        states.append((S[:, 0], E[:, 0], special[:, 0]))
     S, E, special = bf.merge(*states)
     for i in range(lanes):
         (Sa, Ea, _), (Sb, Eb, _) = ((int(x[0][i]), int(x[1][i]), None) for x in states)

@@ -35,6 +35,44 @@ def _tf32(nprng, shape):
     return (b << 16) | np.where(special, 0, nprng.integers(0, 8, shape) << 13).astype(np.uint32)
 
 
+def _weights(nprng, shape):
+    """TF32 softmax numerators as binary32 patterns: values in [0, 1] over a wide range
+    of exponents (subnormals included), some exactly 1, some 0, rare NaNs."""
+    x = np.exp2(-nprng.uniform(0, 150, shape) * (nprng.random(shape) < 0.3) - nprng.uniform(0, 12, shape))
+    u = bf.to_tf32(x.astype(np.float32).view(np.uint32))
+    r = nprng.random(shape)
+    u = np.where(r < 0.1, 0x3F800000, np.where(r > 0.93, 0, u))
+    return np.where(r > 0.995, 0x7FC00000, u).astype(np.uint32)
+
+
+def v_lanes(v, fmt):
+    """A V row's :data:`~ndpkit_hw.arith.blockfloat.VLane` elements and its exponent,
+    as the value side's aligner gives them (the golden model's ``value_rows``)."""
+    X, E, (t, _, special) = bf.value_rows(v, fmt)
+    return [{"x": int(x), "sign": int(h) >> 15, "zero": int(sp == bf.FINITE and tt == 0),
+             "inf": int(sp in (bf.POS_INF, bf.NEG_INF)), "nan": int(sp == bf.NAN)}
+            for x, h, sp, tt in zip(X, v, special, t)], int(E)
+
+
+def sum_states(state, fmt, total):
+    """A golden weighted sum (``weigh``) and weights' sum (``weigh_total``) as a slot's
+    flushed SumState fields: the columns', then the weights' sum."""
+    from ndpkit_hw.arith.blockfloat import NO_TERM
+    S, E, special = bf.weighted_sum(state, fmt)
+    L, LE, lspecial = bf.total_sum(total)
+    return [{"sum": int(s), "exp": int(e) if e != bf.EMPTY else NO_TERM,
+             "pos_inf": int(sp == bf.POS_INF), "neg_inf": int(sp == bf.NEG_INF), "nan": int(sp == bf.NAN)}
+            for s, e, sp in zip([*S, L], [*E, LE], [*special, lspecial])]
+
+
+def state_fields(state):
+    """A SumState's fields, its flags as the one state they stand for (NaN over an
+    infinity, both infinities NaN)."""
+    nan = state.nan or (state.pos_inf and state.neg_inf)
+    return {"sum": state.sum, "exp": state.exp, "pos_inf": int(state.pos_inf and not nan),
+            "neg_inf": int(state.neg_inf and not nan), "nan": int(nan)}
+
+
 def q_lanes(q, fmt):
     """A q row's :data:`~ndpkit_hw.arith.blockfloat.QLane` elements and its exponent,
     as the q loader writes them (the golden model's ``block_fixed``)."""
@@ -96,26 +134,36 @@ def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
 
 
 @pytest.mark.parametrize("fmt, split_banks", [(KvFormat.FP16, False), (KvFormat.BF16, True)])
-def test_running_sums_match_accumulate(rng, fmt, split_banks):
-    """TF32 weights times fp16/bf16 values.  Two banks of slots, tokens in blocks: each slot's sum starts fresh at its block's
-    first token, a slot is revisited every ``slots_used`` beats, and after each block
-    the other bank keeps running while this one is flushed and compared."""
-    from ndpkit_hw.arith.blockfloat import REVISIT, RunningSums
+def test_weighted_sums_match_weigh(rng, fmt, split_banks):
+    """Weights in [0, 1] times V rows' block-fixed elements (each beat's row twice the
+    lanes wide: its exponent is the whole row's).  Two banks of slots, tokens in blocks:
+    each slot's sum starts fresh at its block's first token, a slot is revisited every
+    ``slots_used`` beats, the weights' sum is taken on one slot of each token's beats,
+    and after each block the other bank keeps running while this one is flushed and
+    compared with ``weigh`` / ``weigh_total``."""
+    from ndpkit_hw.arith.blockfloat import REVISIT, WeightedSums
     nprng = np.random.default_rng(rng.randrange(1 << 30))
-    lanes, slots_used, blocks, tokens = 4, REVISIT, 4, 5
-    dut = RunningSums(lanes=lanes, slots=16, split_banks=split_banks)   # UltraRAM's memory shape, block RAM's
-    # per block: tokens x slots beats of (p, v)
-    data_ = [(_tf32(nprng, (tokens, slots_used)), _operands(nprng, fmt, (tokens, slots_used, lanes)))
+    lanes, slots_used, blocks, tokens = 4, REVISIT, 4, 32
+    dut = WeightedSums(lanes=lanes, slots=16, split_banks=split_banks)   # UltraRAM's memory shape, block RAM's
+    # per block: tokens x slots beats of (p, V row); slot 0's beats also take the weights' sum
+    data_ = [(_weights(nprng, (tokens, slots_used)), _operands(nprng, fmt, (tokens, slots_used, 2 * lanes)))
              for _ in range(blocks)]
+    inf = 0x7C00 if fmt == KvFormat.FP16 else 0x7F80
+    for _, v in data_[1:]:                 # infinities in one lane (against zero weights: NaN)
+        v[..., 1] = np.where(nprng.random(v.shape[:-1]) < 0.2, inf | (v[..., 1] & 0x8000), v[..., 1])
     want = []
     for p, v in data_:
         states = []
         for s in range(slots_used):
-            st = bf.empty(lanes)
+            st = bf.weighted_empty((), 2 * lanes)
+            total = (np.int64(0), np.int64(0))
             for t in range(tokens):
-                st = bf.accumulate(st, bf.multiply(bf.decompose(np.full(lanes, p[t, s], np.uint32), bf.TF32),
-                                                   bf.decompose(v[t, s], fmt)))
-            states.append(st)
+                pd = bf.decompose(p[t, s], bf.TF32)
+                st = bf.weigh(st, pd, bf.value_rows(v[t, s], fmt))
+                if s == 0:
+                    total = bf.weigh_total(total, pd)
+            S, G, special = st
+            states.append(sum_states((S[:lanes], G, special[:lanes]), fmt, total))
         want.append(states)
     got = {}
 
@@ -131,8 +179,10 @@ def test_running_sums_match_accumulate(rng, fmt, split_banks):
                 ctx.set(dut.i.valid, on)
                 if on:
                     t, s = beats[i]
-                    ctx.set(dut.i.payload, {"p": int(p[t, s]) >> 13, "v": [int(x) for x in v[t, s]], "slot": s,
-                                            "bank": blk % 2, "fresh": int(t == 0)})
+                    x, v_exp = v_lanes(v[t, s], fmt)
+                    ctx.set(dut.i.payload, {"p": int(p[t, s]) >> 13, "x": x[:lanes], "v_exp": v_exp,
+                                            "total": int(s == 0), "slot": s, "bank": blk % 2,
+                                            "fresh": int(t == 0)})
                 fl = bool(flushes) and rng.random() < 0.5
                 ctx.set(dut.flush.valid, fl)
                 if fl:
@@ -155,12 +205,5 @@ def test_running_sums_match_accumulate(rng, fmt, split_banks):
     run_to_end(dut, bench)
     assert len(got["order"]) == blocks * slots_used
     for (blk, s), lanes_state in zip(got["flushed"], got["order"]):
-        S, E, special = want[blk][s]
-        for lane in range(lanes):
-            st = lanes_state[lane]
-            state = bf.NAN if st.nan or (st.pos_inf and st.neg_inf) else bf.POS_INF if st.pos_inf else \
-                bf.NEG_INF if st.neg_inf else bf.FINITE
-            assert state == special[lane], (blk, s, lane)
-            if state != bf.FINITE:
-                continue
-            assert (st.sum, st.exp if E[lane] != bf.EMPTY else bf.EMPTY) == (S[lane], E[lane]), (blk, s, lane)
+        assert [state_fields(x) for x in lanes_state] == want[blk][s], (blk, s)
+

@@ -11,9 +11,10 @@
 - :class:`FixedDot` — a unit's dot products: ``lanes`` products of q and K integers a
   beat (one DSP48E2 a lane, 27 x 18 bits), their low bits dropped, summed by a tree,
   the row's beats by an accumulator, rounded once to binary32.
-- :class:`RunningSums` — the value side's sums: per lane, running sums in a memory
-  (one state a slot), each beat's ``p · v`` products added to its slot's state; a
-  flush port reads states out (for merging and rounding).
+- :class:`WeightedSums` — the value side's sums: per slot (in a memory) the columns'
+  sums sharing one exponent and the weights' sum; each beat's aligned weight times
+  its block-fixed V integers added to its slot's sums (one DSP48E2 a lane); a flush
+  port reads states out (for merging and rounding).
 - :func:`sum_to_fp32` — the rounding: the shared normalise/round path of the FP units.
 """
 from __future__ import annotations
@@ -23,25 +24,25 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ndpkit_spec.blockfloat import DROP, GUARD, K_BITS, Q_BITS
+from ndpkit_spec.blockfloat import DROP, GROW, GUARD, K_BITS, PARTIALS, Q_BITS, TOTAL_FRAC, V_BITS, W_BITS
 from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multiplier_shape, normalize_into_range, \
     round_bits, round_pack, select_result, staged_product
 
 __all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "KeyAlign",
-           "FixedDot", "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "field_exponent", "row_maximum", "to_block_fixed", "BLOCK_FIXED_LATENCY", "RunningSums", "SumState",
-           "TERM_BITS", "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
+           "FixedDot", "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "largest_field", "field_exponent", "row_maximum", "to_block_fixed", "BLOCK_FIXED_LATENCY", "WeightedSums", "weighted_layout", "VLane", "LaneSum", "SumState",
+           "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
            "MERGE_LATENCY", "merge_states"]
 
 #: a product's significand: 11 x 11 bits (bf16: 8 x 8, zero-extended)
 SIG_BITS = 11
-#: an aligned term: the signed product (23 bits) shifted up by GUARD
-TERM_BITS = 2 * SIG_BITS + 1 + GUARD
 #: product exponents: bf16's range is -266 .. 240
 EXP_SHAPE = signed(11)
 #: the exponent of "no nonzero term" (below every product's)
 NO_TERM = -(1 << 10)
-#: a running sum: at most 128 / PARTIALS terms of TERM_BITS (the floors only shrink it)
-SUM_BITS = TERM_BITS + 6
+#: a weighted sum: 128 / PARTIALS products of an aligned weight (< 2**W_BITS) and a V
+#: integer (|x| <= 2**V_BITS), in a DSP48E2's 48-bit accumulator (the floors only shrink it)
+SUM_BITS = 48
+assert (128 // PARTIALS) << (W_BITS + V_BITS) <= 1 << (SUM_BITS - 1)
 #: a running sum's state, as stored and as flushed
 SumState = data.StructLayout({"sum": signed(SUM_BITS), "exp": EXP_SHAPE, "pos_inf": 1, "neg_inf": 1, "nan": 1})
 #: beats between two updates of one slot, at least (the read-modify-write's length)
@@ -201,6 +202,31 @@ def row_field(m: Module, d: Decomposed, name: str):
     return field
 
 
+def largest_field(m: Module, pipe: Pipeline, elements, bf16, carry=()):
+    """The largest :func:`row_field` of ``elements`` (16-bit patterns): the fields
+    registered, then a tree of comparisons, registered every two levels.  Returns (the
+    field, carried values); ``pipe.depth`` says how many stages it took."""
+    name = pipe.name
+    fields = [row_field(m, decompose(m, h, bf16, f"{name}_e{i}"), f"{name}_{i}") for i, h in enumerate(elements)]
+    n = len(fields)
+    staged = pipe.stage(*fields, *carry)
+    staged = staged if isinstance(staged, list) else [staged]
+    fields, carry = staged[:n], staged[n:]
+    level = 0
+    while len(fields) > 1:
+        nxt = []
+        for j in range(0, len(fields), 2):
+            s = Signal(8, name=f"{name}_max{level}_{j}")
+            m.d.comb += s.eq(Mux(fields[j] > fields[j + 1], fields[j], fields[j + 1]))
+            nxt.append(s)
+        fields, level = nxt, level + 1
+        if level % 2 == 0 or len(fields) == 1:
+            staged = pipe.stage(*fields, *carry)
+            staged = staged if isinstance(staged, list) else [staged]
+            fields, carry = staged[:len(fields)], staged[len(fields):]
+    return fields[0], list(carry)
+
+
 def q_lane(m: Module, fixed) -> Signal:
     """A :func:`to_block_fixed` element (:data:`Q_BITS`) as its :data:`QLane`."""
     lane = Signal(QLane, name="q_lane")
@@ -284,25 +310,11 @@ class KeyAlign(wiring.Component):
 
         # ---- pass 1: the row's largest exponent --------------------------------------------
         p1 = Pipeline(m, take, "pass1")
-        exps = [row_field(m, decompose(m, self.i.payload.k[lane], self.bf16, f"p1k{lane}"), f"p1_{lane}")
-                for lane in range(C)]
-        staged = p1.stage(*exps, self.i.payload.last)
-        exps, last = staged[:C], staged[C]
-        level = 0
-        while len(exps) > 1:
-            nxt = []
-            for j in range(0, len(exps), 2):
-                s = Signal(8, name=f"p1_max{level}_{j}")
-                m.d.comb += s.eq(Mux(exps[j] > exps[j + 1], exps[j], exps[j + 1]))
-                nxt.append(s)
-            exps, level = nxt, level + 1
-            if level % 2 == 0 or len(exps) == 1:
-                staged = p1.stage(*exps, last)
-                exps, last = staged[:len(exps)], staged[len(exps)]
+        largest, (last,) = largest_field(m, p1, list(self.i.payload.k), self.bf16, carry=(self.i.payload.last,))
         first = Signal(init=1)
         with m.If(p1.valid):
             m.d.sync += first.eq(last)
-        new_max = row_maximum(m, exps[0], first, p1.valid, "p1_row")
+        new_max = row_maximum(m, largest, first, p1.valid, "p1_row")
         m.d.comb += [rows.w_en.eq(p1.valid & last), rows.w_data.eq(new_max)]
 
         # ---- pass 2: every element as its row's integer -------------------------------------
@@ -428,20 +440,59 @@ class FixedDot(wiring.Component):
         return m
 
 
-#: cycles from a :class:`RunningSums` flush to its state
+#: cycles from a :class:`WeightedSums` flush to its state
 FLUSH_LATENCY = 2
 
 
-class RunningSums(wiring.Component):
-    """Running sums like :func:`ndpkit.arith.blockfloat.accumulate`, ``lanes`` a beat.
+#: a V element as the value side takes it (:data:`V_BITS`)
+VLane = _fixed_lane(V_BITS)
+#: a weighted sum's column as a :class:`WeightedSums` slot keeps it
+LaneSum = data.StructLayout({"sum": signed(SUM_BITS), "pos_inf": 1, "neg_inf": 1, "nan": 1})
+#: the sum exponent of a slot with no term yet (a multiple of GROW below every term's)
+NO_WEIGHT = NO_TERM
 
-    ``i`` (valid only): a weight ``p`` (TF32, 19 bits), ``lanes`` values ``v``, and
-    the ``slot`` and ``bank`` whose states take ``p * v[lane]``; ``fresh``: the slot
-    starts empty (its old state is ignored).  The caller updates a slot at most once
-    every :data:`REVISIT` beats (a read-modify-write through the multiplier and the
-    aligner).  ``flush`` (valid only) reads a slot of a bank the beats are not
-    updating; ``state`` gives its lanes' states two cycles later.  ``bf16`` (held):
-    the operands' format.
+
+def weighted_layout(lanes: int):
+    """A :class:`WeightedSums` slot: its columns' sums, the weights' sum and the
+    exponent the columns share."""
+    return data.StructLayout({"lanes": data.ArrayLayout(LaneSum, lanes), "total": LaneSum, "exp": EXP_SHAPE})
+
+
+def _step_down(m: Module, value, steps, sign, name: str):
+    """``value >> (GROW * steps)`` (arithmetic; ``steps`` 0 .. 12, 12 leaving ``sign``
+    in every bit): two 4:1 selects a bit (4-bit, then 16-bit steps)."""
+    width = len(value)
+    fine = Signal(signed(width), name=f"{name}_fine")
+    out = Signal(signed(width), name=f"{name}_down")
+    with m.Switch(steps[:2]):
+        for k in range(4):
+            with m.Case(k):
+                m.d.comb += fine.eq(value.as_signed() >> (GROW * k))
+    with m.Switch(steps[2:]):
+        for k in range(3):
+            with m.Case(k):
+                m.d.comb += out.eq(fine >> (4 * GROW * k))
+        with m.Default():
+            m.d.comb += out.eq(sign.replicate(width))
+    return out
+
+
+class WeightedSums(wiring.Component):
+    """Weighted sums like :func:`ndpkit.arith.blockfloat.weigh` and
+    :func:`~ndpkit.arith.blockfloat.weigh_total`, ``lanes`` columns a beat.
+
+    ``i`` (valid only): a weight ``p`` (TF32, 19 bits, at most 1), the ``lanes`` block-
+    fixed elements ``x`` of a V row (:data:`VLane`) and the row's exponent ``v_exp``;
+    ``total``: the beat also adds ``p`` to the slot's weights' sum (once a row); the
+    ``slot`` and ``bank`` it updates; ``fresh``: the slot starts empty (its old state is
+    ignored).  A slot keeps its columns' sums, the exponent they share and the weights'
+    sum (:func:`weighted_layout`).  Each lane is one 27 x 18 multiplier whose product
+    is added to its column's sum, realigned by a step select when the exponent grows:
+    the per-unit work (the exponent, the weight's alignment) is done once for the
+    lanes.  The caller updates a slot at most once every :data:`REVISIT` beats (a
+    read-modify-write).  ``flush`` (valid only) reads a slot of a bank the beats are not
+    updating; ``state`` gives it two cycles later as ``lanes + 1`` SumState values
+    (the columns' and, last, the weights' sum).  ``bf16`` (held): the values' format.
     """
 
     def __init__(self, *, lanes: int = 16, slots: int = 512, split_banks: bool | None = None):
@@ -451,96 +502,177 @@ class RunningSums(wiring.Component):
         #: a memory per bank (block RAM targets) or one with two read ports (UltraRAM);
         #: None: by the platform (:func:`~ndpkit_hw.arith.fp_common.large_memory_attrs`)
         self.split_banks = split_banks
-        beat = data.StructLayout({"p": 19, "v": data.ArrayLayout(16, lanes), "slot": range(slots), "bank": 1,
-                                  "fresh": 1})
+        beat = data.StructLayout({"p": 19, "x": data.ArrayLayout(VLane, lanes), "v_exp": EXP_SHAPE, "total": 1,
+                                  "slot": range(slots), "bank": 1, "fresh": 1})
         where = data.StructLayout({"slot": range(slots), "bank": 1})
         super().__init__({
             "i": In(stream.Signature(beat, always_ready=True)),
             "flush": In(stream.Signature(where, always_ready=True)),
-            "state": Out(stream.Signature(data.ArrayLayout(SumState, lanes), always_ready=True)),
+            "state": Out(stream.Signature(data.ArrayLayout(SumState, lanes + 1), always_ready=True)),
             "bf16": In(1),
         })
 
-    def elaborate(self, platform):
-        m = Module()
-        C = self.lanes
-        width = SumState.size
-        beat, flush = self.i.payload, self.flush.payload
+    def _states(self, m: Module, platform, update_at, write_at, write, flush_at, flush_valid):
+        """The slots' memory: (the updated slot's old state a cycle after ``update_at``,
+        the flushed one a cycle after ``flush_at``, the write ports as (port, enable))."""
+        width = weighted_layout(self.lanes).size
         slot_bits = (self.slots - 1).bit_length()
-        update_at = Cat(beat.slot[:slot_bits], beat.bank)
-        flush_at = Cat(flush.slot[:slot_bits], flush.bank)
-        # the update's old state arrives with stage 1, a flushed state with the flush's stage 1
-        tags = Pipeline(m, self.i.valid, "sums_tags")
-        where, fresh = tags.stage(update_at, beat.fresh)
-        flush_pipe = Pipeline(m, self.flush.valid, "flush")
-        flush_bank = flush_pipe.stage(flush.bank)
         uram = large_memory_attrs(platform)
         split = not uram if self.split_banks is None else self.split_banks
         if not split:
             # UltraScale+: one memory in UltraRAM, the bank its top address bit, a read port for
-            # the updates and one for the flushes (two copies of 72 x 4096 URAMs: the depth is
-            # there anyway, and no select sits between the memory and the lanes)
-            mem = Memory(shape=width * C, depth=2 * self.slots, init=[], attrs=uram)
+            # the updates and one for the flushes
+            mem = Memory(shape=width, depth=2 * self.slots, init=[], attrs=uram)
             m.submodules.states = mem
             update_rp, flush_rp, wp = mem.read_port(), mem.read_port(), mem.write_port()
-            m.d.comb += [update_rp.addr.eq(update_at), flush_rp.addr.eq(flush_at)]
-            old_all, flushed = update_rp.data, flush_rp.data
-            writes = [(wp, Const(1))]
-        else:
-            # block RAM (ECP5): a memory per bank with one read port, which serves the flush
-            # when it names that bank and the updates otherwise (the updates read the bank they
-            # update, the flushes the other one: the caller's contract): half the block RAMs
-            # of two read ports, for a select of the states
-            ports = []
-            for b in range(2):
-                mem = Memory(shape=width * C, depth=self.slots, init=[])
-                m.submodules[f"states{b}"] = mem
-                rp, wp = mem.read_port(), mem.write_port()
-                m.d.comb += rp.addr.eq(Mux(self.flush.valid & (flush.bank == b), flush.slot[:slot_bits],
-                                           beat.slot[:slot_bits]))
-                ports.append((rp, wp))
-            old_all = Mux(where[slot_bits], ports[1][0].data, ports[0][0].data)
-            flushed = Mux(flush_bank, ports[1][0].data, ports[0][0].data)
-            writes = [(wp, where[slot_bits] == b) for b, (_, wp) in enumerate(ports)]
+            m.d.comb += [update_rp.addr.eq(update_at), flush_rp.addr.eq(flush_at), wp.addr.eq(write_at),
+                         wp.data.eq(write.data), wp.en.eq(write.en)]
+            return update_rp.data, flush_rp.data
+        # block RAM (ECP5): a memory per bank with one read port, which serves the flush
+        # when it names that bank and the updates otherwise (the updates read the bank they
+        # update, the flushes the other one: the caller's contract)
+        flush_bank, update_bank = Signal(), Signal()
+        m.d.sync += [flush_bank.eq(flush_at[slot_bits]), update_bank.eq(update_at[slot_bits])]
+        reads = []
+        for b in range(2):
+            mem = Memory(shape=width, depth=self.slots, init=[])
+            m.submodules[f"states{b}"] = mem
+            rp, wp = mem.read_port(), mem.write_port()
+            m.d.comb += [rp.addr.eq(Mux(flush_valid & (flush_at[slot_bits] == b), flush_at[:slot_bits],
+                                        update_at[:slot_bits])),
+                         wp.addr.eq(write_at[:slot_bits]), wp.data.eq(write.data),
+                         wp.en.eq(write.en & (write_at[slot_bits] == b))]
+            reads.append(rp.data)
+        return Mux(update_bank, reads[1], reads[0]), Mux(flush_bank, reads[1], reads[0])
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.lanes
+        Slot = weighted_layout(C)
+        beat, flush = self.i.payload, self.flush.payload
+        slot_bits = (self.slots - 1).bit_length()
+        update_at = Signal(slot_bits + 1)
+        m.d.comb += update_at.eq(Cat(beat.slot[:slot_bits], beat.bank))
+        flush_at = Signal(slot_bits + 1)
+        m.d.comb += flush_at.eq(Cat(flush.slot[:slot_bits], flush.bank))
+        write_at = Signal(slot_bits + 1)
+        write = Signal(data.StructLayout({"data": Slot, "en": 1}))
+        old_raw, flushed_raw = self._states(m, platform, update_at, write_at, write, flush_at, self.flush.valid)
+        old = data.View(Slot, old_raw)
+
+        # ---- stage 0: the weight's fields and the term's exponent (once for the lanes) ----
+        pipe = Pipeline(m, self.i.valid, "weigh")
+        p = decompose_tf32(m, beat.p, "weight")
+        live = ~p.zero & ~p.inf & ~p.nan
+        term_exp = Signal(EXP_SHAPE)                  # the weight's last place plus the row's
+        term_up = Signal(EXP_SHAPE)                   # ... up to a multiple of GROW
+        m.d.comb += [term_exp.eq(p.exp + beat.v_exp), term_up.eq((term_exp + (GROW - 1)) & ~(GROW - 1))]
+        total_up = Signal(signed(10))                 # the weight's fixed-point shift
+        m.d.comb += total_up.eq(p.exp + TOTAL_FRAC)
+        p_flags = Cat(p.zero, p.inf, p.nan)
+        staged = pipe.stage(update_at, beat.fresh, beat.total, live, p.sig, term_exp, term_up, total_up, p_flags,
+                            beat.x)
+        where, fresh, total, live, sig, term_exp, term_up, total_up, p_flags, x = staged
+        x = data.View(data.ArrayLayout(VLane, C), x)
+        p_zero, p_inf, p_nan = p_flags
+
+        # ---- stage 1: the old state; the new exponent, the realignment, the weight's shift ----
+        base_exp = Signal(EXP_SHAPE)
+        m.d.comb += base_exp.eq(Mux(fresh, NO_WEIGHT, old.exp))
+        grow = live & (term_up > base_exp)
+        new_exp = Signal(EXP_SHAPE)
+        m.d.comb += new_exp.eq(Mux(grow, term_up, base_exp))
+        rise = Signal(signed(EXP_SHAPE.width + 1))
+        m.d.comb += rise.eq(new_exp - base_exp)
+        steps = Signal(4)                             # the sums' shift in GROW steps (12: all gone)
+        m.d.comb += steps.eq(Mux(fresh | (rise >= SUM_BITS), SUM_BITS // GROW, rise[2:6]))
+        distance = Signal(signed(EXP_SHAPE.width + 1))
+        m.d.comb += distance.eq(new_exp - term_exp)
+        align = Signal(range(W_BITS + 1))            # the weight's shift (W_BITS: all gone)
+        m.d.comb += align.eq(Mux(~live | (distance >= W_BITS), W_BITS, distance))
+        # the lanes' sums with their signs (0 for a fresh slot, which the 12-step select gives)
+        signs = Cat(*[old.lanes[i].sum[-1] & ~fresh for i in range(C)])
+        base_flags = Signal(3 * (C + 1))
+        m.d.comb += base_flags.eq(Mux(fresh, 0, Cat(*[Cat(s.pos_inf, s.neg_inf, s.nan)
+                                                       for s in [*old.lanes, old.total]])))
+        base_total = Signal(signed(SUM_BITS))
+        m.d.comb += base_total.eq(Mux(fresh, 0, old.total.sum))
+        sums = Cat(*[old.lanes[i].sum for i in range(C)])
+        staged = pipe.stage(where, total, live, sig, align, steps, new_exp, total_up, p_flags, x, sums, signs,
+                            base_flags, base_total)
+        where, total, live, sig, align, steps, new_exp, total_up, p_flags, x, sums, signs, base_flags, base_total = \
+            staged
+        x = data.View(data.ArrayLayout(VLane, C), x)
+        p_zero, p_inf, p_nan = p_flags
+
+        # ---- stage 2: the aligned weight, each lane's realigned sum, the weights' sum ----
+        weight = Signal(W_BITS)
+        m.d.comb += weight.eq(Cat(Const(0, W_BITS - SIG_BITS), sig) >> align)
+        down = [_step_down(m, sums.word_select(i, SUM_BITS), steps, signs[i], f"lane{i}") for i in range(C)]
+        term = Signal(SUM_BITS)                       # floor(p * 2**TOTAL_FRAC) (p <= 1: < 2**42)
+        m.d.comb += term.eq(Mux(live & total, Mux(total_up >= 0, sig << total_up.as_unsigned()[:6],
+                                                  sig >> (-total_up).as_unsigned()), 0))
+        new_total = Signal(signed(SUM_BITS))
+        m.d.comb += new_total.eq(base_total + term)
+        # the products' specials: the weight's against each element (p is never negative)
+        flags = []
+        for i in range(C):
+            v = x[i]
+            nan = p_nan | v.nan | (p_inf & v.zero) | (p_zero & v.inf)
+            inf = (p_inf | v.inf) & ~nan
+            flags.append(Cat(inf & ~v.sign, inf & v.sign, nan))
+        total_flags = Mux(total, Cat(p_inf & ~p_nan, 0, p_nan), 0)
+        new_flags = Signal(3 * (C + 1))
+        m.d.comb += new_flags.eq(base_flags | Cat(*flags, total_flags))
+        xs = Cat(*[x[i].x for i in range(C)])
+        staged = pipe.stage(where, weight, xs, Cat(*down), new_exp, new_total, new_flags)
+        where, weight, xs, down, new_exp, new_total, new_flags = staged
+        # ---- stages 3, 4: the DSP's product (M register), then the sum (P register) ----
+        products = []
+        for i in range(C):
+            product = Signal(signed(W_BITS + V_BITS + 2), name=f"lane{i}_product")
+            m.d.comb += product.eq(Cat(weight, 0).as_signed() * xs.word_select(i, V_BITS + 1).as_signed())
+            products.append(product)
+        staged = pipe.stage(where, *products, down, new_exp, new_total, new_flags)
+        where, products, (down, new_exp, new_total, new_flags) = staged[0], staged[1:C + 1], staged[C + 1:]
         results = []
-        a = decompose_tf32(m, beat.p, "sums_p")              # the beat's weight, one for every lane
-        for lane in range(C):
-            pipe = Pipeline(m, self.i.valid, f"sums_lane{lane}", multiplier_shape(platform))
-            b = decompose(m, beat.v[lane], self.bf16, f"sums_v{lane}")
-            exp, sign, live, pos_inf, neg_inf, nan = product_of(m, a, b, f"sums_{lane}")
-            sa, sb, exp, sign, live, flags = pipe.stage(a.sig, b.sig, exp, sign, live, Cat(pos_inf, neg_inf, nan))
-            # stage 1: the old state (read), the product's partial (the DSP's register)
-            old = data.View(SumState, old_all.word_select(lane, width))
-            base_sum = Signal(signed(SUM_BITS), name=f"sums_base{lane}")
-            base_exp = Signal(EXP_SHAPE, name=f"sums_base_exp{lane}")
-            base_flags = Signal(3, name=f"sums_base_flags{lane}")
-            m.d.comb += [base_sum.eq(Mux(fresh, 0, old.sum)), base_exp.eq(Mux(fresh, NO_TERM, old.exp)),
-                         base_flags.eq(Mux(fresh, 0, Cat(old.pos_inf, old.neg_inf, old.nan)))]
-            product, (exp, sign, live, flags, base_sum, base_exp, base_flags) = staged_product(
-                m, pipe, sa, sb, carry=(exp, sign, live, flags, base_sum, base_exp, base_flags))
-            # stages 2-4: the signed term added to the old state
-            term = Signal(signed(SUM_BITS), name=f"sums_term{lane}")
-            m.d.comb += term.eq(Mux(live, Mux(sign, -product, product), 0) << GUARD)
-            term_exp = Signal(EXP_SHAPE, name=f"sums_term_exp{lane}")
-            m.d.comb += term_exp.eq(Mux(live, exp, NO_TERM))     # a zero term never moves the sum
-            new, _ = _align_add(m, pipe, SumState, (base_sum, base_exp, base_flags), (term, term_exp, flags))
-            results.append(new)
-            valid = pipe.valid
-        for _ in range(tags.depth, 5):
-            where = tags.stage(where)
-        for wp, this_bank in writes:
-            addr = where if len(wp.addr) > slot_bits else where[:slot_bits]
-            m.d.comb += [wp.addr.eq(addr), wp.data.eq(Cat(*[r.as_value() for r in results])),
-                         wp.en.eq(valid & this_bank)]
-        # the flush: the read port's data a cycle later, registered once more
-        out = flush_pipe.stage(flushed)
+        for i in range(C):
+            result = Signal(signed(SUM_BITS), name=f"lane{i}_sum")
+            m.d.comb += result.eq(down.word_select(i, SUM_BITS).as_signed() + products[i])
+            results.append(result)
+        staged = pipe.stage(where, *results, new_exp, new_total, new_flags)
+        where, results, (new_exp, new_total, new_flags) = staged[0], staged[1:C + 1], staged[C + 1:]
+        # ---- stage 5: the write ----
+        assert pipe.depth == REVISIT - 1
+        new = Signal(Slot)
+        m.d.comb += [new.exp.eq(new_exp), new.total.sum.eq(new_total),
+                     Cat(new.total.pos_inf, new.total.neg_inf, new.total.nan).eq(new_flags[3 * C:])]
+        for i in range(C):
+            m.d.comb += [new.lanes[i].sum.eq(results[i]),
+                         Cat(new.lanes[i].pos_inf, new.lanes[i].neg_inf, new.lanes[i].nan).eq(
+                             new_flags[3 * i:3 * i + 3])]
+        m.d.comb += [write_at.eq(where), write.data.eq(new), write.en.eq(pipe.valid)]
+
+        # ---- the flush: the read port's data a cycle later, as SumStates, registered ----
+        flush_pipe = Pipeline(m, self.flush.valid, "flush")
+        flush_pipe.stage()
+        flushed = data.View(Slot, flushed_raw)
+        exp = Signal(EXP_SHAPE)
+        # the product of an aligned weight and an integer weighs 2**(exp + 11 + SIG - W_BITS - V_BITS)
+        offset = SIG_BITS + GUARD - W_BITS - V_BITS
+        m.d.comb += exp.eq(Mux(flushed.exp == NO_WEIGHT, NO_TERM, flushed.exp + Mux(self.bf16, offset + 8, offset + SIG_BITS)))
+        out = Signal(data.ArrayLayout(SumState, C + 1))
+        for i, s in enumerate([*flushed.lanes, flushed.total]):
+            m.d.comb += [out[i].sum.eq(s.sum), out[i].exp.eq(exp if i < C else GUARD - TOTAL_FRAC),
+                         out[i].pos_inf.eq(s.pos_inf), out[i].neg_inf.eq(s.neg_inf), out[i].nan.eq(s.nan)]
+        out = flush_pipe.stage(out)
         assert flush_pipe.depth == FLUSH_LATENCY
         m.d.comb += [self.state.valid.eq(flush_pipe.valid), self.state.payload.eq(out)]
         return m
 
 
-#: a merged sum: four partials of at most 32 terms each
-MERGED_BITS = SUM_BITS + 1
+#: a merged sum: four partials
+MERGED_BITS = SUM_BITS + 2
 MergedState = data.StructLayout({"sum": signed(MERGED_BITS), "exp": EXP_SHAPE, "pos_inf": 1, "neg_inf": 1, "nan": 1})
 #: stages of :func:`merge_states`
 MERGE_LATENCY = 3

@@ -12,14 +12,18 @@ Two kinds of sum, each rounded once to binary32 (:func:`to_fp32`):
   within 2**(Q_BITS - 11) (q) and 2**(K_BITS - 11) (K; bf16: 8 significand bits) of
   their row's largest lose nothing; smaller ones keep the bits above the row's window.
   The sum does not depend on how many lanes a bus word carries.
-- **Running sums in a wide window** (the value side, :func:`accumulate`): products
-  ``t * 2**e`` (exact, signed) summed in two's complement in a window of :data:`GUARD`
-  bits below the largest term's least significant bit; a term below the window keeps
-  its floor (``floor(t * 2**(GUARD - shift))``), at most one unit of 2**(E - GUARD) a
-  term.  When a term's exponent exceeds the sum's, the sum is shifted down to it (its
-  floor) and the term added at the window's top.  :func:`merge` joins two running sums
-  the same way (a long sum runs as :data:`PARTIALS` interleaved partial sums, merged at
-  its end).
+- **Weighted sums of block-fixed rows** (the value side, :func:`weigh`): a V row
+  becomes integers sharing its largest exponent (:func:`block_fixed` with
+  :data:`V_BITS`).  A running sum keeps one exponent ``G`` for all its columns (a
+  multiple of :data:`GROW`); a row whose term exponent (the weight's plus the row's)
+  exceeds it moves ``G`` up to the next multiple of GROW and shifts the sum down (its
+  floor).  The weight's significand is aligned to ``G`` in :data:`W_BITS` bits (its
+  floor), and each column adds the exact product of the aligned weight and its integer.
+  The weights themselves (the softmax denominator, :func:`weigh_total`) are summed in
+  fixed point with :data:`TOTAL_FRAC` fraction bits (each term's floor): they are at
+  most 1.  :func:`weighted_sum` gives both as (S, E, special) sums; :func:`merge` joins
+  two sums, the one with the smaller exponent floored onto the other's grid (a block
+  runs as :data:`PARTIALS` interleaved partial sums, merged at its end).
 
 Specials travel beside the sums: any NaN operand or inf x 0 makes the sum NaN, as
 do infinities of both signs; otherwise an infinity is the sum.  A sum with no nonzero
@@ -29,12 +33,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ndpkit_spec.blockfloat import DROP, GUARD, K_BITS, PARTIALS, Q_BITS
+from ndpkit_spec.blockfloat import DROP, GROW, GUARD, K_BITS, PARTIALS, Q_BITS, TOTAL_FRAC, V_BITS, W_BITS
 from ndpkit_spec.engines.attention import KvFormat
 
 __all__ = ["GUARD", "EMPTY", "PARTIALS", "Q_BITS", "K_BITS", "DROP", "SIG_BITS", "TF32", "to_tf32", "decompose",
-           "multiply", "product_special", "block_fixed", "fixed_dot", "empty", "accumulate", "merge", "to_fp32",
-           "sum_fp32"]
+           "multiply", "product_special", "block_fixed", "fixed_dot", "value_rows", "weighted_empty", "weigh",
+           "weigh_total", "weighted_sum", "total_sum", "merge", "to_fp32", "sum_fp32", "V_BITS", "W_BITS", "GROW",
+           "TOTAL_FRAC"]
 
 #: the exponent of an accumulator with no nonzero term (below every product's)
 EMPTY = -1 << 12
@@ -162,22 +167,77 @@ def fixed_dot(q, k, fmt):
     return S, E, _merge_specials(product_special(qd, kd))
 
 
-def accumulate(state, term):
-    """One term into a running sum: state and term as (S, E, special) and (t, e,
-    special).  Returns the new state (a zero term leaves it as it is)."""
-    S, E, s_special = state
-    t, e, t_special = term
+def value_rows(v, fmt):
+    """V rows (fp16/bf16 patterns, rows along the last axis) as the value side takes
+    them: (X, E, decomposed): :func:`block_fixed` with :data:`V_BITS` and the elements'
+    :func:`decompose` (for the products' specials)."""
+    fmt = KvFormat(fmt)
+    decomposed = decompose(v, fmt)
+    X, E = _block_fixed(decomposed, fmt, V_BITS)
+    return X, E, decomposed
+
+
+def weighted_empty(shape: tuple, columns: int):
+    """A weighted sum with no row yet: (S (shape + (columns,)), G (shape), special)."""
+    shape = tuple(shape)
+    return (np.zeros(shape + (columns,), np.int64), np.full(shape, EMPTY, np.int64),
+            np.zeros(shape + (columns,), np.int64))
+
+
+def _magnitude(p):
+    """A weight's significand magnitude where it is a finite nonzero value, else 0."""
+    t, _, special = p
+    return np.where((special == FINITE), np.abs(t), 0)
+
+
+def weigh(state, p, row):
+    """One V row into weighted sums: ``state`` (S (..., d), G (...), special (..., d)),
+    the weights ``p`` (decomposed TF32, shape (...): non-negative, as softmax numerators
+    are) and the row (one row of :func:`value_rows`: X (d,), E (), decomposed (d,)).
+
+    A nonzero weight ``t * 2**e`` against the row's exponent ``Ev`` makes the term
+    exponent ``T = e + Ev``; ``G`` moves up to ``ceil(T / GROW) * GROW`` when that is
+    larger (S shifted down by the difference, its floor); the aligned weight ``w =
+    floor(|t| * 2**(W_BITS - 11 - (G - T)))`` (``< 2**W_BITS``); ``S += w * X``."""
+    S, G, special = state
+    X, Ev, decomposed = row
+    t = _magnitude(p)
     live = t != 0
-    grow = live & (e > E)
-    S_new = np.where(grow, _align(S, e - E + GUARD) + (t << GUARD),
-                     S + np.where(live, _align(t, E - e), 0))
-    E_new = np.where(grow, e, E)
-    return S_new, E_new, _merge_specials(np.stack([s_special, t_special]), axis=0)
+    T = p[1] + Ev
+    T_up = -((-T) // GROW) * GROW
+    G_new = np.where(live & (T_up > G), T_up, G)
+    down = np.clip(G_new - G, 0, 63)
+    w = np.where(live, (t << (W_BITS - 11)) >> np.clip(G_new - T, 0, 63), 0)
+    S_new = (S >> down[..., None]) + w[..., None] * X
+    products = product_special(tuple(x[..., None] for x in p), decomposed)
+    return S_new, G_new, _merge_specials(np.stack(np.broadcast_arrays(special, products)), axis=0)
 
 
-def empty(shape=()):
-    """The state of a running sum with no term yet."""
-    return np.zeros(shape, np.int64), np.full(shape, EMPTY, np.int64), np.zeros(shape, np.int64)
+def weigh_total(state, p):
+    """The weights ``p`` (decomposed TF32, at most 1) into their own sum, ``state`` (L,
+    special): ``L += floor(p * 2**TOTAL_FRAC)``.  Start from ``(0, FINITE)``."""
+    L, special = state
+    t = _magnitude(p)
+    up = p[1] + TOTAL_FRAC
+    term = np.where(up >= 0, t << np.clip(up, 0, 63), t >> np.clip(-up, 0, 63))
+    one = (np.ones_like(t), np.zeros_like(t), np.zeros_like(t))        # the product p * 1's specials
+    return L + term, _merge_specials(np.stack([special, product_special(p, one)]), axis=0)
+
+
+def weighted_sum(state, fmt):
+    """A :func:`weigh` state as an (S, E, special) sum (:func:`merge`, :func:`sum_fp32`):
+    the product of an aligned weight and an integer weighs ``2**(G + 11 + SIG - W_BITS -
+    V_BITS)``."""
+    S, G, special = state
+    offset = 11 + SIG_BITS[KvFormat(fmt)] - W_BITS - V_BITS + GUARD
+    E = np.where(G == EMPTY, EMPTY, G + offset)
+    return S, np.broadcast_to(E[..., None], S.shape), special
+
+
+def total_sum(state):
+    """A :func:`weigh_total` state as an (S, E, special) sum."""
+    L, special = state
+    return L, np.full(np.shape(L), GUARD - TOTAL_FRAC, np.int64), special
 
 
 def merge(a, b):

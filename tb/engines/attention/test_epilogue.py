@@ -1,9 +1,9 @@
 # amaranth: UnusedElaboratable=no
 """The attention datapath's epilogue alone in Amaranth's simulator, bit for bit against
 the golden model's block step (``merge(merge(merge(s0, s1), s2), s3)`` rounded once,
-``o = fma(o, corr, ob)``, ``l`` likewise, ``out = div(o, l)`` narrowed): the RunningSums
+``o = fma(o, corr, ob)``, ``l`` likewise, ``out = div(o, l)`` narrowed): the WeightedSums
 units modelled by the bench (each flushed slot's state two cycles later, from real
-running sums of random products; the slots of partials a short block never touched
+weighted sums of random rows; the slots of partials a short block never touched
 hold stale sums the epilogue must ignore), jobs arriving with random gaps, the output
 with random back-pressure (the ``rng`` fixture prints its seed; ``SEED=`` reproduces)."""
 import numpy as np
@@ -16,24 +16,26 @@ from ndpkit_hw.arith.blockfloat import NO_TERM
 from ndpkit_hw.engines.attention.epilogue import Epilogue
 from tb.amaranth_sim import run_to_end
 from tb.engines.attention.test_datapath import bus_words
-from tb.arith.test_blockfloat_units import _operands, _tf32
+from tb.arith.test_blockfloat_units import _operands, _weights
 
 F = golden.KvFormat
 WIDTH, C = 128, 8                      # a 128-bit port: 8 columns a beat
 GROUPS = 128 // C
 
 
-def _running_sum(nprng, lanes: int):
-    """A running sum's state per lane: up to 6 random TF32 x fp16 products accumulated."""
-    state = bf.empty(lanes)
-    for _ in range(nprng.integers(0, 7)):
-        p = bf.decompose(np.full(lanes, _tf32(nprng, (1,))[0], np.uint32), bf.TF32)
-        state = bf.accumulate(state, bf.multiply(p, bf.decompose(_operands(nprng, F.FP16, (lanes,)), F.FP16)))
-    return state
+def _partial_sum(nprng, columns: int):
+    """A partial's flushed state as (S, E, special) over ``columns + 1`` lanes: up to 32
+    weighted fp16 V rows (``weigh``), then the weights' sum (``weigh_total``)."""
+    state, total = bf.weighted_empty((), columns), (np.int64(0), np.int64(0))
+    for _ in range(nprng.integers(0, 33)):
+        p = bf.decompose(_weights(nprng, ()), bf.TF32)
+        state = bf.weigh(state, p, bf.value_rows(_operands(nprng, F.FP16, (columns,)), F.FP16))
+        total = bf.weigh_total(total, p)
+    return tuple(np.append(x, y) for x, y in zip(bf.weighted_sum(state, F.FP16), bf.total_sum(total)))
 
 
 def sum_state_fields(state):
-    """A golden running sum ``(S, E, special)`` as the lanes' SumState fields."""
+    """A golden sum ``(S, E, special)`` as the lanes' SumState fields."""
     S, E, special = state
     return [{"sum": int(S[i]), "exp": int(E[i]) if E[i] != bf.EMPTY else NO_TERM,
              "pos_inf": int(special[i] == bf.POS_INF), "neg_inf": int(special[i] == bf.NEG_INF),
@@ -57,11 +59,11 @@ def test_epilogue_matches_golden(rng, units, width, group, d, out_fmt):
             lb = np.zeros(group, np.uint32)
             for g in range(group):
                 for grp in range(d // C):
-                    parts = [_running_sum(nprng, C + 1) for _ in range(bf.PARTIALS)]
+                    parts = [_partial_sum(nprng, C) for _ in range(bf.PARTIALS)]
                     for r, part in enumerate(parts):
                         slot = ((g // units * GROUPS + grp) << 2) + r
                         slots[(len(jobs), g % units, slot)] = sum_state_fields(part)     # stale beyond the block's rows
-                    total = parts[0] if rows > 0 else bf.empty(C + 1)
+                    total = parts[0] if rows > 0 else (np.zeros(C + 1, np.int64), np.full(C + 1, bf.EMPTY), np.zeros(C + 1, np.int64))
                     for part in parts[1:min(rows, bf.PARTIALS)]:
                         total = bf.merge(total, part)
                     value = bf.sum_fp32(total)

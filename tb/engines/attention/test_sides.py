@@ -12,8 +12,8 @@ golden model's steps (:func:`ndpkit.engines.attention.golden.decode_group`):
   value side at random rows the sweep says are done;
 - value side (:class:`~ndpkit_hw.engines.attention.value.ValueSide`): V words and jobs
   with random gaps, weights released row by row at random, a modelled epilogue taking
-  blocks at random and flushing every partial sum, each equal to ``accumulate`` over the
-  partial's rows (the ``rng`` fixture prints its seed; ``SEED=`` reproduces)."""
+  blocks at random and flushing every partial sum, each equal to ``weigh`` (and the
+  weights' ``weigh_total``) over the partial's rows (the ``rng`` fixture prints its seed; ``SEED=`` reproduces)."""
 import numpy as np
 import pytest
 
@@ -27,9 +27,8 @@ from ndpkit_hw.engines.attention.score import NEG_INF, ScoreSide
 from ndpkit_hw.engines.attention.sweep import SoftmaxSweep
 from ndpkit_hw.engines.attention.value import ValueSide
 from tb.amaranth_sim import Offer, run_to_end
-from tb.arith.test_blockfloat_units import _operands, _tf32, q_lanes
+from tb.arith.test_blockfloat_units import _operands, _weights, q_lanes, state_fields, sum_states
 from tb.engines.attention.test_datapath import bus_words, hold_fields
-from tb.engines.attention.test_epilogue import sum_state_fields
 
 F = golden.KvFormat
 WIDTH = 128
@@ -266,27 +265,26 @@ def test_value_side_gives_every_partial_sum(rng, lanes, group, d, tokens, kv_fmt
     passes = -(-group // H)
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     vs = [_operands(nprng, kv_fmt, (t, d)) for t in tokens]
-    one = bf.decompose(golden.narrow(fp.bits(np.ones(1, np.float32)), kv_fmt)[0], kv_fmt)
     blocks = []                          # (bank, rows, first, last, pk (passes, H, rows), partial sums)
     for v, (bank, start, rows, first, last) in zip(
             [v for v, t in zip(vs, tokens) for _ in range(-(-t // BLOCK))], _blocks(tokens)):
-        pk = (_tf32(nprng, (passes, H, rows)) >> 13).astype(np.uint32)
+        pk = (_weights(nprng, (passes, H, rows)) >> 13).astype(np.uint32)
         sums = {}
         for j in range(passes):
             for h in range(H):
                 if j * H + h >= group:
                     continue
                 for r in range(min(rows, bf.PARTIALS)):
-                    state = bf.empty(d)
-                    ones = bf.empty(())
+                    state = bf.weighted_empty((), d)
+                    total = (np.int64(0), np.int64(0))
                     for t in range(r, rows, bf.PARTIALS):
                         p = bf.decompose(np.uint32(pk[j, h, t]) << 13, bf.TF32)
-                        state = bf.accumulate(state, bf.multiply(p, bf.decompose(v[start + t], kv_fmt)))
-                        ones = bf.accumulate(ones, bf.multiply(p, one))
-                    fields, denominator = sum_state_fields(state), sum_state_fields(tuple(x[None] for x in ones))
+                        state = bf.weigh(state, p, bf.value_rows(v[start + t], kv_fmt))
+                        total = bf.weigh_total(total, p)
+                    fields = sum_states(state, kv_fmt, total)
                     for cg in range(d // C):
                         slot = ((j * GROUPS + cg) << 2) + r
-                        sums[(h, slot)] = fields[cg * C:(cg + 1) * C] + (denominator if cg == 0 else [])
+                        sums[(h, slot)] = fields[cg * C:(cg + 1) * C] + (fields[d:] if cg == 0 else [])
         blocks.append((bank, rows, first, last, pk, sums))
     words = [w for v in vs for w in bus_words(v, WIDTH)]
     flushed = []
@@ -354,8 +352,7 @@ def test_value_side_gives_every_partial_sum(rng, lanes, group, d, tokens, kv_fmt
                 n, h, slot = want
                 lanes = ctx.get(dut.state.payload)
                 want_fields = blocks[n][5][(h, slot)]
-                got = [{"sum": x.sum, "exp": x.exp, "pos_inf": x.pos_inf, "neg_inf": x.neg_inf, "nan": x.nan}
-                       for x in list(lanes)[:len(want_fields)]]
+                got = [state_fields(x) for x in list(lanes)[:len(want_fields)]]
                 assert got == want_fields, f"block {n} unit {h} slot {slot}"
                 flushed.append(want)
             if ctx.get(dut.merging.valid):

@@ -9,6 +9,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.lib.memory import Memory
 
 from ndpkit_spec.engines.attention import MAX_GROUP
+from ndpkit_hw.arith.blockfloat import largest_field, row_maximum
+from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.engines.attention.epilogue import MAX_DIM
 
@@ -44,9 +46,13 @@ def register_file(m: Module, name: str, shape, depth: int):
 
 class RowBuffer:
     """Two row slots filled from a word stream (``R`` words a row, runtime), read by
-    one consumer that releases a slot when it has issued its last word."""
+    one consumer that releases a slot when it has issued its last word.  With ``bf16``
+    (the format of the words' 16-bit elements) it also takes each row's largest
+    exponent field as the row fills (:func:`~ndpkit_hw.arith.blockfloat.largest_field`):
+    ``field``, the slot being read's (a slot counts as full once its field is there)."""
 
-    def __init__(self, m: Module, name: str, words_in: stream.Interface, rows_words, max_words: int, width: int):
+    def __init__(self, m: Module, name: str, words_in: stream.Interface, rows_words, max_words: int, width: int,
+                 bf16=None):
         mem = Memory(shape=width, depth=2 * max_words, init=[])
         m.submodules[f"{name}_rows"] = mem
         wp, self._rp = mem.write_port(), mem.read_port()
@@ -59,17 +65,32 @@ class RowBuffer:
         set_full = Signal(2, name=f"{name}_set_full")
         m.d.comb += [wp.addr.eq(Cat(fill_word, fill_slot)), wp.data.eq(words_in.payload),
                      wp.en.eq(words_in.valid & words_in.ready)]
-        with m.If(words_in.valid & words_in.ready):
+        take = words_in.valid & words_in.ready
+        with m.If(take):
             m.d.sync += fill_word.eq(fill_word + 1)
             with m.If(fill_word == rows_words - 1):
                 m.d.sync += [fill_word.eq(0), fill_slot.eq(~fill_slot)]
-                m.d.comb += set_full.eq(1 << fill_slot)
+                if bf16 is None:
+                    m.d.comb += set_full.eq(1 << fill_slot)
+        if bf16 is not None:
+            pipe = Pipeline(m, take, f"{name}_field")
+            elements = [words_in.payload[16 * i:16 * (i + 1)] for i in range(width // 16)]
+            largest, (first, last, slot) = largest_field(m, pipe, elements, bf16, carry=(
+                fill_word == 0, fill_word == rows_words - 1, fill_slot))
+            row_max = row_maximum(m, largest, first, pipe.valid, f"{name}_row")
+            fields = [Signal(8, name=f"{name}_field{b}") for b in range(2)]
+            for b in range(2):
+                with m.If(pipe.valid & last & (slot == b)):
+                    m.d.sync += fields[b].eq(row_max)
+                    m.d.comb += set_full.eq(1 << b)
         clear = Signal(2, name=f"{name}_clear")
         with m.If(self.release):
             m.d.comb += clear.eq(1 << self.read_slot)
             m.d.sync += self.read_slot.eq(~self.read_slot)
         m.d.sync += self.full.eq((self.full & ~clear) | set_full)
         self.ready = self.full.bit_select(self.read_slot, 1)
+        if bf16 is not None:
+            self.field = Mux(self.read_slot, fields[1], fields[0])
 
     def read(self, m: Module, index):
         """The word ``index`` of the slot being read, a cycle later (a memory read)."""
@@ -99,11 +120,11 @@ class RowSide(wiring.Component):
         return {"jobs": In(stream.Signature(32)), "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)),
                 "kv_format": In(2), "busy": Out(1)}
 
-    def row_stream(self, m: Module, name: str, words: stream.Interface):
-        """The side's row buffer on ``words``, R (the bus words of a row at the command's
-        head dimension) and the passes each row takes."""
+    def row_stream(self, m: Module, name: str, words: stream.Interface, bf16=None):
+        """The side's row buffer on ``words`` (``bf16``: see :class:`RowBuffer`), R (the bus
+        words of a row at the command's head dimension) and the passes each row takes."""
         rows_words = Mux(self.head_dim128, self.row_words, self.row_words // 2)
-        buffer = RowBuffer(m, name, words, rows_words, self.row_words, self.data_width)
+        buffer = RowBuffer(m, name, words, rows_words, self.row_words, self.data_width, bf16)
         return buffer, rows_words, pass_count(m, self.group, self.units)
 
     def row_end(self, beat, word, rows_words):

@@ -1,22 +1,24 @@
-"""The attention datapath's value side: V rows weighted by the sweep's ``pk`` into a
-:class:`~ndpkit_hw.arith.blockfloat.RunningSums` per unit, four partial sums a block."""
+"""The attention datapath's value side: V rows as block-fixed integers (each row's
+largest exponent taken as it fills the row buffer), weighted by the sweep's ``pk`` into
+a :class:`~ndpkit_hw.arith.blockfloat.WeightedSums` per unit, four partial sums a
+block."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream
 from amaranth.lib.wiring import In, Out
 
-from ndpkit_spec.blockfloat import PARTIALS
+from ndpkit_spec.blockfloat import PARTIALS, V_BITS
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
-from ndpkit_hw.arith.blockfloat import REVISIT, RunningSums, SumState
+from ndpkit_hw.arith.blockfloat import (BLOCK_FIXED_LATENCY, EXP_SHAPE, REVISIT, SumState, WeightedSums, decompose,
+                                        field_exponent, to_block_fixed)
+from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout, sums_slot
 from ndpkit_hw.engines.attention.rows import RowSide, serves
 from ndpkit_hw.engines.attention.sweep import PK_BITS
 
-__all__ = ["ValueSide", "ONE"]
-
-ONE = {KvFormat.FP16: 0x3C00, KvFormat.BF16: 0x3F80}
+__all__ = ["ValueSide"]
 
 
 class ValueSide(RowSide):
@@ -24,9 +26,12 @@ class ValueSide(RowSide):
     block's bank once it is ``weighing`` (the sweep has started it) and the RunningSums
     bank of its parity has been merged (``released`` / ``released_bank`` from the
     epilogue), then each row once the sweep has its weights (``swept``), its passes
-    beat by beat into each unit's RunningSums of ``columns + 1`` lanes (the last sums
-    ``pk * 1`` with the row's first column group: the denominator), row t into partial
-    ``t mod 4``, with the weight read at ``pk_addr`` (``pk_data`` a cycle later).
+    beat by beat into each unit's WeightedSums of ``columns`` lanes (which also sums
+    ``pk`` itself with the row's first column group: the denominator), row t into
+    partial ``t mod 4``, with the weight read at ``pk_addr`` (``pk_data`` a cycle
+    later).  The row buffer takes each row's largest exponent as it fills; a beat's
+    elements become the row's integers (:func:`~ndpkit_hw.arith.blockfloat.
+    to_block_fixed`, once for all the units) on the way to the units.
 
     After a block's last row and the sums' last updates, the block goes to the epilogue
     (``blocks``: its sums bank, first / last, rows) and ``merging`` names its score
@@ -54,11 +59,11 @@ class ValueSide(RowSide):
         C, H, PM, S, GROUPS = self.columns, self.units, self.max_passes, self.beats, self.groups
         bf16 = self.kv_format == KvFormat.BF16
         jobs, bank_rows = self.jobs, self.bank_rows
-        v_rows, rows_words, passes = self.row_stream(m, "v", self.v)
+        v_rows, rows_words, passes = self.row_stream(m, "v", self.v, bf16)
         v_t, v_b = Signal(range(BLOCK)), Signal()
         v_j, v_w, v_c = Signal(range(PM)), Signal(range(self.row_words)), Signal(range(S))
         v_issue = Signal()
-        sums = [RunningSums(lanes=C + 1, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length()) for _ in range(H)]
+        sums = [WeightedSums(lanes=C, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length()) for _ in range(H)]
         for h, unit in enumerate(sums):
             m.submodules[f"running_sums{h}"] = unit
             m.d.comb += unit.bf16.eq(bf16)
@@ -66,12 +71,12 @@ class ValueSide(RowSide):
         m.submodules.block_ends = ends
         m.d.comb += [self.blocks.valid.eq(ends.r_rdy), self.blocks.payload.eq(ends.r_data),
                      ends.r_en.eq(self.blocks.ready)]
-        sums_busy = Signal(2)          # a RunningSums bank the epilogue has still to merge
+        sums_busy = Signal(2)          # a WeightedSums bank the epilogue has still to merge
         sums_set = Signal(2)
         sums_clear = Mux(self.released, 1 << self.released_bank, 0)
         m.d.sync += sums_busy.eq((sums_busy & ~sums_clear) | sums_set)
         v_block_end = self.row_end(v_c, v_w, rows_words) & (v_j == passes - 1) & (v_t == bank_rows[v_b] - 1)
-        drain = Signal(range(REVISIT + 8))
+        drain = Signal(range(REVISIT + 8 + BLOCK_FIXED_LATENCY))
         with m.FSM(name="value_side") as value_fsm:
             with m.State("IDLE"):
                 m.d.comb += jobs.ready.eq(1)
@@ -91,7 +96,7 @@ class ValueSide(RowSide):
                         m.d.sync += v_t.eq(v_t + 1)
                         m.d.comb += v_rows.release.eq(1)
                     with m.If(v_block_end):
-                        m.d.sync += [v_t.eq(0), drain.eq(REVISIT + 4)]
+                        m.d.sync += [v_t.eq(0), drain.eq(REVISIT + 4 + BLOCK_FIXED_LATENCY)]
                         m.next = "DRAIN"
             with m.State("DRAIN"):
                 # the block's last updates land before the epilogue reads the sums
@@ -107,23 +112,41 @@ class ValueSide(RowSide):
                     with m.Else():
                         m.next = "WAIT_BANK"
         m.d.comb += self.busy.eq(~value_fsm.ongoing("IDLE") | ends.r_rdy)
-        # the beat a cycle later: the V word and each unit's weight read from memory
+        # the beat a cycle later: the V word, its row's largest exponent field and each unit's
+        # weight read from memory
         v_word = v_rows.read(m, v_w)
         Beat = data.StructLayout({"c": range(S), "slot": range(PM * GROUPS * PARTIALS), "b": 1, "fresh": 1,
-                                  "first_group": 1, "j": range(PM)})
+                                  "first_group": 1, "j": range(PM), "field": 8})
         vb = Signal(Beat)
         vb_valid = Signal()
         m.d.sync += [vb_valid.eq(v_issue), vb.c.eq(v_c), vb.b.eq(v_b), vb.fresh.eq(v_t < PARTIALS),
-                     vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j),
+                     vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j), vb.field.eq(v_rows.field),
                      vb.slot.eq(sums_slot(v_j, v_w * S + v_c, v_t[:log2_exact(PARTIALS, "partials")], GROUPS))]
-        one = Mux(bf16, ONE[KvFormat.BF16], ONE[KvFormat.FP16])
         m.d.comb += self.pk_addr.eq((v_b * PM + v_j) * BLOCK + v_t)
+        # the beat's elements as the row's integers (once for the units), the rest alongside
+        elements = self.beat_of(v_word, vb.c)
+        lanes = []
+        for c in range(C):
+            pipe = Pipeline(m, vb_valid, f"v_lane{c}")
+            v = decompose(m, elements[16 * c:16 * (c + 1)], bf16, f"v{c}")
+            fixed, _ = to_block_fixed(m, pipe, v, vb.field, V_BITS, bf16)
+            lanes.append(fixed)
+        v_exp = Signal(EXP_SHAPE)
+        m.d.comb += v_exp.eq(field_exponent(vb.field, bf16))
+        carried = Cat(vb.as_value(), v_exp, self.pk_data.as_value())
+        tag_pipe = Pipeline(m, vb_valid, "v_beat")
+        for _ in range(BLOCK_FIXED_LATENCY):
+            carried = tag_pipe.stage(carried)
+        ab = data.View(Beat, carried[:Beat.size])
+        ab_exp = carried[Beat.size:Beat.size + EXP_SHAPE.width]
+        ab_pk = data.View(data.ArrayLayout(PK_BITS, H), carried[Beat.size + EXP_SHAPE.width:])
         for h, unit in enumerate(sums):
-            m.d.comb += [unit.i.valid.eq(vb_valid & serves(vb.j, h, self.group, H)),
-                         unit.i.payload.p.eq(self.pk_data[h]),
-                         unit.i.payload.v.eq(Cat(self.beat_of(v_word, vb.c), Mux(vb.first_group, one, 0)[:16])),
-                         unit.i.payload.slot.eq(vb.slot), unit.i.payload.bank.eq(vb.b),
-                         unit.i.payload.fresh.eq(vb.fresh)]
+            m.d.comb += [unit.i.valid.eq(tag_pipe.valid & serves(ab.j, h, self.group, H)),
+                         unit.i.payload.p.eq(ab_pk[h]), unit.i.payload.v_exp.eq(ab_exp),
+                         unit.i.payload.total.eq(ab.first_group),
+                         unit.i.payload.slot.eq(ab.slot), unit.i.payload.bank.eq(ab.b),
+                         unit.i.payload.fresh.eq(ab.fresh)]
+            m.d.comb += [unit.i.payload.x[c].eq(fixed) for c, fixed in enumerate(lanes)]
             m.d.comb += [unit.flush.valid.eq(self.flush.valid & (self.flush.payload.unit == h)),
                          unit.flush.payload.slot.eq(self.flush.payload.slot),
                          unit.flush.payload.bank.eq(self.flush.payload.bank)]

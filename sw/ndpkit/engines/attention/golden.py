@@ -3,8 +3,8 @@
 For one request and one KV head with its group of ``G`` query heads (grouped-query
 attention; G = 1 is multi-head attention), context length ``L`` and head dimension
 ``d``.  The cache's ``K`` and ``V`` are fp16 or bf16 (the KV format); the scores are
-block-fixed dot products, the weighted values exact products summed in a wide
-fixed-point window (:mod:`ndpkit.arith.blockfloat`), each sum rounded once to
+block-fixed dot products, the weighted values sums of block-fixed V rows times
+aligned weights (:mod:`ndpkit.arith.blockfloat`), each sum rounded once to
 binary32.  Everything else is binary32 with round-to-nearest-even
 (:mod:`ndpkit.arith.fp`):
 
@@ -23,8 +23,11 @@ binary32.  Everything else is binary32 with round-to-nearest-even
      engine's exp unit (``ndpkit.arith.exp.exp``);
    - ``p[t] = exp(sub(s[t], m_new))``, rounded to TF32 (binary32's exponent, an 11-bit
      significand: its product with an fp16 or bf16 value is exact): ``pk[t]``;
-   - running sums (``blockfloat.accumulate``) of the exact products ``pk[t] * V[t][i]``
-     and ``pk[t] * 1`` (the datapath's one extra lane), split
+   - weighted sums (``blockfloat.weigh``): V row ``t`` as integers of 17 bits sharing
+     its largest exponent, ``pk[t]``'s significand aligned to the sum's exponent in 25
+     bits (the exponent a multiple of 4 that grows with the terms, the sum floored down
+     when it does), their exact products added; and the weights' own sum in fixed point
+     (``blockfloat.weigh_total``, 41 fraction bits), each split
      :data:`~ndpkit.arith.blockfloat.PARTIALS` (4) ways: token ``j`` of the block
      (``j`` = 0, 1, ...) goes to partial ``j % 4``, in token order; the partials merged
      in order, ``merge(merge(merge(s0, s1), s2), s3)``, and rounded once: ``ob[i]``,
@@ -121,8 +124,7 @@ def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int =
         raise ValueError("the KV cache is fp16 or bf16")
     dots = blockfloat.fixed_dot(narrow(q, kv_format)[:, None, :], k, kv_format)            # (G, L)
     scores = fp.mul(blockfloat.sum_fp32(dots), fp.bits(np.float32(scale)))
-    values = blockfloat.decompose(v, kv_format)
-    one = blockfloat.decompose(np.uint16(0x3C00 if kv_format == KvFormat.FP16 else 0x3F80), kv_format)
+    rows = blockfloat.value_rows(v, kv_format)
     m = np.full(groups, NEG_INF, dtype=np.uint32)
     l = np.zeros(groups, dtype=np.uint32)
     o = np.zeros((groups, d), dtype=np.uint32)
@@ -134,16 +136,16 @@ def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int =
             m_new = fp.maximum(m_new, s[:, j])
         corr = fp_exp(fp.sub(m, m_new))
         pk = blockfloat.decompose(blockfloat.to_tf32(fp_exp(fp.sub(s, m_new[:, None]))), blockfloat.TF32)  # (G, T)
-        o_parts = [blockfloat.empty((groups, d)) for _ in range(ways)]
-        l_parts = [blockfloat.empty(groups) for _ in range(ways)]
+        o_parts = [blockfloat.weighted_empty((groups,), d) for _ in range(ways)]
+        l_parts = [(np.zeros(groups, np.int64), np.zeros(groups, np.int64)) for _ in range(ways)]
         for j in range(s.shape[1]):
             r = j % ways
             weight = tuple(x[:, j] for x in pk)
-            o_parts[r] = blockfloat.accumulate(o_parts[r], blockfloat.multiply(
-                tuple(x[:, None] for x in weight), tuple(x[start + j][None, :] for x in values)))
-            l_parts[r] = blockfloat.accumulate(l_parts[r], blockfloat.multiply(weight, one))
-        l = fp.fma(l, corr, _sums_fp32(l_parts))
-        o = fp.fma(o, corr[:, None], _sums_fp32(o_parts))
+            o_parts[r] = blockfloat.weigh(o_parts[r], weight, (rows[0][start + j], rows[1][start + j],
+                                                               tuple(x[start + j] for x in rows[2])))
+            l_parts[r] = blockfloat.weigh_total(l_parts[r], weight)
+        l = fp.fma(l, corr, _sums_fp32([blockfloat.total_sum(x) for x in l_parts]))
+        o = fp.fma(o, corr[:, None], _sums_fp32([blockfloat.weighted_sum(x, kv_format) for x in o_parts]))
         m = m_new
     return fp.div(o, l[:, None])
 
