@@ -19,10 +19,11 @@ K_BITS = 17
 DROP = 12
 
 #: the value side's block-fixed operands: a V row's elements share its largest exponent
-#: in V_BITS bits (a DSP48E2's 18-bit port), a weight is aligned to its sum's exponent in
-#: W_BITS bits (its 27-bit port; 25, so 32 products of 42 bits sum within the DSP's 48)
-V_BITS = 17
-W_BITS = 25
+#: in V_BITS bits (a DSP48E2's 27-bit port: an element within 2**14 of its row's largest
+#: keeps every bit), a weight is aligned to its sum's exponent in W_BITS bits (its 18-bit
+#: port; 32 products of 42 bits sum within the DSP's 48-bit accumulator)
+V_BITS = 25
+W_BITS = 17
 #: a weighted sum's exponent moves in steps of GROW (its lanes realign by a 4:1 select
 #: of whole nibbles, then 4:1 of 16-bit steps, instead of a full shifter)
 GROW = 4

@@ -182,7 +182,7 @@ def test_weigh_against_rationals(fmt):
         Ev = max(int(x) for x in ev)
         unit_x = Ev - bf.V_BITS + sig
         values = [_value(tv[i], ev[i]) for i in range(d)]
-        xs = [(_floor_on_grid(x, unit_x) if x >= 0 else ~_floor_on_grid(-x, unit_x)) * Fraction(2) ** unit_x
+        xs = [(_floor_on_grid(x, unit_x) if x >= 0 else -_floor_on_grid(-x, unit_x)) * Fraction(2) ** unit_x
               for x in values]
         for h in range(heads):
             weight = _value(pd[0][h], pd[1][h])
@@ -214,11 +214,11 @@ def test_weigh_against_rationals(fmt):
         for i in range(d):
             assert abs(int(S[h][i])) < 1 << 47
             assert S[h][i] * Fraction(2) ** int(E[h][i] - bf.GUARD) == R[h][i]
-        # every error a floor of a grid at most 2**-20 of the largest |weight x row maximum|
+        # every error a floor on a grid at most 2**-(W_BITS - GROW) of the largest |weight x row maximum|
         top = max(abs(_value(*(x[0] for x in bf.decompose(p[t, h:h + 1], bf.TF32)[:2]))) *
                   max(abs(_value(a, b)) for a, b in zip(*bf.decompose(v[t], fmt)[:2])) for t in range(steps))
         if top:
-            assert max(abs(R[h][i] - exact[h][i]) for i in range(d)) <= top * steps * Fraction(2) ** -(bf.V_BITS - 2)
+            assert max(abs(R[h][i] - exact[h][i]) for i in range(d)) <= top * steps * Fraction(2) ** -(min(bf.V_BITS, bf.W_BITS) - bf.GROW)
 
 
 def test_weigh_specials():

@@ -235,12 +235,14 @@ def q_lane(m: Module, fixed) -> Signal:
     return lane
 
 
-def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: int, bf16, carry=()):
+def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: int, bf16, carry=(),
+                   negate: bool = False):
     """The block-fixed integer of the element ``t * 2**e`` (:func:`ndpkit.arith.blockfloat.
     block_fixed`) against its row's largest exponent field: the magnitude ``|t| *
     2**(bits - SIG - distance)`` (SIG = 11, bf16 8) truncated, a negative element's
-    ones' complement (the sign an XOR before the arithmetic shift), 0 for a special; a
-    signed ``bits + 1``-bit integer with its :func:`_fixed_lane` flags.
+    ones' complement (the sign an XOR before the arithmetic shift) or, with ``negate``,
+    its negation (one more increment), 0 for a special; a signed ``bits + 1``-bit
+    integer with its :func:`_fixed_lane` flags.
     :data:`BLOCK_FIXED_LATENCY` stages of ``pipe``."""
     name = pipe.name
     distance = Signal(signed(10), name=f"{name}_distance")
@@ -263,7 +265,14 @@ def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: in
     staged = pipe.stage(half, amount, flags, *staged[3:])
     half, amount, flags = staged[:3]
     lane = Signal(_fixed_lane(bits), name=f"{name}_fixed")
-    m.d.comb += [lane.x.eq(half.as_signed() >> amount[:3]), Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags)]
+    shifted = half.as_signed() >> amount[:3]
+    if negate:
+        # the ones' complement plus one: the truncated magnitude negated (flags[0] & ~flags[1]
+        # & ~specials is the complemented element: sign, not zero, finite)
+        m.d.comb += lane.x.eq(shifted + (flags[0] & ~flags[1] & ~flags[2] & ~flags[3]))
+    else:
+        m.d.comb += lane.x.eq(shifted)
+    m.d.comb += Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags)
     staged = pipe.stage(lane, *staged[3:])
     staged = staged if isinstance(staged, list) else [staged]
     return data.View(_fixed_lane(bits), staged[0]), staged[1:]

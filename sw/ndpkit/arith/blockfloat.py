@@ -13,8 +13,8 @@ Two kinds of sum, each rounded once to binary32 (:func:`to_fp32`):
   their row's largest lose nothing; smaller ones keep the bits above the row's window.
   The sum does not depend on how many lanes a bus word carries.
 - **Weighted sums of block-fixed rows** (the value side, :func:`weigh`): a V row
-  becomes integers sharing its largest exponent (:func:`block_fixed` with
-  :data:`V_BITS`).  A running sum keeps one exponent ``G`` for all its columns (a
+  becomes integers sharing its largest exponent (:func:`value_rows`: as
+  :func:`block_fixed` with :data:`V_BITS`, a negative element's magnitude negated).  A running sum keeps one exponent ``G`` for all its columns (a
   multiple of :data:`GROW`); a row whose term exponent (the weight's plus the row's)
   exceeds it moves ``G`` up to the next multiple of GROW and shifts the sum down (its
   floor).  The weight's significand is aligned to ``G`` in :data:`W_BITS` bits (its
@@ -141,15 +141,16 @@ def block_fixed(h, fmt, bits):
     return X, E, decomposed[2]
 
 
-def _block_fixed(decomposed, fmt, bits):
-    """:func:`block_fixed` of decomposed elements: (X, E)."""
+def _block_fixed(decomposed, fmt, bits, negate=False):
+    """:func:`block_fixed` of decomposed elements: (X, E); ``negate``: a negative
+    element's truncated magnitude negated instead of complemented."""
     t, e, special = decomposed
     sub_e = _FORMATS[fmt][2]
     E = np.where(special == FINITE, e, sub_e).max(axis=-1)
     up = bits - SIG_BITS[fmt] - (E[..., None] - e)             # > 0: a left shift
     mag = np.abs(t)
     shifted = np.where(up >= 0, mag << np.clip(up, 0, 63), mag >> np.clip(-up, 0, 63))
-    return np.where(t < 0, ~shifted, shifted), E
+    return np.where(t < 0, -shifted if negate else ~shifted, shifted), E
 
 
 def fixed_dot(q, k, fmt):
@@ -169,11 +170,13 @@ def fixed_dot(q, k, fmt):
 
 def value_rows(v, fmt):
     """V rows (fp16/bf16 patterns, rows along the last axis) as the value side takes
-    them: (X, E, decomposed): :func:`block_fixed` with :data:`V_BITS` and the elements'
+    them: (X, E, decomposed): :func:`block_fixed` with :data:`V_BITS`, but a negative
+    element's truncated magnitude negated (sign and magnitude: a value the grid holds
+    stays exact, so one token's output is its V row), and the elements'
     :func:`decompose` (for the products' specials)."""
     fmt = KvFormat(fmt)
     decomposed = decompose(v, fmt)
-    X, E = _block_fixed(decomposed, fmt, V_BITS)
+    X, E = _block_fixed(decomposed, fmt, V_BITS, negate=True)
     return X, E, decomposed
 
 

@@ -5,11 +5,12 @@ Yosys ``synth_xilinx``, the block in ``ImplWrapper``).
 The score side's lanes are its :class:`~ndpkit_hw.engines.attention.score.ScoreDots` of
 one unit (a KeyAlign into a FixedDot, with the register stage between them where the q
 bank is read), synthesised at 16 and 32 lanes: the difference over 16 is a lane's cost, the rest the unit's (the row's
-accumulator and rounding, the wrapper's I/O).  The value side's lanes are a
-:class:`~ndpkit_hw.arith.blockfloat.RunningSums` at 16 and 32 lanes.  Rows measured
+accumulator and rounding, the wrapper's I/O).  The value side's lanes are its
+:class:`~ndpkit_hw.engines.attention.value.WeightedRows` of one unit (each element's
+block-fixed aligner into a WeightedSums lane) at 16 and 32 lanes.  Rows measured
 before a redesign stay in docs/impl_lanes.json as the "before" figures.
 
-    python -m ndpkit_tools.impl.lane_report [--report]
+    python -m ndpkit_tools.impl.lane_report [--report] [--block score|value]
 """
 from __future__ import annotations
 
@@ -41,11 +42,13 @@ def score_lanes(lanes: int):
 
 
 def value_lanes(lanes: int):
-    from ndpkit_hw.arith.blockfloat import RunningSums
-    return RunningSums(lanes=lanes, slots=512)
+    """The value side's weighted sums of one unit (the V aligner into WeightedSums), its
+    slots as the value side builds them at 16 query heads and d = 128."""
+    from ndpkit_hw.engines.attention.value import WeightedRows
+    return WeightedRows(columns=lanes, units=1, slots=1 << (16 * (128 // lanes) * 4 - 1).bit_length())
 
 
-BLOCKS = {"score: KeyAlign + FixedDot": score_lanes, "value: RunningSums": value_lanes}
+BLOCKS = {"score: KeyAlign + FixedDot": score_lanes, "value: WeightedRows": value_lanes}
 
 
 def per_lane(rows: dict) -> dict:
@@ -84,10 +87,14 @@ def main(argv=None) -> int:
     from ndpkit_tools.impl.flow import implement
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--report", action="store_true", help="no tool runs: print the table from the JSON")
+    ap.add_argument("--block", choices=[name.split(":")[0] for name in BLOCKS], action="append",
+                    help="measure only this side (again for more; default: both)")
     args = ap.parse_args(argv)
     results = load_results()
     if not args.report:
         for name, make in BLOCKS.items():
+            if args.block and name.split(":")[0] not in args.block:
+                continue
             rows = {}
             for w in WIDTHS:
                 out = implement(make(w), build_root() / "impl" / "lanes" / f"{name.split(':')[0]}{w}",

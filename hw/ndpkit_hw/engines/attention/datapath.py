@@ -23,10 +23,11 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
   unit per unit): per bank, ``corr = exp(m_old - m_new)`` and ``pk = exp(s - m_new)``
   rounded to TF32, into the bank's weight memory, row by row (a row's passes
   together): the value side follows a row behind.
-- **value side** (:class:`~ndpkit_hw.engines.attention.value.ValueSide`): per unit a
-  :class:`~ndpkit_hw.arith.blockfloat.RunningSums` of C + 1 lanes (the last one sums
-  ``pk * 1``: the denominator), four partial sums a block (token j -> partial j mod
-  4), in the RunningSums bank of the block's parity.
+- **value side** (:class:`~ndpkit_hw.engines.attention.value.ValueSide`): V rows as
+  block-fixed integers (each row's largest exponent taken as it fills the row buffer),
+  per unit a :class:`~ndpkit_hw.arith.blockfloat.WeightedSums` of C lanes (and the
+  weights' own sum: the denominator), four partial sums a block (token j -> partial j
+  mod 4), in the sums bank of the block's parity.
 - **epilogue** (:class:`~ndpkit_hw.engines.attention.epilogue.Epilogue`): per block
   and column group the four partials flushed into shift registers, merged in order,
   rounded and folded in with ``o = fma(o, corr, ob)``, ``l = fma(l, corr, lb)``, ``E``

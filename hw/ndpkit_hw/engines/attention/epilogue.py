@@ -6,7 +6,7 @@ Bit for bit the block step of :func:`ndpkit.engines.attention.golden.decode_grou
 (``o`` = +0 before a head's first block), ``l`` likewise from the denominator lane,
 and ``out[i] = div(o[i], l)`` narrowed to the output format.
 
-The work is per column group (a RunningSums slot of ``C + 1`` lanes: C value columns,
+The work is per column group (a WeightedSums slot of ``C + 1`` sums: C value columns,
 and with group 0 the denominator): its four partials are flushed on four consecutive
 cycles into four registers, read ``E`` lanes a cycle (``width``) into ``E`` merge
 chains (three merge units each, the later partials delayed to meet them), ``E``
@@ -16,10 +16,10 @@ with no gap, so the epilogue keeps up with the value side whenever
 ``E >= lanes / 128`` (its cost per block and head ``(d + 1) / E`` cycles against the
 value side's ``128 * d / C`` beats per pass of ``H`` heads).
 
-Interfaces: ``job`` (one entry per block: the RunningSums bank, whether it is the head's
+Interfaces: ``job`` (one entry per block: the WeightedSums bank, whether it is the head's
 first and last block, its rows), accepted as the epilogue starts it (the block's score
 bank can be reused then: the job's ``corr`` values are copied); ``flush`` / ``state``
-to the RunningSums units (the state two cycles after its flush, from the unit the
+to the WeightedSums units (the state two cycles after its flush, from the unit the
 flush names); ``released`` pulses with ``released_bank`` when the job's sums bank is
 no longer read; ``out`` the packed output words.
 """
@@ -41,7 +41,7 @@ from ndpkit_hw.bus.axi import log2_exact
 __all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM", "flush_layout", "sums_slot"]
 
 MAX_DIM = max(HEAD_DIMS)
-#: a block for the epilogue: its RunningSums bank, the head's first / last block, its rows
+#: a block for the epilogue: its WeightedSums bank, the head's first / last block, its rows
 EpilogueJob = data.StructLayout({"b": 1, "first": 1, "last": 1, "rows": 8})
 
 
@@ -51,13 +51,13 @@ def epilogue_width(lanes: int) -> int:
 
 
 def sums_slot(j, group, r, groups: int):
-    """The RunningSums slot of pass ``j``, column group ``group`` (of ``groups`` in a
+    """The WeightedSums slot of pass ``j``, column group ``group`` (of ``groups`` in a
     d = 128 row) and partial ``r``: where the value side adds and the epilogue flushes."""
     return ((j * groups + group) << log2_exact(PARTIALS, "partials")) + r
 
 
 def flush_layout(columns: int, units: int) -> data.StructLayout:
-    """A flush of one RunningSums slot: the slot (pass, column group, partial), the
+    """A flush of one WeightedSums slot: the slot (pass, column group, partial), the
     sums bank, the unit."""
     slots = MAX_GROUP // units * (MAX_DIM // columns) * PARTIALS
     return data.StructLayout({"slot": range(slots), "bank": 1, "unit": range(max(2, units))})

@@ -5,7 +5,7 @@ block."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS, V_BITS
@@ -18,12 +18,12 @@ from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout, sums
 from ndpkit_hw.engines.attention.rows import RowSide, serves
 from ndpkit_hw.engines.attention.sweep import PK_BITS
 
-__all__ = ["ValueSide"]
+__all__ = ["ValueSide", "WeightedRows"]
 
 
 class ValueSide(RowSide):
     """Per KV head (``jobs``: its token count), its V rows (``v``), block by block: a
-    block's bank once it is ``weighing`` (the sweep has started it) and the RunningSums
+    block's bank once it is ``weighing`` (the sweep has started it) and the WeightedSums
     bank of its parity has been merged (``released`` / ``released_bank`` from the
     epilogue), then each row once the sweep has its weights (``swept``), its passes
     beat by beat into each unit's WeightedSums of ``columns`` lanes (which also sums
@@ -63,10 +63,8 @@ class ValueSide(RowSide):
         v_t, v_b = Signal(range(BLOCK)), Signal()
         v_j, v_w, v_c = Signal(range(PM)), Signal(range(self.row_words)), Signal(range(S))
         v_issue = Signal()
-        sums = [WeightedSums(lanes=C, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length()) for _ in range(H)]
-        for h, unit in enumerate(sums):
-            m.submodules[f"running_sums{h}"] = unit
-            m.d.comb += unit.bf16.eq(bf16)
+        rows = WeightedRows(columns=C, units=H, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length())
+        m.submodules.weighted_rows = rows
         ends = fifo.SyncFIFOBuffered(width=EpilogueJob.size, depth=4)          # blocks for the epilogue
         m.submodules.block_ends = ends
         m.d.comb += [self.blocks.valid.eq(ends.r_rdy), self.blocks.payload.eq(ends.r_data),
@@ -123,36 +121,70 @@ class ValueSide(RowSide):
                      vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j), vb.field.eq(v_rows.field),
                      vb.slot.eq(sums_slot(v_j, v_w * S + v_c, v_t[:log2_exact(PARTIALS, "partials")], GROUPS))]
         m.d.comb += self.pk_addr.eq((v_b * PM + v_j) * BLOCK + v_t)
-        # the beat's elements as the row's integers (once for the units), the rest alongside
-        elements = self.beat_of(v_word, vb.c)
+        m.d.comb += [rows.bf16.eq(bf16), rows.i.valid.eq(vb_valid), rows.i.payload.v.eq(self.beat_of(v_word, vb.c)),
+                     rows.i.payload.field.eq(vb.field), rows.i.payload.pk.eq(self.pk_data),
+                     rows.i.payload.units.eq(Cat(*[serves(vb.j, h, self.group, H) for h in range(H)])),
+                     rows.i.payload.total.eq(vb.first_group), rows.i.payload.slot.eq(vb.slot),
+                     rows.i.payload.bank.eq(vb.b), rows.i.payload.fresh.eq(vb.fresh)]
+        wiring.connect(m, wiring.flipped(self.flush), rows.flush)
+        wiring.connect(m, rows.state, wiring.flipped(self.state))
+        return m
+
+
+class WeightedRows(wiring.Component):
+    """The value side's arithmetic: beats of ``columns`` V elements (``i``: the row's
+    largest exponent ``field``, each unit's weight ``pk``, the ``units`` that take the
+    beat, and where: ``slot``, ``bank``, ``fresh``; ``total`` on a row's first beat) as
+    the row's block-fixed integers (:func:`~ndpkit_hw.arith.blockfloat.to_block_fixed`,
+    once for all the units), then into each unit's
+    :class:`~ndpkit_hw.arith.blockfloat.WeightedSums`; ``flush`` names a unit's slot,
+    whose state comes out on ``state`` (:data:`~ndpkit_hw.arith.blockfloat.
+    FLUSH_LATENCY` cycles later).  ``bf16`` (held): the format."""
+
+    def __init__(self, *, columns: int, units: int, slots: int):
+        self.columns, self.units = columns, units
+        self.sums = [WeightedSums(lanes=columns, slots=slots) for _ in range(units)]
+        beat = data.StructLayout({"v": data.ArrayLayout(16, columns), "field": 8,
+                                  "pk": data.ArrayLayout(PK_BITS, units), "units": units, "total": 1,
+                                  "slot": range(slots), "bank": 1, "fresh": 1})
+        super().__init__({
+            "i": In(stream.Signature(beat, always_ready=True)), "bf16": In(1),
+            "flush": In(stream.Signature(flush_layout(columns, units), always_ready=True)),
+            "state": Out(stream.Signature(data.ArrayLayout(SumState, columns + 1), always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C, beat = self.columns, self.i.payload
         lanes = []
         for c in range(C):
-            pipe = Pipeline(m, vb_valid, f"v_lane{c}")
-            v = decompose(m, elements[16 * c:16 * (c + 1)], bf16, f"v{c}")
-            fixed, _ = to_block_fixed(m, pipe, v, vb.field, V_BITS, bf16)
+            pipe = Pipeline(m, self.i.valid, f"v_lane{c}")
+            v = decompose(m, beat.v[c], self.bf16, f"v{c}")
+            fixed, _ = to_block_fixed(m, pipe, v, beat.field, V_BITS, self.bf16, negate=True)
             lanes.append(fixed)
+        # the rest of the beat alongside, with the row's exponent
         v_exp = Signal(EXP_SHAPE)
-        m.d.comb += v_exp.eq(field_exponent(vb.field, bf16))
-        carried = Cat(vb.as_value(), v_exp, self.pk_data.as_value())
-        tag_pipe = Pipeline(m, vb_valid, "v_beat")
+        m.d.comb += v_exp.eq(field_exponent(beat.field, self.bf16))
+        carried = Cat(beat.as_value(), v_exp)
+        tag_pipe = Pipeline(m, self.i.valid, "v_beat")
         for _ in range(BLOCK_FIXED_LATENCY):
             carried = tag_pipe.stage(carried)
-        ab = data.View(Beat, carried[:Beat.size])
-        ab_exp = carried[Beat.size:Beat.size + EXP_SHAPE.width]
-        ab_pk = data.View(data.ArrayLayout(PK_BITS, H), carried[Beat.size + EXP_SHAPE.width:])
-        for h, unit in enumerate(sums):
-            m.d.comb += [unit.i.valid.eq(tag_pipe.valid & serves(ab.j, h, self.group, H)),
-                         unit.i.payload.p.eq(ab_pk[h]), unit.i.payload.v_exp.eq(ab_exp),
-                         unit.i.payload.total.eq(ab.first_group),
-                         unit.i.payload.slot.eq(ab.slot), unit.i.payload.bank.eq(ab.b),
-                         unit.i.payload.fresh.eq(ab.fresh)]
+        ab = data.View(beat.shape(), carried[:beat.shape().size])
+        ab_exp = carried[beat.shape().size:]
+        for h, unit in enumerate(self.sums):
+            m.submodules[f"weighted_sums{h}"] = unit
+            m.d.comb += [unit.bf16.eq(self.bf16), unit.i.valid.eq(tag_pipe.valid & ab.units[h]),
+                         unit.i.payload.p.eq(ab.pk[h]), unit.i.payload.v_exp.eq(ab_exp),
+                         unit.i.payload.total.eq(ab.total), unit.i.payload.slot.eq(ab.slot),
+                         unit.i.payload.bank.eq(ab.bank), unit.i.payload.fresh.eq(ab.fresh)]
             m.d.comb += [unit.i.payload.x[c].eq(fixed) for c, fixed in enumerate(lanes)]
             m.d.comb += [unit.flush.valid.eq(self.flush.valid & (self.flush.payload.unit == h)),
                          unit.flush.payload.slot.eq(self.flush.payload.slot),
                          unit.flush.payload.bank.eq(self.flush.payload.bank)]
         # one unit's state at a time
         state = Const(0, len(self.state.payload.as_value()))
-        for unit in sums:
+        for unit in self.sums:
             state = state | Mux(unit.state.valid, unit.state.payload.as_value(), 0)
-        m.d.comb += [self.state.valid.eq(Cat(*[unit.state.valid for unit in sums]).any()), self.state.payload.eq(state)]
+        m.d.comb += [self.state.valid.eq(Cat(*[unit.state.valid for unit in self.sums]).any()),
+                     self.state.payload.eq(state)]
         return m
