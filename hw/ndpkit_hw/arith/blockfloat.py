@@ -250,16 +250,19 @@ def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: in
     # a shift by ``bits`` leaves 0 or -1, as any longer one
     m.d.comb += [distance.eq(row_field - d.field), amount.eq(Mux(distance > bits, bits, distance))]
     special = d.inf | d.nan
+    # the significand at the top of 11 bits (bf16's 8 three up), then placed: one 11-bit select
+    top = Signal(SIG_BITS, name=f"{name}_top")
+    m.d.comb += top.eq(Mux(special, 0, Mux(bf16, d.sig << 3, d.sig)))
     magnitude = Signal(bits, name=f"{name}_magnitude")
-    m.d.comb += magnitude.eq(Mux(special, 0, Mux(bf16, d.sig << (bits - 8), d.sig << (bits - SIG_BITS))))
+    m.d.comb += magnitude.eq(top << (bits - SIG_BITS))
     negative = d.sign & ~d.zero & ~special
     placed = Signal(signed(bits + 1), name=f"{name}_placed")
-    m.d.comb += placed.eq(Cat(magnitude, 0) ^ negative.replicate(bits + 1))
-    flags = Cat(d.sign, d.zero, d.inf, d.nan)
+    # ones' complement: the sign an XOR before the arithmetic shift; negated: the magnitude
+    # shifted, then XOR and increment in one carry chain
+    m.d.comb += placed.eq(Cat(magnitude, 0) ^ (Const(0) if negate else negative).replicate(bits + 1))
+    flags = Cat(d.sign, d.zero, d.inf, d.nan, negative)
     staged = pipe.stage(placed, amount, flags, *carry)
     placed, amount, flags = staged[:3]
-    # the arithmetic right shift in two stages (of a ones' complement: the complement of
-    # the magnitude's shift)
     half = Signal(signed(bits + 1), name=f"{name}_half")
     m.d.comb += half.eq(placed.as_signed() >> Cat(Const(0, 3), amount[3:]))
     staged = pipe.stage(half, amount, flags, *staged[3:])
@@ -267,12 +270,10 @@ def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: in
     lane = Signal(_fixed_lane(bits), name=f"{name}_fixed")
     shifted = half.as_signed() >> amount[:3]
     if negate:
-        # the ones' complement plus one: the truncated magnitude negated (flags[0] & ~flags[1]
-        # & ~specials is the complemented element: sign, not zero, finite)
-        m.d.comb += lane.x.eq(shifted + (flags[0] & ~flags[1] & ~flags[2] & ~flags[3]))
+        m.d.comb += lane.x.eq((shifted ^ flags[4].replicate(bits + 1)) + flags[4])
     else:
         m.d.comb += lane.x.eq(shifted)
-    m.d.comb += Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags)
+    m.d.comb += Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags[:4])
     staged = pipe.stage(lane, *staged[3:])
     staged = staged if isinstance(staged, list) else [staged]
     return data.View(_fixed_lane(bits), staged[0]), staged[1:]
@@ -533,7 +534,10 @@ class WeightedSums(wiring.Component):
             # the updates and one for the flushes
             mem = Memory(shape=width, depth=2 * self.slots, init=[], attrs=uram)
             m.submodules.states = mem
-            update_rp, flush_rp, wp = mem.read_port(), mem.read_port(), mem.write_port()
+            # (transparent: a read never meets a write of its address, REVISIT apart or of the
+            # other bank, and a non-transparent port costs a register of the word a port)
+            wp = mem.write_port()
+            update_rp, flush_rp = mem.read_port(transparent_for=(wp,)), mem.read_port(transparent_for=(wp,))
             m.d.comb += [update_rp.addr.eq(update_at), flush_rp.addr.eq(flush_at), wp.addr.eq(write_at),
                          wp.data.eq(write.data), wp.en.eq(write.en)]
             return update_rp.data, flush_rp.data
@@ -585,20 +589,16 @@ class WeightedSums(wiring.Component):
         x = data.View(data.ArrayLayout(VLane, C), x)
         p_zero, p_inf, p_nan = p_flags
 
-        # ---- stage 1: the old state; the new exponent, the realignment, the weight's shift ----
+        # ---- stage 1: the old state; whether the exponent grows, by how much, and the weight's
+        # distance below it either way (the comparison and the subtractions side by side) ----
         base_exp = Signal(EXP_SHAPE)
         m.d.comb += base_exp.eq(Mux(fresh, NO_WEIGHT, old.exp))
-        grow = live & (term_up > base_exp)
+        grow = Signal()
+        m.d.comb += grow.eq(live & (term_up > base_exp))
         new_exp = Signal(EXP_SHAPE)
         m.d.comb += new_exp.eq(Mux(grow, term_up, base_exp))
-        rise = Signal(signed(EXP_SHAPE.width + 1))
-        m.d.comb += rise.eq(new_exp - base_exp)
-        steps = Signal(4)                             # the sums' shift in GROW steps (12: all gone)
-        m.d.comb += steps.eq(Mux(fresh | (rise >= SUM_BITS), SUM_BITS // GROW, rise[2:6]))
-        distance = Signal(signed(EXP_SHAPE.width + 1))
-        m.d.comb += distance.eq(new_exp - term_exp)
-        align = Signal(range(W_BITS + 1))            # the weight's shift (W_BITS: all gone)
-        m.d.comb += align.eq(Mux(~live | (distance >= W_BITS), W_BITS, distance))
+        rise, below = Signal(signed(EXP_SHAPE.width + 1)), Signal(signed(EXP_SHAPE.width + 1))
+        m.d.comb += [rise.eq(term_up - base_exp), below.eq(base_exp - term_exp)]
         # the lanes' sums with their signs (0 for a fresh slot, which the 12-step select gives)
         signs = Cat(*[old.lanes[i].sum[-1] & ~fresh for i in range(C)])
         base_flags = Signal(3 * (C + 1))
@@ -607,12 +607,19 @@ class WeightedSums(wiring.Component):
         base_total = Signal(signed(SUM_BITS))
         m.d.comb += base_total.eq(Mux(fresh, 0, old.total.sum))
         sums = Cat(*[old.lanes[i].sum for i in range(C)])
-        staged = pipe.stage(where, total, live, sig, align, steps, new_exp, total_up, p_flags, x, sums, signs,
-                            base_flags, base_total)
-        where, total, live, sig, align, steps, new_exp, total_up, p_flags, x, sums, signs, base_flags, base_total = \
-            staged
+        staged = pipe.stage(where, fresh, total, live, grow, rise, below, (term_up - term_exp)[:2], sig, new_exp,
+                            total_up, p_flags, x, sums, signs, base_flags, base_total)
+        (where, fresh, total, live, grow, rise, below, up_distance, sig, new_exp, total_up, p_flags, x, sums, signs,
+         base_flags, base_total) = staged
         x = data.View(data.ArrayLayout(VLane, C), x)
         p_zero, p_inf, p_nan = p_flags
+        steps = Signal(4)                             # the sums' shift in GROW steps (12: all gone)
+        m.d.comb += steps.eq(Mux(fresh, SUM_BITS // GROW,
+                                 Mux(grow, Mux(rise.as_signed() >= SUM_BITS, SUM_BITS // GROW, rise[2:6]), 0)))
+        distance = Signal(signed(EXP_SHAPE.width + 1))
+        m.d.comb += distance.eq(Mux(grow, up_distance, below))
+        align = Signal(range(W_BITS + 1))            # the weight's shift (W_BITS: all gone)
+        m.d.comb += align.eq(Mux(~live | (distance >= W_BITS), W_BITS, distance))
 
         # ---- stage 2: the aligned weight, each lane's realigned sum, the weights' sum ----
         weight = Signal(W_BITS)
@@ -621,8 +628,6 @@ class WeightedSums(wiring.Component):
         term = Signal(SUM_BITS)                       # floor(p * 2**TOTAL_FRAC) (p <= 1: < 2**42)
         m.d.comb += term.eq(Mux(live & total, Mux(total_up >= 0, sig << total_up.as_unsigned()[:6],
                                                   sig >> (-total_up).as_unsigned()), 0))
-        new_total = Signal(signed(SUM_BITS))
-        m.d.comb += new_total.eq(base_total + term)
         # the products' specials: the weight's against each element (p is never negative)
         flags = []
         for i in range(C):
@@ -634,14 +639,16 @@ class WeightedSums(wiring.Component):
         new_flags = Signal(3 * (C + 1))
         m.d.comb += new_flags.eq(base_flags | Cat(*flags, total_flags))
         xs = Cat(*[x[i].x for i in range(C)])
-        staged = pipe.stage(where, weight, xs, Cat(*down), new_exp, new_total, new_flags)
-        where, weight, xs, down, new_exp, new_total, new_flags = staged
+        staged = pipe.stage(where, weight, xs, Cat(*down), new_exp, base_total, term, new_flags)
+        where, weight, xs, down, new_exp, base_total, term, new_flags = staged
         # ---- stages 3, 4: the DSP's product (M register), then the sum (P register) ----
         products = []
         for i in range(C):
             product = Signal(signed(W_BITS + V_BITS + 2), name=f"lane{i}_product")
             m.d.comb += product.eq(Cat(weight, 0).as_signed() * xs.word_select(i, V_BITS + 1).as_signed())
             products.append(product)
+        new_total = Signal(signed(SUM_BITS))
+        m.d.comb += new_total.eq(base_total + term)
         staged = pipe.stage(where, *products, down, new_exp, new_total, new_flags)
         where, products, (down, new_exp, new_total, new_flags) = staged[0], staged[1:C + 1], staged[C + 1:]
         results = []
