@@ -472,18 +472,14 @@ def _step_down(m: Module, value, steps, sign, name: str):
     """``value >> (GROW * steps)`` (arithmetic; ``steps`` 0 .. 12, 12 leaving ``sign``
     in every bit): two 4:1 selects a bit (4-bit, then 16-bit steps)."""
     width = len(value)
+
+    def select(sel, options):
+        # a 4:1 select as two levels of 2:1 on the select's bits: six inputs a bit, one LUT6
+        return Mux(sel[1], Mux(sel[0], options[3], options[2]), Mux(sel[0], options[1], options[0]))
     fine = Signal(signed(width), name=f"{name}_fine")
+    m.d.comb += fine.eq(select(steps[:2], [value.as_signed() >> (GROW * k) for k in range(4)]))
     out = Signal(signed(width), name=f"{name}_down")
-    with m.Switch(steps[:2]):
-        for k in range(4):
-            with m.Case(k):
-                m.d.comb += fine.eq(value.as_signed() >> (GROW * k))
-    with m.Switch(steps[2:]):
-        for k in range(3):
-            with m.Case(k):
-                m.d.comb += out.eq(fine >> (4 * GROW * k))
-        with m.Default():
-            m.d.comb += out.eq(sign.replicate(width))
+    m.d.comb += out.eq(select(steps[2:], [fine >> (4 * GROW * k) for k in range(3)] + [sign.replicate(width)]))
     return out
 
 
