@@ -136,12 +136,12 @@ def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
 @pytest.mark.parametrize("fmt, split_banks", [(KvFormat.FP16, False), (KvFormat.BF16, True)])
 def test_weighted_sums_match_weigh(rng, fmt, split_banks):
     """Weights in [0, 1] times V rows' block-fixed elements (each beat's row twice the
-    lanes wide: its exponent is the whole row's).  Two banks of slots, tokens in blocks:
+    lanes wide: its exponent is the whole row's; the elements X_LAG cycles behind it).  Two banks of slots, tokens in blocks:
     each slot's sum starts fresh at its block's first token, a slot is revisited every
     ``slots_used`` beats, the weights' sum is taken on one slot of each token's beats,
     and after each block the other bank keeps running while this one is flushed and
     compared with ``weigh`` / ``weigh_total``."""
-    from ndpkit_hw.arith.blockfloat import REVISIT, WeightedSums
+    from ndpkit_hw.arith.blockfloat import REVISIT, X_LAG, WeightedSums
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     lanes, slots_used, blocks, tokens = 4, REVISIT, 4, 32
     dut = WeightedSums(lanes=lanes, slots=16, split_banks=split_banks)   # UltraRAM's memory shape, block RAM's
@@ -170,6 +170,8 @@ def test_weighted_sums_match_weigh(rng, fmt, split_banks):
     async def bench(ctx):
         ctx.set(dut.bf16, fmt == KvFormat.BF16)
         flushes = []                       # (block, slot) to flush, of the bank not being updated
+        idle = [{"x": 0, "sign": 0, "zero": 0, "inf": 0, "nan": 0}] * lanes
+        elements = [idle] * X_LAG          # a beat's elements follow it X_LAG cycles later
         for blk, item in enumerate(data_ + [None]):
             p, v = item if item is not None else (None, None)
             beats = [] if p is None else [(t, s) for t in range(tokens) for s in range(slots_used)]
@@ -177,12 +179,14 @@ def test_weighted_sums_match_weigh(rng, fmt, split_banks):
             while i < len(beats) or (p is None and flushes):
                 on = i < len(beats) and rng.random() < 0.7
                 ctx.set(dut.i.valid, on)
+                x = idle
                 if on:
                     t, s = beats[i]
                     x, v_exp = v_lanes(v[t, s], fmt)
-                    ctx.set(dut.i.payload, {"p": int(p[t, s]) >> 13, "x": x[:lanes], "v_exp": v_exp,
-                                            "total": int(s == 0), "slot": s, "bank": blk % 2,
-                                            "fresh": int(t == 0)})
+                    ctx.set(dut.i.payload, {"p": int(p[t, s]) >> 13, "v_exp": v_exp, "total": int(s == 0),
+                                            "slot": s, "bank": blk % 2, "fresh": int(t == 0)})
+                elements.append(x[:lanes])
+                ctx.set(dut.x, elements.pop(0))
                 fl = bool(flushes) and rng.random() < 0.5
                 ctx.set(dut.flush.valid, fl)
                 if fl:
@@ -197,6 +201,8 @@ def test_weighted_sums_match_weigh(rng, fmt, split_banks):
             for _ in range(8):                 # the last updates land
                 ctx.set(dut.i.valid, 0)
                 ctx.set(dut.flush.valid, 0)
+                elements.append(idle)
+                ctx.set(dut.x, elements.pop(0))
                 if ctx.get(dut.state.valid):
                     got.setdefault("order", []).append(ctx.get(dut.state.payload))
                 await ctx.tick()

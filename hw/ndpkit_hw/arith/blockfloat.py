@@ -29,7 +29,7 @@ from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multipl
     round_bits, round_pack, select_result, staged_product
 
 __all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "KeyAlign",
-           "FixedDot", "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "largest_field", "field_exponent", "row_maximum", "to_block_fixed", "BLOCK_FIXED_LATENCY", "WeightedSums", "weighted_layout", "VLane", "LaneSum", "SumState",
+           "FixedDot", "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "largest_field", "field_exponent", "row_maximum", "to_block_fixed", "BLOCK_FIXED_LATENCY", "WeightedSums", "weighted_layout", "VLane", "X_LAG", "LaneSum", "SumState",
            "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
            "MERGE_LATENCY", "merge_states"]
 
@@ -263,12 +263,14 @@ def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: in
     flags = Cat(d.sign, d.zero, d.inf, d.nan, negative)
     staged = pipe.stage(placed, amount, flags, *carry)
     placed, amount, flags = staged[:3]
+    # the arithmetic right shift in two stages, the fine one first (while the significand
+    # is still 11 bits wide the select spans fewer bits), then whole bytes
     half = Signal(signed(bits + 1), name=f"{name}_half")
-    m.d.comb += half.eq(placed.as_signed() >> Cat(Const(0, 3), amount[3:]))
+    m.d.comb += half.eq(placed.as_signed() >> amount[:3])
     staged = pipe.stage(half, amount, flags, *staged[3:])
     half, amount, flags = staged[:3]
     lane = Signal(_fixed_lane(bits), name=f"{name}_fixed")
-    shifted = half.as_signed() >> amount[:3]
+    shifted = half.as_signed() >> Cat(Const(0, 3), amount[3:])
     if negate:
         m.d.comb += lane.x.eq((shifted ^ flags[4].replicate(bits + 1)) + flags[4])
     else:
@@ -460,6 +462,8 @@ VLane = _fixed_lane(V_BITS)
 LaneSum = data.StructLayout({"sum": signed(SUM_BITS), "pos_inf": 1, "neg_inf": 1, "nan": 1})
 #: the sum exponent of a slot with no term yet (a multiple of GROW below every term's)
 NO_WEIGHT = NO_TERM
+#: cycles from a :class:`WeightedSums` beat to its elements
+X_LAG = 2
 
 
 def weighted_layout(lanes: int):
@@ -487,11 +491,12 @@ class WeightedSums(wiring.Component):
     """Weighted sums like :func:`ndpkit.arith.blockfloat.weigh` and
     :func:`~ndpkit.arith.blockfloat.weigh_total`, ``lanes`` columns a beat.
 
-    ``i`` (valid only): a weight ``p`` (TF32, 19 bits, at most 1), the ``lanes`` block-
-    fixed elements ``x`` of a V row (:data:`VLane`) and the row's exponent ``v_exp``;
-    ``total``: the beat also adds ``p`` to the slot's weights' sum (once a row); the
-    ``slot`` and ``bank`` it updates; ``fresh``: the slot starts empty (its old state is
-    ignored).  A slot keeps its columns' sums, the exponent they share and the weights'
+    ``i`` (valid only): a weight ``p`` (TF32, 19 bits, at most 1) and the row's exponent
+    ``v_exp`` of a V row; ``total``: the beat also adds ``p`` to the slot's weights' sum
+    (once a row); the ``slot`` and ``bank`` it updates; ``fresh``: the slot starts empty
+    (its old state is ignored).  ``x``: the beat's ``lanes`` block-fixed elements
+    (:data:`VLane`), :data:`X_LAG` cycles after the beat (where the lanes take them:
+    a register chain of the elements would be a shift register, a LUT a bit).  A slot keeps its columns' sums, the exponent they share and the weights'
     sum (:func:`weighted_layout`).  Each lane is one 27 x 18 multiplier whose product
     is added to its column's sum, realigned by a step select when the exponent grows:
     the per-unit work (the exponent, the weight's alignment) is done once for the
@@ -508,11 +513,12 @@ class WeightedSums(wiring.Component):
         #: a memory per bank (block RAM targets) or one with two read ports (UltraRAM);
         #: None: by the platform (:func:`~ndpkit_hw.arith.fp_common.large_memory_attrs`)
         self.split_banks = split_banks
-        beat = data.StructLayout({"p": 19, "x": data.ArrayLayout(VLane, lanes), "v_exp": EXP_SHAPE, "total": 1,
-                                  "slot": range(slots), "bank": 1, "fresh": 1})
+        beat = data.StructLayout({"p": 19, "v_exp": EXP_SHAPE, "total": 1, "slot": range(slots), "bank": 1,
+                                  "fresh": 1})
         where = data.StructLayout({"slot": range(slots), "bank": 1})
         super().__init__({
             "i": In(stream.Signature(beat, always_ready=True)),
+            "x": In(data.ArrayLayout(VLane, lanes)),
             "flush": In(stream.Signature(where, always_ready=True)),
             "state": Out(stream.Signature(data.ArrayLayout(SumState, lanes + 1), always_ready=True)),
             "bf16": In(1),
@@ -579,10 +585,8 @@ class WeightedSums(wiring.Component):
         total_up = Signal(signed(10))                 # the weight's fixed-point shift
         m.d.comb += total_up.eq(p.exp + TOTAL_FRAC)
         p_flags = Cat(p.zero, p.inf, p.nan)
-        staged = pipe.stage(update_at, beat.fresh, beat.total, live, p.sig, term_exp, term_up, total_up, p_flags,
-                            beat.x)
-        where, fresh, total, live, sig, term_exp, term_up, total_up, p_flags, x = staged
-        x = data.View(data.ArrayLayout(VLane, C), x)
+        staged = pipe.stage(update_at, beat.fresh, beat.total, live, p.sig, term_exp, term_up, total_up, p_flags)
+        where, fresh, total, live, sig, term_exp, term_up, total_up, p_flags = staged
         p_zero, p_inf, p_nan = p_flags
 
         # ---- stage 1: the old state; whether the exponent grows, by how much, and the weight's
@@ -604,11 +608,12 @@ class WeightedSums(wiring.Component):
         m.d.comb += base_total.eq(Mux(fresh, 0, old.total.sum))
         sums = Cat(*[old.lanes[i].sum for i in range(C)])
         staged = pipe.stage(where, fresh, total, live, grow, rise, below, (term_up - term_exp)[:2], sig, new_exp,
-                            total_up, p_flags, x, sums, signs, base_flags, base_total)
-        (where, fresh, total, live, grow, rise, below, up_distance, sig, new_exp, total_up, p_flags, x, sums, signs,
+                            total_up, p_flags, sums, signs, base_flags, base_total)
+        (where, fresh, total, live, grow, rise, below, up_distance, sig, new_exp, total_up, p_flags, sums, signs,
          base_flags, base_total) = staged
-        x = data.View(data.ArrayLayout(VLane, C), x)
         p_zero, p_inf, p_nan = p_flags
+        assert pipe.depth == X_LAG
+        x = self.x
         steps = Signal(4)                             # the sums' shift in GROW steps (12: all gone)
         m.d.comb += steps.eq(Mux(fresh, SUM_BITS // GROW,
                                  Mux(grow, Mux(rise.as_signed() >= SUM_BITS, SUM_BITS // GROW, rise[2:6]), 0)))

@@ -10,8 +10,8 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS, V_BITS
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
-from ndpkit_hw.arith.blockfloat import (BLOCK_FIXED_LATENCY, EXP_SHAPE, REVISIT, SumState, WeightedSums, decompose,
-                                        field_exponent, to_block_fixed)
+from ndpkit_hw.arith.blockfloat import (BLOCK_FIXED_LATENCY, EXP_SHAPE, REVISIT, X_LAG, SumState, WeightedSums,
+                                        decompose, field_exponent, to_block_fixed)
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout, sums_slot
@@ -94,7 +94,7 @@ class ValueSide(RowSide):
                         m.d.sync += v_t.eq(v_t + 1)
                         m.d.comb += v_rows.release.eq(1)
                     with m.If(v_block_end):
-                        m.d.sync += [v_t.eq(0), drain.eq(REVISIT + 4 + BLOCK_FIXED_LATENCY)]
+                        m.d.sync += [v_t.eq(0), drain.eq(REVISIT + 4 + BLOCK_FIXED_LATENCY - X_LAG)]
                         m.next = "DRAIN"
             with m.State("DRAIN"):
                 # the block's last updates land before the epilogue reads the sums
@@ -162,12 +162,13 @@ class WeightedRows(wiring.Component):
             v = decompose(m, beat.v[c], self.bf16, f"v{c}")
             fixed, _ = to_block_fixed(m, pipe, v, beat.field, V_BITS, self.bf16, negate=True)
             lanes.append(fixed)
-        # the rest of the beat alongside, with the row's exponent
+        # the rest of the beat alongside, with the row's exponent, to meet the elements X_LAG
+        # cycles behind it in the units
         v_exp = Signal(EXP_SHAPE)
         m.d.comb += v_exp.eq(field_exponent(beat.field, self.bf16))
         carried = Cat(beat.as_value(), v_exp)
         tag_pipe = Pipeline(m, self.i.valid, "v_beat")
-        for _ in range(BLOCK_FIXED_LATENCY):
+        for _ in range(BLOCK_FIXED_LATENCY - X_LAG):
             carried = tag_pipe.stage(carried)
         ab = data.View(beat.shape(), carried[:beat.shape().size])
         ab_exp = carried[beat.shape().size:]
@@ -177,7 +178,7 @@ class WeightedRows(wiring.Component):
                          unit.i.payload.p.eq(ab.pk[h]), unit.i.payload.v_exp.eq(ab_exp),
                          unit.i.payload.total.eq(ab.total), unit.i.payload.slot.eq(ab.slot),
                          unit.i.payload.bank.eq(ab.bank), unit.i.payload.fresh.eq(ab.fresh)]
-            m.d.comb += [unit.i.payload.x[c].eq(fixed) for c, fixed in enumerate(lanes)]
+            m.d.comb += [unit.x[c].eq(fixed) for c, fixed in enumerate(lanes)]
             m.d.comb += [unit.flush.valid.eq(self.flush.valid & (self.flush.payload.unit == h)),
                          unit.flush.payload.slot.eq(self.flush.payload.slot),
                          unit.flush.payload.bank.eq(self.flush.payload.bank)]
