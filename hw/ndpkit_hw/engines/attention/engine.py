@@ -49,9 +49,11 @@ __all__ = ["AttentionEngine"]
 READS = ("table", "q", "k", "v", "blocks")
 WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interconnect port i with reader i
 # the readers of little data (64-byte descriptors, a head's q rows, a paged request's block ids),
-# fetched ahead of their use or once a request: short bursts into a distributed-RAM buffer (K and V
-# stream through full-burst block-RAM ones)
-LIGHT = ("table", "q", "blocks")
+# fetched ahead of their use or once a request, and every writer (a request's status word, a
+# head's output rows, the new token's K and V rows: under 1 % of the bytes): short bursts into a
+# distributed-RAM buffer.  K and V stream through full-burst block-RAM ones.  (A writer's full
+# buffer, two 4 KiB bursts of 576-bit beats, took 8 BRAM36 for 128 of their 512 rows.)
+LIGHT = ("table", "q", "blocks", *WRITES)
 assert BLOCK_SIZES == (16, 32, 64, 128)                # a block's shift is 4 + a 2-bit amount
 STATUS_OFFSET = 4 * DESCRIPTOR_FIELDS.index("status")
 
