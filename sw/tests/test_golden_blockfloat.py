@@ -218,7 +218,8 @@ def test_weigh_against_rationals(fmt):
         top = max(abs(_value(*(x[0] for x in bf.decompose(p[t, h:h + 1], bf.TF32)[:2]))) *
                   max(abs(_value(a, b)) for a, b in zip(*bf.decompose(v[t], fmt)[:2])) for t in range(steps))
         if top:
-            assert max(abs(R[h][i] - exact[h][i]) for i in range(d)) <= top * steps * Fraction(2) ** -(min(bf.V_BITS, bf.W_BITS) - bf.GROW)
+            bound = top * steps * Fraction(2) ** -(min(bf.V_BITS, bf.W_BITS) - bf.GROW)
+            assert max(abs(R[h][i] - exact[h][i]) for i in range(d)) <= bound
 
 
 def test_weigh_specials():

@@ -25,15 +25,16 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import DROP, GROW, GUARD, K_BITS, PARTIALS, Q_BITS, TOTAL_FRAC, V_BITS, W_BITS
-from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, multiplier_shape, normalize_into_range, \
-    round_bits, round_pack, select_result, staged_product
+from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, normalize_into_range, round_bits, \
+    round_pack, select_result
 
-__all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "product_of", "sum_to_fp32", "KeyAlign",
-           "FixedDot", "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "largest_field", "field_exponent", "row_maximum", "to_block_fixed", "BLOCK_FIXED_LATENCY", "WeightedSums", "weighted_layout", "VLane", "X_LAG", "LaneSum", "SumState",
-           "SUM_BITS", "EXP_SHAPE", "NO_TERM", "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState",
-           "MERGE_LATENCY", "merge_states"]
+__all__ = ["FLUSH_LATENCY", "Decomposed", "decompose", "decompose_tf32", "sum_to_fp32", "KeyAlign", "FixedDot",
+           "QLane", "Q_FINITE", "Q_ZERO", "Q_INF", "Q_NAN", "q_lane", "KLane", "row_field", "largest_field",
+           "field_exponent", "row_maximum", "to_block_fixed", "BLOCK_FIXED_LATENCY", "WeightedSums",
+           "weighted_layout", "VLane", "X_LAG", "LaneSum", "SumState", "SUM_BITS", "EXP_SHAPE", "NO_TERM",
+           "REVISIT", "ROOM_AHEAD", "MERGED_BITS", "MergedState", "MERGE_LATENCY", "merge_states"]
 
-#: a product's significand: 11 x 11 bits (bf16: 8 x 8, zero-extended)
+#: a 16-bit float's significand: 11 bits (bf16: 8, zero-extended)
 SIG_BITS = 11
 #: product exponents: bf16's range is -266 .. 240
 EXP_SHAPE = signed(11)
@@ -121,26 +122,6 @@ def decompose_tf32(m: Module, u, name: str) -> Decomposed:
         d.nan.eq((x == 0xFF) & (f != 0)),
     ]
     return d
-
-
-def product_of(m: Module, a: Decomposed, b: Decomposed, name: str):
-    """The exponent, sign and special flags of ``a * b`` (its significand is the
-    multiplier's): (exp, sign, live, pos_inf, neg_inf, nan); ``live``: a finite
-    nonzero product."""
-    exp = Signal(EXP_SHAPE, name=f"{name}_exp")
-    sign = Signal(name=f"{name}_sign")
-    live, pos_inf, neg_inf, nan = (Signal(name=f"{name}_{w}") for w in ("live", "pos_inf", "neg_inf", "nan"))
-    special = a.inf | a.nan | b.inf | b.nan
-    inf = (a.inf | b.inf) & ~a.nan & ~b.nan & ~a.zero & ~b.zero
-    m.d.comb += [
-        exp.eq(a.exp + b.exp),
-        sign.eq(a.sign ^ b.sign),
-        live.eq(~special & ~a.zero & ~b.zero),
-        nan.eq(a.nan | b.nan | (a.inf & b.zero) | (a.zero & b.inf)),
-        pos_inf.eq(inf & ~(a.sign ^ b.sign)),
-        neg_inf.eq(inf & (a.sign ^ b.sign)),
-    ]
-    return exp, sign, live, pos_inf, neg_inf, nan
 
 
 def sum_to_fp32(m: Module, pipe: Pipeline, total, exp, nan, pos_inf, neg_inf, carry=()):
@@ -496,8 +477,8 @@ class WeightedSums(wiring.Component):
     (once a row); the ``slot`` and ``bank`` it updates; ``fresh``: the slot starts empty
     (its old state is ignored).  ``x``: the beat's ``lanes`` block-fixed elements
     (:data:`VLane`), :data:`X_LAG` cycles after the beat (where the lanes take them:
-    a register chain of the elements would be a shift register, a LUT a bit).  A slot keeps its columns' sums, the exponent they share and the weights'
-    sum (:func:`weighted_layout`).  Each lane is one 27 x 18 multiplier whose product
+    a register chain of the elements would be a shift register, a LUT a bit).  A slot
+    keeps its columns' sums, the exponent they share and the weights' sum (:func:`weighted_layout`).  Each lane is one 27 x 18 multiplier whose product
     is added to its column's sum, realigned by a step select when the exponent grows:
     the per-unit work (the exponent, the weight's alignment) is done once for the
     lanes.  The caller updates a slot at most once every :data:`REVISIT` beats (a
@@ -612,6 +593,8 @@ class WeightedSums(wiring.Component):
         (where, fresh, total, live, grow, rise, below, up_distance, sig, new_exp, total_up, p_flags, sums, signs,
          base_flags, base_total) = staged
         p_zero, p_inf, p_nan = p_flags
+        # ---- stage 2: the shift amounts; the aligned weight, each lane's realigned sum, the
+        # weights' sum's term; the products' specials (the elements arrive here) ----
         assert pipe.depth == X_LAG
         x = self.x
         steps = Signal(4)                             # the sums' shift in GROW steps (12: all gone)
@@ -621,8 +604,6 @@ class WeightedSums(wiring.Component):
         m.d.comb += distance.eq(Mux(grow, up_distance, below))
         align = Signal(range(W_BITS + 1))            # the weight's shift (W_BITS: all gone)
         m.d.comb += align.eq(Mux(~live | (distance >= W_BITS), W_BITS, distance))
-
-        # ---- stage 2: the aligned weight, each lane's realigned sum, the weights' sum ----
         weight = Signal(W_BITS)
         m.d.comb += weight.eq(Cat(Const(0, W_BITS - SIG_BITS), sig) >> align)
         down = [_step_down(m, sums.word_select(i, SUM_BITS), steps, signs[i], f"lane{i}") for i in range(C)]
@@ -677,7 +658,8 @@ class WeightedSums(wiring.Component):
         exp = Signal(EXP_SHAPE)
         # the product of an aligned weight and an integer weighs 2**(exp + 11 + SIG - W_BITS - V_BITS)
         offset = SIG_BITS + GUARD - W_BITS - V_BITS
-        m.d.comb += exp.eq(Mux(flushed.exp == NO_WEIGHT, NO_TERM, flushed.exp + Mux(self.bf16, offset + 8, offset + SIG_BITS)))
+        m.d.comb += exp.eq(Mux(flushed.exp == NO_WEIGHT, NO_TERM,
+                               flushed.exp + Mux(self.bf16, offset + 8, offset + SIG_BITS)))
         out = Signal(data.ArrayLayout(SumState, C + 1))
         for i, s in enumerate([*flushed.lanes, flushed.total]):
             m.d.comb += [out[i].sum.eq(s.sum), out[i].exp.eq(exp if i < C else GUARD - TOTAL_FRAC),

@@ -14,10 +14,10 @@ Two kinds of sum, each rounded once to binary32 (:func:`to_fp32`):
   The sum does not depend on how many lanes a bus word carries.
 - **Weighted sums of block-fixed rows** (the value side, :func:`weigh`): a V row
   becomes integers sharing its largest exponent (:func:`value_rows`: as
-  :func:`block_fixed` with :data:`V_BITS`, a negative element's magnitude negated).  A running sum keeps one exponent ``G`` for all its columns (a
-  multiple of :data:`GROW`); a row whose term exponent (the weight's plus the row's)
-  exceeds it moves ``G`` up to the next multiple of GROW and shifts the sum down (its
-  floor).  The weight's significand is aligned to ``G`` in :data:`W_BITS` bits (its
+  :func:`block_fixed` with :data:`V_BITS`, a negative element's magnitude negated).  A
+  running sum keeps one exponent ``G`` for all its columns (a multiple of :data:`GROW`);
+  a row whose term exponent (the weight's plus the row's) exceeds it moves ``G`` up to
+  the next multiple of GROW and shifts the sum down (its floor).  The weight's significand is aligned to ``G`` in :data:`W_BITS` bits (its
   floor), and each column adds the exact product of the aligned weight and its integer.
   The weights themselves (the softmax denominator, :func:`weigh_total`) are summed in
   fixed point with :data:`TOTAL_FRAC` fraction bits (each term's floor): they are at

@@ -63,7 +63,8 @@ def test_epilogue_matches_golden(rng, units, width, group, d, out_fmt):
                     for r, part in enumerate(parts):
                         slot = ((g // units * GROUPS + grp) << 2) + r
                         slots[(len(jobs), g % units, slot)] = sum_state_fields(part)     # stale beyond the block's rows
-                    total = parts[0] if rows > 0 else (np.zeros(C + 1, np.int64), np.full(C + 1, bf.EMPTY), np.zeros(C + 1, np.int64))
+                    empty = (np.zeros(C + 1, np.int64), np.full(C + 1, bf.EMPTY), np.zeros(C + 1, np.int64))
+                    total = parts[0] if rows > 0 else empty
                     for part in parts[1:min(rows, bf.PARTIALS)]:
                         total = bf.merge(total, part)
                     value = bf.sum_fp32(total)

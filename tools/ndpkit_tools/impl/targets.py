@@ -102,12 +102,12 @@ NOTES = {
                                      "normalisation before its rounding, the sticky bit (block.datapath.row_dot0."
                                      "round_s4_4 -> round_s5_0). Next: the mask (a thermometer code of the amount) "
                                      "registered beside the amount, a stage earlier",
-    ("attention", "max", "area"): "35.0k LUT at 32 lanes (38.6k before the block-fixed score lanes of 2026-11-27: "
-                                  "RowDot's 402 LUT a lane became KeyAlign and FixedDot's 165, docs/impl_lanes.json; "
-                                  "the q banks, now 31-bit integers and the row's exponent a lane, take 5 BRAM36 "
-                                  "more). The value side's RunningSums, 491 LUT a lane, are the largest part left. "
-                                  "Next: the value lanes on the DSP's post-adder (issue 40), the request-check "
-                                  "stages shared with the command's",
+    ("attention", "max", "area"): "32.4k LUT at 32 lanes (38.6k before the block-fixed score lanes of 2026-11-27, "
+                                  "34.8k before the block-fixed value lanes: RowDot's 402 LUT a lane became KeyAlign "
+                                  "and FixedDot's 154, RunningSums' 491 the V aligner and WeightedSums' 317, "
+                                  "docs/impl_lanes.json). A value lane's add is in the fabric (yosys packs no "
+                                  "DSP48E2 post-adder), its realignment two 4:1 selects. Next: the request-check "
+                                  "stages shared with the command's checks",
     ("attention", "default", "ecp5"): "does not fit: 224 DP16KD > 208 (the buffers are sized by the largest "
                                       "query group and head dimension, not by the lanes); the ecp5 configuration "
                                       "(64-bit, 8 lanes, 202 DP16KD) is the one placed.",
