@@ -61,7 +61,8 @@ class ValueSide(RowSide):
         jobs, bank_rows = self.jobs, self.bank_rows
         v_rows, rows_words, passes = self.row_stream(m, "v", self.v, bf16)
         v_t, v_b = Signal(range(BLOCK)), Signal()
-        v_j, v_w, v_c = Signal(range(PM)), Signal(range(self.row_words)), Signal(range(S))
+        v_j, v_w, v_c = Signal(range(PM), name="v_j"), Signal(range(self.row_words), name="v_w"), \
+            Signal(range(S), name="v_c")
         v_issue = Signal()
         rows = WeightedRows(columns=C, units=H, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length())
         m.submodules.weighted_rows = rows
@@ -74,7 +75,9 @@ class ValueSide(RowSide):
         sums_clear = Mux(self.released, 1 << self.released_bank, 0)
         m.d.sync += sums_busy.eq((sums_busy & ~sums_clear) | sums_set)
         v_block_end = self.row_end(v_c, v_w, rows_words) & (v_j == passes - 1) & (v_t == bank_rows[v_b] - 1)
-        drain = Signal(range(REVISIT + 8 + BLOCK_FIXED_LATENCY))
+        # (the beat's way to its sums' write: the aligner's stages the units do not overlap)
+        drain_cycles = REVISIT + 4 + BLOCK_FIXED_LATENCY - X_LAG
+        drain = Signal(range(drain_cycles + 1))
         with m.FSM(name="value_side") as value_fsm:
             with m.State("IDLE"):
                 m.d.comb += jobs.ready.eq(1)
@@ -94,7 +97,7 @@ class ValueSide(RowSide):
                         m.d.sync += v_t.eq(v_t + 1)
                         m.d.comb += v_rows.release.eq(1)
                     with m.If(v_block_end):
-                        m.d.sync += [v_t.eq(0), drain.eq(REVISIT + 4 + BLOCK_FIXED_LATENCY - X_LAG)]
+                        m.d.sync += [v_t.eq(0), drain.eq(drain_cycles)]
                         m.next = "DRAIN"
             with m.State("DRAIN"):
                 # the block's last updates land before the epilogue reads the sums
