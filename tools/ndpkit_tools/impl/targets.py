@@ -87,17 +87,18 @@ NOTES = {
     ("adam", "max", "ecp5"): "does not fit (97.6k LUT sites); the default configuration's 79.9 MHz stands for "
                              "the engine. Next: as the default's.",
     ("attention", "default", "levels"): "9 levels (11 before the timing stages of 2026-11-26; 25 before the request "
-                                        "checks were staged): RowDot's normalisation before its rounding, the sticky "
-                                        "bit: the row sum's magnitude masked by compares of the registered shift "
-                                        "amount and ORed (block.datapath.row_dot0.round_s4_4 -> round_s5_0). Next: "
-                                        "the mask (a thermometer code of the amount) registered beside the amount",
+                                        "checks were staged; 10 with the block-fixed value lanes until the value "
+                                        "side's drain count was as narrow as before): several paths of 9, the "
+                                        "request's block-table checks (block.request_block_table_active -> "
+                                        "request_check), the value side's word count into its state and the weight "
+                                        "address, the epilogue's merge. Next: the block-table check a stage earlier",
     ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on "
                                     "2026-11-26; 11 before RowDot's lane specials and rounding were registered). "
-                                    "With the block-fixed score lanes (2026-11-27) several paths of 9: the dot "
-                                    "product's normalisation before its rounding (block.datapath.score.fixed_dot0."
-                                    "round_s2_0 -> round_s3_4), the V reader's status queue count, the epilogue's "
-                                    "fold fma and its division issue. Next: the normalisation's leading-zero count "
-                                    "a stage ahead, the status queue's count from registers",
+                                    "With the block-fixed score and value lanes (2026-11-27) several paths of 9: the "
+                                    "dot product's normalisation before its rounding (block.datapath.score.dots."
+                                    "fixed_dot0.round_s2_0 -> round_s3_4), the scale multiplier's product, the "
+                                    "epilogue's merge and its fold, the output writer's completion count. Next: the "
+                                    "normalisation's leading-zero count a stage ahead",
     ("attention", "ecp5", "levels"): "9 levels (11 before 2026-11-26): as the default configuration's, RowDot's "
                                      "normalisation before its rounding, the sticky bit (block.datapath.row_dot0."
                                      "round_s4_4 -> round_s5_0). Next: the mask (a thermometer code of the amount) "
