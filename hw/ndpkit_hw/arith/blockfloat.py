@@ -441,8 +441,8 @@ FLUSH_LATENCY = 2
 VLane = _fixed_lane(V_BITS)
 #: a weighted sum's column as a :class:`WeightedSums` slot keeps it
 LaneSum = data.StructLayout({"sum": signed(SUM_BITS), "pos_inf": 1, "neg_inf": 1, "nan": 1})
-#: the sum exponent of a slot with no term yet (a multiple of GROW below every term's)
-NO_WEIGHT = NO_TERM
+# a slot with no term yet keeps NO_TERM as its exponent: a multiple of GROW below every term's
+assert NO_TERM % GROW == 0
 #: cycles from a :class:`WeightedSums` beat to its elements
 X_LAG = 2
 
@@ -478,9 +478,10 @@ class WeightedSums(wiring.Component):
     (its old state is ignored).  ``x``: the beat's ``lanes`` block-fixed elements
     (:data:`VLane`), :data:`X_LAG` cycles after the beat (where the lanes take them:
     a register chain of the elements would be a shift register, a LUT a bit).  A slot
-    keeps its columns' sums, the exponent they share and the weights' sum (:func:`weighted_layout`).  Each lane is one 27 x 18 multiplier whose product
-    is added to its column's sum, realigned by a step select when the exponent grows:
-    the per-unit work (the exponent, the weight's alignment) is done once for the
+    keeps its columns' sums, the exponent they share and the weights' sum
+    (:func:`weighted_layout`).  Each lane is one 27 x 18 multiplier whose product is
+    added to its column's sum, realigned by a step select when the exponent grows: the
+    per-unit work (the exponent, the weight's alignment) is done once for the
     lanes.  The caller updates a slot at most once every :data:`REVISIT` beats (a
     read-modify-write).  ``flush`` (valid only) reads a slot of a bank the beats are not
     updating; ``state`` gives it two cycles later as ``lanes + 1`` SumState values
@@ -506,8 +507,9 @@ class WeightedSums(wiring.Component):
         })
 
     def _states(self, m: Module, platform, update_at, write_at, write, flush_at, flush_valid):
-        """The slots' memory: (the updated slot's old state a cycle after ``update_at``,
-        the flushed one a cycle after ``flush_at``, the write ports as (port, enable))."""
+        """The slots' memory, written at ``write_at`` with ``write`` (data, enable): (the
+        updated slot's old state a cycle after ``update_at``, the flushed one a cycle after
+        ``flush_at``)."""
         width = weighted_layout(self.lanes).size
         slot_bits = (self.slots - 1).bit_length()
         uram = large_memory_attrs(platform)
@@ -573,7 +575,7 @@ class WeightedSums(wiring.Component):
         # ---- stage 1: the old state; whether the exponent grows, by how much, and the weight's
         # distance below it either way (the comparison and the subtractions side by side) ----
         base_exp = Signal(EXP_SHAPE)
-        m.d.comb += base_exp.eq(Mux(fresh, NO_WEIGHT, old.exp))
+        m.d.comb += base_exp.eq(Mux(fresh, NO_TERM, old.exp))
         grow = Signal()
         m.d.comb += grow.eq(live & (term_up > base_exp))
         new_exp = Signal(EXP_SHAPE)
@@ -658,7 +660,7 @@ class WeightedSums(wiring.Component):
         exp = Signal(EXP_SHAPE)
         # the product of an aligned weight and an integer weighs 2**(exp + 11 + SIG - W_BITS - V_BITS)
         offset = SIG_BITS + GUARD - W_BITS - V_BITS
-        m.d.comb += exp.eq(Mux(flushed.exp == NO_WEIGHT, NO_TERM,
+        m.d.comb += exp.eq(Mux(flushed.exp == NO_TERM, NO_TERM,
                                flushed.exp + Mux(self.bf16, offset + 8, offset + SIG_BITS)))
         out = Signal(data.ArrayLayout(SumState, C + 1))
         for i, s in enumerate([*flushed.lanes, flushed.total]):

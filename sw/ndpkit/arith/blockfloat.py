@@ -17,8 +17,9 @@ Two kinds of sum, each rounded once to binary32 (:func:`to_fp32`):
   :func:`block_fixed` with :data:`V_BITS`, a negative element's magnitude negated).  A
   running sum keeps one exponent ``G`` for all its columns (a multiple of :data:`GROW`);
   a row whose term exponent (the weight's plus the row's) exceeds it moves ``G`` up to
-  the next multiple of GROW and shifts the sum down (its floor).  The weight's significand is aligned to ``G`` in :data:`W_BITS` bits (its
-  floor), and each column adds the exact product of the aligned weight and its integer.
+  the next multiple of GROW and shifts the sum down (its floor).  The weight's
+  significand is aligned to ``G`` in :data:`W_BITS` bits (its floor), and each column
+  adds the exact product of the aligned weight and its integer.
   The weights themselves (the softmax denominator, :func:`weigh_total`) are summed in
   fixed point with :data:`TOTAL_FRAC` fraction bits (each term's floor): they are at
   most 1.  :func:`weighted_sum` gives both as (S, E, special) sums; :func:`merge` joins
@@ -223,8 +224,8 @@ def weigh_total(state, p):
     t = _magnitude(p)
     up = p[1] + TOTAL_FRAC
     term = np.where(up >= 0, t << np.clip(up, 0, 63), t >> np.clip(-up, 0, 63))
-    one = (np.ones_like(t), np.zeros_like(t), np.zeros_like(t))        # the product p * 1's specials
-    return L + term, _merge_specials(np.stack([special, product_special(p, one)]), axis=0)
+    # (the special state of p * 1 is p's own)
+    return L + term, _merge_specials(np.stack([special, p[2]]), axis=0)
 
 
 def weighted_sum(state, fmt):

@@ -42,10 +42,10 @@ def score_lanes(lanes: int):
 
 
 def value_lanes(lanes: int):
-    """The value side's weighted sums of one unit (the V aligner into WeightedSums), its
-    slots as the value side builds them at 16 query heads and d = 128."""
+    """The value side's weighted sums of one unit (the V aligner into WeightedSums), as
+    the value side builds them."""
     from ndpkit_hw.engines.attention.value import WeightedRows
-    return WeightedRows(columns=lanes, units=1, slots=1 << (16 * (128 // lanes) * 4 - 1).bit_length())
+    return WeightedRows(columns=lanes, units=1)
 
 
 BLOCKS = {"score: KeyAlign + FixedDot": score_lanes, "value: WeightedRows": value_lanes}

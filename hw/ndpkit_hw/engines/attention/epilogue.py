@@ -38,7 +38,7 @@ from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
 
-__all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM", "flush_layout", "sums_slot"]
+__all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM", "flush_layout", "slot_count", "sums_slot"]
 
 MAX_DIM = max(HEAD_DIMS)
 #: a block for the epilogue: its WeightedSums bank, the head's first / last block, its rows
@@ -56,11 +56,15 @@ def sums_slot(j, group, r, groups: int):
     return ((j * groups + group) << log2_exact(PARTIALS, "partials")) + r
 
 
+def slot_count(columns: int, units: int) -> int:
+    """The WeightedSums slots a unit uses: one per pass, column group and partial."""
+    return MAX_GROUP // units * (MAX_DIM // columns) * PARTIALS
+
+
 def flush_layout(columns: int, units: int) -> data.StructLayout:
     """A flush of one WeightedSums slot: the slot (pass, column group, partial), the
     sums bank, the unit."""
-    slots = MAX_GROUP // units * (MAX_DIM // columns) * PARTIALS
-    return data.StructLayout({"slot": range(slots), "bank": 1, "unit": range(max(2, units))})
+    return data.StructLayout({"slot": range(slot_count(columns, units)), "bank": 1, "unit": range(max(2, units))})
 
 
 class Epilogue(wiring.Component):

@@ -14,7 +14,7 @@ from ndpkit_hw.arith.blockfloat import (BLOCK_FIXED_LATENCY, EXP_SHAPE, REVISIT,
                                         decompose, field_exponent, to_block_fixed)
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
-from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout, sums_slot
+from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout, slot_count, sums_slot
 from ndpkit_hw.engines.attention.rows import RowSide, serves
 from ndpkit_hw.engines.attention.sweep import PK_BITS
 
@@ -64,7 +64,7 @@ class ValueSide(RowSide):
         v_j, v_w, v_c = Signal(range(PM), name="v_j"), Signal(range(self.row_words), name="v_w"), \
             Signal(range(S), name="v_c")
         v_issue = Signal()
-        rows = WeightedRows(columns=C, units=H, slots=1 << (PM * GROUPS * PARTIALS - 1).bit_length())
+        rows = WeightedRows(columns=C, units=H)
         m.submodules.weighted_rows = rows
         ends = fifo.SyncFIFOBuffered(width=EpilogueJob.size, depth=4)          # blocks for the epilogue
         m.submodules.block_ends = ends
@@ -116,7 +116,7 @@ class ValueSide(RowSide):
         # the beat a cycle later: the V word, its row's largest exponent field and each unit's
         # weight read from memory
         v_word = v_rows.read(m, v_w)
-        Beat = data.StructLayout({"c": range(S), "slot": range(PM * GROUPS * PARTIALS), "b": 1, "fresh": 1,
+        Beat = data.StructLayout({"c": range(S), "slot": range(slot_count(C, H)), "b": 1, "fresh": 1,
                                   "first_group": 1, "j": range(PM), "field": 8})
         vb = Signal(Beat)
         vb_valid = Signal()
@@ -142,10 +142,12 @@ class WeightedRows(wiring.Component):
     once for all the units), then into each unit's
     :class:`~ndpkit_hw.arith.blockfloat.WeightedSums`; ``flush`` names a unit's slot,
     whose state comes out on ``state`` (:data:`~ndpkit_hw.arith.blockfloat.
-    FLUSH_LATENCY` cycles later).  ``bf16`` (held): the format."""
+    FLUSH_LATENCY` cycles later).  ``bf16`` (held): the format.  A unit's memory has
+    :func:`~ndpkit_hw.engines.attention.epilogue.slot_count` slots, to a power of two."""
 
-    def __init__(self, *, columns: int, units: int, slots: int):
+    def __init__(self, *, columns: int, units: int):
         self.columns, self.units = columns, units
+        slots = 1 << (slot_count(columns, units) - 1).bit_length()
         self.sums = [WeightedSums(lanes=columns, slots=slots) for _ in range(units)]
         beat = data.StructLayout({"v": data.ArrayLayout(16, columns), "field": 8,
                                   "pk": data.ArrayLayout(PK_BITS, units), "units": units, "total": 1,

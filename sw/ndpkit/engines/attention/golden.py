@@ -25,8 +25,8 @@ binary32.  Everything else is binary32 with round-to-nearest-even
      significand: its product with an fp16 or bf16 value is exact): ``pk[t]``;
    - weighted sums (``blockfloat.weigh``): V row ``t`` as integers of 25 bits sharing
      its largest exponent (magnitudes truncated), ``pk[t]``'s significand aligned to the
-     sum's exponent in 17 bits (the exponent a multiple of 4 that grows with the terms, the sum floored down
-     when it does), their exact products added; and the weights' own sum in fixed point
+     sum's exponent in 17 bits (the exponent a multiple of 4 that grows with the terms,
+     the sum floored down when it does), their exact products added; and the weights' own sum in fixed point
      (``blockfloat.weigh_total``, 41 fraction bits), each split
      :data:`~ndpkit.arith.blockfloat.PARTIALS` (4) ways: token ``j`` of the block
      (``j`` = 0, 1, ...) goes to partial ``j % 4``, in token order; the partials merged
