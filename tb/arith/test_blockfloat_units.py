@@ -54,15 +54,24 @@ def v_lanes(v, fmt):
             for x, h, sp, tt in zip(X, v, special, t)], int(E)
 
 
-def sum_states(state, fmt, total):
-    """A golden weighted sum (``weigh``) and weights' sum (``weigh_total``) as a slot's
-    flushed SumState fields: the columns', then the weights' sum."""
+def slot_sum(state, fmt, total):
+    """A golden weighted sum (``weigh``) and its weights' sum (``weigh_total``) as one
+    slot's (S, E, special) sums: the columns', then the weights' sum."""
+    return tuple(np.append(x, y) for x, y in zip(bf.weighted_sum(state, fmt), bf.total_sum(total)))
+
+
+def sum_state_fields(state):
+    """A golden sum ``(S, E, special)`` as the lanes' SumState fields."""
     from ndpkit_hw.arith.blockfloat import NO_TERM
-    S, E, special = bf.weighted_sum(state, fmt)
-    L, LE, lspecial = bf.total_sum(total)
-    return [{"sum": int(s), "exp": int(e) if e != bf.EMPTY else NO_TERM,
-             "pos_inf": int(sp == bf.POS_INF), "neg_inf": int(sp == bf.NEG_INF), "nan": int(sp == bf.NAN)}
-            for s, e, sp in zip([*S, L], [*E, LE], [*special, lspecial])]
+    S, E, special = state
+    return [{"sum": int(S[i]), "exp": int(E[i]) if E[i] != bf.EMPTY else NO_TERM,
+             "pos_inf": int(special[i] == bf.POS_INF), "neg_inf": int(special[i] == bf.NEG_INF),
+             "nan": int(special[i] == bf.NAN)} for i in range(len(S))]
+
+
+def sum_states(state, fmt, total):
+    """:func:`slot_sum` as a slot's flushed SumState fields."""
+    return sum_state_fields(slot_sum(state, fmt, total))
 
 
 def state_fields(state):

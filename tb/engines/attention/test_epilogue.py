@@ -12,11 +12,10 @@ import pytest
 from ndpkit.arith import blockfloat as bf
 from ndpkit.arith import fp
 from ndpkit.engines.attention import golden
-from ndpkit_hw.arith.blockfloat import NO_TERM
 from ndpkit_hw.engines.attention.epilogue import Epilogue
 from tb.amaranth_sim import run_to_end
 from tb.engines.attention.test_datapath import bus_words
-from tb.arith.test_blockfloat_units import _operands, _weights
+from tb.arith.test_blockfloat_units import _operands, _weights, slot_sum, sum_state_fields
 
 F = golden.KvFormat
 WIDTH, C = 128, 8                      # a 128-bit port: 8 columns a beat
@@ -31,15 +30,7 @@ def _partial_sum(nprng, columns: int):
         p = bf.decompose(_weights(nprng, ()), bf.TF32)
         state = bf.weigh(state, p, bf.value_rows(_operands(nprng, F.FP16, (columns,)), F.FP16))
         total = bf.weigh_total(total, p)
-    return tuple(np.append(x, y) for x, y in zip(bf.weighted_sum(state, F.FP16), bf.total_sum(total)))
-
-
-def sum_state_fields(state):
-    """A golden sum ``(S, E, special)`` as the lanes' SumState fields."""
-    S, E, special = state
-    return [{"sum": int(S[i]), "exp": int(E[i]) if E[i] != bf.EMPTY else NO_TERM,
-             "pos_inf": int(special[i] == bf.POS_INF), "neg_inf": int(special[i] == bf.NEG_INF),
-             "nan": int(special[i] == bf.NAN)} for i in range(len(S))]
+    return slot_sum(state, F.FP16, total)
 
 
 @pytest.mark.parametrize("units,width,group,d,out_fmt", [
