@@ -33,10 +33,12 @@ def _partial_sum(nprng, columns: int):
     return slot_sum(state, F.FP16, total)
 
 
-@pytest.mark.parametrize("units,width,group,d,out_fmt", [
-    (2, 1, 3, 64, F.FP16),              # two units (a flush names its unit), an odd group
-    (1, 2, 2, 128, F.FP32)])            # two lanes a cycle
-def test_epilogue_matches_golden(rng, units, width, group, d, out_fmt):
+@pytest.mark.parametrize("units,width,serial,group,d,out_fmt", [
+    (2, 1, False, 3, 64, F.FP16),       # two units (a flush names its unit), an odd group
+    (1, 2, False, 2, 128, F.FP32),      # two lanes a cycle
+    (2, 1, True, 3, 128, F.FP32),       # a lane every four cycles, two units, binary32 out
+    (1, 1, True, 2, 64, F.BF16)])
+def test_epilogue_matches_golden(rng, units, width, serial, group, d, out_fmt):
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     heads = [[128, 3], [2], [1, 130 % 128]]             # each KV head's blocks (rows)
     slots, jobs, want = {}, [], []
@@ -69,7 +71,7 @@ def test_epilogue_matches_golden(rng, units, width, group, d, out_fmt):
                          "corr": corr})
             bank ^= 1
         want += bus_words(golden.narrow(fp.div(o, l[:, None]), out_fmt), WIDTH)
-    dut = Epilogue(data_width=WIDTH, columns=C, units=units, width=width)
+    dut = Epilogue(data_width=WIDTH, columns=C, units=units, width=width, serial=serial)
     got = []
 
     async def bench(ctx):

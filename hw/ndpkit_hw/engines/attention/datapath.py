@@ -49,7 +49,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.attention import MAX_GROUP
-from ndpkit_hw.engines.attention.epilogue import MAX_DIM, Epilogue, epilogue_width
+from ndpkit_hw.engines.attention.epilogue import MAX_DIM, Epilogue, epilogue_serial, epilogue_width
 from ndpkit_hw.engines.attention.qload import QueryBanks
 from ndpkit_hw.engines.attention.score import ScoreSide
 from ndpkit_hw.engines.attention.sweep import SoftmaxSweep
@@ -82,7 +82,7 @@ class AttentionDatapath(wiring.Component):
 
     def __init__(self, *, data_width: int = 512, lanes: int = 32):
         self.columns, self.units = lane_shape(data_width, lanes)
-        self.epilogue_width = epilogue_width(lanes)
+        self.epilogue_width, self.epilogue_serial = epilogue_width(lanes), epilogue_serial(lanes)
         self.data_width, self.lanes = data_width, lanes
         super().__init__({
             "q": In(stream.Signature(data_width)),
@@ -107,7 +107,7 @@ class AttentionDatapath(wiring.Component):
         m.submodules.score = score = ScoreSide(**shape)
         m.submodules.sweep = sweep = SoftmaxSweep(units=H)
         m.submodules.value = value = ValueSide(**shape)
-        m.submodules.epilogue = ep = Epilogue(**shape, width=self.epilogue_width)
+        m.submodules.epilogue = ep = Epilogue(**shape, width=self.epilogue_width, serial=self.epilogue_serial)
         for part in (q_banks, score, value, ep):
             m.d.comb += [part.head_dim128.eq(self.head_dim128), part.group.eq(self.group)]
         m.d.comb += [sweep.group.eq(self.group), q_banks.q_format.eq(self.q_format),

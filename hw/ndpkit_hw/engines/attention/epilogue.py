@@ -25,6 +25,8 @@ no longer read; ``out`` the packed output words.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Module, Signal, Const, Mux, Array, Cat
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
@@ -32,13 +34,13 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS
 from ndpkit_spec.engines.attention import HEAD_DIMS, MAX_GROUP, KvFormat
-from ndpkit_hw.arith.blockfloat import (FLUSH_LATENCY, NO_TERM, MergedState, SumState, merge_states,
+from ndpkit_hw.arith.blockfloat import (FLUSH_LATENCY, MERGE_LATENCY, NO_TERM, MergedState, SumState, merge_states,
                                         sum_to_fp32)
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
 
-__all__ = ["Epilogue", "epilogue_width", "EpilogueJob", "MAX_DIM", "flush_layout", "slot_count", "sums_slot"]
+__all__ = ["Epilogue", "epilogue_width", "epilogue_serial", "EpilogueJob", "MAX_DIM", "flush_layout", "slot_count", "sums_slot"]
 
 MAX_DIM = max(HEAD_DIMS)
 #: a block for the epilogue: its WeightedSums bank, the head's first / last block, its rows
@@ -48,6 +50,28 @@ EpilogueJob = data.StructLayout({"b": 1, "first": 1, "last": 1, "rows": 8})
 def epilogue_width(lanes: int) -> int:
     """Lanes a cycle the epilogue needs to keep pace with ``lanes`` MAC lanes."""
     return max(1, lanes // 128)
+
+
+def epilogue_serial(lanes: int) -> bool:
+    """Whether a lane every PARTIALS cycles keeps pace with ``lanes`` MAC lanes: a block
+    costs the epilogue ``PARTIALS * G * (d + 1)`` cycles and the value side ``128 * d / C``
+    beats for each pass of H heads, at most ``lanes / 64`` of it for the ``L / 2 = C * H``
+    value lanes: half at 32 lanes."""
+    return lanes <= 32
+
+
+#: a partial no token of a short block reached
+EMPTY_STATE = Const({"sum": 0, "exp": NO_TERM, "pos_inf": 0, "neg_inf": 0, "nan": 0}, SumState)
+
+
+def _delayed(m: Module, value, n: int, name: str, reset: bool = False):
+    """``value`` through ``n`` registers (reset ones for a valid bit's)."""
+    shape = value.shape()                # (a layout's view stays one)
+    for s in range(n):
+        reg = Signal(shape, name=f"{name}_d{s}", reset_less=not reset)
+        m.d.sync += reg.eq(value)
+        value = reg
+    return value
 
 
 def sums_slot(j, group, r, groups: int):
@@ -68,10 +92,13 @@ def flush_layout(columns: int, units: int) -> data.StructLayout:
 
 
 class Epilogue(wiring.Component):
-    def __init__(self, *, data_width: int, columns: int, units: int, width: int = 1):
+    def __init__(self, *, data_width: int, columns: int, units: int, width: int = 1, serial: bool = False):
         if width < 1 or width & (width - 1) or columns % width:
             raise ValueError(f"width must be a power of two dividing the {columns} columns, not {width}")
+        if serial and width != 1:
+            raise ValueError(f"a serial epilogue takes a lane every {PARTIALS} cycles: width 1, not {width}")
         self.data_width, self.columns, self.units, self.width = data_width, columns, units, width
+        self.serial = serial
         self.elements = data_width // 16
         self.flush_layout = flush_layout(columns, units)
         super().__init__({
@@ -88,25 +115,35 @@ class Epilogue(wiring.Component):
             "idle": Out(1),
         })
 
-    def elaborate(self, platform):
-        m = Module()
-        W, P, C, H, E = self.data_width, self.elements, self.columns, self.units, self.width
-        GROUPS = MAX_DIM // C
-        h_bits, c_bits, e_bits = log2_exact(H, "units"), log2_exact(C, "columns"), log2_exact(E, "width")
-        G = self.group
-        row_groups = Mux(self.head_dim128, GROUPS, GROUPS // 2)
-        dim = Mux(self.head_dim128, MAX_DIM, MAX_DIM // 2)
+    def _shape(self):
+        """(GROUPS column groups in a d = 128 row, lanes of group 0 with the denominator)."""
+        return MAX_DIM // self.columns, self.columns + 1
+
+    def _tag(self):
+        """What travels with a lane down the merge chain: query head, column group, chunk."""
+        GROUPS, _ = self._shape()
+        return data.StructLayout({"g": range(MAX_GROUP), "grp": range(GROUPS),
+                                  "k": range(-(-(self.columns + 1) // self.width))})
+
+    def _flush(self, m: Module, job, g, grp, r, valid):
+        """The flush of partial ``r`` of column group ``grp`` of query head ``g``."""
+        GROUPS, _ = self._shape()
+        h_bits = log2_exact(self.units, "units")
+        m.d.comb += [self.flush.valid.eq(valid),
+                     self.flush.payload.slot.eq(sums_slot(g >> h_bits, grp, r, GROUPS)),
+                     self.flush.payload.bank.eq(job.b),
+                     self.flush.payload.unit.eq(g[:h_bits] if self.units > 1 else 0)]
+
+    def _registered_lanes(self, m: Module, job, partials, start, row_groups):
+        """E lanes a cycle: a group's four partials flushed on four consecutive cycles into
+        four registers of C + 1 lanes, read E lanes a cycle.  Returns the emission (a
+        chunk of partial 0's lanes leaves), its tag, ``read[r][e]`` (partial r's lane e of
+        the chunk, ready r + 1 cycles after the emission), ``issuing`` and ``busy``."""
+        C, E = self.columns, self.width
+        GROUPS, _ = self._shape()
         chunks_all = -(-(C + 1) // E)                 # chunks of group 0 (with the denominator)
         chunks_rest = C // E
         NL = chunks_all * E                           # lanes a partial register holds
-
-        # ---- the job -----------------------------------------------------------------------
-        job = Signal(EpilogueJob)
-        corr = Array(Signal(32, name=f"e_corr{g}") for g in range(MAX_GROUP))
-        partials = Signal(range(PARTIALS + 1))
-        m.d.comb += partials.eq(Mux(job.rows < PARTIALS, job.rows, PARTIALS))
-
-        # ---- flush issue: a group's four partials on four consecutive cycles -----------------
         i_g, i_grp = Signal(range(MAX_GROUP)), Signal(range(GROUPS))     # the next group to issue
         issuing = Signal()                   # groups of the job are left to issue
         issue = Signal()
@@ -122,24 +159,23 @@ class Epilogue(wiring.Component):
         for r in range(1, PARTIALS):
             with m.If(f[r].valid):
                 m.d.comb += now.eq(f[r])
-        j = now.g >> h_bits
-        m.d.comb += [self.flush.valid.eq(now.valid),
-                     self.flush.payload.slot.eq(sums_slot(j, now.grp, now.r, GROUPS)),
-                     self.flush.payload.bank.eq(job.b),
-                     self.flush.payload.unit.eq(now.g[:h_bits] if H > 1 else 0)]
-        # the response's partial and group, FLUSH_LATENCY cycles later
-        resp, responses = now, []
+        self._flush(m, job, now.g, now.grp, now.r, now.valid)
+        with m.If(start):
+            m.d.sync += [i_g.eq(0), i_grp.eq(0), issuing.eq(1)]
+        with m.If(issue):
+            m.d.sync += i_grp.eq(i_grp + 1)
+            with m.If(i_grp == row_groups - 1):
+                m.d.sync += [i_grp.eq(0), i_g.eq(i_g + 1)]
+                with m.If(i_g == self.group - 1):
+                    m.d.sync += issuing.eq(0)
+        resp, responses = now, []            # the response's partial and group, FLUSH_LATENCY cycles later
         for _ in range(FLUSH_LATENCY):
-            later = Signal(Flush)
-            m.d.sync += later.eq(resp)
-            resp = later
+            resp = _delayed(m, resp, 1, "flush_resp", reset=True)
             responses.append(resp.valid)
 
-        # ---- four registers of C + 1 lanes, read E lanes a cycle -----------------------------
         # (loaded whole, with an enable: no multiplexer in front of them; the lanes read
         # through a select behind them, the partials a short block never touched replaced
         # by empty sums there)
-        empty = Const({"sum": 0, "exp": NO_TERM, "pos_inf": 0, "neg_inf": 0, "nan": 0}, SumState)
         regs = [[Signal(SumState, name=f"part{r}_{i}", reset_less=True) for i in range(NL)]
                 for r in range(PARTIALS)]
         for r in range(PARTIALS):
@@ -147,12 +183,11 @@ class Epilogue(wiring.Component):
                 m.d.sync += [regs[r][i].eq(self.state.payload[i]) for i in range(C + 1)]
         for r in range(PARTIALS):
             for i in range(C + 1, NL):                  # the last chunk's padding: never used
-                m.d.comb += regs[r][i].eq(empty)
+                m.d.comb += regs[r][i].eq(EMPTY_STATE)
 
         # partial 0's lanes: chunks left, and the group they belong to
         left = Signal(range(chunks_all + 1))
-        Tag = data.StructLayout({"g": range(MAX_GROUP), "grp": range(GROUPS), "k": range(chunks_all)})
-        cur = Signal(Tag)
+        cur = Signal(self._tag())
         emit = Signal()
         m.d.comb += emit.eq(left != 0)
         with m.If(emit):
@@ -164,53 +199,148 @@ class Epilogue(wiring.Component):
         # + 1 cycles from now), and not while one is in flight
         in_flight = Cat(*[x.valid for x in f[1:]]).any()
         m.d.comb += issue.eq(issuing & (left <= FLUSH_LATENCY + 1) & ~in_flight)
-        flushing = in_flight | Cat(*responses).any()      # a flush or its state in flight
-
-        # ---- the merge chains: ((p0 + p1) + p2) + p3, then rounding --------------------------
-        # partial r's lanes leave r cycles after partial 0's
-        def delayed(value, n, name):
-            for s in range(n):
-                reg = Signal(value.shape(), name=f"{name}_d{s}", reset_less=True)
-                m.d.sync += reg.eq(value)
-                value = reg
-            return value
 
         # partial r's chunk is read r cycles after partial 0's, a register behind each select
         chunk = [cur.k]
         for r in range(1, PARTIALS):
-            chunk.append(delayed(chunk[-1], 1, f"chunk{r}"))
-        read = []                                       # read[r][e]: ready r + 1 cycles after the emission
+            chunk.append(_delayed(m, chunk[-1], 1, f"chunk{r}"))
+        read = []
         for r in range(PARTIALS):
             lanes = []
             for e in range(E):
                 sel = Array(regs[r][c * E + e].as_value() for c in range(chunks_all))[chunk[r]]
                 reg = Signal(SumState, name=f"read{r}_{e}", reset_less=True)
-                m.d.sync += reg.eq(Mux(r < partials, sel, empty.as_value()) if r else sel)
+                m.d.sync += reg.eq(Mux(r < partials, sel, EMPTY_STATE.as_value()) if r else sel)
                 lanes.append(reg)
             read.append(lanes)
+        busy = issue | in_flight | Cat(*responses).any() | emit
+        return SimpleNamespace(cur=cur, emit=emit, read=read, issuing=issuing, busy=busy)
+
+    def _serial_lanes(self, m: Module, job, partials, start, row_groups):
+        """A lane every PARTIALS cycles (E = 1), no registers of partials: the lane's four
+        partials flushed on four consecutive cycles, each state's lane taken as it lands
+        (one select, one register: partial r's lane is in it r + 1 cycles after partial
+        0's landed).  Enough wherever a unit's C lanes and the H units are at most 16
+        lanes of each side (see :func:`epilogue_serial`).  Returns as
+        :meth:`_registered_lanes`."""
+        C = self.columns
+        GROUPS, _ = self._shape()
+        Tag = self._tag()
+        Flush = data.StructLayout({"valid": 1, "tag": Tag, "r": range(PARTIALS)})
+        now = Signal(Flush)                  # the next flush: lane k of group grp of head g, partial r
+        issuing = Signal()
+        m.d.comb += now.valid.eq(issuing)
+        self._flush(m, job, now.tag.g, now.tag.grp, now.r, now.valid)
+        with m.If(start):
+            m.d.sync += [now.tag.eq(0), now.r.eq(0), issuing.eq(1)]
+        with m.If(issuing):
+            m.d.sync += now.r.eq(now.r + 1)
+            with m.If(now.r == PARTIALS - 1):
+                m.d.sync += [now.r.eq(0), now.tag.k.eq(now.tag.k + 1)]
+                with m.If(now.tag.k == Mux(now.tag.grp == 0, C, C - 1)):
+                    m.d.sync += [now.tag.k.eq(0), now.tag.grp.eq(now.tag.grp + 1)]
+                    with m.If(now.tag.grp == row_groups - 1):
+                        m.d.sync += [now.tag.grp.eq(0), now.tag.g.eq(now.tag.g + 1)]
+                        with m.If(now.tag.g == self.group - 1):
+                            m.d.sync += issuing.eq(0)
+        resp, responses = now, []
+        for _ in range(FLUSH_LATENCY):
+            resp = _delayed(m, resp, 1, "flush_resp", reset=True)
+            responses.append(resp.valid)
+        lane = Signal(SumState, name="read_lane", reset_less=True)
+        sel = Array(self.state.payload[i].as_value() for i in range(C + 1))[resp.tag.k]
+        m.d.sync += lane.eq(Mux((resp.r == 0) | (resp.r < partials), sel, EMPTY_STATE.as_value()))
+        emit = Signal()
+        m.d.comb += emit.eq(resp.valid & (resp.r == 0))
+        busy = issuing | Cat(*responses).any()
+        return SimpleNamespace(cur=resp.tag, emit=emit, read=[[lane]] * PARTIALS, issuing=issuing, busy=busy)
+
+    @staticmethod
+    def _round(m: Module, pipe, merged, carry):
+        """The merged sum registered (the last merge's add and the rounding's negation are
+        not one cycle), then rounded to binary32 (:func:`sum_to_fp32`)."""
+        staged = pipe.stage(merged, *carry)
+        merged, carry = data.View(MergedState, staged[0] if carry else staged), staged[1:] if carry else []
+        return sum_to_fp32(m, pipe, merged.sum, merged.exp, merged.nan, merged.pos_inf, merged.neg_inf, carry=carry)
+
+    def _merge_chains(self, m: Module, emit, cur, read):
+        """E chains of three merge units.  Returns (E binary32 results, the tag beside
+        them, their valid, the depth from the emission)."""
         first_stage = Pipeline(m, emit, "chain")
         tag = first_stage.stage(cur.as_value())
         tag = first_stage.stage(tag)                    # partial 0 meets partial 1, two cycles on
         results = []
-        for e in range(E):
+        for e in range(self.width):
             chain = Pipeline(m, first_stage.valid, f"chain{e}")
             chain.depth = first_stage.depth
-            p0 = data.View(SumState, delayed(read[0][e].as_value(), 1, f"p0_{e}"))
+            p0 = data.View(SumState, _delayed(m, read[0][e].as_value(), 1, f"p0_{e}"))
             merged, carry = merge_states(m, chain, p0, read[1][e], carry=(tag,) if e == 0 else ())
             # partial r's lanes are ready r + 1 cycles after the emission
-            p2 = data.View(SumState, delayed(read[2][e].as_value(), chain.depth - 3, f"p2_{e}"))
+            p2 = data.View(SumState, _delayed(m, read[2][e].as_value(), chain.depth - 3, f"p2_{e}"))
             merged, carry = merge_states(m, chain, data.View(MergedState, merged), p2, carry=carry)
-            p3 = data.View(SumState, delayed(read[3][e].as_value(), chain.depth - 4, f"p3_{e}"))
+            p3 = data.View(SumState, _delayed(m, read[3][e].as_value(), chain.depth - 4, f"p3_{e}"))
             merged, carry = merge_states(m, chain, data.View(MergedState, merged), p3, carry=carry)
-            # (the last merge's add and the rounding's negation are not one cycle)
-            staged = chain.stage(merged, *carry)
-            merged, carry = data.View(MergedState, staged[0] if carry else staged), staged[1:] if carry else []
-            value, carry = sum_to_fp32(m, chain, merged.sum, merged.exp, merged.nan, merged.pos_inf,
-                                       merged.neg_inf, carry=carry)
+            value, carry = self._round(m, chain, merged, carry)
             results.append(value)
             if e == 0:
                 (tag_out,) = carry
-                out_valid, chain_depth = chain.valid, chain.depth
+                out_valid, depth = chain.valid, chain.depth
+        return results, tag_out, out_valid, depth
+
+    def _shared_merge(self, m: Module, emit, cur, read):
+        """One merge unit for a lane every PARTIALS cycles: its three merges issued
+        ``FEEDBACK`` cycles apart (the unit's latency and its result's two registers, so
+        no add feeds the next issue's alignment in one cycle), in issue slots that
+        the next lanes' merges never take.  Returns as :meth:`_merge_chains`."""
+        FEEDBACK = MERGE_LATENCY + 2
+        assert len({0, FEEDBACK % PARTIALS, 2 * FEEDBACK % PARTIALS}) == 3, "a lane's merges would collide"
+        (lane,) = read[0]                                # partial r's lane in it r + 1 cycles after the emission
+        first = _delayed(m, emit, 2, "merge1", reset=True)
+        second = _delayed(m, first, FEEDBACK, "merge2", reset=True)
+        third = _delayed(m, second, FEEDBACK, "merge3", reset=True)
+        p0 = data.View(SumState, _delayed(m, lane.as_value(), 1, "p0"))
+        p0_merged = Signal(MergedState)
+        m.d.comb += [p0_merged.sum.eq(p0.sum), p0_merged.exp.eq(p0.exp),
+                     Cat(p0_merged.pos_inf, p0_merged.neg_inf, p0_merged.nan).eq(Cat(p0.pos_inf, p0.neg_inf, p0.nan))]
+        result = Signal(MergedState)
+        fed_back = _delayed(m, result, FEEDBACK - MERGE_LATENCY, "merged")
+        a = Signal(MergedState)
+        b = Signal(SumState)
+        m.d.comb += [a.eq(Mux(first, p0_merged, fed_back)),
+                     b.eq(Mux(first, lane, Mux(second, _delayed(m, lane.as_value(), FEEDBACK - 1, "p2"),
+                                               _delayed(m, lane.as_value(), 2 * FEEDBACK - 2, "p3"))))]
+        unit = Pipeline(m, first | second | third, "merge")
+        merged, _ = merge_states(m, unit, a, b)
+        m.d.comb += result.eq(merged)
+        done = _delayed(m, third, MERGE_LATENCY, "merged_valid", reset=True)
+        to_done = 2 + 2 * FEEDBACK + MERGE_LATENCY      # from the emission to the last merge's result
+        rounding = Pipeline(m, done, "round")
+        value, (tag_out,) = self._round(m, rounding, result, (_delayed(m, cur.as_value(), to_done, "tag"),))
+        return [value], tag_out, rounding.valid, to_done + rounding.depth
+
+    def elaborate(self, platform):
+        m = Module()
+        W, P, C, H, E = self.data_width, self.elements, self.columns, self.units, self.width
+        c_bits, e_bits = log2_exact(C, "columns"), log2_exact(E, "width")
+        G = self.group
+        GROUPS, _ = self._shape()
+        row_groups = Mux(self.head_dim128, GROUPS, GROUPS // 2)
+        dim = Mux(self.head_dim128, MAX_DIM, MAX_DIM // 2)
+        Tag = self._tag()
+
+        # ---- the job and its lanes' partials -----------------------------------------------
+        job = Signal(EpilogueJob)
+        corr = Array(Signal(32, name=f"e_corr{g}") for g in range(MAX_GROUP))
+        partials = Signal(range(PARTIALS + 1))
+        m.d.comb += partials.eq(Mux(job.rows < PARTIALS, job.rows, PARTIALS))
+        start = Signal()                     # a job accepted: its flushes start the next cycle
+        lanes_in = self._serial_lanes if self.serial else self._registered_lanes
+        source = lanes_in(m, job, partials, start, row_groups)
+        cur, emit, read = source.cur, source.emit, source.read
+
+        # ---- the merges ((p0 + p1) + p2) + p3, then rounding ---------------------------------
+        merges = self._shared_merge if self.serial else self._merge_chains
+        results, tag_out, out_valid, chain_depth = merges(m, emit, cur, read)
         rtag = data.View(Tag, tag_out)
 
         # ---- the fold: o = fma(o, corr, value), l likewise -------------------------------------
@@ -267,25 +397,33 @@ class Epilogue(wiring.Component):
         d_valid = ddf.at(ddf.input(final_issue), d_time)
         wide = Cat(*[ddf.at(q, d_time) for q, _ in narrowed])
         half = Cat(*[ddf.at(n, d_time)[:16] for _, n in narrowed])
-        out_per_word = Mux(out32, P // 2 // E, P // E)          # pack steps a word
+        # 16 E bits a pack step: a binary32 quotient's halves on two cycles (its divisions
+        # are issued every other cycle), so the word's register only ever shifts by 16 E
+        high_next = Signal()
+        high = Signal(16 * E)
+        m.d.sync += [high_next.eq(d_valid & out32), high.eq(wide[16 * E:])]
+        step = Signal(16 * E)
+        m.d.comb += step.eq(Mux(high_next, high, Mux(out32, wide[:16 * E], half)))
         pack = Signal(W)
-        pack_n = Signal(range(P + 1))
+        pack_n = Signal(range(P // E))
         out_depth = 16
         m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=W, depth=out_depth)
-        packed_word = Mux(out32, Cat(pack[32 * E:], wide), Cat(pack[16 * E:], half))
+        packed_word = Cat(pack[16 * E:], step)
         m.d.comb += [out_fifo.w_data.eq(packed_word), self.out.valid.eq(out_fifo.r_rdy),
                      self.out.payload.eq(out_fifo.r_data), out_fifo.r_en.eq(self.out.ready)]
-        with m.If(d_valid):
+        with m.If(d_valid | high_next):
             m.d.sync += [pack.eq(packed_word), pack_n.eq(pack_n + 1)]
-            with m.If(pack_n == out_per_word - 1):
+            with m.If(pack_n == P // E - 1):
                 m.d.sync += pack_n.eq(0)
                 m.d.comb += out_fifo.w_en.eq(1)
-        # pack steps in flight: never more than the queue's room holds
+        # quotients in flight (until their last pack step): never more than the queue's room holds
         in_flight_div = Signal(range(64 + P))
-        m.d.sync += in_flight_div.eq(in_flight_div + final_issue - d_valid)
+        m.d.sync += in_flight_div.eq(in_flight_div + final_issue - Mux(out32, high_next, d_valid))
         words_ahead = Mux(out32, (in_flight_div + P // 2 // E) >> log2_exact(P // 2 // E, "fp32 words a chunk"),
                           (in_flight_div + P // E) >> log2_exact(P // E, "16-bit words a chunk"))
         room = out_fifo.level + words_ahead + 1 < out_depth
+        issued_last = Signal()               # binary32: a division every other cycle
+        m.d.sync += issued_last.eq(final_issue & out32)
 
         # ---- the sequence ------------------------------------------------------------------------
         wait = Signal(range(64))
@@ -294,18 +432,13 @@ class Epilogue(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.job.ready.eq(1)
                 with m.If(self.job.valid):
-                    m.d.sync += [job.eq(self.job.payload), i_g.eq(0), i_grp.eq(0), issuing.eq(1)]
+                    m.d.comb += start.eq(1)
+                    m.d.sync += job.eq(self.job.payload)
                     m.d.sync += [corr[g].eq(self.corr[Cat(Const(g, 4), self.job.payload.b)])
                                  for g in range(MAX_GROUP)]
                     m.next = "MERGE"
             with m.State("MERGE"):
-                with m.If(issue):
-                    m.d.sync += i_grp.eq(i_grp + 1)
-                    with m.If(i_grp == row_groups - 1):
-                        m.d.sync += [i_grp.eq(0), i_g.eq(i_g + 1)]
-                        with m.If(i_g == G - 1):
-                            m.d.sync += issuing.eq(0)
-                with m.If(~issuing & ~issue & ~flushing & ~emit):
+                with m.If(~source.issuing & ~source.busy):
                     m.d.sync += wait.eq(drain)
                     m.next = "DRAIN"
             with m.State("DRAIN"):
@@ -318,8 +451,8 @@ class Epilogue(wiring.Component):
                     with m.Else():
                         m.next = "IDLE"
             with m.State("FINAL"):
-                m.d.comb += [finishing.eq(1), final_issue.eq(room)]
-                with m.If(room):
+                m.d.comb += [finishing.eq(1), final_issue.eq(room & ~issued_last)]
+                with m.If(final_issue):
                     m.d.sync += final_w.eq(final_w + 1)
                     with m.If(final_w == (dim >> e_bits) - 1):
                         m.d.sync += [final_w.eq(0), final_g.eq(final_g + 1)]
