@@ -28,6 +28,7 @@ def bus_words(bits: np.ndarray, width: int) -> list[int]:
 
 @pytest.mark.parametrize("lanes,group,d,tokens", [
     (32, 3, 64, [5]),                                          # two units, passes over them, bf16
+    (64, 5, 64, [4]),                                          # four units: the registered epilogue
     pytest.param(16, 1, 64, [3, 130], marks=pytest.mark.long),  # two blocks
     pytest.param(8, 2, 128, [1, 4], marks=pytest.mark.long)])   # one token, fp16 out
 def test_datapath_matches_golden(rng, lanes, group, d, tokens):

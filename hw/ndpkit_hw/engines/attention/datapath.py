@@ -29,9 +29,10 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
   weights' own sum: the denominator), four partial sums a block (token j -> partial j
   mod 4), in the sums bank of the block's parity.
 - **epilogue** (:class:`~ndpkit_hw.engines.attention.epilogue.Epilogue`): per block
-  and column group the four partials flushed into shift registers, merged in order,
-  rounded and folded in with ``o = fma(o, corr, ob)``, ``l = fma(l, corr, lb)``, ``E``
-  lanes a cycle (``E = max(1, L / 128)``: its cost per block below the value side's);
+  and column group the four partials flushed, merged in order, rounded and folded in
+  with ``o = fma(o, corr, ob)``, ``l = fma(l, corr, lb)``: a lane every four cycles up
+  to L = 32 (one merge unit), else ``E`` lanes a cycle (``E = max(1, L / 128)``), its
+  cost per block below the value side's either way;
   after a head's last block ``out = o / l``, narrowed, packed into output words.
 
 K of block n + 1 streams while V of block n is consumed and block n - 1's partials are

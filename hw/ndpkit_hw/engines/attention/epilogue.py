@@ -7,14 +7,27 @@ Bit for bit the block step of :func:`ndpkit.engines.attention.golden.decode_grou
 and ``out[i] = div(o[i], l)`` narrowed to the output format.
 
 The work is per column group (a WeightedSums slot of ``C + 1`` sums: C value columns,
-and with group 0 the denominator): its four partials are flushed on four consecutive
-cycles into four registers, read ``E`` lanes a cycle (``width``) into ``E`` merge
-chains (three merge units each, the later partials delayed to meet them), ``E``
-roundings and ``E`` fmas.  The next group's flushes are issued so that
-its states land as the last lanes leave: a group costs ``ceil(lanes / E)`` cycles,
-with no gap, so the epilogue keeps up with the value side whenever
-``E >= lanes / 128`` (its cost per block and head ``(d + 1) / E`` cycles against the
-value side's ``128 * d / C`` beats per pass of ``H`` heads).
+and with group 0 the denominator), in one of two forms:
+
+- **registered** (``width`` E lanes a cycle): the group's four partials are flushed on
+  four consecutive cycles into four registers, read E lanes a cycle into E merge
+  chains (three merge units each, the later partials delayed to meet them), E
+  roundings and E fmas.  The next group's flushes are issued so that its states land
+  as the last lanes leave: a group costs ``ceil((C + 1) / E)`` cycles with no gap, so
+  the epilogue keeps up with the value side whenever ``E >= lanes / 128`` (its cost
+  per block and head ``(d + 1) / E`` cycles against the value side's ``128 * d / C``
+  beats per pass of ``H`` heads).
+- **serial** (``serial``, E = 1; :func:`epilogue_serial`: up to 32 lanes): a lane every
+  four cycles.  Each lane's four partials are flushed on consecutive cycles and its
+  lane taken from each state as it lands (one select, no registers of partials), and
+  one merge unit does the lane's three merges, issued five cycles apart (slots the
+  next lanes' merges never take).  ``4 (d + 1)`` cycles a head per block: at most half
+  of the value side's time at 32 lanes.  At 32 lanes it is 2.6k LUT and 4.8k FF
+  smaller than the registered form.
+
+After a head's last block ``out = o / l``; the quotients, narrowed, are packed 16 E bits
+a step (a binary32 quotient's halves on two cycles, its divisions issued every other
+cycle), so the word's register only shifts.
 
 Interfaces: ``job`` (one entry per block: the WeightedSums bank, whether it is the head's
 first and last block, its rows), accepted as the epilogue starts it (the block's score
