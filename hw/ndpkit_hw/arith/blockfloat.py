@@ -439,8 +439,10 @@ FLUSH_LATENCY = 2
 
 #: a V element as the value side takes it (:data:`V_BITS`)
 VLane = _fixed_lane(V_BITS)
-#: a weighted sum's column as a :class:`WeightedSums` slot keeps it
-LaneSum = data.StructLayout({"sum": signed(SUM_BITS), "pos_inf": 1, "neg_inf": 1, "nan": 1})
+#: a weighted sum's column as a :class:`WeightedSums` slot keeps it: NaN as both infinities
+#: (the golden model's special code, closed under the sum's OR; a bit a column less:
+#: 16 columns' slot fits 12 UltraRAMs' 864 bits, not 13)
+LaneSum = data.StructLayout({"sum": signed(SUM_BITS), "pos_inf": 1, "neg_inf": 1})
 # a slot with no term yet keeps NO_TERM as its exponent: a multiple of GROW below every term's
 assert NO_TERM % GROW == 0
 #: cycles from a :class:`WeightedSums` beat to its elements
@@ -584,8 +586,8 @@ class WeightedSums(wiring.Component):
         m.d.comb += [rise.eq(term_up - base_exp), below.eq(base_exp - term_exp)]
         # the lanes' sums with their signs (0 for a fresh slot, which the 12-step select gives)
         signs = Cat(*[old.lanes[i].sum[-1] & ~fresh for i in range(C)])
-        base_flags = Signal(3 * (C + 1))
-        m.d.comb += base_flags.eq(Mux(fresh, 0, Cat(*[Cat(s.pos_inf, s.neg_inf, s.nan)
+        base_flags = Signal(2 * (C + 1))
+        m.d.comb += base_flags.eq(Mux(fresh, 0, Cat(*[Cat(s.pos_inf, s.neg_inf)
                                                        for s in [*old.lanes, old.total]])))
         base_total = Signal(signed(SUM_BITS))
         m.d.comb += base_total.eq(Mux(fresh, 0, old.total.sum))
@@ -618,9 +620,9 @@ class WeightedSums(wiring.Component):
             v = x[i]
             nan = p_nan | v.nan | (p_inf & v.zero) | (p_zero & v.inf)
             inf = (p_inf | v.inf) & ~nan
-            flags.append(Cat(inf & ~v.sign, inf & v.sign, nan))
-        total_flags = Mux(total, Cat(p_inf & ~p_nan, 0, p_nan), 0)
-        new_flags = Signal(3 * (C + 1))
+            flags.append(Cat((inf & ~v.sign) | nan, (inf & v.sign) | nan))
+        total_flags = Mux(total, Cat(p_inf | p_nan, p_nan), 0)
+        new_flags = Signal(2 * (C + 1))
         m.d.comb += new_flags.eq(base_flags | Cat(*flags, total_flags))
         xs = Cat(*[x[i].x for i in range(C)])
         staged = pipe.stage(where, weight, xs, Cat(*down), new_exp, base_total, term, new_flags)
@@ -646,11 +648,10 @@ class WeightedSums(wiring.Component):
         assert pipe.depth == REVISIT - 1
         new = Signal(Slot)
         m.d.comb += [new.exp.eq(new_exp), new.total.sum.eq(new_total),
-                     Cat(new.total.pos_inf, new.total.neg_inf, new.total.nan).eq(new_flags[3 * C:])]
+                     Cat(new.total.pos_inf, new.total.neg_inf).eq(new_flags[2 * C:])]
         for i in range(C):
             m.d.comb += [new.lanes[i].sum.eq(results[i]),
-                         Cat(new.lanes[i].pos_inf, new.lanes[i].neg_inf, new.lanes[i].nan).eq(
-                             new_flags[3 * i:3 * i + 3])]
+                         Cat(new.lanes[i].pos_inf, new.lanes[i].neg_inf).eq(new_flags[2 * i:2 * i + 2])]
         m.d.comb += [write_at.eq(where), write.data.eq(new), write.en.eq(pipe.valid)]
 
         # ---- the flush: the read port's data a cycle later, as SumStates, registered ----
@@ -665,7 +666,8 @@ class WeightedSums(wiring.Component):
         out = Signal(data.ArrayLayout(SumState, C + 1))
         for i, s in enumerate([*flushed.lanes, flushed.total]):
             m.d.comb += [out[i].sum.eq(s.sum), out[i].exp.eq(exp if i < C else GUARD - TOTAL_FRAC),
-                         out[i].pos_inf.eq(s.pos_inf), out[i].neg_inf.eq(s.neg_inf), out[i].nan.eq(s.nan)]
+                         out[i].pos_inf.eq(s.pos_inf), out[i].neg_inf.eq(s.neg_inf),
+                         out[i].nan.eq(s.pos_inf & s.neg_inf)]
         out = flush_pipe.stage(out)
         assert flush_pipe.depth == FLUSH_LATENCY
         m.d.comb += [self.state.valid.eq(flush_pipe.valid), self.state.payload.eq(out)]
