@@ -103,12 +103,15 @@ NOTES = {
                                      "normalisation before its rounding, the sticky bit (block.datapath.row_dot0."
                                      "round_s4_4 -> round_s5_0). Next: the mask (a thermometer code of the amount) "
                                      "registered beside the amount, a stage earlier",
-    ("attention", "max", "area"): "32.4k LUT at 32 lanes (38.6k before the block-fixed score lanes of 2026-11-27, "
+    ("attention", "max", "area"): "28.9k LUT at 32 lanes (32.4k before the serial epilogue of 2026-11-27: a lane "
+                                  "every four cycles up to 32 lanes, one merge unit, no registers of partials; "
+                                  "38.6k before the block-fixed score lanes, "
                                   "34.8k before the block-fixed value lanes: RowDot's 402 LUT a lane became KeyAlign "
                                   "and FixedDot's 154, RunningSums' 491 the V aligner and WeightedSums' 317, "
                                   "docs/impl_lanes.json). A value lane's add is in the fabric (yosys packs no "
-                                  "DSP48E2 post-adder), its realignment two 4:1 selects. Next: the request-check "
-                                  "stages shared with the command's checks",
+                                  "DSP48E2 post-adder), its realignment two 4:1 selects. The lanes are a quarter "
+                                  "of an instance now (docs/engines/attention.md): next, the parts every instance "
+                                  "repeats (the sequencer and epilogue shared by two channels' datapaths)",
     ("attention", "default", "ecp5"): "does not fit: 224 DP16KD > 208 (the buffers are sized by the largest "
                                       "query group and head dimension, not by the lanes); the ecp5 configuration "
                                       "(64-bit, 8 lanes, 202 DP16KD) is the one placed.",
