@@ -14,7 +14,7 @@ from cocotbext.axi import AxiReadBus
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_tools.sim.bench import StreamSink, wait_until
-from tb.bus.dma_bench import (CONFIGS, ErrorInjectingRamRead, finish_engine_bench, run_engine_bench,
+from tb.bus.dma_bench import (READER_CONFIGS, ErrorInjectingRamRead, finish_engine_bench, run_engine_bench,
                               start_engine_bench)
 
 
@@ -59,12 +59,12 @@ async def random_reads(dut):
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", READER_CONFIGS)
 def test_burst_reader(config):
     run_engine_bench("read", __name__, config)
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", READER_CONFIGS)
 def test_burst_reader_long(config):
     run_engine_bench("read", __name__, config, long=True)

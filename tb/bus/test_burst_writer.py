@@ -1,7 +1,8 @@
 """Bench: BurstWriter against cocotbext-axi's AxiRamWrite (the independent AXI slave).
 
 Same command mix as the reader bench; each accepted command's words go in on the
-data stream with random strobes on some words.  Checks: the whole memory after the
+data stream with random strobes on some words (with ``word_bits``, one narrow word a
+beat, which the writer repeats across the bus).  Checks: the whole memory after the
 run equals a byte model (so nothing was written outside a command's range, and
 rejected commands wrote nothing), one status per command in order, SLVERR reported
 for commands that hit an injected bad word, every AW inside a command's range with
@@ -24,6 +25,7 @@ async def random_writes(dut):
     ram = ErrorInjectingRamWrite(AxiWriteBus.from_prefix(dut, "bus"), dut.clk, dut.rst, size=size)
     p, rng, cmd, status, monitor, commands = start_engine_bench(dut, ram, "aw")
     word = p["data_width"] // 8
+    narrow = p.get("word_bits", 0) // 8
     data_src = StreamSource(dut, "data", stall=p["stall"])
     await start_clock_and_reset(dut)
     initial = rng.randbytes(size)
@@ -42,13 +44,18 @@ async def random_writes(dut):
         if failed:
             unknown[c.addr:c.addr + c.length] = b"\x01" * c.length
         for w in c.words(word):
-            payload = rng.randbytes(word)
+            if narrow:                  # one narrow word a beat, repeated across the bus
+                piece = rng.randbytes(narrow)
+                payload = piece * (word // narrow)
+            else:
+                payload = rng.randbytes(word)
             strb = full if rng.random() < 0.8 else rng.getrandbits(word)
             if w in ram.bad_words:
                 # a beat with no strobe writes nothing, so the RAM model raises no error for
                 # it: the injected bad word always gets a byte (SEED=2025681474 drew 0)
                 strb |= 1
-            data_src.send(int.from_bytes(payload, "little") | (strb << (8 * word)))
+            sent = payload[:narrow] if narrow else payload
+            data_src.send(int.from_bytes(sent, "little") | (strb << (8 * len(sent))))
             if not failed:
                 for b in range(word):
                     if strb >> b & 1:

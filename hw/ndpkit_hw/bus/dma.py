@@ -465,21 +465,35 @@ class BurstWriter(_DmaEngine):
 
     ``data`` carries ``{data, strb}``; a command of ``length`` bytes consumes exactly
     ``length / (data_width/8)`` words, in command order.
+
+
+    ``word_bits`` (a power of two below the bus width): the writer of narrow words (a
+    status word): ``data`` carries one such word a beat, repeated across the bus (the
+    strobe picks the bytes written), and the buffer holds it and the strobe, not a bus word.
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, *, word_bits: int | None = None, **kwargs):
+        self.word_bits = word_bits
         super().__init__("w", lambda p: {
-            "data": In(stream.Signature(data.StructLayout({"data": p.data_width, "strb": p.data_bytes}))),
+            "data": In(stream.Signature(data.StructLayout({"data": self._word_bits(p), "strb": p.data_bytes}))),
         }, **kwargs)
+
+    def _word_bits(self, p) -> int:
+        if self.word_bits is None:
+            return p.data_width
+        if not (8 <= self.word_bits < p.data_width) or self.word_bits & (self.word_bits - 1):
+            raise ValueError(f"word_bits must be a power of two from 8 to below the {p.data_width}-bit bus, "
+                             f"not {self.word_bits}")
+        return self.word_bits
 
     def elaborate(self, platform):
         m = Module()
         p = self.params
         bus = self.bus
         tracker, splitter = self._intake(m)
+        word = self._word_bits(p)
 
-        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=p.data_width + p.data_bytes,
-                                                             depth=p.buffer_beats)
+        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=word + p.data_bytes, depth=p.buffer_beats)
         # Bursts whose AW was accepted and whose W beats are still to send: {len, last}.
         m.submodules.w_queue = w_queue = fifo.SyncFIFO(width=9, depth=p.max_outstanding)
         # Bursts whose W beats were sent and whose B response is awaited: {last}.
@@ -502,8 +516,8 @@ class BurstWriter(_DmaEngine):
         w_burst_end = Signal()
         m.d.comb += [
             bus.wvalid.eq(w_queue.r_rdy & buffer.r_rdy & b_queue.w_rdy),
-            bus.wdata.eq(buffer.r_data[:p.data_width]),
-            bus.wstrb.eq(buffer.r_data[p.data_width:]),
+            bus.wdata.eq(buffer.r_data[:word].replicate(p.data_width // word)),
+            bus.wstrb.eq(buffer.r_data[word:]),
             bus.wlast.eq(beat == w_queue.r_data[:8]),
             w_fire.eq(bus.wvalid & bus.wready),
             w_burst_end.eq(w_fire & bus.wlast),
@@ -547,7 +561,8 @@ class BurstPorts:
     """
 
     def __init__(self, reads, writes, *, addr_width: int, data_width: int, max_burst_bytes: int,
-                 max_outstanding: int, writer_commands: int | None = None, extra_ports: int = 0, light=()):
+                 max_outstanding: int, writer_commands: int | None = None, extra_ports: int = 0, light=(),
+                 word_bits: dict | None = None):
         if len(writes) > len(reads):
             raise ValueError("each writer shares a port with a reader: no more writers than readers")
         unknown = set(light) - set(reads) - set(writes)
@@ -563,7 +578,12 @@ class BurstPorts:
                  if name in light else dma for name in (*reads, *writes)}
         extra = {} if writer_commands is None else {"max_commands": writer_commands}
         self.readers = {name: BurstReader(axi_id=0, **sizes[name]) for name in reads}
-        self.writers = {name: BurstWriter(axi_id=0, **extra, **sizes[name]) for name in writes}
+        word_bits = word_bits or {}
+        unknown = set(word_bits) - set(writes)
+        if unknown:
+            raise ValueError(f"narrow words for {sorted(unknown)}, which are not writers")
+        self.writers = {name: BurstWriter(axi_id=0, word_bits=word_bits.get(name), **extra, **sizes[name])
+                        for name in writes}
         # ``extra_ports`` more interconnect ports (after the readers') for other masters of the engine
         self.interconnect = AxiInterconnect(num_masters=len(reads) + extra_ports, addr_width=addr_width,
                                             data_width=data_width, id_width=1)

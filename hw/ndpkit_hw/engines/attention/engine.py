@@ -54,6 +54,7 @@ WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interco
 # distributed-RAM buffer.  K and V stream through full-burst block-RAM ones.  (A writer's full
 # buffer, two 4 KiB bursts of 576-bit beats, took 8 BRAM36 for 128 of their 512 rows.)
 LIGHT = ("table", "q", "blocks", *WRITES)
+# (the status writer's buffer holds a 32-bit word and its strobe a beat, not a bus word)
 assert BLOCK_SIZES == (16, 32, 64, 128)                # a block's shift is 4 + a 2-bit amount
 STATUS_OFFSET = 4 * DESCRIPTOR_FIELDS.index("status")
 
@@ -82,7 +83,7 @@ class AttentionEngine(CommandEngine):
                  max_outstanding: int = 8, lanes: int = 32):
         super().__init__(ATTENTION, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
                          max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8,
-                         light=LIGHT)
+                         light=LIGHT, word_bits={"status": 32})
         self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes)
 
     def elaborate(self, platform):
@@ -390,7 +391,7 @@ class AttentionEngine(CommandEngine):
                      status_data.w_en.eq(ready_to_retire),
                      status_data.w_data.eq(STATUS_DONE | retire_head.code),
                      status_w.data.valid.eq(status_data.r_rdy),
-                     status_w.data.payload.data.eq(status_data.r_data << (8 * offset)),
+                     status_w.data.payload.data.eq(status_data.r_data),       # (the writer repeats it)
                      status_w.data.payload.strb.eq(0xF << offset),
                      status_data.r_en.eq(status_w.data.ready)]
         m.d.sync += outs_done.eq(outs_done + out_ack - Mux(ready_to_retire & retire_head.outputs, hkv, 0))
