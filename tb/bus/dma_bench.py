@@ -152,9 +152,12 @@ CONFIGS = {
     # a writer of 32-bit words repeated across the bus (the attention engine's status words)
     "w128-b256-o2-word32": dict(data_width=128, max_burst_bytes=256, max_outstanding=2, buffer_beats=32,
                                 mem_size=32768, commands=40, stall=0.3, word_bits=32),
+    # a writer of whole words (no strobes)
+    "w128-b512-o2-whole": dict(data_width=128, max_burst_bytes=512, max_outstanding=2, buffer_beats=32,
+                               mem_size=32768, commands=40, stall=0.3, strobes=False),
 }
-#: the configurations a reader takes (word_bits is a writer's)
-READER_CONFIGS = [name for name, c in CONFIGS.items() if "word_bits" not in c]
+#: the configurations a reader takes (word_bits and strobes are a writer's)
+READER_CONFIGS = [name for name, c in CONFIGS.items() if not {"word_bits", "strobes"} & set(c)]
 LONG_COMMANDS = 400
 
 
@@ -164,7 +167,7 @@ def run_engine_bench(kind: str, module: str, config: str, long: bool = False) ->
     from ndpkit_hw.bus.dma import BurstReader, BurstWriter
     p = dict(CONFIGS[config], **({"commands": LONG_COMMANDS} if long else {}))
     cls = {"read": BurstReader, "write": BurstWriter}[kind]
-    narrow = {"word_bits": p["word_bits"]} if "word_bits" in p else {}
+    narrow = {k: p[k] for k in ("word_bits", "strobes") if k in p}
     engine = cls(addr_width=32, data_width=p["data_width"], max_burst_bytes=p["max_burst_bytes"],
                  max_outstanding=p["max_outstanding"], buffer_beats=p["buffer_beats"], **narrow)
     run_bench(Design(engine, f"burst_{kind}er", quick_build=True), module, params=p)

@@ -26,6 +26,7 @@ async def random_writes(dut):
     p, rng, cmd, status, monitor, commands = start_engine_bench(dut, ram, "aw")
     word = p["data_width"] // 8
     narrow = p.get("word_bits", 0) // 8
+    strobes = p.get("strobes", True)
     data_src = StreamSource(dut, "data", stall=p["stall"])
     await start_clock_and_reset(dut)
     initial = rng.randbytes(size)
@@ -49,13 +50,13 @@ async def random_writes(dut):
                 payload = piece * (word // narrow)
             else:
                 payload = rng.randbytes(word)
-            strb = full if rng.random() < 0.8 else rng.getrandbits(word)
+            strb = full if rng.random() < 0.8 or not strobes else rng.getrandbits(word)
             if w in ram.bad_words:
                 # a beat with no strobe writes nothing, so the RAM model raises no error for
                 # it: the injected bad word always gets a byte (SEED=2025681474 drew 0)
                 strb |= 1
             sent = payload[:narrow] if narrow else payload
-            data_src.send(int.from_bytes(sent, "little") | (strb << (8 * len(sent))))
+            data_src.send(int.from_bytes(sent, "little") | (strb << (8 * len(sent)) if strobes else 0))
             if not failed:
                 for b in range(word):
                     if strb >> b & 1:

@@ -470,12 +470,15 @@ class BurstWriter(_DmaEngine):
     ``word_bits`` (a power of two below the bus width): the writer of narrow words (a
     status word): ``data`` carries one such word a beat, repeated across the bus (the
     strobe picks the bytes written), and the buffer holds it and the strobe, not a bus word.
+    ``strobes=False``: every beat writes all its bytes; ``data`` has no ``strb`` and the
+    buffer holds none.
     """
 
-    def __init__(self, *, word_bits: int | None = None, **kwargs):
-        self.word_bits = word_bits
+    def __init__(self, *, word_bits: int | None = None, strobes: bool = True, **kwargs):
+        self.word_bits, self.strobes = word_bits, strobes
         super().__init__("w", lambda p: {
-            "data": In(stream.Signature(data.StructLayout({"data": self._word_bits(p), "strb": p.data_bytes}))),
+            "data": In(stream.Signature(data.StructLayout({"data": self._word_bits(p),
+                                                           **({"strb": p.data_bytes} if strobes else {})}))),
         }, **kwargs)
 
     def _word_bits(self, p) -> int:
@@ -493,7 +496,8 @@ class BurstWriter(_DmaEngine):
         tracker, splitter = self._intake(m)
         word = self._word_bits(p)
 
-        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=word + p.data_bytes, depth=p.buffer_beats)
+        strb_bits = p.data_bytes if self.strobes else 0
+        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=word + strb_bits, depth=p.buffer_beats)
         # Bursts whose AW was accepted and whose W beats are still to send: {len, last}.
         m.submodules.w_queue = w_queue = fifo.SyncFIFO(width=9, depth=p.max_outstanding)
         # Bursts whose W beats were sent and whose B response is awaited: {last}.
@@ -501,7 +505,8 @@ class BurstWriter(_DmaEngine):
 
         m.d.comb += [
             buffer.w_en.eq(self.data.valid),
-            buffer.w_data.eq(Cat(self.data.payload.data, self.data.payload.strb)),
+            buffer.w_data.eq(Cat(self.data.payload.data, self.data.payload.strb) if self.strobes
+                             else self.data.payload.data),
             self.data.ready.eq(buffer.w_rdy),
         ]
 
@@ -517,7 +522,7 @@ class BurstWriter(_DmaEngine):
         m.d.comb += [
             bus.wvalid.eq(w_queue.r_rdy & buffer.r_rdy & b_queue.w_rdy),
             bus.wdata.eq(buffer.r_data[:word].replicate(p.data_width // word)),
-            bus.wstrb.eq(buffer.r_data[word:]),
+            bus.wstrb.eq(buffer.r_data[word:] if self.strobes else (1 << p.data_bytes) - 1),
             bus.wlast.eq(beat == w_queue.r_data[:8]),
             w_fire.eq(bus.wvalid & bus.wready),
             w_burst_end.eq(w_fire & bus.wlast),
@@ -562,7 +567,7 @@ class BurstPorts:
 
     def __init__(self, reads, writes, *, addr_width: int, data_width: int, max_burst_bytes: int,
                  max_outstanding: int, writer_commands: int | None = None, extra_ports: int = 0, light=(),
-                 word_bits: dict | None = None):
+                 writer_options: dict | None = None):
         if len(writes) > len(reads):
             raise ValueError("each writer shares a port with a reader: no more writers than readers")
         unknown = set(light) - set(reads) - set(writes)
@@ -578,11 +583,11 @@ class BurstPorts:
                  if name in light else dma for name in (*reads, *writes)}
         extra = {} if writer_commands is None else {"max_commands": writer_commands}
         self.readers = {name: BurstReader(axi_id=0, **sizes[name]) for name in reads}
-        word_bits = word_bits or {}
-        unknown = set(word_bits) - set(writes)
+        writer_options = writer_options or {}
+        unknown = set(writer_options) - set(writes)
         if unknown:
-            raise ValueError(f"narrow words for {sorted(unknown)}, which are not writers")
-        self.writers = {name: BurstWriter(axi_id=0, word_bits=word_bits.get(name), **extra, **sizes[name])
+            raise ValueError(f"writer options for {sorted(unknown)}, which are not writers")
+        self.writers = {name: BurstWriter(axi_id=0, **writer_options.get(name, {}), **extra, **sizes[name])
                         for name in writes}
         # ``extra_ports`` more interconnect ports (after the readers') for other masters of the engine
         self.interconnect = AxiInterconnect(num_masters=len(reads) + extra_ports, addr_width=addr_width,

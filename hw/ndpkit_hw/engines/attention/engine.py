@@ -54,7 +54,9 @@ WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interco
 # distributed-RAM buffer.  K and V stream through full-burst block-RAM ones.  (A writer's full
 # buffer, two 4 KiB bursts of 576-bit beats, took 8 BRAM36 for 128 of their 512 rows.)
 LIGHT = ("table", "q", "blocks", *WRITES)
-# (the status writer's buffer holds a 32-bit word and its strobe a beat, not a bus word)
+# the status writer's buffer holds a 32-bit word and its strobe a beat, not a bus word; the
+# others write whole words (no strobes in their buffers)
+WRITER_OPTIONS = {"status": {"word_bits": 32}, **{name: {"strobes": False} for name in WRITES[1:]}}
 assert BLOCK_SIZES == (16, 32, 64, 128)                # a block's shift is 4 + a 2-bit amount
 STATUS_OFFSET = 4 * DESCRIPTOR_FIELDS.index("status")
 
@@ -83,7 +85,7 @@ class AttentionEngine(CommandEngine):
                  max_outstanding: int = 8, lanes: int = 32):
         super().__init__(ATTENTION, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
                          max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8,
-                         light=LIGHT, word_bits={"status": 32})
+                         light=LIGHT, writer_options=WRITER_OPTIONS)
         self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes)
 
     def elaborate(self, platform):
@@ -341,14 +343,14 @@ class AttentionEngine(CommandEngine):
             writer = wr[f"{name}_append"].data
             to_writer = flags.r_rdy & flags.r_data
             m.d.comb += [dst.payload.eq(src.payload.data),
-                         writer.payload.data.eq(src.payload.data), writer.payload.strb.eq((1 << wb) - 1),
+                         writer.payload.data.eq(src.payload.data),
                          dst.valid.eq(src.valid & flags.r_rdy & (~to_writer | writer.ready)),
                          writer.valid.eq(src.valid & to_writer & dst.ready),
                          src.ready.eq(flags.r_rdy & dst.ready & (~to_writer | writer.ready)),
                          flags.r_en.eq(src.valid & src.ready & src.payload.last)]
         m.d.comb += [dp.q.payload.eq(rd["q"].data.payload.data), dp.q.valid.eq(rd["q"].data.valid),
                      rd["q"].data.ready.eq(dp.q.ready),
-                     wr["out"].data.payload.data.eq(dp.out.payload), wr["out"].data.payload.strb.eq((1 << wb) - 1),
+                     wr["out"].data.payload.data.eq(dp.out.payload),
                      wr["out"].data.valid.eq(dp.out.valid), dp.out.ready.eq(wr["out"].data.ready)]
         issued = Signal()
         m.d.comb += issued.eq(Cat(*[i.done for i in issuers]).all() & ~start)
