@@ -25,9 +25,11 @@ and with group 0 the denominator), in one of two forms:
   of the value side's time at 32 lanes.  At 32 lanes it is 2.6k LUT and 4.8k FF
   smaller than the registered form.
 
-After a head's last block ``out = o / l``; the quotients, narrowed, are packed 16 E bits
-a step (a binary32 quotient's halves on two cycles, its divisions issued every other
-cycle), so the word's register only shifts.
+After a head's last block ``out = o / l``; the quotients, narrowed, are packed into
+words: in the serial form 16 bits a step (a binary32 quotient's halves on two cycles, its
+divisions issued every other cycle), so the word's register only shifts; in the
+registered form a division a cycle, the register shifting by 16 or 32 E bits (the
+tail of a head's last block is the fast builds' cost).
 
 Interfaces: ``job`` (one entry per block: the WeightedSums bank, whether it is the head's
 first and last block, its rows), accepted as the epilogue starts it (the block's score
@@ -410,33 +412,40 @@ class Epilogue(wiring.Component):
         d_valid = ddf.at(ddf.input(final_issue), d_time)
         wide = Cat(*[ddf.at(q, d_time) for q, _ in narrowed])
         half = Cat(*[ddf.at(n, d_time)[:16] for _, n in narrowed])
-        # 16 E bits a pack step: a binary32 quotient's halves on two cycles (its divisions
-        # are issued every other cycle), so the word's register only ever shifts by 16 E
-        high_next = Signal()
-        high = Signal(16 * E)
-        m.d.sync += [high_next.eq(d_valid & out32), high.eq(wide[16 * E:])]
-        step = Signal(16 * E)
-        m.d.comb += step.eq(Mux(high_next, high, Mux(out32, wide[:16 * E], half)))
         pack = Signal(W)
         pack_n = Signal(range(P // E))
         out_depth = 16
         m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=W, depth=out_depth)
-        packed_word = Cat(pack[16 * E:], step)
+        if self.serial:
+            # 16 E bits a pack step: a binary32 quotient's halves on two cycles (its divisions
+            # are issued every other cycle), so the word's register only ever shifts by 16 E
+            high_next = Signal()
+            high = Signal(16 * E)
+            m.d.sync += [high_next.eq(d_valid & out32), high.eq(wide[16 * E:])]
+            step = Signal(16 * E)
+            m.d.comb += step.eq(Mux(high_next, high, Mux(out32, wide[:16 * E], half)))
+            packed_word, steps, pushed = Cat(pack[16 * E:], step), P // E, d_valid | high_next
+            left = Mux(out32, high_next, d_valid)                   # a quotient's last pack step
+            every_other = out32
+        else:
+            # (a division a cycle: the epilogue's fast form keeps its last block's tail short)
+            packed_word = Mux(out32, Cat(pack[32 * E:], wide), Cat(pack[16 * E:], half))
+            steps, pushed, left, every_other = Mux(out32, P // 2 // E, P // E), d_valid, d_valid, 0
         m.d.comb += [out_fifo.w_data.eq(packed_word), self.out.valid.eq(out_fifo.r_rdy),
                      self.out.payload.eq(out_fifo.r_data), out_fifo.r_en.eq(self.out.ready)]
-        with m.If(d_valid | high_next):
+        with m.If(pushed):
             m.d.sync += [pack.eq(packed_word), pack_n.eq(pack_n + 1)]
-            with m.If(pack_n == P // E - 1):
+            with m.If(pack_n == steps - 1):
                 m.d.sync += pack_n.eq(0)
                 m.d.comb += out_fifo.w_en.eq(1)
         # quotients in flight (until their last pack step): never more than the queue's room holds
         in_flight_div = Signal(range(64 + P))
-        m.d.sync += in_flight_div.eq(in_flight_div + final_issue - Mux(out32, high_next, d_valid))
+        m.d.sync += in_flight_div.eq(in_flight_div + final_issue - left)
         words_ahead = Mux(out32, (in_flight_div + P // 2 // E) >> log2_exact(P // 2 // E, "fp32 words a chunk"),
                           (in_flight_div + P // E) >> log2_exact(P // E, "16-bit words a chunk"))
         room = out_fifo.level + words_ahead + 1 < out_depth
-        issued_last = Signal()               # binary32: a division every other cycle
-        m.d.sync += issued_last.eq(final_issue & out32)
+        issued_last = Signal()               # serial, binary32: a division every other cycle
+        m.d.sync += issued_last.eq(final_issue & every_other)
 
         # ---- the sequence ------------------------------------------------------------------------
         wait = Signal(range(64))
