@@ -19,6 +19,16 @@ def test_xilinx_counts():
     assert xilinx_counts(stat) == {"LUT": 1500, "FF": 900, "DSP": 12, "BRAM": 4.0, "URAM": 1, "CARRY": 40}
 
 
+def test_xilinx_counts_take_a_distributed_ram_s_lut_sites():
+    """A RAM32M16 or RAM64M8 is a SLICEM's eight LUTs, a RAM32M four, an SRL one (Vivado's
+    CLB LUT count); an unknown LUT-as-memory primitive is an error, not a guess."""
+    import pytest
+    stat = "  100 LUT6\n  10 RAM32M16\n  2 RAM64M8\n  3 RAM32M\n  5 SRL16E\n  4 SRLC32E\n  1 RAM64X1D\n"
+    assert xilinx_counts(stat)["LUT"] == 100 + 80 + 16 + 12 + 5 + 4 + 2
+    with pytest.raises(ValueError, match="RAM64X2Q"):
+        xilinx_counts("  1 RAM64X2Q\n")
+
+
 def test_placed_fmax_is_the_post_placement_estimate():
     log = ("Info: Max frequency for clock 'x': 12.00 MHz (FAIL at 100.00 MHz)\n"   # before placement
            "Info: SA placement time 29.36s\n\nInfo: Max frequency for clock 'clk': 54.62 MHz (FAIL at 100.00 MHz)\n"

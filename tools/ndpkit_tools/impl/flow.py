@@ -69,7 +69,12 @@ def _tool(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-_LUT_AS_MEMORY = ("SRL16E", "SRLC32E", "RAM32M", "RAM64M", "RAM32X1", "RAM64X1", "RAM128X1", "RAM256X1", "RAM512X1")
+#: LUT sites a LUT-as-memory primitive takes (UG574): Vivado's "CLB LUTs" count each site.  A
+#: RAM32M16 / RAM64M8 is a whole SLICEM's eight LUTs (counting them as one cell each, as this
+#: report did before 2026-11-27, hid 7 LUTs a distributed RAM: 2.9k an attention instance).
+_LUT_AS_MEMORY = {"SRL16E": 1, "SRLC32E": 1, "RAM32M16": 8, "RAM64M8": 8, "RAM32M": 4, "RAM64M": 4,
+                  "RAM32X1S": 1, "RAM32X1D": 2, "RAM32X16DR8": 8, "RAM64X1S": 1, "RAM64X1D": 2,
+                  "RAM128X1S": 2, "RAM128X1D": 4, "RAM256X1S": 4, "RAM256X1D": 8, "RAM512X1S": 8}
 
 
 def xilinx_counts(stat: str) -> dict:
@@ -86,8 +91,12 @@ def xilinx_counts(stat: str) -> dict:
             n, cell = int(parts[-1]), parts[0]
         else:
             continue
-        if re.fullmatch(r"LUT[1-6](_2)?|INV", cell) or cell.startswith(_LUT_AS_MEMORY):
+        if re.fullmatch(r"LUT[1-6](_2)?|INV", cell):
             counts["LUT"] += n                 # Vivado's "CLB LUTs" count logic, SRLs and LUTRAM alike
+        elif cell in _LUT_AS_MEMORY:
+            counts["LUT"] += n * _LUT_AS_MEMORY[cell]
+        elif cell.startswith(("SRL", "RAM32", "RAM64", "RAM128", "RAM256", "RAM512")):
+            raise ValueError(f"{cell}: a LUT-as-memory primitive of unknown size (add it to _LUT_AS_MEMORY)")
         elif cell in ("FDRE", "FDSE", "FDCE", "FDPE"):
             counts["FF"] += n
         elif cell.startswith("DSP48E2"):

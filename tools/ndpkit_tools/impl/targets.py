@@ -89,9 +89,9 @@ NOTES = {
     ("attention", "default", "levels"): "9 levels (11 before the timing stages of 2026-11-26; 25 before the request "
                                         "checks were staged; 10 with the block-fixed value lanes until the value "
                                         "side's drain count was as narrow as before): several paths of 9, the "
-                                        "request's block-table checks (block.request_block_table_active -> "
-                                        "request_check), the value side's word count into its state and the weight "
-                                        "address, the epilogue's merge. Next: the block-table check a stage earlier",
+                                        "score side's bank events into the datapath's bank states (block.datapath."
+                                        "score.$signal$29 -> block.datapath.bank0_state), the request's block-table checks, the "
+                                        "epilogue's rounding. Next: the bank events registered",
     ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on "
                                     "2026-11-26; 11 before RowDot's lane specials and rounding were registered). "
                                     "With the block-fixed score and value lanes (2026-11-27) several paths of 9: the "
