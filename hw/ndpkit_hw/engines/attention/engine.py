@@ -48,12 +48,13 @@ __all__ = ["AttentionEngine"]
 
 READS = ("table", "q", "k", "v", "blocks")
 WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interconnect port i with reader i
-# the readers of little data (64-byte descriptors, a head's q rows, a paged request's block ids),
-# fetched ahead of their use or once a request, and every writer (a request's status word, a
-# head's output rows, the new token's K and V rows: under 1 % of the bytes): short bursts into a
-# distributed-RAM buffer.  K and V stream through full-burst block-RAM ones.  (A writer's full
-# buffer, two 4 KiB bursts of 576-bit beats, took 8 BRAM36 for 128 of their 512 rows.)
-LIGHT = ("table", "q", "blocks", *WRITES)
+# the readers of little data (64-byte descriptors, a paged request's block ids), fetched ahead
+# of their use or once a request, and every writer (a request's status word, a head's output
+# rows, the new token's K and V rows: under 1 % of the bytes): short bursts into a
+# distributed-RAM buffer (a 513-bit, 32-beat one is 37 RAM32M16, 296 LUTs).  K, V and the q rows
+# stream through full-burst block-RAM ones: the cards run out of LUTs first, and 7.5 BRAM36
+# for q keep an instance within 39 (a writer's full buffer, two 4 KiB bursts, would take 8).
+LIGHT = ("table", "blocks", *WRITES)
 # the status writer's buffer holds a 32-bit word and its strobe a beat, not a bus word; the
 # others write whole words (no strobes in their buffers)
 WRITER_OPTIONS = {"status": {"word_bits": 32}, **{name: {"strobes": False} for name in WRITES[1:]}}
