@@ -89,23 +89,24 @@ NOTES = {
     ("attention", "default", "levels"): "9 levels (11 before the timing stages of 2026-11-26; 25 before the request "
                                         "checks were staged; 10 with the block-fixed value lanes until the value "
                                         "side's drain count was as narrow as before): several paths of 9, the "
-                                        "score side's bank events into the datapath's bank states (block.datapath."
-                                        "score.$signal$29 -> block.datapath.bank0_state), the request's block-table checks, the "
-                                        "epilogue's rounding. Next: the bank events registered",
+                                        "command's state into a K transfer's block-piece phase (block.control_state "
+                                        "-> k_piece_phase), the score side's bank events into the bank states, the "
+                                        "request's block-table checks. Next: the piece phase from a registered start",
     ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on "
                                     "2026-11-26; 11 before RowDot's lane specials and rounding were registered). "
                                     "With the block-fixed score and value lanes (2026-11-27) several paths of 9: the "
-                                    "dot product's normalisation before its rounding (block.datapath.score.dots."
-                                    "fixed_dot0.round_s2_0 -> round_s3_4), the scale multiplier's product, the "
-                                    "epilogue's merge and its fold, the output writer's completion count. Next: the "
-                                    "normalisation's leading-zero count a stage ahead",
-    ("attention", "ecp5", "levels"): "9 levels (11 before 2026-11-26): as the default configuration's, RowDot's "
-                                     "normalisation before its rounding, the sticky bit (block.datapath.row_dot0."
-                                     "round_s4_4 -> round_s5_0). Next: the mask (a thermometer code of the amount) "
-                                     "registered beside the amount, a stage earlier",
-    ("attention", "max", "area"): "28.9k LUT at 32 lanes (32.4k before the serial epilogue of 2026-11-27: a lane "
-                                  "every four cycles up to 32 lanes, one merge unit, no registers of partials; "
-                                  "38.6k before the block-fixed score lanes, "
+                                    "value side's weighted sums, a term's specials into the slot's new flags (block."
+                                    "datapath.value.weighted_rows.weighted_sums0.weigh_s1_1 -> new), the dot "
+                                    "product's normalisation before its rounding, the scale multiplier's product. "
+                                    "Next: the specials a stage ahead of the flags' OR",
+    ("attention", "ecp5", "levels"): "9 levels (11 before 2026-11-26): as the default configuration's; with the "
+                                     "serial epilogue its state into the command's (block.datapath.epilogue."
+                                     "epilogue_state -> block.control_state: the datapath's idle). Next: the "
+                                     "datapath's idle registered",
+    ("attention", "max", "area"): "31.8k LUT at 32 lanes, distributed RAMs counted by their LUT sites (since "
+                                  "2026-11-27; by the old count, a LUT a RAM32M16: 28.9k; 32.4k before the serial "
+                                  "epilogue of 2026-11-27, a lane every four cycles up to 32 lanes, one merge "
+                                  "unit, no registers of partials; 38.6k before the block-fixed score lanes, "
                                   "34.8k before the block-fixed value lanes: RowDot's 402 LUT a lane became KeyAlign "
                                   "and FixedDot's 154, RunningSums' 491 the V aligner and WeightedSums' 317, "
                                   "docs/impl_lanes.json). A value lane's add is in the fabric (yosys packs no "
@@ -137,11 +138,11 @@ NOTES = {
                                    "RAM output word, selected by the unpacker's pair position, into the pairs "
                                    "queue's distributed-RAM write in one cycle. Next: the selected pair "
                                    "registered before the queue.",
-    ("decomp", "max", "levels"): "9 levels: the pair unpacker's value position compared for the word's last "
-                                 "pair (16 fp32 or 32 fp16 pairs a 512-bit word), with the pair's take, into the "
-                                 "value reader's ready and through it the read buffer's level count (a carry "
-                                 "chain) in one cycle (block.unpacker.val_pos -> read_val.buffer.inner_level). "
-                                 "Next: the word's last-pair flag registered a pair ahead, as the position steps.",
+    ("decomp", "max", "levels"): "9 levels: a writer's burst end (its W queue's read) into the interconnect's "
+                                 "W route queue's level (block.write_zero_fill.w_queue.consume -> block."
+                                 "interconnect.w_route.level; re-synthesised 2026-11-27: the pair unpacker's "
+                                 "value position into the value reader's buffer level was the path of 9 before). "
+                                 "Next: the W route's pop from a registered burst end.",
     ("decomp", "max", "routing"): "6.5k LUT4 placed, routing not converged in 45 min (router2; 512-bit words "
                                   "into 46 block RAMs in a few columns: congestion). Next: more seeds and a "
                                   "longer budget, or the read buffers' words split across RAM columns.",
@@ -154,7 +155,7 @@ NOTES = {
                                   "before the sg unit's scatter change, which took 15k LUT4 off the ecp5 "
                                   "configuration (4 banks, 16 cache lines and response ids, same datapath): "
                                   "that one fits and places. Next: re-synthesise the default.",
-    ("graph", "default", "levels"): "11 levels (15 on 2026-11-26 morning, the first measurement: native Yosys, "
+    ("graph", "default", "levels"): "11 levels (re-synthesised 2026-11-27: the command's state into the row pointers' unpacker (block.control_state -> block.words.unpack_rowptr.last) among them; 15 on 2026-11-26 morning, the first measurement: native Yosys, "
                                     "the WebAssembly build's 4 GiB ran out). Each step measured: the collector's "
                                     "joins by each slot's own hit, a group's leaving registered ahead of the "
                                     "compares -> 15; the edge generator's source outside the state's gate -> 13; "
@@ -172,8 +173,7 @@ NOTES = {
                                     "or a count is among the deepest, which are now the fp32 units' own "
                                     "stages, measured at 9 to 11 levels in this flattened netlist (7 to 8 "
                                     "alone, docs/arith_impl.md) depending on how ABC maps them: here the "
-                                    "dangling-rank multiplier's (block.scale.lane0_s3_0 -> "
-                                    "block.scale.lane0_s4_4), beside the sums' FMA at 10, the sg unit's "
+                                    "dangling-rank multiplier's, beside the sums' FMA at 10, the sg unit's "
                                     "response checks and the collector's send into the response table at 10. "
                                     "Next: the fp32 units' normalising stages split (a stage more each), the "
                                     "sg unit's inbox and run-start paths registered.",
