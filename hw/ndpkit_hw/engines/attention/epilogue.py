@@ -130,19 +130,19 @@ class Epilogue(wiring.Component):
             "idle": Out(1),
         })
 
-    def _shape(self):
-        """(GROUPS column groups in a d = 128 row, lanes of group 0 with the denominator)."""
-        return MAX_DIM // self.columns, self.columns + 1
+    def _groups(self) -> int:
+        """Column groups in a d = 128 row."""
+        return MAX_DIM // self.columns
 
     def _tag(self):
         """What travels with a lane down the merge chain: query head, column group, chunk."""
-        GROUPS, _ = self._shape()
+        GROUPS = self._groups()
         return data.StructLayout({"g": range(MAX_GROUP), "grp": range(GROUPS),
                                   "k": range(-(-(self.columns + 1) // self.width))})
 
     def _flush(self, m: Module, job, g, grp, r, valid):
         """The flush of partial ``r`` of column group ``grp`` of query head ``g``."""
-        GROUPS, _ = self._shape()
+        GROUPS = self._groups()
         h_bits = log2_exact(self.units, "units")
         m.d.comb += [self.flush.valid.eq(valid),
                      self.flush.payload.slot.eq(sums_slot(g >> h_bits, grp, r, GROUPS)),
@@ -155,7 +155,7 @@ class Epilogue(wiring.Component):
         chunk of partial 0's lanes leaves), its tag, ``read[r][e]`` (partial r's lane e of
         the chunk, ready r + 1 cycles after the emission), ``issuing`` and ``busy``."""
         C, E = self.columns, self.width
-        GROUPS, _ = self._shape()
+        GROUPS = self._groups()
         chunks_all = -(-(C + 1) // E)                 # chunks of group 0 (with the denominator)
         chunks_rest = C // E
         NL = chunks_all * E                           # lanes a partial register holds
@@ -239,7 +239,7 @@ class Epilogue(wiring.Component):
         lanes of each side (see :func:`epilogue_serial`).  Returns as
         :meth:`_registered_lanes`."""
         C = self.columns
-        GROUPS, _ = self._shape()
+        GROUPS = self._groups()
         Tag = self._tag()
         Flush = data.StructLayout({"valid": 1, "tag": Tag, "r": range(PARTIALS)})
         now = Signal(Flush)                  # the next flush: lane k of group grp of head g, partial r
@@ -338,7 +338,7 @@ class Epilogue(wiring.Component):
         W, P, C, H, E = self.data_width, self.elements, self.columns, self.units, self.width
         c_bits, e_bits = log2_exact(C, "columns"), log2_exact(E, "width")
         G = self.group
-        GROUPS, _ = self._shape()
+        GROUPS = self._groups()
         row_groups = Mux(self.head_dim128, GROUPS, GROUPS // 2)
         dim = Mux(self.head_dim128, MAX_DIM, MAX_DIM // 2)
         Tag = self._tag()
