@@ -79,14 +79,21 @@ def epilogue_serial(lanes: int) -> bool:
 EMPTY_STATE = Const({"sum": 0, "exp": NO_TERM, "pos_inf": 0, "neg_inf": 0, "nan": 0}, SumState)
 
 
-def _delayed(m: Module, value, n: int, name: str, reset: bool = False):
-    """``value`` through ``n`` registers (reset ones for a valid bit's)."""
+def _delay_line(m: Module, value, n: int, name: str, reset: bool = False) -> list:
+    """``value`` and its ``n`` successive register copies (reset ones for a valid bit's):
+    element k is ``value`` k cycles late, so taps at several delays share one line."""
     shape = value.shape()                # (a layout's view stays one)
+    line = [value]
     for s in range(n):
         reg = Signal(shape, name=f"{name}_d{s}", reset_less=not reset)
-        m.d.sync += reg.eq(value)
-        value = reg
-    return value
+        m.d.sync += reg.eq(line[-1])
+        line.append(reg)
+    return line
+
+
+def _delayed(m: Module, value, n: int, name: str, reset: bool = False):
+    """``value`` through ``n`` registers."""
+    return _delay_line(m, value, n, name, reset)[-1]
 
 
 def sums_slot(j, group, r, groups: int):
@@ -313,7 +320,9 @@ class Epilogue(wiring.Component):
         first = _delayed(m, emit, 2, "merge1", reset=True)
         second = _delayed(m, first, FEEDBACK, "merge2", reset=True)
         third = _delayed(m, second, FEEDBACK, "merge3", reset=True)
-        p0 = data.View(SumState, _delayed(m, lane.as_value(), 1, "p0"))
+        # partials 0, 2 and 3 taken 1, FEEDBACK - 1 and 2 FEEDBACK - 2 cycles late, from one line
+        taps = _delay_line(m, lane.as_value(), 2 * FEEDBACK - 2, "lane")
+        p0 = data.View(SumState, taps[1])
         p0_merged = Signal(MergedState)
         m.d.comb += [p0_merged.sum.eq(p0.sum), p0_merged.exp.eq(p0.exp),
                      Cat(p0_merged.pos_inf, p0_merged.neg_inf, p0_merged.nan).eq(Cat(p0.pos_inf, p0.neg_inf, p0.nan))]
@@ -322,8 +331,7 @@ class Epilogue(wiring.Component):
         a = Signal(MergedState)
         b = Signal(SumState)
         m.d.comb += [a.eq(Mux(first, p0_merged, fed_back)),
-                     b.eq(Mux(first, lane, Mux(second, _delayed(m, lane.as_value(), FEEDBACK - 1, "p2"),
-                                               _delayed(m, lane.as_value(), 2 * FEEDBACK - 2, "p3"))))]
+                     b.eq(Mux(first, lane, Mux(second, taps[FEEDBACK - 1], taps[2 * FEEDBACK - 2])))]
         unit = Pipeline(m, first | second | third, "merge")
         merged, _ = merge_states(m, unit, a, b)
         m.d.comb += result.eq(merged)
