@@ -9,7 +9,8 @@ report one status per command, in command order, on a status stream.
 Transfer rule (checked in hardware, see :class:`ndpkit_spec.codes.ErrorCode`):
 ``addr`` and ``length`` are multiples of the bus word (``data_width // 8``),
 ``length`` is non-zero, and ``[addr, addr + length)`` lies inside the window
-``[window_base, window_base + window_size)``.  A rejected command moves no data,
+``[window_base, window_base + window_size)`` (unless built ``checked=False``, for an
+engine that checks the whole ranges its transfers lie in).  A rejected command moves no data,
 consumes no data beats (writer) and produces no data beats (reader); its status
 carries the code, once the accepted commands before it have completed.  Commands are
 checked from registers (:class:`SettledTransferCheck`), a command every
@@ -306,7 +307,7 @@ class _DmaEngine(wiring.Component):
 
     def __init__(self, channels, extra_members, *, addr_width=32, data_width=512, id_width=4,
                  axi_id=0, max_burst_bytes=4096, max_outstanding=8, buffer_beats=None,
-                 max_commands=4):
+                 max_commands=4, checked=True):
         data_bytes = data_width // 8
         if buffer_beats is None:
             bursts = max_outstanding if self.default_buffer_bursts is None else self.default_buffer_bursts
@@ -317,6 +318,7 @@ class _DmaEngine(wiring.Component):
         if not 0 <= axi_id < 2 ** id_width:
             raise ValueError(f"axi_id {axi_id} does not fit in {id_width} bits")
         self.axi_id = axi_id
+        self.checked = checked
         members = _common_members(self.params, channels)
         members.update(extra_members(self.params))
         super().__init__(members)
@@ -325,31 +327,37 @@ class _DmaEngine(wiring.Component):
         """The command is held in a register and checked from there
         (:class:`SettledTransferCheck`), then handed to the tracker and the splitter: a
         command per ``2 + CYCLES`` cycles, and no path from the command's source
-        through the checks."""
+        through the checks.  Unchecked (``checked=False``: the engine checked the
+        command's whole range before issuing any of its transfers), a command every two
+        cycles and no window logic."""
         p = self.params
         tracker = _CommandTracker(m, p, self.status)
         m.submodules.splitter = splitter = BurstSplitter(
             addr_width=p.addr_width, data_bytes=p.data_bytes, max_burst_beats=p.max_burst_beats)
         held = Signal(name="command_held")
-        age = Signal(range(SettledTransferCheck.CYCLES + 1), name="command_age")
+        cycles = SettledTransferCheck.CYCLES if self.checked else 0
+        age = Signal(range(cycles + 1), name="command_age")
         cmd = Signal(DmaCommandLayout(p.addr_width), name="command")
-        check = SettledTransferCheck(m, p.data_bytes, p.addr_width, cmd, self.window_base, self.window_size)
-        rejected = check.error != 0
-        checked = held & (age == SettledTransferCheck.CYCLES) & tracker.room & (~rejected | tracker.may_reject)
+        if self.checked:
+            error = SettledTransferCheck(m, p.data_bytes, p.addr_width, cmd, self.window_base, self.window_size).error
+        else:
+            error = Const(0, STATUS_WIDTH)
+        rejected = error != 0
+        checked = held & (age == cycles) & tracker.room & (~rejected | tracker.may_reject)
         m.d.comb += [
             self.cmd.ready.eq(~held),
             splitter.cmd.valid.eq(checked & ~rejected),
             splitter.cmd.payload.addr.eq(cmd.addr),
             splitter.cmd.payload.beats.eq(cmd.length >> p.word_shift),
             tracker.accept_en.eq(checked & (rejected | splitter.cmd.ready)),
-            tracker.accept_error.eq(check.error),
+            tracker.accept_error.eq(error),
             self.busy.eq(held | (tracker.pending != 0)),
         ]
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [cmd.eq(self.cmd.payload), held.eq(1), age.eq(0)]
         with m.Elif(tracker.accept_en):
             m.d.sync += held.eq(0)
-        with m.Elif(held & (age != SettledTransferCheck.CYCLES)):
+        with m.Elif(held & (age != cycles)):
             m.d.sync += age.eq(age + 1)
         return tracker, splitter
 
@@ -562,19 +570,22 @@ class BurstPorts:
     and writes route apart, so a pair costs one arbiter input); ports past the end of
     ``writes`` have their write side left to the caller (``port(i)``: tie it off or
     drive it), and ``extra_ports`` ports after the readers' are the caller's whole.  All engines see the shell's window.  Submodules are named
-    ``read_<name>`` and ``write_<name>``.
+    ``read_<name>`` and ``write_<name>``.  ``checked=False``: the engines do not check
+    their transfers against the window (the engine checks each command's and request's
+    whole ranges before it issues any transfer in them, so the same compares in every
+    engine would be the same answer again).
     """
 
     def __init__(self, reads, writes, *, addr_width: int, data_width: int, max_burst_bytes: int,
                  max_outstanding: int, writer_commands: int | None = None, extra_ports: int = 0, light=(),
-                 writer_options: dict | None = None):
+                 writer_options: dict | None = None, checked: bool = True):
         if len(writes) > len(reads):
             raise ValueError("each writer shares a port with a reader: no more writers than readers")
         unknown = set(light) - set(reads) - set(writes)
         if unknown:
             raise ValueError(f"light ports {sorted(unknown)} are neither readers nor writers")
         dma = dict(addr_width=addr_width, data_width=data_width, id_width=1, max_burst_bytes=max_burst_bytes,
-                   max_outstanding=max_outstanding)
+                   max_outstanding=max_outstanding, checked=checked)
         # a light port (descriptors, a head's q rows: little data, latency hidden by issuing
         # ahead) takes bursts of LIGHT_BURST_BEATS and buffers two: a distributed RAM, not
         # block RAMs the bus's width wide and a full burst deep

@@ -16,7 +16,7 @@ its code in its status word and nothing else; a good one is issued head by head:
 
 Paged commands (``shape.block_size`` 16..128): ``k`` and ``v`` are block pools; a request
 that passes its checks first reads the ids of the blocks it uses (``block_table``, on
-its own light reader) into the ids RAM, checking each against ``pool_blocks`` (BAD_INDEX:
+the descriptors' light reader) into the ids RAM, checking each against ``pool_blocks`` (BAD_INDEX:
 retired, nothing issued); its K and V parts are then one transfer per block piece (a
 window's first block from its offset, whole blocks, a partial last one), the new row
 goes to row ``length mod block_size`` of block ``table[length / block_size]``.  The
@@ -46,15 +46,15 @@ from ndpkit_hw.engines.attention.datapath import MAX_GROUP, AttentionDatapath
 
 __all__ = ["AttentionEngine"]
 
-READS = ("table", "q", "k", "v", "blocks")
+READS = ("table", "q", "k", "v")        # table: the descriptors, and a paged request's block ids
 WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interconnect port i with reader i
-# the readers of little data (64-byte descriptors, a paged request's block ids), fetched ahead
-# of their use or once a request, and every writer (a request's status word, a head's output
+# the reader of little data (a 64-byte descriptor a request, fetched while the request before
+# it issues; a paged request's block ids), and every writer (a request's status word, a head's output
 # rows, the new token's K and V rows: under 1 % of the bytes): short bursts into a
 # distributed-RAM buffer (a 513-bit, 32-beat one is 37 RAM32M16, 296 LUTs).  K, V and the q rows
 # stream through full-burst block-RAM ones: the cards run out of LUTs first, and 7.5 BRAM36
 # for q keep an instance within 39 (a writer's full buffer, two 4 KiB bursts, would take 8).
-LIGHT = ("table", "blocks", *WRITES)
+LIGHT = ("table", *WRITES)
 # the status writer's buffer holds a 32-bit word and its strobe a beat, not a bus word; the
 # others write whole words (no strobes in their buffers)
 WRITER_OPTIONS = {"status": {"word_bits": 32}, **{name: {"strobes": False} for name in WRITES[1:]}}
@@ -86,7 +86,10 @@ class AttentionEngine(CommandEngine):
                  max_outstanding: int = 8, lanes: int = 32):
         super().__init__(ATTENTION, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
                          max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8,
-                         light=LIGHT, writer_options=WRITER_OPTIONS)
+                         light=LIGHT, writer_options=WRITER_OPTIONS, checked=False)
+        # (checked=False: every transfer lies in a range the command's or its request's
+        # checks passed -- the table, a request's q, K, V, new rows, block table and out --
+        # so the burst engines do not compare each one with the window again)
         self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes)
 
     def elaborate(self, platform):
@@ -96,8 +99,6 @@ class AttentionEngine(CommandEngine):
         desc_words = DESCRIPTOR_BYTES // wb
         m.submodules.datapath = dp = self.datapath
         self.elaborate_ports(m)
-        port = self.ports.port(READS.index("blocks"))      # the block-id reader has no writer beside it
-        m.d.comb += [port.awvalid.eq(0), port.wvalid.eq(0), port.bready.eq(1)]
         # ---- the command ----------------------------------------------------------------
         ctl = CommandControl(m, self)
         cmd = ctl.cmd
@@ -406,11 +407,28 @@ class AttentionEngine(CommandEngine):
         failed = Signal(32)
         bytes_read, bytes_written = Signal(32), Signal(32)
         all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & ~status_data.r_rdy & dp.idle
-        table_data = rd["table"].data
+        # one light reader takes the descriptors, one read each, and a paged request's block
+        # ids, in the order they are used: the next descriptor is asked for once this
+        # request's ids are (or it has none), so its fetch overlaps this request's wait to
+        # issue, and the reader's words come in the order the states take them
+        table_reader = rd["table"]
+        table_data = ids_data = table_reader.data
+        desc_asked = Signal()                      # the next descriptor to take is on its way
+        more = index != last_request
+        ask_desc = Signal()                        # ask for the descriptor at ask_at
+        ask_at = Signal(self.addr_width)
+        ask_blocks = Signal()                      # ask for the request's block ids
+        m.d.comb += [table_reader.cmd.valid.eq(ask_desc | ask_blocks),
+                     table_reader.cmd.payload.addr.eq(Mux(ask_blocks, desc.block_table, ask_at)),
+                     table_reader.cmd.payload.length.eq(Mux(ask_blocks, table_read, DESCRIPTOR_BYTES))]
+        with m.If(ask_desc & table_reader.cmd.ready):
+            m.d.sync += desc_asked.eq(1)
+
+        def ask_next():                            # (in a request's states: the one after it)
+            m.d.comb += [ask_desc.eq(more & ~desc_asked), ask_at.eq(desc_addr + DESCRIPTOR_BYTES)]
         # a paged request's block ids (state BLOCKS): one entry a cycle from the reader's words
         # into the ids RAM, a registered stage later checked against pool_blocks and the new
         # row's block taken; the entries after the last one used are dropped unread
-        ids_data = rd["blocks"].data
         entry_index_bits = max(1, entries_per_word.bit_length() - 1)
         fill_entry = Signal(entry_bits)            # the next entry's index
         fill_sub = Signal(entry_index_bits)        # its place in the word
@@ -442,21 +460,19 @@ class AttentionEngine(CommandEngine):
                 m.d.sync += append_id.eq(entry)
         with ctl.states(checks, first="TABLE", ready=dp.idle, start=[clear.eq(1)],
                         clear=[index.eq(0), desc_word.eq(0), desc_addr.eq(cmd.table), failed.eq(0),
-                               bytes_read.eq(0), bytes_written.eq(0)]):
-            with m.State("TABLE"):
-                m.d.comb += [rd["table"].cmd.valid.eq(1), rd["table"].cmd.payload.addr.eq(cmd.table),
-                             rd["table"].cmd.payload.length.eq(table_bytes)]
-                with m.If(rd["table"].cmd.ready):
-                    m.d.sync += bytes_read.eq(table_bytes)
-                    m.next = "DESCRIPTOR"
+                               bytes_read.eq(0), bytes_written.eq(0), desc_asked.eq(0)]):
+            with m.State("TABLE"):                     # (every descriptor is read once: the table's bytes)
+                m.d.sync += bytes_read.eq(table_bytes)
+                m.next = "DESCRIPTOR"
             with m.State("DESCRIPTOR"):
-                m.d.comb += table_data.ready.eq(1)
+                # (the first one, or one a request failing before its block ids, is asked for here)
+                m.d.comb += [table_data.ready.eq(1), ask_desc.eq(~desc_asked), ask_at.eq(desc_addr)]
                 with m.If(table_data.valid):
                     m.d.sync += [desc.as_value().eq(Cat(desc.as_value()[W:], table_data.payload.data)
                                                     if desc_words > 1 else table_data.payload.data),
                                  desc_word.eq(desc_word + 1)]
                     with m.If(desc_word == desc_words - 1):
-                        m.d.sync += [desc_word.eq(0), request.restart()]
+                        m.d.sync += [desc_word.eq(0), request.restart(), desc_asked.eq(0)]
                         m.next = "REQUEST_SETTLE"
             with m.State("REQUEST_SETTLE"):            # the request's checks run from registers
                 with m.If(request.settled):
@@ -466,6 +482,8 @@ class AttentionEngine(CommandEngine):
             with m.State("REQUEST"):
                 m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
                              retire_in.code.eq(request_check), retire_in.outputs.eq(0)]
+                with m.If((request_check != 0) | ~paged):  # (a paged one's block ids are asked for first)
+                    ask_next()
                 with m.If(request_check != 0):
                     with m.If(~issuing):
                         m.d.comb += retire.w_en.eq(retire.w_rdy)
@@ -480,14 +498,14 @@ class AttentionEngine(CommandEngine):
                                  bytes_written.eq(bytes_written + request_written)]
                     m.next = "NEXT"
             with m.State("BLOCKS"):                    # paged: read the ids of the blocks used
-                m.d.comb += [rd["blocks"].cmd.valid.eq(1), rd["blocks"].cmd.payload.addr.eq(desc.block_table),
-                             rd["blocks"].cmd.payload.length.eq(table_read)]
-                with m.If(rd["blocks"].cmd.ready):
+                m.d.comb += ask_blocks.eq(1)
+                with m.If(table_reader.cmd.ready):
                     m.d.sync += [bytes_read.eq(bytes_read + table_read), fill_entry.eq(0), fill_sub.eq(0),
                                  fill_sub_last.eq(entries_per_word == 1), fill_left.eq(last_entry),
                                  fill_at_last.eq(last_entry == 0), fill_past.eq(0), bad_index.eq(0)]
                     m.next = "BLOCK_IDS"
             with m.State("BLOCK_IDS"):                 # (once the request before has its K and V issued)
+                ask_next()
                 m.d.comb += [fill_take.eq(ids_data.valid & ~fill_past & ids_free),
                              ids_data.ready.eq(ids_free & (fill_sub_last | fill_at_last | fill_past))]
                 with m.If(ids_data.valid & ids_data.ready & ids_data.payload.last):
