@@ -26,7 +26,7 @@ interconnect's W channel idle.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Cat, Const, Mux
+from amaranth.hdl import Array, Module, Signal, Cat, Const, Mux
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,7 +35,7 @@ from ndpkit_hw.bus.axi import AXI4Signature, BURST_INCR, READ_MEMBERS, WRITE_MEM
 from ndpkit_hw.bus.interconnect import AxiInterconnect
 
 __all__ = ["DmaCommandLayout", "DmaStatusLayout", "BurstSplitter", "BurstReader", "BurstWriter", "transfer_error",
-           "Transfer", "transfers_overlap", "TransferGroup", "BurstPorts", "SettledTransferCheck"]
+           "Transfer", "transfers_overlap", "TransferGroup", "BurstPorts", "SettledTransferCheck", "TransferSweep"]
 
 LENGTH_WIDTH = 32
 COUNTER_WIDTH = 48
@@ -163,6 +163,49 @@ class SettledTransferCheck:
                      Cat(zero, unaligned).eq(Cat(*_shape_tests(data_bytes, payload))),
                      outside.eq(_below(payload.addr, window_base) | (self.end > window_end))]
         self.error = _rule_code(m, zero, unaligned, outside)
+
+
+class TransferSweep:
+    """The transfer rule of several held ``{addr, length}`` by one checker, one a cycle:
+    transfer ``k`` (while ``on[k]``) is taken when ``age == start + k`` and its code and
+    end (``addr + length``) land in the registers ``codes[k]`` and ``ends[k]`` (the
+    caller's), valid from ``age == start + k + LATENCY``.  The transfers must hold from
+    ``start`` until their turn.  For checks that may take a cycle a range (a request's
+    dozen), one adder and two compares instead of a set a range, behind a select."""
+
+    LATENCY = 4
+
+    def __init__(self, m: Module, data_bytes: int, addr_width: int, transfers: list, codes: list, ends: list,
+                 window_base, window_size, age, start: int):
+        width = max(addr_width, LENGTH_WIDTH) + 1
+        window_end = Signal(addr_width + 2, name="sweep_window_end")
+        m.d.sync += window_end.eq(window_base + window_size)
+        # stage 1: the transfer whose turn it is; 2: its end and shape tests; 3: the window compare
+        valid, k = Signal(3, name="sweep_valid"), [Signal(range(max(2, len(transfers))), name=f"sweep_k{i}")
+                                                  for i in range(3)]
+        addr, length = Signal(addr_width, name="sweep_addr"), Signal(LENGTH_WIDTH, name="sweep_length")
+        end, addr2 = Signal(width, name="sweep_end"), Signal(addr_width, name="sweep_addr2")
+        end3 = Signal(width, name="sweep_end3")
+        zero, unaligned, outside = Signal(2, name="sweep_zero"), Signal(2, name="sweep_unaligned"), \
+            Signal(name="sweep_outside")
+        # (the turn's index from the age, then a select by it: a binary select, not a case a turn)
+        turn, turn_k = Signal(name="sweep_turn"), Signal.like(k[0], name="sweep_turn_k")
+        m.d.sync += [turn.eq((age >= start - 1) & (age < start - 1 + len(transfers))), turn_k.eq(age - (start - 1)),
+                     valid[0].eq(turn), k[0].eq(turn_k),
+                     addr.eq(Array(t.addr for t in transfers)[turn_k]),
+                     length.eq(Array(t.length for t in transfers)[turn_k])]
+        payload = Transfer(addr, length)
+        m.d.sync += [valid[1:].eq(valid[:2]), k[1].eq(k[0]), k[2].eq(k[1]),
+                     end.eq(addr + length), addr2.eq(addr), end3.eq(end),
+                     Cat(zero[0], unaligned[0]).eq(Cat(*_shape_tests(data_bytes, payload))),
+                     zero[1].eq(zero[0]), unaligned[1].eq(unaligned[0]),
+                     outside.eq(_below(addr2, window_base) | (end > window_end))]
+        code = _rule_code(m, zero[1], unaligned[1], outside)
+        with m.If(valid[2]):
+            with m.Switch(k[2]):
+                for i in range(len(transfers)):
+                    with m.Case(i):
+                        m.d.sync += [codes[i].eq(code), ends[i].eq(end3)]
 
 
 class BurstSplitter(wiring.Component):

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import contextlib
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.regs import RegisterBlock
 from ndpkit_hw.bus.axi import log2_exact
-from ndpkit_hw.bus.dma import BurstPorts, SettledTransferCheck, Transfer
+from ndpkit_hw.bus.dma import BurstPorts, SettledTransferCheck, Transfer, TransferSweep
 from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
 
 __all__ = ["CommandEngine", "CommandChecks", "CommandControl"]
@@ -81,20 +81,32 @@ class CommandChecks:
     than an adder or a compare deep: each rule's condition and each range's address and
     length are registered first, then the ranges' ends, then the window and overlap
     compares, then the first failing rule's code.  :class:`CommandControl` waits for
-    them between taking a command and acting on its code."""
+    them between taking a command and acting on its code.
+
+    ``serial``: the ranges go through one checker a range a cycle, and the overlaps
+    through one pair of compares a pair a cycle (:class:`~ndpkit_hw.bus.dma.TransferSweep`),
+    once every derived value has settled: a few dozen cycles more for the verdict
+    instead of a window check a range and two compares a pair (the attention engine's
+    request checks: 8 ranges and 23 pairs, checked while the request before issues)."""
 
     CYCLES = 1 + SettledTransferCheck.CYCLES + 1     # without :meth:`derive` stages
+    MAX_DERIVE = 16                                   # derive stages
 
-    def __init__(self, m: Module, engine, *, word_bytes: int | None = None, name: str = ""):
+    def __init__(self, m: Module, engine, *, word_bytes: int | None = None, name: str = "", serial: bool = False):
         self.m, self.engine = m, engine
         self.word_bytes = word_bytes or engine.word_bytes
         self.prefix = f"{name}_" if name else ""        # signal names (an engine may check per request too)
+        self.serial = serial
         self.cycles = self.CYCLES
         self._rules: list[tuple[Value, Value]] = []
         self._ends: dict = {}
+        self._swept: list = []                         # serial: (transfer, code register, end register)
+        self._pairs: list = []                         # serial: (range a, range b, its rule's flag index)
+        self._flags: list = []                         # serial: each disjoint() rule's flag
         self._code: Signal | None = None
         self._depth: dict[int, int] = {}               # id of a derived signal -> its register stages
-        self._age = Signal(range(self.CYCLES + 16), name=f"{self.prefix}check_age")
+        self._age = Signal(range(self.CYCLES + self.MAX_DERIVE + (256 if serial else 0)),
+                           name=f"{self.prefix}check_age")
         self.settled = Signal(name=f"{self.prefix}checks_settled")
 
     def after(self, *derived: Signal) -> int:
@@ -108,7 +120,7 @@ class CommandChecks:
             raise RuntimeError("checks: a value derived after code() (the verdict would not wait for it)")
         self._depth[id(reg)] = depth
         self.cycles = max(self.cycles, self.CYCLES + depth)
-        if self.cycles >= self.CYCLES + 16:
+        if self.cycles >= self.CYCLES + self.MAX_DERIVE:
             raise ValueError(f"checks: {depth} derive stages is too deep")
         return reg
 
@@ -164,9 +176,16 @@ class CommandChecks:
                 self._rules.append((on & self._registered(wide[name][32:] != 0, f"{name}_wide"),
                                     Const(int(ErrorCode.OUT_OF_WINDOW), 4)))
             held = Transfer(self._registered(t.addr, f"{name}_addr"), self._registered(t.length, f"{name}_length"))
-            check = SettledTransferCheck(self.m, self.word_bytes, e.addr_width, held, e.window_base, e.window_size)
-            self._ends[name] = (held, check.end, on)
-            self._rules.append((on & (check.error != 0), check.error))
+            if self.serial:
+                code = Signal(4, name=f"{self.prefix}{name}_code")
+                end = Signal(max(e.addr_width, 32) + 1, name=f"{self.prefix}{name}_end")
+                self._swept.append((held, code, end))
+            else:
+                check = SettledTransferCheck(self.m, self.word_bytes, e.addr_width, held, e.window_base,
+                                             e.window_size)
+                code, end = check.error, check.end
+            self._ends[name] = (held, end, on)
+            self._rules.append((on & (code != 0), code))
 
     def end(self, name: str) -> Signal:
         """Range ``name``'s end (``addr + length``), valid from the third cycle of the checks."""
@@ -175,20 +194,71 @@ class CommandChecks:
     def disjoint(self, names) -> None:
         """OVERLAP when any two of the ranges ``names`` (given to :meth:`ranges`, both
         active) intersect."""
-        pairs = []
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                (ta, end_a, on_a), (tb, end_b, on_b) = self._ends[a], self._ends[b]
-                pairs.append(self._registered(on_a & on_b & (ta.addr < end_b) & (tb.addr < end_a),
-                                              f"overlap_{a}_{b}"))
-        if pairs:
-            self._rules.append((Cat(*pairs).any(), Const(int(ErrorCode.OVERLAP), 4)))
+        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        if self.serial and pairs:
+            flag = Signal(name=f"{self.prefix}overlap_{len(self._rules)}")
+            self._pairs += [(a, b, len(self._flags)) for a, b in pairs]
+            self._flags.append(flag)
+            self._rules.append((flag, Const(int(ErrorCode.OVERLAP), 4)))
+            return
+        hits = []
+        for a, b in pairs:
+            (ta, end_a, on_a), (tb, end_b, on_b) = self._ends[a], self._ends[b]
+            hits.append(self._registered(on_a & on_b & (ta.addr < end_b) & (tb.addr < end_a), f"overlap_{a}_{b}"))
+        if hits:
+            self._rules.append((Cat(*hits).any(), Const(int(ErrorCode.OVERLAP), 4)))
+
+    def _sweep(self) -> None:
+        """The serial form's checker and pair compares (see the class), from the cycle every
+        held range has settled; :attr:`cycles` grows by the sweep."""
+        m, e, age = self.m, self.engine, self._age
+        start = self.cycles - self.CYCLES + 1          # the held ranges settle (age counts from 0)
+        transfers, codes, ends = zip(*self._swept)
+        TransferSweep(m, self.word_bytes, e.addr_width, list(transfers), list(codes), list(ends),
+                      e.window_base, e.window_size, age, start)
+        pair_start = start + len(transfers) + TransferSweep.LATENCY
+        # a pair a cycle: the pair's ranges' indices from the age, registered; both ranges
+        # selected by them and registered; compared and registered; or-ed into its rule's flag
+        # (cleared as the command is taken)
+        names = list(self._ends)
+        index = range(max(2, len(names)))
+        a_k, b_k = Signal(index, name=f"{self.prefix}pair_a_k"), Signal(index, name=f"{self.prefix}pair_b_k")
+        go = [Signal(name=f"{self.prefix}pair_go{i}") for i in range(3)]
+        which = [Signal(range(max(2, len(self._flags))), name=f"{self.prefix}pair_rule{i}") for i in range(3)]
+        m.d.sync += go[0].eq(0)
+        with m.Switch(age):
+            for j, (a, b, f) in enumerate(self._pairs):
+                with m.Case(pair_start - 1 + j):
+                    m.d.sync += [go[0].eq(1), a_k.eq(names.index(a)), b_k.eq(names.index(b)), which[0].eq(f)]
+        addr = Array(self._ends[n][0].addr for n in names)
+        end, on = (Array(self._ends[n][i] for n in names) for i in (1, 2))
+        a_addr, b_addr = Signal(e.addr_width, name=f"{self.prefix}pair_a"), Signal(e.addr_width, name=f"{self.prefix}pair_b")
+        a_end, b_end = Signal.like(ends[0], name=f"{self.prefix}pair_a_end"), Signal.like(ends[0], name=f"{self.prefix}pair_b_end")
+        both, hit = Signal(name=f"{self.prefix}pair_on"), Signal(name=f"{self.prefix}pair_hit")
+        m.d.sync += [a_addr.eq(addr[a_k]), b_addr.eq(addr[b_k]), a_end.eq(end[a_k]), b_end.eq(end[b_k]),
+                     both.eq(on[a_k] & on[b_k]), go[1].eq(go[0]), which[1].eq(which[0]),
+                     hit.eq(both & (a_addr < b_end) & (b_addr < a_end)), go[2].eq(go[1]), which[2].eq(which[1])]
+        with m.If(age == 0):
+            m.d.sync += [flag.eq(0) for flag in self._flags]
+        with m.Elif(go[2] & hit):
+            with m.Switch(which[2]):
+                for i, flag in enumerate(self._flags):
+                    with m.Case(i):
+                        m.d.sync += flag.eq(1)
+        # pair j's indices are taken at age pair_start - 1 + j, its ranges at pair_start + j (as
+        # before), its flag visible from pair_start + j + 3; the verdict's register samples the
+        # rules at age cycles - 1
+        self.cycles = max(self.cycles, pair_start + len(self._pairs) + 3)
+        if self.cycles > len(range(self.CYCLES + self.MAX_DERIVE + 256)) - 1:
+            raise ValueError(f"checks: a sweep of {self.cycles} cycles is too long")
 
     def code(self) -> Signal:
         """The first failing rule's ErrorCode (0 when every rule passes), registered:
         valid :attr:`cycles` cycles after the command was taken (call it after the last
         rule is added)."""
         if self._code is None:
+            if self._swept:
+                self._sweep()
             self.m.d.comb += self.settled.eq(self._age == self.cycles - 1)
             with self.m.If(~self.settled):
                 self.m.d.sync += self._age.eq(self._age + 1)

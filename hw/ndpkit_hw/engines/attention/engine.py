@@ -155,7 +155,9 @@ class AttentionEngine(CommandEngine):
         # the command's (golden ``request_check``'s order); the verdict waits for them
         desc = Signal(Descriptor)
         append = desc.flags[0]
-        request = CommandChecks(m, self, name="request")
+        # (serial: one range checker and one pair of compares walk the request's 8 ranges and 23
+        # pairs, a few dozen cycles while the request before it issues, for 2k LUT of compares)
+        request = CommandChecks(m, self, name="request", serial=True)
         needed = request.derive(desc.length + append, "needed")                   # rows after the append
         tokens = request.derive(Mux((desc.window != 0) & (desc.window < needed), desc.window, needed),   # rows attended
                                 "tokens", after=request.after(needed))                             # (window 0: all)
