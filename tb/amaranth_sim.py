@@ -48,3 +48,32 @@ class Offer:
         self.held = bool(ctx.get(self.port.valid)) and not fired
         self.i += fired
         return fired
+
+
+class CreditSink:
+    """The buffer of a producer that writes on credit (an always-ready stream ``port``
+    and the room it is told, ``space``: :attr:`ndpkit_hw.bus.dma.BurstWriter.space`):
+    ``capacity`` words, drained one a cycle with probability ``rate`` outside pauses of
+    up to ``pause`` cycles (a bus busy elsewhere: the buffer fills and the producer must
+    hold back); a word pushed past the room it was given fails the bench.  Each cycle, before the tick:
+    :meth:`cycle` (sets ``space`` from the words held, takes a pushed word into
+    ``words``)."""
+
+    def __init__(self, port, space, rng, capacity: int = 32, rate: float = 0.7, pause: int = 200):
+        self.port, self.space, self.rng, self.capacity, self.rate = port, space, rng, capacity, rate
+        self.pause, self.paused = pause, 0
+        self.held, self.words = 0, []
+
+    def cycle(self, ctx) -> None:
+        room = self.capacity - 1 - self.held          # as BurstWriter.space: one kept for its output register
+        ctx.set(self.space, room)
+        if ctx.get(self.port.valid):
+            assert room > 0, f"a word pushed with no room (word {len(self.words)}, {self.held} held)"
+            self.words.append(ctx.get(self.port.payload))
+            self.held += 1
+        if self.paused:
+            self.paused -= 1
+        elif self.rng.random() < 0.01:
+            self.paused = self.rng.randrange(self.pause + 1)
+        elif self.held and self.rng.random() < self.rate:
+            self.held -= 1

@@ -523,6 +523,10 @@ class BurstWriter(_DmaEngine):
     strobe picks the bytes written), and the buffer holds it and the strobe, not a bus word.
     ``strobes=False``: every beat writes all its bytes; ``data`` has no ``strb`` and the
     buffer holds none.
+
+    ``space``: how many more words ``data`` will take whatever the bus does (the buffer's
+    room less the one its output register may be about to free): a producer that cannot
+    wait (the attention epilogue) writes on that credit instead of queueing its own words.
     """
 
     def __init__(self, *, word_bits: int | None = None, strobes: bool = True, **kwargs):
@@ -530,6 +534,7 @@ class BurstWriter(_DmaEngine):
         super().__init__("w", lambda p: {
             "data": In(stream.Signature(data.StructLayout({"data": self._word_bits(p),
                                                            **({"strb": p.data_bytes} if strobes else {})}))),
+            "space": Out(range(p.buffer_beats + 1)),
         }, **kwargs)
 
     def _word_bits(self, p) -> int:
@@ -555,6 +560,7 @@ class BurstWriter(_DmaEngine):
         m.submodules.b_queue = b_queue = fifo.SyncFIFO(width=1, depth=p.max_outstanding)
 
         m.d.comb += [
+            self.space.eq(Mux(buffer.level == p.buffer_beats, 0, p.buffer_beats - 1 - buffer.level)),
             buffer.w_en.eq(self.data.valid),
             buffer.w_data.eq(Cat(self.data.payload.data, self.data.payload.strb) if self.strobes
                              else self.data.payload.data),

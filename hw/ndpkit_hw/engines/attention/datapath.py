@@ -50,7 +50,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.attention import MAX_GROUP
-from ndpkit_hw.engines.attention.epilogue import MAX_DIM, Epilogue, epilogue_serial, epilogue_width
+from ndpkit_hw.engines.attention.epilogue import MAX_DIM, OUT_SPACE, Epilogue, epilogue_serial, epilogue_width
 from ndpkit_hw.engines.attention.qload import QueryBanks
 from ndpkit_hw.engines.attention.score import ScoreSide
 from ndpkit_hw.engines.attention.sweep import SoftmaxSweep
@@ -78,7 +78,8 @@ def lane_shape(data_width: int, lanes: int) -> tuple[int, int]:
 
 class AttentionDatapath(wiring.Component):
     """``q``, ``k``, ``v``: bus words; ``head``: one entry per KV head (its token
-    count); ``out``: the output words.  ``head_dim128``, ``group``, the formats and
+    count); ``out``: the output words, on the credit ``out_space`` (the epilogue's).
+    ``head_dim128``, ``group``, the formats and
     ``scale`` are held for a whole command."""
 
     def __init__(self, *, data_width: int = 512, lanes: int = 32):
@@ -90,7 +91,8 @@ class AttentionDatapath(wiring.Component):
             "k": In(stream.Signature(data_width)),
             "v": In(stream.Signature(data_width)),
             "head": In(stream.Signature(32)),
-            "out": Out(stream.Signature(data_width)),
+            "out": Out(stream.Signature(data_width, always_ready=True)),
+            "out_space": In(range(OUT_SPACE + 1)),
             "head_dim128": In(1),
             "group": In(range(MAX_GROUP + 1)),
             "q_format": In(2),
@@ -159,6 +161,7 @@ class AttentionDatapath(wiring.Component):
         wiring.connect(m, ep.flush, value.flush)
         wiring.connect(m, value.state, ep.state)
         wiring.connect(m, ep.out, wiring.flipped(self.out))
+        m.d.comb += ep.out_space.eq(self.out_space)
 
         m.d.comb += self.idle.eq(~score.busy & ~k_jobs.r_rdy & ~v_jobs.r_rdy & ~value.busy & ep.idle &
                                  (q_full == 0) & ~sweep.busy & ~q_banks.busy)

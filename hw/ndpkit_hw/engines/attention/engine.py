@@ -354,8 +354,8 @@ class AttentionEngine(CommandEngine):
                          flags.r_en.eq(src.valid & src.ready & src.payload.last)]
         m.d.comb += [dp.q.payload.eq(rd["q"].data.payload.data), dp.q.valid.eq(rd["q"].data.valid),
                      rd["q"].data.ready.eq(dp.q.ready),
-                     wr["out"].data.payload.data.eq(dp.out.payload),
-                     wr["out"].data.valid.eq(dp.out.valid), dp.out.ready.eq(wr["out"].data.ready)]
+                     wr["out"].data.payload.data.eq(dp.out.payload),      # (the epilogue writes on the
+                     wr["out"].data.valid.eq(dp.out.valid), dp.out_space.eq(wr["out"].space)]   # writer's credit)
         issued = Signal()
         m.d.comb += issued.eq(Cat(*[i.done for i in issuers]).all() & ~start)
         # K and V issued: the ids RAM is free for the next request's block ids
@@ -367,7 +367,8 @@ class AttentionEngine(CommandEngine):
         pending = {}
         clear = Signal()
         for name, e in list(rd.items()) + [(f"w_{k}", v) for k, v in wr.items()]:
-            count = Signal(16, name=f"pending_{name}")
+            # (at most the engine's queued commands and the one it holds: a narrow counter)
+            count = Signal(range(e.params.max_commands + 2), name=f"pending_{name}")
             pending[name] = count
             m.d.comb += e.status.ready.eq(1)
             took = e.status.valid

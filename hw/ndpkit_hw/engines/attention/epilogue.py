@@ -36,7 +36,11 @@ first and last block, its rows), accepted as the epilogue starts it (the block's
 bank can be reused then: the job's ``corr`` values are copied); ``flush`` / ``state``
 to the WeightedSums units (the state two cycles after its flush, from the unit the
 flush names); ``released`` pulses with ``released_bank`` when the job's sums bank is
-no longer read; ``out`` the packed output words.
+no longer read; ``out`` the packed output words, pushed into the consumer's buffer (the
+output writer's) with no back-pressure: ``out_space`` says how many words it can take
+(its room, a cycle late is allowed), and a division is only issued while every word
+its quotients and those in flight will fill fits (so the packer never waits: no queue
+of words of its own).
 """
 from __future__ import annotations
 
@@ -60,6 +64,8 @@ __all__ = ["Epilogue", "epilogue_width", "epilogue_serial", "EpilogueJob", "MAX_
 MAX_DIM = max(HEAD_DIMS)
 #: a block for the epilogue: its WeightedSums bank, the head's first / last block, its rows
 EpilogueJob = data.StructLayout({"b": 1, "first": 1, "last": 1, "rows": 8})
+#: the largest ``out_space`` (words) the epilogue's consumer may report
+OUT_SPACE = 255
 
 
 def epilogue_width(lanes: int) -> int:
@@ -130,7 +136,8 @@ class Epilogue(wiring.Component):
             "state": In(stream.Signature(data.ArrayLayout(SumState, columns + 1), always_ready=True)),
             "released": Out(1),
             "released_bank": Out(1),
-            "out": Out(stream.Signature(data_width)),
+            "out": Out(stream.Signature(data_width, always_ready=True)),
+            "out_space": In(range(OUT_SPACE + 1)),
             "head_dim128": In(1),
             "group": In(range(MAX_GROUP + 1)),
             "out_format": In(2),
@@ -422,8 +429,6 @@ class Epilogue(wiring.Component):
         half = Cat(*[ddf.at(n, d_time)[:16] for _, n in narrowed])
         pack = Signal(W)
         pack_n = Signal(range(P // E))
-        out_depth = 16
-        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=W, depth=out_depth)
         if self.serial:
             # 16 E bits a pack step: a binary32 quotient's halves on two cycles (its divisions
             # are issued every other cycle), so the word's register only ever shifts by 16 E
@@ -439,19 +444,22 @@ class Epilogue(wiring.Component):
             # (a division a cycle: the epilogue's fast form keeps its last block's tail short)
             packed_word = Mux(out32, Cat(pack[32 * E:], wide), Cat(pack[16 * E:], half))
             steps, pushed, left, every_other = Mux(out32, P // 2 // E, P // E), d_valid, d_valid, 0
-        m.d.comb += [out_fifo.w_data.eq(packed_word), self.out.valid.eq(out_fifo.r_rdy),
-                     self.out.payload.eq(out_fifo.r_data), out_fifo.r_en.eq(self.out.ready)]
+        m.d.comb += self.out.payload.eq(packed_word)
         with m.If(pushed):
             m.d.sync += [pack.eq(packed_word), pack_n.eq(pack_n + 1)]
             with m.If(pack_n == steps - 1):
                 m.d.sync += pack_n.eq(0)
-                m.d.comb += out_fifo.w_en.eq(1)
+                m.d.comb += self.out.valid.eq(1)
         # quotients in flight (until their last pack step): never more than the queue's room holds
         in_flight_div = Signal(range(64 + P))
         m.d.sync += in_flight_div.eq(in_flight_div + final_issue - left)
         words_ahead = Mux(out32, (in_flight_div + P // 2 // E) >> log2_exact(P // 2 // E, "fp32 words a chunk"),
                           (in_flight_div + P // E) >> log2_exact(P // E, "16-bit words a chunk"))
-        room = out_fifo.level + words_ahead + 1 < out_depth
+        # the consumer's room, registered: it may be a cycle late (a word pushed then not in it)
+        # and may take one word less than it says (a queue with an output register)
+        space = Signal.like(self.out_space)
+        m.d.sync += space.eq(self.out_space)
+        room = words_ahead + 2 < space
         issued_last = Signal()               # serial, binary32: a division every other cycle
         m.d.sync += issued_last.eq(final_issue & every_other)
 
@@ -488,5 +496,5 @@ class Epilogue(wiring.Component):
                         m.d.sync += [final_w.eq(0), final_g.eq(final_g + 1)]
                         with m.If(final_g == G - 1):
                             m.next = "IDLE"
-        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & (in_flight_div == 0) & ~out_fifo.r_rdy & ~self.job.valid)
+        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & (in_flight_div == 0) & ~self.job.valid)
         return m
