@@ -247,7 +247,7 @@ def test_targets_judge_the_figures():
     small = {"engine": "attention", "config": "ecp5", "xcup": {"LUT": 9000, "DSP": 10},
              "xcup_depth": {"levels": 9}, "ecp5_fmax_mhz": 104.2}
     got = {(c.kind, c.target): c.met for c in engine_checks(row, [row, small])}
-    assert got == {("levels", "≤ 8 levels"): True, ("area", "≤ 32,000 LUT"): False, ("area", "≤ 80 DSP"): True,
+    assert got == {("levels", "≤ 8 levels"): True, ("area", "≤ 22,000 LUT"): False, ("area", "≤ 80 DSP"): True,
                    ("ecp5", "ECP5 routed ≥ 100 MHz at a fitting configuration"): True}
     assert [c.met for c in engine_checks(small, [row, small])] == [False, True]
     placed = {**small, "ecp5_fmax_mhz": None, "ecp5_note": "placed; routing not finished in 45 min"}

@@ -10,7 +10,7 @@ Targets (the fit-and-timing issue):
   LFE5UM5G-85F (dma_copy and the burst engine decomp at least 125 MHz), and routing
   completes for every row; the FP units at least 150 MHz (div, sqrt, exp 125 MHz);
 - area (UltraScale+ ``synth_xilinx`` estimate): the FP units' LUT and DSP48E2 budgets,
-  attention at 32 lanes at most 32k LUT and 80 DSP, the port-rate Adam at most 35k LUT.
+  attention at 32 lanes at most 22k LUT (issue 40: all 32 HBM channels) and 80 DSP, the port-rate Adam at most 35k LUT.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ UNIT_MHZ_DEFAULT = 150
 #: UltraScale+ area budgets: FP units (LUT, DSP48E2) and engine configurations
 UNIT_AREA = {"mul": (200, 2), "add": (450, 0), "fma": (1000, 2), "div": (1200, 0), "sqrt": (1200, 0),
              "exp": (800, 8)}
-ENGINE_AREA = {("attention", "max"): {"LUT": 32_000, "DSP": 80}, ("adam", "max"): {"LUT": 35_000}}
+ENGINE_AREA = {("attention", "max"): {"LUT": 22_000, "DSP": 80}, ("adam", "max"): {"LUT": 35_000}}
 
 _SUBNORMALS = ("binary32 with subnormal inputs and outputs, bit-exact to NumPy, needs a leading-zero count, "
                "a normalising shifter and a sticky mask at full significand width (AMD's Floating-Point "
@@ -88,31 +88,39 @@ NOTES = {
                              "the engine. Next: as the default's.",
     ("attention", "default", "levels"): "9 levels (11 before the timing stages of 2026-11-26; 25 before the request "
                                         "checks were staged; 10 with the block-fixed value lanes until the value "
-                                        "side's drain count was as narrow as before): several paths of 9, the "
-                                        "command's state into a K transfer's block-piece phase (block.control_state "
-                                        "-> k_piece_phase), the score side's bank events into the bank states, the "
-                                        "request's block-table checks. Next: the piece phase from a registered start",
+                                        "side's drain count was as narrow as before, and on 2026-11-27 until the value "
+                                        "side's last row of a block was a down-count to zero, not a compare with the "
+                                        "bank's count less one): several paths of 9, the dot product's "
+                                        "normalisation before its rounding (block.datapath.score.dots.fixed_dot0."
+                                        "round_s2_0 -> round_s3_4), the epilogue's rounding, the scale multiplier's "
+                                        "product, the count of acknowledged outputs. Next: the rounding's "
+                                        "normalisation a stage more",
     ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on "
                                     "2026-11-26; 11 before RowDot's lane specials and rounding were registered). "
-                                    "With the block-fixed score and value lanes (2026-11-27) several paths of 9: the "
-                                    "value side's weighted sums, a term's specials into the slot's new flags (block."
-                                    "datapath.value.weighted_rows.weighted_sums0.weigh_s1_1 -> new), the dot "
-                                    "product's normalisation before its rounding, the scale multiplier's product. "
-                                    "Next: the specials a stage ahead of the flags' OR",
-    ("attention", "ecp5", "levels"): "9 levels (11 before 2026-11-26): as the default configuration's; with the "
-                                     "serial epilogue its state into the command's (block.datapath.epilogue."
-                                     "epilogue_state -> block.control_state: the datapath's idle). Next: the "
-                                     "datapath's idle registered",
-    ("attention", "max", "area"): "31.8k LUT at 32 lanes, distributed RAMs counted by their LUT sites (since "
-                                  "2026-11-27; by the old count, a LUT a RAM32M16: 28.9k; 32.4k before the serial "
-                                  "epilogue of 2026-11-27, a lane every four cycles up to 32 lanes, one merge "
-                                  "unit, no registers of partials; 38.6k before the block-fixed score lanes, "
+                                    "Since the request checks walk their ranges (2026-11-27) several paths of 9: the "
+                                    "dot product's normalisation before its rounding (block.datapath.score.dots."
+                                    "fixed_dot0.round_s2_0 -> round_s3_4), the epilogue's, the command's state into "
+                                    "the descriptors' reader's reservation. Next: the rounding's normalisation a "
+                                    "stage more",
+    ("attention", "ecp5", "levels"): "9 levels (11 before 2026-11-26): as the default configuration's; its "
+                                     "deepest, the score side's bank events into the datapath's bank states "
+                                     "(block.datapath.score.$signal$28 -> block.datapath.bank0_state; the serial "
+                                     "epilogue's state into the command's before 2026-11-27's lighter DMA). Next: "
+                                     "the bank events registered",
+    ("attention", "max", "area"): "28.9k LUT at 32 lanes (31.8k before 2026-11-27's second half: the burst "
+                                  "engines without a window check of their own, the request's checks covering "
+                                  "every transfer, -1.4k; descriptors and block ids on one light reader, four "
+                                  "interconnect ports; the request's 8 ranges and 23 pairs walked by one checker, "
+                                  "-0.8k; narrow pending counts, -0.2k; the epilogue writing on the output "
+                                  "writer's credit, no queue of its own, -0.3k); distributed RAMs counted by their "
+                                  "LUT sites since 2026-11-27 (by the old count, a LUT a RAM32M16, 28.9k before "
+                                  "this; 32.4k before the serial epilogue; 38.6k before the block-fixed score lanes, "
                                   "34.8k before the block-fixed value lanes: RowDot's 402 LUT a lane became KeyAlign "
                                   "and FixedDot's 154, RunningSums' 491 the V aligner and WeightedSums' 317, "
-                                  "docs/impl_lanes.json). A value lane's add is in the fabric (yosys packs no "
-                                  "DSP48E2 post-adder), its realignment two 4:1 selects. The lanes are a quarter "
-                                  "of an instance now (docs/engines/attention.md): next, the parts every instance "
-                                  "repeats (the sequencer and epilogue shared by two channels' datapaths)",
+                                  "docs/impl_lanes.json). The target is issue 40's, 22k with the ports: the lanes "
+                                  "are a quarter of an instance, the rest repeats in every instance whatever its "
+                                  "lanes (docs/engines/attention.md): next, the sequencer, sweep and epilogue "
+                                  "shared by two channels' datapaths",
     ("attention", "default", "ecp5"): "does not fit: 224 DP16KD > 208 (the buffers are sized by the largest "
                                       "query group and head dimension, not by the lanes); the ecp5 configuration "
                                       "(64-bit, 8 lanes, 202 DP16KD) is the one placed.",

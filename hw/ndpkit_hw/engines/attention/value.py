@@ -74,7 +74,10 @@ class ValueSide(RowSide):
         sums_set = Signal(2)
         sums_clear = Mux(self.released, 1 << self.released_bank, 0)
         m.d.sync += sums_busy.eq((sums_busy & ~sums_clear) | sums_set)
-        v_block_end = self.row_end(v_c, v_w, rows_words) & (v_j == passes - 1) & (v_t == bank_rows[v_b] - 1)
+        # the block's rows left after this one, counted down from the bank's count as the block
+        # starts: its last row a compare with zero, not with the bank's count selected and less one
+        rows_left = Signal.like(v_t, name="v_rows_left")
+        v_block_end = self.row_end(v_c, v_w, rows_words) & (v_j == passes - 1) & (rows_left == 0)
         # (the beat's way to its sums' write: the aligner's stages the units do not overlap)
         drain_cycles = REVISIT + 4 + BLOCK_FIXED_LATENCY - X_LAG
         drain = Signal(range(drain_cycles + 1))
@@ -87,6 +90,7 @@ class ValueSide(RowSide):
                         m.next = "WAIT_BANK"
             with m.State("WAIT_BANK"):
                 # (and the epilogue has merged the block two back, which used the same sums bank)
+                m.d.sync += rows_left.eq(bank_rows[v_b] - 1)
                 with m.If(self.weighing.bit_select(v_b, 1) & ~sums_busy.bit_select(v_b, 1)):
                     m.next = "STREAM"
             with m.State("STREAM"):
@@ -94,7 +98,7 @@ class ValueSide(RowSide):
                 m.d.comb += v_issue.eq(v_rows.ready & (self.swept[v_b] > v_t))
                 with m.If(v_issue):
                     with m.If(self.step(m, v_c, v_w, v_j, rows_words, passes)):
-                        m.d.sync += v_t.eq(v_t + 1)
+                        m.d.sync += [v_t.eq(v_t + 1), rows_left.eq(rows_left - 1)]
                         m.d.comb += v_rows.release.eq(1)
                     with m.If(v_block_end):
                         m.d.sync += [v_t.eq(0), drain.eq(drain_cycles)]
