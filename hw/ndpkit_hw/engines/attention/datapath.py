@@ -33,7 +33,8 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
   with ``o = fma(o, corr, ob)``, ``l = fma(l, corr, lb)``: a lane every four cycles up
   to L = 32 (one merge unit), else ``E`` lanes a cycle (``E = max(1, L / 128)``), its
   cost per block below the value side's either way;
-  after a head's last block ``out = o / l``, narrowed, packed into output words.
+  after a head's last block ``out = o * (1 / l)`` (a reciprocal a query head, the
+  products on the fold's fmas), narrowed, packed into output words.
 
 K of block n + 1 streams while V of block n is consumed and block n - 1's partials are
 merged, so the memory port, not the arithmetic, bounds the engine when G <= H.

@@ -1,5 +1,6 @@
 """The attention datapath's epilogue: per block, merge each lane's four partial running
-sums, round, fold into the output and denominator; after a head's last block divide.
+sums, round, fold into the output and denominator; after a head's last block, the
+outputs ``o * (1 / l)``.
 
 Bit for bit the block step of :func:`ndpkit.engines.attention.golden.decode_group`:
 ``ob[i] = round(merge(merge(merge(s0, s1), s2), s3))``, ``o[i] = fma(o[i], corr, ob[i])``
@@ -25,11 +26,15 @@ and with group 0 the denominator), in one of two forms:
   of the value side's time at 32 lanes.  At 32 lanes it is 2.6k LUT and 4.8k FF
   smaller than the registered form (distributed RAMs then counted a LUT a cell).
 
-After a head's last block ``out = o / l``; the quotients, narrowed, are packed into
-words: in the serial form 16 bits a step (a binary32 quotient's halves on two cycles, its
-divisions issued every other cycle), so the word's register only shifts; in the
-registered form a division a cycle, the register shifting by 16 or 32 E bits (the
-tail of a head's last block is the fast builds' cost).
+After a head's last block ``out = o * (1 / l)`` (:func:`ndpkit.engines.attention.golden.output`):
+each query head's reciprocal from one serial unit
+(:class:`~ndpkit_hw.arith.recip.SerialReciprocal`: a division a query head is rare; the
+pipelined divider it replaced was 1.3k LUT), then its products through the fold's fmas
+with a -0 addend (in state FINAL the fold is idle); narrowed and packed into words: in
+the serial form 16 bits a step (a binary32 product's halves on two cycles, its products
+issued every other cycle), so the word's register only shifts; in the registered form
+E products a cycle, the register shifting by 16 or 32 E bits (the tail of a head's last
+block is the fast builds' cost).
 
 Interfaces: ``job`` (one entry per block: the WeightedSums bank, whether it is the head's
 first and last block, its rows), accepted as the epilogue starts it (the block's score
@@ -57,6 +62,7 @@ from ndpkit_hw.arith.blockfloat import (FLUSH_LATENCY, MERGE_LATENCY, NO_TERM, M
                                         sum_to_fp32)
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
 from ndpkit_hw.arith.fp_common import Pipeline
+from ndpkit_hw.arith.recip import SerialReciprocal
 from ndpkit_hw.bus.axi import log2_exact
 
 __all__ = ["Epilogue", "epilogue_width", "epilogue_serial", "EpilogueJob", "MAX_DIM", "flush_layout", "slot_count", "sums_slot"]
@@ -66,6 +72,7 @@ MAX_DIM = max(HEAD_DIMS)
 EpilogueJob = data.StructLayout({"b": 1, "first": 1, "last": 1, "rows": 8})
 #: the largest ``out_space`` (words) the epilogue's consumer may report
 OUT_SPACE = 255
+NEGATIVE_ZERO = 0x8000_0000          # fma(a, b, -0) is a * b rounded once, signed zeros too
 
 
 def epilogue_width(lanes: int) -> int:
@@ -389,19 +396,23 @@ class Epilogue(wiring.Component):
         o_at = rtag.g * (MAX_DIM // E) + word
         m.d.comb += o_rp.addr.eq(Mux(finishing, final_g * (MAX_DIM // E) + final_w, o_at))
         m.d.comb += l_fold_rp.addr.eq(rtag.g)
+        # (after a head's last block the same fmas give the outputs, fma(o, 1 / l, -0): in
+        # state FINAL, ``finishing``, its operands are o, the query head's reciprocal and -0)
         fdf = Dataflow(m, "fold", platform)
-        first = fdf.static(job.first)
-        c_val = fdf.at(fdf.input(corr[rtag.g]), 1)
+        recip_value = Signal(32)
+        first = fdf.at(fdf.input(job.first & ~finishing), 1)
+        c_val = fdf.at(fdf.input(Mux(finishing, recip_value, corr[rtag.g])), 1)
         l_old = fdf.at(fdf.input(l_fold_rp.data), 1)
-        l_now = fdf.at(fdf.input(is_l), 1)
+        l_now = fdf.at(fdf.input(is_l & ~finishing), 1)
         folded = []
         for e in range(E):
             old = Mux(l_now, l_old, o_rp.data.word_select(e, 32)) if e == 0 else o_rp.data.word_select(e, 32)
             # the accumulator operand selected and registered before the fma (the selects and
             # the fma's operand decode were one 10-level path)
-            chosen = fdf.select(first, fdf.static(Const(0, 32)), Timed(old, 1))
+            chosen = fdf.select(Timed(first, 1), fdf.static(Const(0, 32)), Timed(old, 1))
+            addend = Mux(finishing, Const(NEGATIVE_ZERO, 32), results[e])
             folded.append(fdf.op("fma", Timed(fdf.at(chosen, 2), 2), Timed(c_val, 1),
-                                 Timed(fdf.at(fdf.input(results[e]), 1), 1)))
+                                 Timed(fdf.at(fdf.input(addend), 1), 1)))
         fold_time = max(x.time for x in folded)
         fo = {name: fdf.at(fdf.input(v), fold_time) for name, v in
               (("valid", out_valid), ("l", is_l), ("g", rtag.g), ("at", o_at))}
@@ -411,20 +422,23 @@ class Epilogue(wiring.Component):
                      l_wp.en.eq(fo["valid"] & fo["l"])]
         drain = chain_depth + fold_time + 2
 
-        # ---- the final division: out = o / l, narrowed, packed into words ------------------------
+        # ---- the outputs: out = o x (1 / l), narrowed, packed into words -------------------------
+        # the query head's reciprocal first (one unit, a bit a cycle: once a query head), then
+        # its products issued into the fold's fmas; they come out fold_time later
         final_issue = Signal()
+        m.submodules.recip = recip = SerialReciprocal()
+        m.d.comb += [l_final_rp.addr.eq(final_g), recip.x.eq(l_final_rp.data)]
+        product_valid = fdf.at(fdf.input(final_issue), fold_time)
         ddf = Dataflow(m, "final", platform)
-        m.d.comb += l_final_rp.addr.eq(final_g)
-        l_final = Timed(ddf.at(ddf.input(l_final_rp.data), 1), 1)
         out32 = self.out_format == KvFormat.FP32
         narrowed = []
         for e in range(E):
-            quotient = ddf.op("div", Timed(o_rp.data.word_select(e, 32), 1), l_final)
+            quotient = ddf.input(fdf.at(folded[e], fold_time))
             narrow = ddf.select(ddf.static(self.out_format == KvFormat.BF16), ddf.op("fp32_to_bf16", quotient),
                                 ddf.op("fp32_to_fp16", quotient))
             narrowed.append((quotient, narrow))
         d_time = ddf.latency
-        d_valid = ddf.at(ddf.input(final_issue), d_time)
+        d_valid = ddf.at(ddf.input(product_valid), d_time)
         wide = Cat(*[ddf.at(q, d_time) for q, _ in narrowed])
         half = Cat(*[ddf.at(n, d_time)[:16] for _, n in narrowed])
         pack = Signal(W)
@@ -465,6 +479,7 @@ class Epilogue(wiring.Component):
 
         # ---- the sequence ------------------------------------------------------------------------
         wait = Signal(range(64))
+        recip_have, recip_asked = Signal(), Signal()
         m.d.comb += [self.job.ready.eq(0), self.released_bank.eq(job.b)]
         with m.FSM(name="epilogue") as fsm:
             with m.State("IDLE"):
@@ -489,11 +504,18 @@ class Epilogue(wiring.Component):
                     with m.Else():
                         m.next = "IDLE"
             with m.State("FINAL"):
-                m.d.comb += [finishing.eq(1), final_issue.eq(room & ~issued_last)]
+                m.d.comb += finishing.eq(1)
+                with m.If(~recip_have):                  # the query head's 1 / l
+                    m.d.comb += recip.start.eq(~recip_asked)
+                    m.d.sync += recip_asked.eq(1)
+                    with m.If(recip.done):
+                        m.d.sync += [recip_value.eq(recip.result), recip_have.eq(1), recip_asked.eq(0)]
+                with m.Else():
+                    m.d.comb += final_issue.eq(room & ~issued_last)
                 with m.If(final_issue):
                     m.d.sync += final_w.eq(final_w + 1)
                     with m.If(final_w == (dim >> e_bits) - 1):
-                        m.d.sync += [final_w.eq(0), final_g.eq(final_g + 1)]
+                        m.d.sync += [final_w.eq(0), final_g.eq(final_g + 1), recip_have.eq(0)]
                         with m.If(final_g == G - 1):
                             m.next = "IDLE"
         m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & (in_flight_div == 0) & ~self.job.valid)

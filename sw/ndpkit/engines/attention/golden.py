@@ -34,7 +34,8 @@ binary32.  Everything else is binary32 with round-to-nearest-even
      ``lb``;
    - ``l = fma(l, corr, lb)``, ``o[i] = fma(o[i], corr, ob[i])`` (``l`` and ``o``
      start at +0).
-4. **Output.** ``out[i] = div(o[i], l)``, then narrowed to the output format (fp32,
+4. **Output.** ``out[i] = mul(o[i], div(1, l))`` (:func:`output`: the reciprocal once a
+   query head, then a product an element), then narrowed to the output format (fp32,
    or fp16/bf16 with round-to-nearest-even).
 
 This is flash-decoding's online softmax (a running max and sum, the partial output
@@ -147,7 +148,14 @@ def decode_group(q, k, v, scale: float, *, kv_format=KvFormat.FP16, block: int =
         l = fp.fma(l, corr, _sums_fp32([blockfloat.total_sum(x) for x in l_parts]))
         o = fp.fma(o, corr[:, None], _sums_fp32([blockfloat.weighted_sum(x, kv_format) for x in o_parts]))
         m = m_new
-    return fp.div(o, l[:, None])
+    return output(o, l)
+
+
+def output(o: np.ndarray, l: np.ndarray) -> np.ndarray:
+    """The outputs from the running sums (binary32 bits): ``o[g, i] * (1 / l[g])``, the
+    reciprocal rounded, then the product (the engine: one reciprocal unit, the fold's fma
+    with a -0 addend)."""
+    return fp.mul(o, fp.div(np.full(l.shape, 0x3F80_0000, np.uint32), l)[:, None])
 
 
 def decode(q, k, v, *, scale: float, q_format=KvFormat.FP32, kv_format=KvFormat.FP16,
