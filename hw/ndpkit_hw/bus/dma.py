@@ -170,8 +170,9 @@ class TransferSweep:
     transfer ``k`` (while ``on[k]``) is taken when ``age == start + k`` and its code and
     end (``addr + length``) land in the registers ``codes[k]`` and ``ends[k]`` (the
     caller's), valid from ``age == start + k + LATENCY``.  The transfers must hold from
-    ``start`` until their turn.  For checks that may take a cycle a range (a request's
-    dozen), one adder and two compares instead of a set a range, behind a select."""
+    ``start`` until their turn.  For checks that can afford a cycle a range (an attention
+    request's, while the request before it issues): one adder and two compares behind a
+    select, instead of a set of them a range."""
 
     LATENCY = 4
 

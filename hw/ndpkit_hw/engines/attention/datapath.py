@@ -80,8 +80,7 @@ def lane_shape(data_width: int, lanes: int) -> tuple[int, int]:
 class AttentionDatapath(wiring.Component):
     """``q``, ``k``, ``v``: bus words; ``head``: one entry per KV head (its token
     count); ``out``: the output words, on the credit ``out_space`` (the epilogue's).
-    ``head_dim128``, ``group``, the formats and
-    ``scale`` are held for a whole command."""
+    ``head_dim128``, ``group``, the formats and ``scale`` are held for a whole command."""
 
     def __init__(self, *, data_width: int = 512, lanes: int = 32):
         self.columns, self.units = lane_shape(data_width, lanes)
