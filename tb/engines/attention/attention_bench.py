@@ -132,7 +132,7 @@ async def attention_throughput(dut):
                   "scale": int(np.float32(1 / np.sqrt(d)).view(np.uint32))}
         t0 = time.perf_counter()
         source.send(fields)
-        cpl, cycles = await sink.timed_receive()
+        cpl, cycles = await sink.timed_receive(p.get("timeout_cycles", 50_000_000))
         seconds = time.perf_counter() - t0
         assert cpl["error"] == 0 and cpl["aux"] == 0, cpl
         kv_bytes = REQUESTS * 2 * region
