@@ -91,6 +91,7 @@ class CommandChecks:
 
     CYCLES = 1 + SettledTransferCheck.CYCLES + 1     # without :meth:`derive` stages
     MAX_DERIVE = 16                                   # derive stages
+    MAX_SWEEP = 256                                   # serial: the sweep's cycles
 
     def __init__(self, m: Module, engine, *, word_bytes: int | None = None, name: str = "", serial: bool = False):
         self.m, self.engine = m, engine
@@ -105,8 +106,8 @@ class CommandChecks:
         self._flags: list = []                         # serial: each disjoint() rule's flag
         self._code: Signal | None = None
         self._depth: dict[int, int] = {}               # id of a derived signal -> its register stages
-        self._age = Signal(range(self.CYCLES + self.MAX_DERIVE + (256 if serial else 0)),
-                           name=f"{self.prefix}check_age")
+        self._age_limit = self.CYCLES + self.MAX_DERIVE + (self.MAX_SWEEP if serial else 0)
+        self._age = Signal(range(self._age_limit), name=f"{self.prefix}check_age")
         self.settled = Signal(name=f"{self.prefix}checks_settled")
 
     def after(self, *derived: Signal) -> int:
@@ -245,11 +246,11 @@ class CommandChecks:
                 for i, flag in enumerate(self._flags):
                     with m.Case(i):
                         m.d.sync += flag.eq(1)
-        # pair j's indices are taken at age pair_start - 1 + j, its ranges at pair_start + j (as
-        # before), its flag visible from pair_start + j + 3; the verdict's register samples the
-        # rules at age cycles - 1
+        # pair j's indices are taken at age pair_start - 1 + j, its ranges at pair_start + j,
+        # its flag visible from pair_start + j + 3; the verdict's register samples the rules at
+        # age cycles - 1
         self.cycles = max(self.cycles, pair_start + len(self._pairs) + 3)
-        if self.cycles > len(range(self.CYCLES + self.MAX_DERIVE + 256)) - 1:
+        if self.cycles >= self._age_limit:
             raise ValueError(f"checks: a sweep of {self.cycles} cycles is too long")
 
     def code(self) -> Signal:

@@ -43,8 +43,8 @@ to the WeightedSums units (the state two cycles after its flush, from the unit t
 flush names); ``released`` pulses with ``released_bank`` when the job's sums bank is
 no longer read; ``out`` the packed output words, pushed into the consumer's buffer (the
 output writer's) with no back-pressure: ``out_space`` says how many words it can take
-(its room, a cycle late is allowed), and a division is only issued while every word
-its quotients and those in flight will fill fits (so the packer never waits: no queue
+(its room, a cycle late is allowed), and a product is only issued while every word
+it and those in flight will fill fits (so the packer never waits: no queue
 of words of its own).
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from amaranth.hdl import Module, Signal, Const, Mux, Array, Cat
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -433,10 +433,10 @@ class Epilogue(wiring.Component):
         out32 = self.out_format == KvFormat.FP32
         narrowed = []
         for e in range(E):
-            quotient = ddf.input(fdf.at(folded[e], fold_time))
-            narrow = ddf.select(ddf.static(self.out_format == KvFormat.BF16), ddf.op("fp32_to_bf16", quotient),
-                                ddf.op("fp32_to_fp16", quotient))
-            narrowed.append((quotient, narrow))
+            product = ddf.input(fdf.at(folded[e], fold_time))
+            narrow = ddf.select(ddf.static(self.out_format == KvFormat.BF16), ddf.op("fp32_to_bf16", product),
+                                ddf.op("fp32_to_fp16", product))
+            narrowed.append((product, narrow))
         d_time = ddf.latency
         d_valid = ddf.at(ddf.input(product_valid), d_time)
         wide = Cat(*[ddf.at(q, d_time) for q, _ in narrowed])
@@ -444,7 +444,7 @@ class Epilogue(wiring.Component):
         pack = Signal(W)
         pack_n = Signal(range(P // E))
         if self.serial:
-            # 16 E bits a pack step: a binary32 quotient's halves on two cycles (its divisions
+            # 16 E bits a pack step: a binary32 product's halves on two cycles (its products
             # are issued every other cycle), so the word's register only ever shifts by 16 E
             high_next = Signal()
             high = Signal(16 * E)
@@ -452,10 +452,10 @@ class Epilogue(wiring.Component):
             step = Signal(16 * E)
             m.d.comb += step.eq(Mux(high_next, high, Mux(out32, wide[:16 * E], half)))
             packed_word, steps, pushed = Cat(pack[16 * E:], step), P // E, d_valid | high_next
-            left = Mux(out32, high_next, d_valid)                   # a quotient's last pack step
+            left = Mux(out32, high_next, d_valid)                   # a product's last pack step
             every_other = out32
         else:
-            # (a division a cycle: the epilogue's fast form keeps its last block's tail short)
+            # (a product a cycle: the epilogue's fast form keeps its last block's tail short)
             packed_word = Mux(out32, Cat(pack[32 * E:], wide), Cat(pack[16 * E:], half))
             steps, pushed, left, every_other = Mux(out32, P // 2 // E, P // E), d_valid, d_valid, 0
         m.d.comb += self.out.payload.eq(packed_word)
@@ -464,22 +464,22 @@ class Epilogue(wiring.Component):
             with m.If(pack_n == steps - 1):
                 m.d.sync += pack_n.eq(0)
                 m.d.comb += self.out.valid.eq(1)
-        # quotients in flight (until their last pack step): never more than the queue's room holds
-        in_flight_div = Signal(range(64 + P))
-        m.d.sync += in_flight_div.eq(in_flight_div + final_issue - left)
-        words_ahead = Mux(out32, (in_flight_div + P // 2 // E) >> log2_exact(P // 2 // E, "fp32 words a chunk"),
-                          (in_flight_div + P // E) >> log2_exact(P // E, "16-bit words a chunk"))
+        # products in flight (until their last pack step): never more than the consumer's room holds
+        in_flight = Signal(range(64 + P))
+        m.d.sync += in_flight.eq(in_flight + final_issue - left)
+        words_ahead = Mux(out32, (in_flight + P // 2 // E) >> log2_exact(P // 2 // E, "fp32 words a chunk"),
+                          (in_flight + P // E) >> log2_exact(P // E, "16-bit words a chunk"))
         # the consumer's room, registered: it may be a cycle late (a word pushed then not in it)
         # and may take one word less than it says (a queue with an output register)
         space = Signal.like(self.out_space)
         m.d.sync += space.eq(self.out_space)
         room = words_ahead + 2 < space
-        issued_last = Signal()               # serial, binary32: a division every other cycle
+        issued_last = Signal()               # serial, binary32: a product every other cycle
         m.d.sync += issued_last.eq(final_issue & every_other)
 
         # ---- the sequence ------------------------------------------------------------------------
         wait = Signal(range(64))
-        recip_have, recip_asked = Signal(), Signal()
+        recip_have = Signal()                # the query head's reciprocal is in recip_value
         m.d.comb += [self.job.ready.eq(0), self.released_bank.eq(job.b)]
         with m.FSM(name="epilogue") as fsm:
             with m.State("IDLE"):
@@ -506,10 +506,9 @@ class Epilogue(wiring.Component):
             with m.State("FINAL"):
                 m.d.comb += finishing.eq(1)
                 with m.If(~recip_have):                  # the query head's 1 / l
-                    m.d.comb += recip.start.eq(~recip_asked)
-                    m.d.sync += recip_asked.eq(1)
+                    m.d.comb += recip.start.eq(~recip.busy)
                     with m.If(recip.done):
-                        m.d.sync += [recip_value.eq(recip.result), recip_have.eq(1), recip_asked.eq(0)]
+                        m.d.sync += [recip_value.eq(recip.result), recip_have.eq(1)]
                 with m.Else():
                     m.d.comb += final_issue.eq(room & ~issued_last)
                 with m.If(final_issue):
@@ -518,5 +517,5 @@ class Epilogue(wiring.Component):
                         m.d.sync += [final_w.eq(0), final_g.eq(final_g + 1), recip_have.eq(0)]
                         with m.If(final_g == G - 1):
                             m.next = "IDLE"
-        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & (in_flight_div == 0) & ~self.job.valid)
+        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & (in_flight == 0) & ~self.job.valid)
         return m
