@@ -26,13 +26,16 @@ def bus_words(bits: np.ndarray, width: int) -> list[int]:
     return [int.from_bytes(raw[i:i + step], "little") for i in range(0, len(raw), step)]
 
 
-@pytest.mark.parametrize("lanes,group,d,tokens", [
-    (32, 3, 64, [5]),                                          # two units, passes over them, bf16
-    (64, 5, 64, [4]),                                          # four units: the registered epilogue
-    pytest.param(16, 1, 64, [3, 130], marks=pytest.mark.long),  # two blocks
-    pytest.param(8, 2, 128, [1, 4], marks=pytest.mark.long)])   # one token, fp16 out
-def test_datapath_matches_golden(rng, lanes, group, d, tokens):
-    width = 128
+@pytest.mark.parametrize("width,lanes,group,d,tokens", [
+    (128, 32, 3, 64, [5]),                                          # two units, passes over them, bf16
+    (128, 64, 5, 64, [4]),                                          # four units: the registered epilogue
+    # the card build at SmolLM2's head dim, words back to back: a row of two words fills
+    # its slot faster than the row's exponent field lands
+    (512, 32, 1, 64, [5]),
+    pytest.param(128, 16, 1, 64, [3, 130], marks=pytest.mark.long),  # two blocks
+    pytest.param(128, 8, 2, 128, [1, 4], marks=pytest.mark.long)])   # one token, fp16 out
+def test_datapath_matches_golden(rng, width, lanes, group, d, tokens):
+    offer_rate = 1.0 if width == 512 else 0.7
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     q_fmt, kv_fmt, out_fmt = F.FP32, F.FP16 if lanes != 32 else F.BF16, F.FP32 if lanes != 8 else F.FP16
     scale = float(np.float32(1 / np.sqrt(d)))
@@ -54,11 +57,11 @@ def test_datapath_matches_golden(rng, lanes, group, d, tokens):
     async def bench(ctx):
         hold_fields(ctx, dut, head_dim128=d == 128, group=group, q_format=q_fmt, kv_format=kv_fmt,
                     out_format=out_fmt, scale=int(np.float32(scale).view(np.uint32)))
-        offers = {name: Offer(getattr(dut, name), items, rng) for name, items in streams.items()}
+        offers = {name: Offer(getattr(dut, name), items, rng, offer_rate) for name, items in streams.items()}
         cycles = 0
         while len(got) < len(want):
             cycles += 1
-            assert cycles < 200_000, \
+            assert cycles < 2000 + 50 * sum(map(len, streams.values())), \
                 f"stuck: {len(got)} of {len(want)} words, sent {({n: o.i for n, o in offers.items()})}"
             for offer in offers.values():
                 offer.drive(ctx)

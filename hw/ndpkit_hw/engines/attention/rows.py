@@ -3,7 +3,7 @@ passes a group takes over each row, the two-slot row buffer K and V words go thr
 and the memories they keep per unit."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.lib.memory import Memory
@@ -45,31 +45,44 @@ def register_file(m: Module, name: str, shape, depth: int):
 
 
 class RowBuffer:
-    """Two row slots filled from a word stream (``R`` words a row, runtime), read by
-    one consumer that releases a slot when it has issued its last word.  With ``bf16``
-    (the format of the words' 16-bit elements) it also takes each row's largest
-    exponent field as the row fills (:func:`~ndpkit_hw.arith.blockfloat.largest_field`):
-    ``field``, the slot being read's (a slot counts as full once its field is there)."""
+    """Row slots filled from a word stream, read by one consumer that releases a slot
+    when it has issued its last word: ``2 * max_words`` words of memory, two slots of
+    ``max_words`` words or, with ``short`` (runtime), four of half as many (d = 64: a
+    row's two slots would not cover its exponent field's latency).  With ``bf16`` (the
+    format of the words' 16-bit elements) it also takes each row's largest exponent
+    field as the row fills (:func:`~ndpkit_hw.arith.blockfloat.largest_field`):
+    ``field``, the slot being read's (a slot counts as full once its field is there).
+    A slot is taken from its row's last word on (``held``), not from when its field
+    lands: a row of fewer words than the field's pipeline is deep would otherwise
+    let a later row overwrite it."""
 
-    def __init__(self, m: Module, name: str, words_in: stream.Interface, rows_words, max_words: int, width: int,
+    SLOTS = 4
+
+    def __init__(self, m: Module, name: str, words_in: stream.Interface, short, max_words: int, width: int,
                  bf16=None):
         mem = Memory(shape=width, depth=2 * max_words, init=[])
         m.submodules[f"{name}_rows"] = mem
         wp, self._rp = mem.write_port(), mem.read_port()
-        self.full = Signal(2, name=f"{name}_full")
-        fill_slot, self.read_slot = Signal(name=f"{name}_fill_slot"), Signal(name=f"{name}_read_slot")
+        n = self.SLOTS
+        self.full = Signal(n, name=f"{name}_full")
+        held = Signal(n, name=f"{name}_held")          # the slot has a row the reader has not released
+        fill_slot, self.read_slot = Signal(range(n), name=f"{name}_fill_slot"), Signal(range(n), name=f"{name}_read_slot")
         fill_word = Signal(range(max_words), name=f"{name}_fill_word")
         self.release = Signal(name=f"{name}_release")
-        self._max_words = max_words
-        m.d.comb += words_in.ready.eq(~self.full.bit_select(fill_slot, 1))
-        set_full = Signal(2, name=f"{name}_set_full")
-        m.d.comb += [wp.addr.eq(Cat(fill_word, fill_slot)), wp.data.eq(words_in.payload),
+        self._word_bits, self._short = log2_exact(max_words, "row words"), short
+        rows_words = Mux(short, max_words // 2, max_words)
+        slot_mask = Mux(short, n - 1, 1)
+        m.d.comb += words_in.ready.eq(~held.bit_select(fill_slot, 1))
+        set_full = Signal(n, name=f"{name}_set_full")
+        set_held = Signal(n, name=f"{name}_set_held")
+        m.d.comb += [wp.addr.eq(self._address(fill_slot, fill_word)), wp.data.eq(words_in.payload),
                      wp.en.eq(words_in.valid & words_in.ready)]
         take = words_in.valid & words_in.ready
         with m.If(take):
             m.d.sync += fill_word.eq(fill_word + 1)
             with m.If(fill_word == rows_words - 1):
-                m.d.sync += [fill_word.eq(0), fill_slot.eq(~fill_slot)]
+                m.d.sync += [fill_word.eq(0), fill_slot.eq((fill_slot + 1) & slot_mask)]
+                m.d.comb += set_held.eq(1 << fill_slot)
                 if bf16 is None:
                     m.d.comb += set_full.eq(1 << fill_slot)
         if bf16 is not None:
@@ -78,23 +91,28 @@ class RowBuffer:
             largest, (first, last, slot) = largest_field(m, pipe, elements, bf16, carry=(
                 fill_word == 0, fill_word == rows_words - 1, fill_slot))
             row_max = row_maximum(m, largest, first, pipe.valid, f"{name}_row")
-            fields = [Signal(8, name=f"{name}_field{b}") for b in range(2)]
-            for b in range(2):
-                with m.If(pipe.valid & last & (slot == b)):
-                    m.d.sync += fields[b].eq(row_max)
-                    m.d.comb += set_full.eq(1 << b)
-        clear = Signal(2, name=f"{name}_clear")
+            fields = Array(Signal(8, name=f"{name}_field{b}") for b in range(n))
+            with m.If(pipe.valid & last):
+                m.d.sync += fields[slot].eq(row_max)
+                m.d.comb += set_full.eq(1 << slot)
+        clear = Signal(n, name=f"{name}_clear")
         with m.If(self.release):
             m.d.comb += clear.eq(1 << self.read_slot)
-            m.d.sync += self.read_slot.eq(~self.read_slot)
-        m.d.sync += self.full.eq((self.full & ~clear) | set_full)
+            m.d.sync += self.read_slot.eq((self.read_slot + 1) & slot_mask)
+        m.d.sync += [self.full.eq((self.full & ~clear) | set_full), held.eq((held & ~clear) | set_held)]
         self.ready = self.full.bit_select(self.read_slot, 1)
+        self.rows_words = rows_words
         if bf16 is not None:
-            self.field = Mux(self.read_slot, fields[1], fields[0])
+            self.field = fields[self.read_slot]
+
+    def _address(self, slot, word):
+        """Word ``word`` of slot ``slot``: ``slot * R + word``."""
+        low = word[:self._word_bits - 1]
+        return Cat(low, Mux(self._short, slot[:2], Cat(word[self._word_bits - 1], slot[0])))
 
     def read(self, m: Module, index):
         """The word ``index`` of the slot being read, a cycle later (a memory read)."""
-        m.d.comb += self._rp.addr.eq(Cat(index[:log2_exact(self._max_words, "row words")], self.read_slot))
+        m.d.comb += self._rp.addr.eq(self._address(self.read_slot, index))
         return self._rp.data
 
 
@@ -109,7 +127,7 @@ class RowSide(wiring.Component):
         self.data_width, self.columns, self.units = data_width, columns, units
         self.elements = data_width // 16                   # P
         self.beats = self.elements // columns              # S: beats a word
-        self.row_words = MAX_DIM // self.elements          # R at d = 128 (twice R at d = 64)
+        self.row_words = MAX_DIM // self.elements          # R at d = 128 (half as many at d = 64)
         self.groups = MAX_DIM // columns                   # column groups of a d = 128 row
         self.max_passes = MAX_GROUP // units
         super().__init__(self.members())
@@ -123,9 +141,8 @@ class RowSide(wiring.Component):
     def row_stream(self, m: Module, name: str, words: stream.Interface, bf16=None):
         """The side's row buffer on ``words`` (``bf16``: see :class:`RowBuffer`), R (the bus
         words of a row at the command's head dimension) and the passes each row takes."""
-        rows_words = Mux(self.head_dim128, self.row_words, self.row_words // 2)
-        buffer = RowBuffer(m, name, words, rows_words, self.row_words, self.data_width, bf16)
-        return buffer, rows_words, pass_count(m, self.group, self.units)
+        buffer = RowBuffer(m, name, words, ~self.head_dim128, self.row_words, self.data_width, bf16)
+        return buffer, buffer.rows_words, pass_count(m, self.group, self.units)
 
     def row_end(self, beat, word, rows_words):
         """The beat is a row's last (of its pass)."""
