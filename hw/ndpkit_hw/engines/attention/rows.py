@@ -66,12 +66,16 @@ class RowBuffer:
         n = self.SLOTS
         self.full = Signal(n, name=f"{name}_full")
         held = Signal(n, name=f"{name}_held")          # the slot has a row the reader has not released
-        fill_slot, self.read_slot = Signal(range(n), name=f"{name}_fill_slot"), Signal(range(n), name=f"{name}_read_slot")
+        fill_count, read_count = Signal(range(n), name=f"{name}_fill_count"), Signal(range(n), name=f"{name}_read_count")
         fill_word = Signal(range(max_words), name=f"{name}_fill_word")
         self.release = Signal(name=f"{name}_release")
         self._word_bits, self._short = log2_exact(max_words, "row words"), short
         rows_words = Mux(short, max_words // 2, max_words)
+        # the slots in use: the counts taken modulo their number (a command of the other head
+        # dim may have left them past it; both are equal whenever the buffer is empty)
         slot_mask = Mux(short, n - 1, 1)
+        fill_slot, self.read_slot = Signal(range(n), name=f"{name}_fill_slot"), Signal(range(n), name=f"{name}_read_slot")
+        m.d.comb += [fill_slot.eq(fill_count & slot_mask), self.read_slot.eq(read_count & slot_mask)]
         m.d.comb += words_in.ready.eq(~held.bit_select(fill_slot, 1))
         set_full = Signal(n, name=f"{name}_set_full")
         set_held = Signal(n, name=f"{name}_set_held")
@@ -81,7 +85,7 @@ class RowBuffer:
         with m.If(take):
             m.d.sync += fill_word.eq(fill_word + 1)
             with m.If(fill_word == rows_words - 1):
-                m.d.sync += [fill_word.eq(0), fill_slot.eq((fill_slot + 1) & slot_mask)]
+                m.d.sync += [fill_word.eq(0), fill_count.eq(fill_slot + 1)]
                 m.d.comb += set_held.eq(1 << fill_slot)
                 if bf16 is None:
                     m.d.comb += set_full.eq(1 << fill_slot)
@@ -98,7 +102,7 @@ class RowBuffer:
         clear = Signal(n, name=f"{name}_clear")
         with m.If(self.release):
             m.d.comb += clear.eq(1 << self.read_slot)
-            m.d.sync += self.read_slot.eq((self.read_slot + 1) & slot_mask)
+            m.d.sync += read_count.eq(self.read_slot + 1)
         m.d.sync += [self.full.eq((self.full & ~clear) | set_full), held.eq((held & ~clear) | set_held)]
         self.ready = self.full.bit_select(self.read_slot, 1)
         self.rows_words = rows_words
