@@ -21,8 +21,16 @@ from ndpkit_tools.sim.bench import bench_params, engine_bench
 
 # w128l32: two units (H = 2, passes over them); w128l16 (one unit, the sim card's) under make sim
 CONFIGS = {"w128l32": {"data_width": 128, "lanes": 32, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3},
-           "w128l16": {"data_width": 128, "lanes": 16, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3}}
+           "w128l16": {"data_width": 128, "lanes": 16, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3},
+           # the card build: a d = 64 row is two bus words here
+           "w512l32": {"data_width": 512, "lanes": 32, "max_burst_bytes": 4096, "stall_per_256": 40, "stall": 0.3}}
 MEM = 1 << 21
+
+
+def _past_end(word: int) -> int:
+    """A word-aligned address whose 64 bytes (a descriptor, a block table's unit) run past
+    the memory's end (at 64-byte words: the end itself)."""
+    return MEM - 32 if word <= 32 else MEM
 
 
 class Layout:
@@ -250,7 +258,7 @@ async def attention_engine(dut):
                                   append=True)
     entry = descs[1]["block_table"] + 4 * 1                   # request 1's second block: the one it appends to
     image[entry:entry + 4] = np.frombuffer(np.uint32(descs[1]["pool_blocks"] + 5).tobytes(), np.uint8)
-    descs[2]["block_table"] = MEM - 32
+    descs[2]["block_table"] = _past_end(word)
     descs[3]["blocks"] = 1025
     descs[4]["out"] = descs[4]["v"] + 256
     raw = golden.pack_descriptors(descs)
@@ -273,7 +281,7 @@ async def attention_engine(dut):
     for change, code in (({"format_kv": 0}, ErrorCode.BAD_FIELD), ({"shape_head_dim": 96}, ErrorCode.BAD_FIELD),
                          ({"shape_group": 17}, ErrorCode.BAD_FIELD), ({"requests": 0}, ErrorCode.ZERO_LENGTH),
                          ({"table": fields["table"] + 4}, ErrorCode.UNALIGNED),
-                         ({"table": MEM - 32}, ErrorCode.OUT_OF_WINDOW)):
+                         ({"table": _past_end(word)}, ErrorCode.OUT_OF_WINDOW)):
         await _run(p, source, sink, memory, {**fields, **change}, image, tag, expect=code)
         tag += 1
     await _run(p, source, sink, memory, fields, image, tag)
