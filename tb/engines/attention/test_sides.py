@@ -160,6 +160,7 @@ def test_softmax_sweep_gives_every_weight_and_correction(rng, units, group, rows
     dut = SoftmaxSweep(units=units)
     H, PM = units, dut.max_passes
     passes = -(-group // H)
+    pass_bits = (PM - 1).bit_length()
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     blocks = []                          # (bank, rows, scores, m_new, m_old)
     m = np.full(group, NEG_INF, np.uint32)
@@ -234,8 +235,9 @@ def test_softmax_sweep_gives_every_weight_and_correction(rng, units, group, rows
                     bank, r, s, m_new, m_old = blocks[n]
                     assert ctx.get(dut.swept[b]) == r, f"block {n}: swept {ctx.get(dut.swept[b])} of {r}"
                     want = fp_exp(fp.sub(m_old, m_new))
-                    for g in range(group):
-                        assert ctx.get(dut.corr[b * MAX_GROUP + g]) == want[g], f"block {n} head {g}: corr"
+                    for g in range(group):         # (the bank's generation: its blocks before this one, mod 2)
+                        ctx.set(dut.corr_addr, (g // H) | (b << pass_bits) | ((n // 2) % 2 << (pass_bits + 1)))
+                        assert ctx.get(dut.corr_data[g % H]) == want[g], f"block {n} head {g}: corr"
                     hold[b] -= 1
                     if hold[b] == 0:
                         state[b] = None          # merged: the bank is free

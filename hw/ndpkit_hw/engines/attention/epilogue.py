@@ -38,7 +38,8 @@ block is the fast builds' cost).
 
 Interfaces: ``job`` (one entry per block: the WeightedSums bank, whether it is the head's
 first and last block, its rows), accepted as the epilogue starts it (the block's score
-bank can be reused then: the job's ``corr`` values are copied); ``flush`` / ``state``
+bank can be reused then: its ``corr`` values, read at ``corr_addr`` from the sweep's
+register files, stay until the bank's block after next, :func:`corr_address`); ``flush`` / ``state``
 to the WeightedSums units (the state two cycles after its flush, from the unit the
 flush names); ``released`` pulses with ``released_bank`` when the job's sums bank is
 no longer read; ``out`` the packed output words, pushed into the consumer's buffer (the
@@ -65,7 +66,8 @@ from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.arith.recip import SerialReciprocal
 from ndpkit_hw.bus.axi import log2_exact
 
-__all__ = ["Epilogue", "epilogue_width", "epilogue_serial", "EpilogueJob", "MAX_DIM", "flush_layout", "slot_count", "sums_slot"]
+__all__ = ["Epilogue", "corr_address", "epilogue_width", "epilogue_serial", "EpilogueJob", "MAX_DIM", "flush_layout",
+           "slot_count", "sums_slot"]
 
 MAX_DIM = max(HEAD_DIMS)
 #: a block for the epilogue: its WeightedSums bank, the head's first / last block, its rows
@@ -109,6 +111,13 @@ def _delayed(m: Module, value, n: int, name: str, reset: bool = False):
     return _delay_line(m, value, n, name, reset)[-1]
 
 
+def corr_address(pass_, bank, generation, units: int):
+    """Where a unit of the softmax sweep keeps a query head's ``corr`` for the epilogue:
+    its pass (of ``MAX_GROUP / units``), the block's bank, the bank's generation (flipped
+    as each of the bank's blocks ends, by the sweep and by the epilogue alike)."""
+    return Cat(pass_[:(MAX_GROUP // units - 1).bit_length()], bank, generation)
+
+
 def sums_slot(j, group, r, groups: int):
     """The WeightedSums slot of pass ``j``, column group ``group`` (of ``groups`` in a
     d = 128 row) and partial ``r``: where the value side adds and the epilogue flushes."""
@@ -138,7 +147,8 @@ class Epilogue(wiring.Component):
         self.flush_layout = flush_layout(columns, units)
         super().__init__({
             "job": In(stream.Signature(EpilogueJob)),
-            "corr": In(data.ArrayLayout(32, 2 * MAX_GROUP)),        # by Cat(query head, bank)
+            # every unit's correction at corr_addr (corr_address), the same cycle
+            "corr_addr": Out(range(4 * (MAX_GROUP // units))), "corr_data": In(data.ArrayLayout(32, units)),
             "flush": Out(stream.Signature(self.flush_layout, always_ready=True)),
             "state": In(stream.Signature(data.ArrayLayout(SumState, columns + 1), always_ready=True)),
             "released": Out(1),
@@ -367,7 +377,8 @@ class Epilogue(wiring.Component):
 
         # ---- the job and its lanes' partials -----------------------------------------------
         job = Signal(EpilogueJob)
-        corr = Array(Signal(32, name=f"e_corr{g}") for g in range(MAX_GROUP))
+        # each bank's generation, as the sweep keeps it: the corrections of the job's block
+        generation = Signal(2)
         partials = Signal(range(PARTIALS + 1))
         m.d.comb += partials.eq(Mux(job.rows < PARTIALS, job.rows, PARTIALS))
         start = Signal()                     # a job accepted: its flushes start the next cycle
@@ -396,12 +407,15 @@ class Epilogue(wiring.Component):
         o_at = rtag.g * (MAX_DIM // E) + word
         m.d.comb += o_rp.addr.eq(Mux(finishing, final_g * (MAX_DIM // E) + final_w, o_at))
         m.d.comb += l_fold_rp.addr.eq(rtag.g)
+        h_bits = log2_exact(H, "units")
+        m.d.comb += self.corr_addr.eq(corr_address(rtag.g[h_bits:], job.b, generation.bit_select(job.b, 1), H))
+        corr = self.corr_data[rtag.g[:h_bits]] if H > 1 else self.corr_data[0]
         # (after a head's last block the same fmas give the outputs, fma(o, 1 / l, -0): in
         # state FINAL, ``finishing``, its operands are o, the query head's reciprocal and -0)
         fdf = Dataflow(m, "fold", platform)
         recip_value = Signal(32)
         first = fdf.at(fdf.input(job.first & ~finishing), 1)
-        c_val = fdf.at(fdf.input(Mux(finishing, recip_value, corr[rtag.g])), 1)
+        c_val = fdf.at(fdf.input(Mux(finishing, recip_value, corr)), 1)
         l_old = fdf.at(fdf.input(l_fold_rp.data), 1)
         l_now = fdf.at(fdf.input(is_l & ~finishing), 1)
         folded = []
@@ -487,8 +501,6 @@ class Epilogue(wiring.Component):
                 with m.If(self.job.valid):
                     m.d.comb += start.eq(1)
                     m.d.sync += job.eq(self.job.payload)
-                    m.d.sync += [corr[g].eq(self.corr[Cat(Const(g, 4), self.job.payload.b)])
-                                 for g in range(MAX_GROUP)]
                     m.next = "MERGE"
             with m.State("MERGE"):
                 with m.If(~source.issuing & ~source.busy):
@@ -498,6 +510,7 @@ class Epilogue(wiring.Component):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
                     m.d.comb += self.released.eq(1)
+                    m.d.sync += generation.eq(generation ^ (1 << job.b))
                     m.d.sync += [final_g.eq(0), final_w.eq(0)]
                     with m.If(job.last):
                         m.next = "FINAL"

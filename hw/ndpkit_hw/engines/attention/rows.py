@@ -1,5 +1,5 @@
 """What the attention datapath's sides share: the shape of a beat and of a row, the
-passes a group takes over each row, the two-slot row buffer K and V words go through,
+passes a group takes over each row, the row buffer K and V words go through (two rows, four at d = 64),
 and the memories they keep per unit."""
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.attention import MAX_GROUP, SOFTMAX_BLOCK as BLOCK
 from ndpkit_hw.arith.dataflow import Dataflow, Timed
-from ndpkit_hw.bus.axi import log2_exact
-from ndpkit_hw.engines.attention.rows import memory_ports, pass_count, serves
+from ndpkit_hw.engines.attention.epilogue import corr_address
+from ndpkit_hw.engines.attention.rows import memory_ports, pass_count, register_file, serves
 
 __all__ = ["SoftmaxSweep", "PK_BITS"]
 
@@ -21,14 +21,21 @@ class SoftmaxSweep(wiring.Component):
     """An exp unit per unit of the score side (its query heads of each pass).
 
     A bank in ``scored`` is taken (``start`` names it): first each query head's
-    ``corr`` (into ``corr`` at ``bank * 16 + head``: ``MAX_GROUP`` heads a bank), then row by row, a row's passes
-    together, each score's weight into the unit's weight memory at ``(bank *
-    max_passes + pass) * 128 + row`` (``pk_addr``/``pk_data``: every unit's weight
-    there, a cycle later); ``swept`` counts the bank's rows done, so the value side
-    follows a row behind; ``done`` names the bank when its last weight is in.  The
-    scores and maxima come from the score side's read ports (``score_addr`` /
-    ``score_data`` a cycle later, ``max_addr`` / ``m_new``, ``m_old`` the same
-    cycle)."""
+    ``corr``, then row by row, a row's passes together, each score's weight into the
+    unit's weight memory at ``(bank * max_passes + pass) * 128 + row``
+    (``pk_addr``/``pk_data``: every unit's weight there, a cycle later); ``swept``
+    counts the bank's rows done, so the value side follows a row behind; ``done`` names
+    the bank when its last weight is in.  The scores and maxima come from the score
+    side's read ports (``score_addr`` / ``score_data`` a cycle later, ``max_addr`` /
+    ``m_new``, ``m_old`` the same cycle).
+
+    A unit keeps its query heads' corrections in a register file at
+    :func:`~ndpkit_hw.engines.attention.epilogue.corr_address` (the head's pass, the
+    bank, the bank's generation, which flips as each of the bank's blocks ends), read
+    at ``corr_addr`` (``corr_data``: every unit's, the same cycle).  The epilogue takes
+    the bank's blocks in the same order and keeps the same generations, so a block's
+    corrections stay readable until the bank's block after next is swept, past the
+    block's fold: nothing is copied."""
 
     def __init__(self, *, units: int):
         self.units = units
@@ -41,7 +48,7 @@ class SoftmaxSweep(wiring.Component):
             "score_addr": Out(range(2 * PM * BLOCK)), "score_data": In(data.ArrayLayout(32, units)),
             "max_addr": Out(range(2 * PM)),
             "m_new": In(data.ArrayLayout(32, units)), "m_old": In(data.ArrayLayout(32, units)),
-            "corr": Out(data.ArrayLayout(32, 2 * MAX_GROUP)),
+            "corr_addr": In(range(4 * PM)), "corr_data": Out(data.ArrayLayout(32, units)),
             "swept": Out(data.ArrayLayout(range(BLOCK + 1), 2)),
             "pk_addr": In(range(2 * PM * BLOCK)), "pk_data": Out(data.ArrayLayout(PK_BITS, units)),
             "group": In(range(MAX_GROUP + 1)),
@@ -51,7 +58,6 @@ class SoftmaxSweep(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         H, PM = self.units, self.max_passes
-        h_bits = log2_exact(H, "units")
         passes = pass_count(m, self.group, H)
         sw_active, sw_b = self.busy, Signal()
         sw_j, sw_t = Signal(range(PM)), Signal(range(BLOCK + 1))     # sw_t == 0: corr
@@ -69,8 +75,9 @@ class SoftmaxSweep(wiring.Component):
                 m.d.sync += [sw_j.eq(0), sw_t.eq(sw_t + 1)]
                 with m.If(sw_t == bank_rows[sw_b]):
                     m.d.sync += sw_active.eq(0)
+        generation = Signal(2)             # each bank's, flipped as its block ends
         with m.If(sw_end):
-            m.d.sync += sw_b.eq(~sw_b)
+            m.d.sync += [sw_b.eq(~sw_b), generation.eq(generation ^ (1 << sw_b))]
         is_corr = sw_t == 0
         m.d.comb += [self.score_addr.eq((sw_b * PM + sw_j) * BLOCK + (sw_t - 1)), self.max_addr.eq(Cat(sw_j, sw_b))]
         for h in range(H):
@@ -84,18 +91,16 @@ class SoftmaxSweep(wiring.Component):
             x_time = e.time + 1
             x_at = {name: xdf.at(xdf.input(v), x_time) for name, v in
                     (("valid", sw_issue), ("corr", is_corr), ("j", sw_j), ("t", sw_t - 1), ("b", sw_b),
-                     ("end", sw_end))}
+                     ("end", sw_end), ("generation", generation.bit_select(sw_b, 1)))}
             wp, rp = memory_ports(m, f"pk_mem{h}", PK_BITS, 2 * PM * BLOCK)
             m.d.comb += [wp.addr.eq((x_at["b"] * PM + x_at["j"]) * BLOCK + x_at["t"]), wp.data.eq(pk_value),
                          wp.en.eq(x_at["valid"] & ~x_at["corr"] & serves(x_at["j"], h, self.group, H)),
                          rp.addr.eq(self.pk_addr), self.pk_data[h].eq(rp.data)]
-            corr_value = xdf.at(e, x_time)
-            # this unit's query heads (pass g // H), each bank's register by name (an Array
-            # assignment with a constant part leaves Yosys an empty case Verilog rejects)
-            for g in range(h, MAX_GROUP, H):
-                for b in range(2):
-                    with m.If(x_at["valid"] & x_at["corr"] & (x_at["j"] == g >> h_bits) & (x_at["b"] == b)):
-                        m.d.sync += self.corr[b * MAX_GROUP + g].eq(corr_value)
+            # this unit's query heads' corrections (a distributed RAM, not a register a head and bank)
+            corr_wp, corr_rp = register_file(m, f"corr{h}", 32, 4 * PM)
+            m.d.comb += [corr_wp.addr.eq(corr_address(x_at["j"], x_at["b"], x_at["generation"], H)),
+                         corr_wp.data.eq(xdf.at(e, x_time)), corr_wp.en.eq(x_at["valid"] & x_at["corr"]),
+                         corr_rp.addr.eq(self.corr_addr), self.corr_data[h].eq(corr_rp.data)]
             if h == 0:
                 with m.If(x_at["valid"] & ~x_at["corr"] & (x_at["j"] == passes - 1)):
                     m.d.sync += swept[x_at["b"]].eq(x_at["t"] + 1)
