@@ -47,10 +47,11 @@ from ndpkit_hw.engines.attention.datapath import MAX_GROUP, AttentionDatapath
 __all__ = ["AttentionEngine"]
 
 READS = ("table", "q", "k", "v")        # table: the descriptors, and a paged request's block ids
-WRITES = ("status", "out", "k_append", "v_append")     # writer i shares interconnect port i with reader i
+# writer i shares interconnect port i with reader i (the V reader's port has no writer)
+WRITES = ("status", "out", "append")
 # the reader of little data (a 64-byte descriptor a request, fetched while the request before
 # it issues; a paged request's block ids), and every writer (a request's status word, a head's output
-# rows, the new token's K and V rows: under 1 % of the bytes): short bursts into a
+# rows, the new token's K and V rows, one writer for both: under 1 % of the bytes): short bursts into a
 # distributed-RAM buffer (a 513-bit, 32-beat one is 37 RAM32M16, 296 LUTs).  K, V and the q rows
 # stream through full-burst block-RAM ones: the cards run out of LUTs first, and 7.5 BRAM36
 # for q keep an instance within 39 (a writer's full buffer, two 4 KiB bursts, would take 8).
@@ -99,6 +100,8 @@ class AttentionEngine(CommandEngine):
         desc_words = DESCRIPTOR_BYTES // wb
         m.submodules.datapath = dp = self.datapath
         self.elaborate_ports(m)
+        v_port = self.ports.port(READS.index("v"))      # its reader has no writer beside it
+        m.d.comb += [v_port.awvalid.eq(0), v_port.wvalid.eq(0), v_port.bready.eq(1)]
         # ---- the command ----------------------------------------------------------------
         ctl = CommandControl(m, self)
         cmd = ctl.cmd
@@ -231,9 +234,8 @@ class AttentionEngine(CommandEngine):
         head_iss = _Issuer(m, "head_issue", dp.head, start)
         k_iss = _Issuer(m, "k_issue", rd["k"].cmd, start)
         v_iss = _Issuer(m, "v_issue", rd["v"].cmd, start)
-        ka_iss = _Issuer(m, "k_append_issue", wr["k_append"].cmd, start, append)
-        va_iss = _Issuer(m, "v_append_issue", wr["v_append"].cmd, start, append)
-        issuers = [q_iss, out_iss, head_iss, k_iss, v_iss, ka_iss, va_iss]
+        append_iss = _Issuer(m, "append_issue", wr["append"].cmd, start, append)
+        issuers = [q_iss, out_iss, head_iss, k_iss, v_iss, append_iss]
         # what issuing reads of the request after its first cycle, held from ``start``: the next
         # request's descriptor is read, checked and (paged) its block ids fetched meanwhile
 
@@ -264,8 +266,21 @@ class AttentionEngine(CommandEngine):
 
         simple(q_iss, desc.q, q_head, q_head)
         simple(out_iss, desc.out, out_head, out_head)
-        simple(ka_iss, desc.k + append_offset, i_region_step, row_bytes)
-        simple(va_iss, desc.v + append_offset, i_region_step, row_bytes)
+        # the new token's rows: per head its K row, then its V row, on one writer
+        append_k, append_v = Signal(self.addr_width), Signal(self.addr_width)
+        append_on_v = Signal()                     # the head's V row is next
+        with m.If(start):
+            m.d.sync += [append_k.eq(desc.k + append_offset), append_v.eq(desc.v + append_offset),
+                         append_on_v.eq(0)]
+        m.d.comb += [append_iss.cmd.payload.addr.eq(Mux(append_on_v, append_v, append_k)),
+                     append_iss.cmd.payload.length.eq(row_bytes), append_iss.cmd.valid.eq(append_iss.active)]
+        with m.If(append_iss.fire):
+            m.d.sync += append_on_v.eq(~append_on_v)
+            with m.If(append_on_v):
+                m.d.sync += [append_k.eq(append_k + i_region_step), append_v.eq(append_v + i_region_step),
+                             append_iss.head.eq(append_iss.head + 1)]
+                with m.If(append_iss.head == hkv - 1):
+                    m.d.sync += append_iss.done.eq(1)
         m.d.comb += [dp.head.payload.eq(i_tokens), dp.head.valid.eq(head_iss.active)]
         with m.If(head_iss.fire):
             m.d.sync += head_iss.head.eq(head_iss.head + 1)
@@ -340,18 +355,30 @@ class AttentionEngine(CommandEngine):
                         m.d.sync += iss.done.eq(1)
             forks[name] = flags
 
-        # the fork: reader words to the datapath, new-row words to the append writer too
+        # the forks: reader words to the datapath, new-row words to the append writer too, whose
+        # commands take a head's K row, then its V row: ``v_turn`` says which fork's new row it
+        # takes next (the other's waits: the V side never needs a later head's K rows to take
+        # this head's V rows, so the wait ends)
+        writer = wr["append"].data
+        v_turn = Signal()
         for name in ("k", "v"):
             src, flags = rd[name].data, forks[name]
             dst = getattr(dp, name)
-            writer = wr[f"{name}_append"].data
+            turn = v_turn if name == "v" else ~v_turn
             to_writer = flags.r_rdy & flags.r_data
+            writer_ready = writer.ready & turn
             m.d.comb += [dst.payload.eq(src.payload.data),
-                         writer.payload.data.eq(src.payload.data),
-                         dst.valid.eq(src.valid & flags.r_rdy & (~to_writer | writer.ready)),
-                         writer.valid.eq(src.valid & to_writer & dst.ready),
-                         src.ready.eq(flags.r_rdy & dst.ready & (~to_writer | writer.ready)),
+                         dst.valid.eq(src.valid & flags.r_rdy & (~to_writer | writer_ready)),
+                         src.ready.eq(flags.r_rdy & dst.ready & (~to_writer | writer_ready)),
                          flags.r_en.eq(src.valid & src.ready & src.payload.last)]
+            with m.If(turn):
+                m.d.comb += [writer.valid.eq(src.valid & to_writer & dst.ready),
+                             writer.payload.data.eq(src.payload.data)]
+            with m.If(src.valid & src.ready & to_writer & src.payload.last):
+                m.d.sync += v_turn.eq(~v_turn)
+        clear = Signal()                           # (a command's start: the first new row is a K row)
+        with m.If(clear):
+            m.d.sync += v_turn.eq(0)
         m.d.comb += [dp.q.payload.eq(rd["q"].data.payload.data), dp.q.valid.eq(rd["q"].data.valid),
                      rd["q"].data.ready.eq(dp.q.ready),
                      wr["out"].data.payload.data.eq(dp.out.payload),      # (the epilogue writes on the
@@ -365,7 +392,6 @@ class AttentionEngine(CommandEngine):
         # ---- statuses of every transfer; the first error is the command's -----------------
         bus_error = Signal(4)
         pending = {}
-        clear = Signal()
         for name, e in list(rd.items()) + [(f"w_{k}", v) for k, v in wr.items()]:
             # (at most the engine's queued commands and the one it holds: a narrow counter)
             count = Signal(range(e.params.max_commands + 2), name=f"pending_{name}")
