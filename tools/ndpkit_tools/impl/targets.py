@@ -107,7 +107,11 @@ NOTES = {
                                      "(block.datapath.score.$signal$30 -> block.datapath.bank0_state; the serial "
                                      "epilogue's state into the command's before 2026-11-27's lighter DMA). Next: "
                                      "the bank events registered",
-    ("attention", "max", "area"): "27.9k LUT at 32 lanes (31.8k before 2026-11-27's second half: the burst "
+    ("attention", "max", "area"): "27.3k LUT at 32 lanes (27.9k on 2026-11-27: the row buffers' four slots at "
+                                  "d = 64, +0.2k; the softmax corrections in a register file a sweep unit, read "
+                                  "where the epilogue folds, not 32 registers and a copy of 16, -0.6k; one writer "
+                                  "for the new token's K and V rows, -0.1k; "
+                                  "31.8k before 2026-11-27's second half: the burst "
                                   "engines without a window check of their own, the request's checks covering "
                                   "every transfer, -1.4k; descriptors and block ids on one light reader, four "
                                   "interconnect ports; the request's 8 ranges and 23 pairs walked by one checker, "
