@@ -156,7 +156,8 @@ class AttentionDatapath(wiring.Component):
                      score.score_addr.eq(sweep.score_addr), sweep.score_data.eq(score.score_data),
                      score.max_addr.eq(sweep.max_addr), sweep.m_new.eq(score.m_new), sweep.m_old.eq(score.m_old),
                      value.swept.eq(sweep.swept), sweep.pk_addr.eq(value.pk_addr), value.pk_data.eq(sweep.pk_data),
-                     sweep.corr_addr.eq(ep.corr_addr), ep.corr_data.eq(sweep.corr_data), value.released.eq(ep.released), value.released_bank.eq(ep.released_bank)]
+                     sweep.corr_addr.eq(ep.corr_addr), ep.corr_data.eq(sweep.corr_data),
+                     value.released.eq(ep.released), value.released_bank.eq(ep.released_bank)]
         wiring.connect(m, value.blocks, ep.job)
         wiring.connect(m, ep.flush, value.flush)
         wiring.connect(m, value.state, ep.state)

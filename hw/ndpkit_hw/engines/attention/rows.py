@@ -66,7 +66,8 @@ class RowBuffer:
         n = self.SLOTS
         self.full = Signal(n, name=f"{name}_full")
         held = Signal(n, name=f"{name}_held")          # the slot has a row the reader has not released
-        fill_count, read_count = Signal(range(n), name=f"{name}_fill_count"), Signal(range(n), name=f"{name}_read_count")
+        fill_count = Signal(range(n), name=f"{name}_fill_count")     # rows taken in, and read, modulo 4
+        read_count = Signal(range(n), name=f"{name}_read_count")
         fill_word = Signal(range(max_words), name=f"{name}_fill_word")
         self.release = Signal(name=f"{name}_release")
         self._word_bits, self._short = log2_exact(max_words, "row words"), short
@@ -74,7 +75,8 @@ class RowBuffer:
         # the slots in use: the counts taken modulo their number (a command of the other head
         # dim may have left them past it; both are equal whenever the buffer is empty)
         slot_mask = Mux(short, n - 1, 1)
-        fill_slot, self.read_slot = Signal(range(n), name=f"{name}_fill_slot"), Signal(range(n), name=f"{name}_read_slot")
+        fill_slot = Signal(range(n), name=f"{name}_fill_slot")
+        self.read_slot = Signal(range(n), name=f"{name}_read_slot")
         m.d.comb += [fill_slot.eq(fill_count & slot_mask), self.read_slot.eq(read_count & slot_mask)]
         m.d.comb += words_in.ready.eq(~held.bit_select(fill_slot, 1))
         set_full = Signal(n, name=f"{name}_set_full")
