@@ -46,16 +46,46 @@ class Fp16ToFp32(FloatConvert):
     source, target = F16, F32
 
 
-class Bf16ToFp32(FloatConvert):
-    source, target = BF16, F32
+class Bf16ToFp32(FpUnit):
+    """bf16 is binary32's top half: the pattern widened by zeros (a NaN the canonical
+    quiet one); no normalising path.  Latency 5, as the other conversions."""
+    operands = {"a": 16}
+    result_width = 32
+    latency = 5
+
+    def lane(self, m, pipe, inputs, controls):
+        h = pipe.stage(inputs["a"])
+        nan = (h[7:15] == BF16.exp_all_ones) & (h[:7] != 0)
+        result = Signal(32)
+        m.d.comb += result.eq(Mux(nan, F32.qnan, Cat(Const(0, 16), h)))
+        for _ in range(self.latency - 1):
+            result = pipe.stage(result)
+        return result
 
 
 class Fp32ToFp16(FloatConvert):
     source, target = F32, F16
 
 
-class Fp32ToBf16(FloatConvert):
-    source, target = F32, BF16
+class Fp32ToBf16(FpUnit):
+    """Round to nearest even on the dropped half, one add: a carry out of the significand
+    moves into the exponent, to infinity past the largest bf16 and from a subnormal to the
+    smallest normal, as binary32's own layout does (a NaN gives the canonical quiet one).
+    Latency 5, as the other conversions; no normalising path."""
+    operands = {"a": 32}
+    result_width = 16
+    latency = 5
+
+    def lane(self, m, pipe, inputs, controls):
+        a = pipe.stage(inputs["a"])
+        nan = (a[23:31] == F32.exp_all_ones) & (a[:23] != 0)
+        rounded = Signal(33)
+        m.d.comb += rounded.eq(a + 0x7FFF + a[16])
+        result = Signal(16)
+        m.d.comb += result.eq(Mux(nan, BF16.qnan, rounded[16:32]))
+        for _ in range(self.latency - 1):
+            result = pipe.stage(result)
+        return result
 
 
 class Int32ToFp32(FpUnit):

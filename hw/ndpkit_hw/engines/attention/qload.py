@@ -88,8 +88,12 @@ class QueryBanks(wiring.Component):
                 m.d.sync += [g.eq(0), bank.eq(~bank), held.eq(0)]
         # the element widened to fp32, then rounded to the KV format, through a timed dataflow
         qdf = Dataflow(m, "qload", platform)
-        raw32 = qdf.input(word.word_select(k[:log2_exact(P // 2, "fp32 elements a word")], 32))
-        raw16 = qdf.input(word.word_select(k, 16))
+        # (one 16-bit select serves both: an fp32 element's low half at 2k, its high half an
+        # odd half-word: a 32:1 and a 16:1 select of 16 bits, not a 32:1 and a 16:1 of 32)
+        k32 = k[:log2_exact(P // 2, "fp32 elements a word")]
+        low = word.word_select(Mux(q32, Cat(Const(0, 1), k32), k), 16)
+        raw16 = qdf.input(low)
+        raw32 = qdf.input(Cat(low, word.word_select(k32, 32)[16:]))
         wide16 = qdf.select(qdf.static(self.q_format == KvFormat.BF16), qdf.op("bf16_to_fp32", raw16),
                             qdf.op("fp16_to_fp32", raw16))
         wide = qdf.select(qdf.static(q32), raw32, wide16)
