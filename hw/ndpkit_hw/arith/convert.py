@@ -46,6 +46,16 @@ class Fp16ToFp32(FloatConvert):
     source, target = F16, F32
 
 
+def _staged_result(m, pipe, value, width: int, stages: int):
+    """``value`` (``width`` bits) through ``stages`` more of the unit's pipeline: a
+    one-stage conversion keeps the conversions' common latency."""
+    result = Signal(width)
+    m.d.comb += result.eq(value)
+    for _ in range(stages):
+        result = pipe.stage(result)
+    return result
+
+
 class Bf16ToFp32(FpUnit):
     """bf16 is binary32's top half: the pattern widened by zeros (a NaN the canonical
     quiet one); no normalising path.  Latency 5, as the other conversions."""
@@ -56,11 +66,7 @@ class Bf16ToFp32(FpUnit):
     def lane(self, m, pipe, inputs, controls):
         h = pipe.stage(inputs["a"])
         nan = (h[7:15] == BF16.exp_all_ones) & (h[:7] != 0)
-        result = Signal(32)
-        m.d.comb += result.eq(Mux(nan, F32.qnan, Cat(Const(0, 16), h)))
-        for _ in range(self.latency - 1):
-            result = pipe.stage(result)
-        return result
+        return _staged_result(m, pipe, Mux(nan, F32.qnan, Cat(Const(0, 16), h)), 32, self.latency - 1)
 
 
 class Fp32ToFp16(FloatConvert):
@@ -81,11 +87,7 @@ class Fp32ToBf16(FpUnit):
         nan = (a[23:31] == F32.exp_all_ones) & (a[:23] != 0)
         rounded = Signal(33)
         m.d.comb += rounded.eq(a + 0x7FFF + a[16])
-        result = Signal(16)
-        m.d.comb += result.eq(Mux(nan, BF16.qnan, rounded[16:32]))
-        for _ in range(self.latency - 1):
-            result = pipe.stage(result)
-        return result
+        return _staged_result(m, pipe, Mux(nan, BF16.qnan, rounded[16:32]), 16, self.latency - 1)
 
 
 class Int32ToFp32(FpUnit):
