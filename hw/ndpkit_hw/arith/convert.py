@@ -46,48 +46,49 @@ class Fp16ToFp32(FloatConvert):
     source, target = F16, F32
 
 
-def _staged_result(m, pipe, value, width: int, stages: int):
-    """``value`` (``width`` bits) through ``stages`` more of the unit's pipeline: a
-    one-stage conversion keeps the conversions' common latency."""
-    result = Signal(width)
-    m.d.comb += result.eq(value)
-    for _ in range(stages):
-        result = pipe.stage(result)
-    return result
-
-
-class Bf16ToFp32(FpUnit):
-    """bf16 is binary32's top half: the pattern widened by zeros (a NaN the canonical
-    quiet one); no normalising path.  Latency 5, as the other conversions."""
-    operands = {"a": 16}
-    result_width = 32
+class _OneStageConvert(FpUnit):
+    """A conversion done in one stage (:meth:`convert`, from the registered operand),
+    its result carried through the rest of the conversions' common latency, 5."""
     latency = 5
 
+    def convert(self, a):  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def lane(self, m, pipe, inputs, controls):
-        h = pipe.stage(inputs["a"])
+        result = Signal(self.result_width)
+        m.d.comb += result.eq(self.convert(pipe.stage(inputs["a"])))
+        for _ in range(self.latency - 1):
+            result = pipe.stage(result)
+        return result
+
+
+class Bf16ToFp32(_OneStageConvert):
+    """bf16 is binary32's top half: the pattern widened by zeros (a NaN the canonical
+    quiet one); no normalising path."""
+    operands = {"a": 16}
+    result_width = 32
+
+    def convert(self, h):
         nan = (h[7:15] == BF16.exp_all_ones) & (h[:7] != 0)
-        return _staged_result(m, pipe, Mux(nan, F32.qnan, Cat(Const(0, 16), h)), 32, self.latency - 1)
+        return Mux(nan, F32.qnan, Cat(Const(0, 16), h))
 
 
 class Fp32ToFp16(FloatConvert):
     source, target = F32, F16
 
 
-class Fp32ToBf16(FpUnit):
+class Fp32ToBf16(_OneStageConvert):
     """Round to nearest even on the dropped half, one add: a carry out of the significand
     moves into the exponent, to infinity past the largest bf16 and from a subnormal to the
-    smallest normal, as binary32's own layout does (a NaN gives the canonical quiet one).
-    Latency 5, as the other conversions; no normalising path."""
+    smallest normal, as binary32's own layout does (a NaN gives the canonical quiet one);
+    no normalising path."""
     operands = {"a": 32}
     result_width = 16
-    latency = 5
 
-    def lane(self, m, pipe, inputs, controls):
-        a = pipe.stage(inputs["a"])
+    def convert(self, a):
         nan = (a[23:31] == F32.exp_all_ones) & (a[:23] != 0)
-        rounded = Signal(33)
-        m.d.comb += rounded.eq(a + 0x7FFF + a[16])
-        return _staged_result(m, pipe, Mux(nan, BF16.qnan, rounded[16:32]), 16, self.latency - 1)
+        rounded = (a + 0x7FFF + a[16])[16:32]
+        return Mux(nan, BF16.qnan, rounded)
 
 
 class Int32ToFp32(FpUnit):
