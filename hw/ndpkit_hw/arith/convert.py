@@ -46,38 +46,71 @@ class Fp16ToFp32(FloatConvert):
     source, target = F16, F32
 
 
-class _OneStageConvert(FpUnit):
-    """A conversion done in one stage (:meth:`convert`, from the registered operand),
-    its result carried through the rest of the conversions' common latency, 5."""
+class _DirectConvert(FpUnit):
+    """A conversion without the normalising path: :meth:`convert` from the registered
+    operand (its own stages of ``pipe`` as it needs), the result carried through the
+    rest of the conversions' common latency, 5."""
     latency = 5
 
-    def convert(self, a):  # pragma: no cover - abstract
+    def convert(self, m, pipe, a):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def lane(self, m, pipe, inputs, controls):
-        result = Signal(self.result_width)
-        m.d.comb += result.eq(self.convert(pipe.stage(inputs["a"])))
-        for _ in range(self.latency - 1):
+        result = self.convert(m, pipe, pipe.stage(inputs["a"]))
+        while pipe.depth < self.latency:
             result = pipe.stage(result)
         return result
 
 
-class Bf16ToFp32(_OneStageConvert):
+class Bf16ToFp32(_DirectConvert):
     """bf16 is binary32's top half: the pattern widened by zeros (a NaN the canonical
     quiet one); no normalising path."""
     operands = {"a": 16}
     result_width = 32
 
-    def convert(self, h):
+    def convert(self, m, pipe, h):
         nan = (h[7:15] == BF16.exp_all_ones) & (h[:7] != 0)
-        return Mux(nan, F32.qnan, Cat(Const(0, 16), h))
+        result = Signal(32)
+        m.d.comb += result.eq(Mux(nan, F32.qnan, Cat(Const(0, 16), h)))
+        return result
 
 
-class Fp32ToFp16(FloatConvert):
-    source, target = F32, F16
+class Fp32ToFp16(_DirectConvert):
+    """Round to nearest even, subnormal results, overflow to infinity (a NaN the canonical
+    quiet one); no normalising path.  binary32's significand ``z`` (24 bits) leaves ``13 +
+    s`` bits: s = 0 for a binary16 normal (exponent field e >= 113), else ``113 - e``, at
+    most 12 (all of it gone).  The kept bits and the guard are ``z[12:] >> s`` (a 13-bit
+    shift), the sticky bit the bits below them.  The kept bits sit under the exponent
+    field (0 for a subnormal), so the rounding increment carries into it: from a
+    subnormal to the smallest normal, from the largest finite to infinity."""
+    operands = {"a": 32}
+    result_width = 16
+
+    def convert(self, m, pipe, a):
+        e, frac, sign = a[23:31], a[:23], a[31]
+        nan = (e == F32.exp_all_ones) & (frac != 0)
+        big = e >= F32.bias + F16.bias + 1                       # 2**16 and up: infinity
+        normal = e >= F32.bias - F16.bias + 1                    # a binary16 normal
+        s = Signal(range(13))
+        m.d.comb += s.eq(Mux(normal, 0, Mux(e < F32.bias - F16.bias - 11, 12, F32.bias - F16.bias + 1 - e)))
+        biased = Signal(F16.exp_bits)
+        m.d.comb += biased.eq(Mux(normal, e - (F32.bias - F16.bias), 0))
+        z, s, biased, sign, nan, big = pipe.stage(Cat(frac, e != 0), s, biased, sign, nan, big)
+        # the shift, and the sticky bit from z's bits below the guard (12 + s of them)
+        top = Signal(13)
+        m.d.comb += top.eq(Cat(z[12:], Const(0, 1)) >> s)
+        sticky = (z[:12] != 0) | Cat(*[z[12 + j] & (s > j) for j in range(12)]).any()
+        kept, guard = top[1:], top[0]
+        round_up = guard & (sticky | kept[0])
+        kept, round_up, biased, sign, nan, big = pipe.stage(kept, round_up, biased, sign, nan, big)
+        magnitude = Signal(15)
+        m.d.comb += magnitude.eq(Cat(kept[:F16.frac_bits], biased) + round_up)
+        result = Signal(16)
+        m.d.comb += result.eq(Mux(nan, F16.qnan, Mux(big, F16.inf(sign), Cat(magnitude, sign))))
+        return result
 
 
-class Fp32ToBf16(_OneStageConvert):
+class Fp32ToBf16(_DirectConvert):
     """Round to nearest even on the dropped half, one add: a carry out of the significand
     moves into the exponent, to infinity past the largest bf16 and from a subnormal to the
     smallest normal, as binary32's own layout does (a NaN gives the canonical quiet one);
@@ -85,10 +118,11 @@ class Fp32ToBf16(_OneStageConvert):
     operands = {"a": 32}
     result_width = 16
 
-    def convert(self, a):
+    def convert(self, m, pipe, a):
         nan = (a[23:31] == F32.exp_all_ones) & (a[:23] != 0)
-        rounded = (a + 0x7FFF + a[16])[16:32]
-        return Mux(nan, BF16.qnan, rounded)
+        result = Signal(16)
+        m.d.comb += result.eq(Mux(nan, BF16.qnan, (a + 0x7FFF + a[16])[16:32]))
+        return result
 
 
 class Int32ToFp32(FpUnit):

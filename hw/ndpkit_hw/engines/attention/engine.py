@@ -32,7 +32,7 @@ acknowledged.  A bus error (SLVERR/DECERR) on any transfer is the command's erro
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Cat, Const, Mux
+from amaranth.hdl import Array, Module, Signal, Cat, Const, Mux
 from amaranth.lib import data, fifo
 from amaranth.lib.memory import Memory
 
@@ -252,35 +252,27 @@ class AttentionEngine(CommandEngine):
         i_first_offset, i_to_end, i_last_rows = held(first_offset, "first_offset"), held(to_end, "to_end"), \
             held(last_rows, "last_rows")
 
-        def simple(iss, base, step, length):
-            """One transfer a head: ``length`` bytes from ``base``, ``step`` apart."""
-            addr = Signal(self.addr_width, name=f"{iss.head.name}_addr")
+        def per_head(iss, bases, step, length):
+            """A transfer of ``length`` bytes from each of ``bases`` in turn, a head; each base
+            ``step`` further on for the next head."""
+            addrs = [Signal(self.addr_width, name=f"{iss.head.name}_addr{i}") for i in range(len(bases))]
+            turn = Signal(range(len(bases)), name=f"{iss.head.name}_turn")
             with m.If(start):
-                m.d.sync += addr.eq(base)
-            m.d.comb += [iss.cmd.payload.addr.eq(addr), iss.cmd.payload.length.eq(length),
+                m.d.sync += [turn.eq(0), *[a.eq(b) for a, b in zip(addrs, bases)]]
+            last = turn == len(bases) - 1
+            m.d.comb += [iss.cmd.payload.addr.eq(Array(addrs)[turn]), iss.cmd.payload.length.eq(length),
                          iss.cmd.valid.eq(iss.active)]
             with m.If(iss.fire):
-                m.d.sync += [addr.eq(addr + step), iss.head.eq(iss.head + 1)]
-                with m.If(iss.head == hkv - 1):
-                    m.d.sync += iss.done.eq(1)
+                m.d.sync += turn.eq(Mux(last, 0, turn + 1))
+                with m.If(last):
+                    m.d.sync += [iss.head.eq(iss.head + 1), *[a.eq(a + step) for a in addrs]]
+                    with m.If(iss.head == hkv - 1):
+                        m.d.sync += iss.done.eq(1)
 
-        simple(q_iss, desc.q, q_head, q_head)
-        simple(out_iss, desc.out, out_head, out_head)
+        per_head(q_iss, [desc.q], q_head, q_head)
+        per_head(out_iss, [desc.out], out_head, out_head)
         # the new token's rows: per head its K row, then its V row, on one writer
-        append_k, append_v = Signal(self.addr_width), Signal(self.addr_width)
-        append_on_v = Signal()                     # the head's V row is next
-        with m.If(start):
-            m.d.sync += [append_k.eq(desc.k + append_offset), append_v.eq(desc.v + append_offset),
-                         append_on_v.eq(0)]
-        m.d.comb += [append_iss.cmd.payload.addr.eq(Mux(append_on_v, append_v, append_k)),
-                     append_iss.cmd.payload.length.eq(row_bytes), append_iss.cmd.valid.eq(append_iss.active)]
-        with m.If(append_iss.fire):
-            m.d.sync += append_on_v.eq(~append_on_v)
-            with m.If(append_on_v):
-                m.d.sync += [append_k.eq(append_k + i_region_step), append_v.eq(append_v + i_region_step),
-                             append_iss.head.eq(append_iss.head + 1)]
-                with m.If(append_iss.head == hkv - 1):
-                    m.d.sync += append_iss.done.eq(1)
+        per_head(append_iss, [desc.k + append_offset, desc.v + append_offset], i_region_step, row_bytes)
         m.d.comb += [dp.head.payload.eq(i_tokens), dp.head.valid.eq(head_iss.active)]
         with m.If(head_iss.fire):
             m.d.sync += head_iss.head.eq(head_iss.head + 1)
