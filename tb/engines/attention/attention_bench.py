@@ -22,7 +22,8 @@ requests' blocks in a random permutation, each request's table 64-byte aligned: 
 128, 512 and 2048 at d = 128 and context 512 at d = 64, each beside the same case on
 contiguous slots; the paged / contiguous ratio of the efficiencies (of the cycles, the
 KV bytes being the same) and of the steady states of the two fits.  Written to the JSON's
-``paged`` entry (the ``engine`` rows stay the contiguous sweep).
+``paged`` entry (the ``engine`` rows stay the contiguous sweep); ATTN_PAGED=only writes
+attention-paged.json (the full run's attention.json stays).
 
 MEMORY=hbm2_pc: the 2 x 2 cases at contexts 128, 512 and 2048 on that DRAM preset (the
 engine at the boards' 200 MHz behind the card's clock crossing), written to
@@ -266,11 +267,13 @@ def main() -> int:
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     memory = os.environ.get("MEMORY") or None
     # ATTN_OUT: another file name (the lane table's runs must not replace the standard run's)
-    out = build_root() / "perf" / (os.environ.get("ATTN_OUT") or
-                                   (OUT_NAME if memory is None else OUT_NAME.replace(".json", f"-{memory}.json")))
+    paged = os.environ.get("ATTN_PAGED", "1")
+    # (the paged comparison alone writes its own file: the full run's stays)
+    stem = OUT_NAME.replace(".json", f"-{memory}.json") if memory else \
+        OUT_NAME.replace(".json", "-paged.json") if paged == "only" else OUT_NAME
+    out = build_root() / "perf" / (os.environ.get("ATTN_OUT") or stem)
     out.parent.mkdir(parents=True, exist_ok=True)
     groups = tuple(int(g) for g in os.environ.get("ATTN_GROUPS", "1,4" if quick else "1,4,8").split(","))
-    paged = os.environ.get("ATTN_PAGED", "1")
     todo = [] if paged == "only" and not memory else cases(quick, groups)
     if memory:
         todo = [c for c in todo if c[2:] == (2, 2) and c[1] <= 2048]

@@ -257,11 +257,11 @@ class AttentionEngine(CommandEngine):
             ``step`` further on for the next head."""
             addrs = [Signal(self.addr_width, name=f"{iss.head.name}_addr{i}") for i in range(len(bases))]
             turn = Signal(range(len(bases)), name=f"{iss.head.name}_turn")
+            last = turn == len(bases) - 1 if len(bases) > 1 else Const(1)
             with m.If(start):
                 m.d.sync += [turn.eq(0), *[a.eq(b) for a, b in zip(addrs, bases)]]
-            last = turn == len(bases) - 1
-            m.d.comb += [iss.cmd.payload.addr.eq(Array(addrs)[turn]), iss.cmd.payload.length.eq(length),
-                         iss.cmd.valid.eq(iss.active)]
+            m.d.comb += [iss.cmd.payload.addr.eq(Array(addrs)[turn] if len(bases) > 1 else addrs[0]),
+                         iss.cmd.payload.length.eq(length), iss.cmd.valid.eq(iss.active)]
             with m.If(iss.fire):
                 m.d.sync += turn.eq(Mux(last, 0, turn + 1))
                 with m.If(last):
