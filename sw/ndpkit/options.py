@@ -268,7 +268,7 @@ def board_defaults(board: str, given: dict | None = None) -> dict:
       width is the build's.
 
     Not the board's engines: ``engines`` stays the sim card's (``dma_copy``) unless given.
-    A board's default list is what fills its part (27 attention instances on the U55C, 24
+    A board's default list is what fills its part (27 attention instances on the U55C, 25
     with Adam and the decompressor on the U280, all four engines at 512 bits on the
     SmartSSD), and each engine a simulated card carries is minutes more of Verilator build
     on two cores (Adam's and attention's 512-bit datapaths the most) and a slower
