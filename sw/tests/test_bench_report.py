@@ -9,6 +9,9 @@ import pytest
 from ndpkit_tools.bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the decode card's engine clock (the U55C board file's): the preset runs the decode model
+#: takes were measured at it
+CARD_MHZ = report.board_engine_clock("alveo_u55c")
 
 
 def tiny_inputs(perf: Path, impl: Path) -> None:
@@ -72,7 +75,7 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
         "engine": [{**r, "group": g, "lanes": 32, "data_width": 512, "of_memory": 0.7 / g, "efficiency": 0.8 / g}
                    for r in att_rows for g in (1, 4)],
         "fits": [{"group": 1, "steady_state_efficiency": 0.9, "fixed_cycles_per_command": 2500,
-                  "from_contexts": [128, 512, 2048]}], "memory": "hbm2_pc", "engine_mhz": 200}))
+                  "from_contexts": [128, 512, 2048]}], "memory": "hbm2_pc", "engine_mhz": CARD_MHZ}))
     (perf / "sg-hbm2_pc.json").write_text(json.dumps([
         {"mode": "gather", "latency": 0, "elements_per_row": 4, "elements": 100, "requests": 30, "cycles": 250,
          "link_bytes": 3000, "useful_bytes": 400, "useful_fraction": 0.133, "activations": 30,
@@ -88,9 +91,10 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
         "rows": [{**r, "cycles": r["cycles"] + 100 * r["instances"], "scaling": 1100 / (r["cycles"] + 100 * r["instances"])}
                  for r in scaling_rows], "word_bytes": 16, "instances": 8, "counts": [1, 2, 4, 8],
         "memory": "hbm2_pc"}))
-    (perf / "attention-lanes-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "runs": {"32": {"fits": [
-        {"group": g, "steady_state_efficiency": 0.96 / g, "fixed_cycles_per_command": 1500 * g,
-         "from_contexts": [128, 512, 2048]} for g in (1, 2, 4, 8)]}}}))
+    (perf / "attention-lanes-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "runs": {"32": {
+        "engine_mhz": CARD_MHZ, "fits": [{"group": g, "steady_state_efficiency": 0.96 / g,
+                                          "fixed_cycles_per_command": 1500 * g, "from_contexts": [128, 512, 2048]}
+                                         for g in (1, 2, 4, 8)]}}}))
     (perf / "graph_scaling-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "rows": [
         {"graph": "u", "kernel": k, "instances": n, "edges": 1000, "cycles": c, "edges_per_cycle": 1000 / c,
          "per_instance": 1000 / c / n, "scaling": 1000 / c / n / (1000 / base),
@@ -381,3 +385,20 @@ def test_readme_results_figures_equal_the_json():
         assert _close(figure, speedups[(found[0], named[kernel])], 2), (kernel, figure)
     # no other ratio in the demo description: each figure there has its artifact
     assert len(re.findall(r"[\d.]+×", demo)) == len(pairs), demo
+
+
+def test_decode_takes_no_preset_run_at_another_clock(tmp_path):
+    """A preset run at a clock other than the decode card's is not the card's: the decode
+    model and today's models' table do not take it (they fall back and say so)."""
+    perf, impl, out = tmp_path / "perf", tmp_path / "engines.json", tmp_path / "bench"
+    tiny_inputs(perf, impl)
+    for name in ("attention-hbm2_pc.json", "attention-lanes-hbm2_pc.json"):
+        data = json.loads((perf / name).read_text())
+        for run in [data, *data.get("runs", {}).values()]:
+            run["engine_mhz"] = CARD_MHZ - 25
+        (perf / name).write_text(json.dumps(data))
+    assert report.main(["--perf", str(perf), "--impl", str(impl), "--out", str(out), "--readme", ""]) == 0
+    data = json.loads((out / "bench.json").read_text())
+    assert data["decode"]["setup"]["steady_efficiency"] == 0.96          # the ideal memory's, not the preset's 0.9
+    assert not any(r["measured"] for r in data["decode"]["models"]["rows"])
+    assert f"no run on `hbm2_pc` at the card's {CARD_MHZ} MHz" in data["decode"]["models"]["source"]

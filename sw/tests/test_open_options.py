@@ -71,7 +71,7 @@ def test_bad_options_are_named_before_anything_starts(uri, options, option, mess
 #: the engines' clock and the bus width ([device]); the ECP5 has no preset (block RAM) and a
 #: width the sim card does not take (64)
 BOARD_SIM = {
-    "alveo_u55c": {"memory": "hbm2_pc", "clock_mhz": 200, "data_width": 512},
+    "alveo_u55c": {"memory": "hbm2_pc", "clock_mhz": 225, "data_width": 512},
     "alveo_u280": {"memory": "hbm2_pc", "clock_mhz": 200, "data_width": 512},
     "smartssd": {"memory": "ddr4_2400", "clock_mhz": 200, "data_width": 512},
     "ecp5_5g": {"clock_mhz": 48},

@@ -26,7 +26,7 @@ KV bytes being the same) and of the steady states of the two fits.  Written to t
 attention-paged.json (the full run's attention.json stays).
 
 MEMORY=hbm2_pc: the 2 x 2 cases at contexts 128, 512 and 2048 on that DRAM preset (the
-engine at the boards' 200 MHz behind the card's clock crossing), written to
+engine at the U55C default build's clock, ATTN_MHZ to choose, behind the card's clock crossing), written to
 attention-<preset>.json with the fixed cost and steady state of a straight-line fit
 over the contexts (:func:`fit_contexts`).
 """
@@ -170,7 +170,11 @@ def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
             "torch": torch.__version__, "load_average": os.getloadavg()[0]}   # other jobs slow the CPU side
 
 
-ENGINE_MHZ = 200       # the board builds' engine clock
+def engine_mhz() -> int:
+    """The engine's clock on a DRAM preset: ATTN_MHZ, else the U55C default build's (the
+    decode card's; its board file), so the preset runs are at the clock the card runs."""
+    from ndpkit_tools.boards import device_options, load_board
+    return int(os.environ.get("ATTN_MHZ") or device_options(load_board("alveo_u55c"))["clock_mhz"])
 
 
 def fit_contexts(rows, port_bytes_per_cycle: float) -> dict:
@@ -231,14 +235,15 @@ def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out
     from ndpkit_hw.engines.harness import EngineHarness
     from ndpkit_spec.dram import preset
     timing = preset(memory)
+    mhz = engine_mhz()
     engine = AttentionEngine(data_width=width, lanes=lanes)
-    run_bench(Design(EngineHarness(engine, mem_size=mem, memory=memory, engine_mhz=ENGINE_MHZ),
-                     f"attention_engine_{width}_{memory}", key=f"w{width} l{lanes} {mem} {memory}"),
+    run_bench(Design(EngineHarness(engine, mem_size=mem, memory=memory, engine_mhz=mhz),
+                     f"attention_engine_{width}_{memory}", key=f"w{width} l{lanes} {mem} {memory} {mhz} MHz"),
               "tb.engines.attention.attention_bench", params=params)
     rows = json.loads(out.read_text())
-    bus = timing.peak_bytes_per_cycle(ENGINE_MHZ)
+    bus = timing.peak_bytes_per_cycle(mhz)
     print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {lanes} MAC lanes, on {memory} "
-          f"({bus:.1f} B per {ENGINE_MHZ} MHz cycle)")
+          f"({bus:.1f} B per {mhz} MHz cycle)")
     print(f"{'G':>3} {'context':>8} {'cycles':>9} {'KV B/cycle':>11} {'of port':>8} {'of memory':>10}")
     for r in rows:
         r["memory"] = memory
@@ -253,7 +258,7 @@ def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out
     for f in fits:
         print(f"G = {f['group']}: steady state {f['steady_state_efficiency']:.3f} of the port, fixed "
               f"{f['fixed_cycles_per_command']:.0f} cycles a command (fit over contexts {f['from_contexts']})")
-    out.write_text(json.dumps({"engine": rows, "fits": fits, "memory": memory, "engine_mhz": ENGINE_MHZ,
+    out.write_text(json.dumps({"engine": rows, "fits": fits, "memory": memory, "engine_mhz": mhz,
                                "memory_bytes_per_cycle": bus}, indent=2))
     print(f"wrote {out}")
     return 0

@@ -552,17 +552,19 @@ DECODE_MODELS = {"Llama-2-7B": model.ModelShape(),
 MODELS_BATCH, MODELS_CONTEXT = 64, 2048
 
 
-def group_fits(inputs: dict, lanes: int) -> tuple[dict, str]:
+def group_fits(inputs: dict, lanes: int, mhz: int) -> tuple[dict, str]:
     """Measured steady-state efficiency and fixed cycles per command by group size of the
-    card build's attention engine (``lanes`` MAC lanes, 512 bits) on the decode preset:
-    the lane table's runs at that lane count, else the attention bench's fits; and where
-    they come from."""
+    card build's attention engine (``lanes`` MAC lanes, 512 bits, at ``mhz``, the card's
+    clock) on the decode preset: the lane table's runs at that lane count when they ran at
+    that clock, else the attention bench's fits; and where they come from."""
     lanes_run = ((inputs.get("on") or {}).get(("attention_lanes", DECODE_MEMORY)) or {}).get("runs", {}).get(str(lanes))
-    if lanes_run:
+    if lanes_run and lanes_run.get("engine_mhz") == mhz:
         return ({f["group"]: f for f in lanes_run["fits"]},
                 f"the lane table's {lanes}-lane runs on `{DECODE_MEMORY}` (contexts 128-2048)")
     on = (inputs.get("on") or {}).get(("attention", DECODE_MEMORY)) or {}
-    return {f["group"]: f for f in on.get("fits", [])}, f"the attention bench on `{DECODE_MEMORY}`"
+    if on.get("engine_mhz") != mhz:          # (a run at another clock is not this card's)
+        return {}, f"no run on `{DECODE_MEMORY}` at the card's {mhz} MHz"
+    return {f["group"]: f for f in on.get("fits", [])}, f"the attention bench on `{DECODE_MEMORY}` at {mhz} MHz"
 
 
 def decode_models(inputs: dict, setup: "model.DecodeSetup", lanes: int) -> dict:
@@ -571,7 +573,7 @@ def decode_models(inputs: dict, setup: "model.DecodeSetup", lanes: int) -> dict:
     streams at the model's group size (the measured efficiency of that G), the
     attention step time of a card's share of the batch, and tokens per second (per card,
     and of the whole step beside the GPU's linear layers)."""
-    fits, source = group_fits(inputs, lanes)
+    fits, source = group_fits(inputs, lanes, round(setup.clock / 1e6))
     rows = []
     for name, shape in DECODE_MODELS.items():
         group = shape.heads // shape.kv_heads
@@ -631,6 +633,8 @@ def decode_section(inputs: dict) -> dict:
     source = "assumed (no attention benchmark in this run)"
     att = inputs.get("attention") or {}
     on = (inputs.get("on") or {}).get(("attention", DECODE_MEMORY))
+    if on and on.get("engine_mhz") != card["clock_mhz"]:
+        on = None                            # (a run at another clock is not this card's)
     mha = next((s for s in att.get("steady_state", []) if s["group"] == 1), None)
     fit = next((f for f in (on or {}).get("fits", []) if f["group"] == 1), None)
     if fit:
