@@ -256,8 +256,8 @@ class AttentionEngine(CommandEngine):
             """A transfer of ``length`` bytes from each of ``bases`` in turn, a head; each base
             ``step`` further on for the next head."""
             addrs = [Signal(self.addr_width, name=f"{iss.head.name}_addr{i}") for i in range(len(bases))]
-            turn = Signal(range(len(bases)), name=f"{iss.head.name}_turn")
-            last = turn == len(bases) - 1 if len(bases) > 1 else Const(1)
+            turn = Signal(range(max(2, len(bases))), name=f"{iss.head.name}_turn")     # (one base: always 0)
+            last = turn == len(bases) - 1
             with m.If(start):
                 m.d.sync += [turn.eq(0), *[a.eq(b) for a, b in zip(addrs, bases)]]
             m.d.comb += [iss.cmd.payload.addr.eq(Array(addrs)[turn] if len(bases) > 1 else addrs[0]),

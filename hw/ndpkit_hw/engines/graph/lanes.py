@@ -128,7 +128,9 @@ class RowBundler(wiring.Component):
         # the bundle register
         mask = Signal(lanes)
         for j in range(lanes):
-            m.d.comb += mask[j].eq(~current.empty & (~first | (current.lo <= j)) & (~at_last | (current.hi >= j)))
+            # (the last lane is at or above any first lane: no compare that is always true)
+            from_lo = current.lo <= j if j < lanes - 1 else Const(1)
+            m.d.comb += mask[j].eq(~current.empty & (~first | from_lo) & (~at_last | (current.hi >= j)))
         with m.If(fire):
             m.d.sync += [bundle.valid.eq(1), bundle.payload.mask.eq(mask), bundle.payload.first.eq(first),
                          bundle.payload.last.eq(ends_row), bundle.payload.own.eq(self.own.payload)]
