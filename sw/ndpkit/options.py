@@ -14,7 +14,7 @@ ndpkit.options.OptionError: mem_size: 'abc' is not a size (bytes: an integer, or
 preset, engine clock and bus width become the defaults, the options given win:
 
 >>> check_options("sim", {"board": "alveo_u55c"})
-{'board': 'alveo_u55c', 'memory': 'hbm2_pc', 'clock_mhz': 200, 'data_width': 512}
+{'board': 'alveo_u55c', 'memory': 'hbm2_pc', 'clock_mhz': 225, 'data_width': 512}
 >>> check_options("sim", {"board": "alveo_u55c", "memory": "ideal"})["memory"]
 'ideal'
 """
