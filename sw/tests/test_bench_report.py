@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from ndpkit_tools.bench import report
+from ndpkit_tools.boards import engine_clock_mhz
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the decode card's engine clock (the U55C board file's): the preset runs the decode model
 #: takes were measured at it
-CARD_MHZ = report.board_engine_clock("alveo_u55c")
+CARD_MHZ = engine_clock_mhz("alveo_u55c")
 
 
 def tiny_inputs(perf: Path, impl: Path) -> None:
@@ -402,3 +403,24 @@ def test_decode_takes_no_preset_run_at_another_clock(tmp_path):
     assert data["decode"]["setup"]["steady_efficiency"] == 0.96          # the ideal memory's, not the preset's 0.9
     assert not any(r["measured"] for r in data["decode"]["models"]["rows"])
     assert f"no run on `hbm2_pc` at the card's {CARD_MHZ} MHz" in data["decode"]["models"]["source"]
+
+
+def test_rerender_takes_the_attention_rows_from_the_preset_run(generated, tmp_path):
+    """--from-json with an attention run in the presets: its rows replace the recorded ones
+    (a new group size among them), each keeping its ideal-memory figure, and the decode
+    model follows the same run."""
+    out, _, data = generated
+    impl = json.loads((tmp_path / "engines.json").read_text())
+    run = json.loads((tmp_path / "perf" / "attention-hbm2_pc.json").read_text())
+    run["engine"] = [{**r, "efficiency": r["efficiency"] / 2} for r in run["engine"]] + \
+        [{**r, "group": 7, "efficiency": 0.1} for r in run["engine"] if r["group"] == 1]
+    run["fits"] = [{**run["fits"][0], "steady_state_efficiency": 0.7}]
+    before = {r["engine"]: r for r in data["engines"] if r["implemented"]["engine"] == "attention"}
+    again = report.rerender(json.loads(json.dumps(data)), impl, presets={("attention", "hbm2_pc"): run})
+    rows = {r["engine"]: r for r in again["engines"] if r["implemented"]["engine"] == "attention"}
+    assert set(rows) == set(before) | {"attention (32 MAC lanes, G = 7)"}
+    for name, row in before.items():
+        assert rows[name]["efficiency"] == pytest.approx(row["efficiency"] / 2)
+        assert rows[name]["ideal_efficiency"] == row["ideal_efficiency"]
+    assert rows["attention (32 MAC lanes, G = 7)"]["efficiency"] == 0.1
+    assert again["decode"]["setup"]["steady_efficiency"] == 0.7

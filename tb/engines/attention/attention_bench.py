@@ -173,8 +173,8 @@ def cpu_attention(batch: int, context: int, repeats: int = 3) -> dict:
 def engine_mhz() -> int:
     """The engine's clock on a DRAM preset: ATTN_MHZ, else the U55C default build's (the
     decode card's; its board file), so the preset runs are at the clock the card runs."""
-    from ndpkit_tools.boards import device_options, load_board
-    return int(os.environ.get("ATTN_MHZ") or device_options(load_board("alveo_u55c"))["clock_mhz"])
+    from ndpkit_tools.boards import engine_clock_mhz
+    return int(os.environ.get("ATTN_MHZ") or engine_clock_mhz("alveo_u55c"))
 
 
 def fit_contexts(rows, port_bytes_per_cycle: float) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 from ndpkit.options import size
 from ndpkit_spec.dram import PRESETS
 
-__all__ = ["BOARDS_DIR", "BoardError", "Board", "board_names", "load_board", "device_options", "channels_per_port",
+__all__ = ["BOARDS_DIR", "BoardError", "Board", "board_names", "load_board", "device_options", "engine_clock_mhz", "channels_per_port",
            "card_memory"]
 
 #: one folder per board: board.toml, constraints, README (package data)
@@ -175,6 +175,15 @@ def device_options(board: Board, **overrides) -> dict:
     options["mem_size"] = card_memory(board, ports)
     options["addr_width"] = max(32, (board.memory_bytes - 1).bit_length())
     return options
+
+
+def engine_clock_mhz(name: str) -> int:
+    """The engines' clock (MHz) of board ``name``'s default build, from its board file.
+
+    >>> engine_clock_mhz("alveo_u280")
+    200
+    """
+    return device_options(load_board(name))["clock_mhz"]
 
 
 def channels_per_port(board: Board, ports: int) -> int:
