@@ -193,6 +193,7 @@ class GraphEngine(CommandEngine):
         tail_words = checks.derive(Mux(first_on_lanes, Mux(col_words < vertex_words, col_words, vertex_words), 0),
                                    "tail_words", after=checks.after(edge_len, vertex_len, first_on_lanes))
         head_words = checks.derive(col_words - tail_words, "head_words", after=checks.after(tail_words))
+        no_head = checks.derive(head_words == 0, "no_head", after=checks.after(head_words))
         tail_addr = checks.derive(cmd.col + (head_words << word_shift)[:32], "tail_addr",
                                   after=checks.after(head_words))
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
@@ -259,7 +260,7 @@ class GraphEngine(CommandEngine):
              "old": Transfer(Mux(every_vertex, source_base, Mux(odd, b_rows, a_rows)), pass_len[:32]),
              "out": Transfer(out_base, pass_len[:32])},
             validating | iterating | vertex_pass,
-            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & (head_words == 0)),
+            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & no_head),
                      "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
                      "old": (iterating & ~sum_rows) | vertex_pass, "out": (iterating & ~holding) | vertex_pass})
         # the source window: min(window, n) values of the pass's source array, before each
@@ -297,7 +298,11 @@ class GraphEngine(CommandEngine):
         m.d.comb += [validator.col.valid.eq(Mux(tail_phase, window_words_in.valid, check_col.valid)),
                      validator.col.payload.eq(Mux(tail_phase, window_words_in.payload, check_col.payload)),
                      check_col.ready.eq(validator.col.ready & ~tail_phase)]
-        m.d.comb += [words_in.validating.eq(validating), words_in.to_lanes.eq(use_lanes & iterating),
+        # (the phase a cycle late: a pass's first words come back several cycles after its
+        # transfers start, and none are in flight at its end: the router's selects start at registers)
+        routed_validating, routed_to_lanes = Signal(), Signal()
+        m.d.sync += [routed_validating.eq(validating), routed_to_lanes.eq(use_lanes & iterating)]
+        m.d.comb += [words_in.validating.eq(routed_validating), words_in.to_lanes.eq(routed_to_lanes),
                      words_in.start.eq(start),
                      words_in.rowptr_count.eq(row_count + 1), words_in.col_count.eq(cmd.edges),
                      words_in.val_count.eq(Mux(vertex_pass, pass_count, cmd.edges)),
