@@ -768,7 +768,8 @@ def rerender(report: dict, impl, graph_runs: dict | None = None, presets: dict |
     (at the SmartSSD build's engine clock).  ``graph_runs`` (``{(step, memory): run}``,
     step ``"graph"`` or ``"graph_scaling"``, memory None for the ideal memory's or a
     preset's) replaces those runs of the graph benchmarks and what is derived from them
-    (the graph engine rows, the Piccolo headline, the scaling runs' card).  ``presets``
+    (the graph engine rows, the Piccolo headline); the graph clock and the scaling runs'
+    card follow ``impl`` either way.  ``presets``
     (``{(input name, preset): run}``, the runs on the DRAM presets kept in docs/bench/presets)
     re-computes the decode section on today's card build (the board model's default
     device) from the attention runs recorded there.  The other measured figures and the
@@ -793,9 +794,10 @@ def rerender(report: dict, impl, graph_runs: dict | None = None, presets: dict |
             kept = [r for r in report["engines"] if not (r["implemented"]["engine"] == "graph" and r.get("memory") == memory)]
             report["engines"] = kept + [_finish_board_row(r, ideal, impl, r["engine"])
                                         for r in graph_board_rows(memory, data)]
-    if graph_runs:
+    if graph_runs or report.get("graph_clock"):      # (the clock is the impl report's: always today's)
         report["graph_clock"], report["graph_card"] = graph_build(
             impl, [report.get("graph_scaling"), *(report.get("graph_scaling_on") or {}).values()])
+    if graph_runs:
         inputs = {"graph": report.get("graph"), "on": {("graph", k): v for k, v in (report.get("graph_on") or {}).items()}}
         for h in report["headline"]:
             if h["paper"].startswith("Piccolo"):
