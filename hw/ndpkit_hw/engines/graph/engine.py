@@ -174,6 +174,7 @@ class GraphEngine(CommandEngine):
         # passes' transfers and byte counts start at a register, not at the rounding add
         after_rows = checks.after(row_count)
         rowptr_len = checks.derive(words(row_count + 1), "rowptr_len", after=after_rows)
+        rowptr_count = checks.derive(row_count + 1, "rowptr_count", after=after_rows)     # (no add to the unpacker)
         edge_len, vertex_len = checks.derive(words(cmd.edges), "edge_len"), checks.derive(words(cmd.n), "vertex_len")
         row_len = checks.derive(words(row_count), "row_len", after=after_rows)     # the slice's values
         last_iteration = checks.derive(cmd.max_iterations - 1, "last_iteration")
@@ -302,9 +303,12 @@ class GraphEngine(CommandEngine):
         # transfers start, and none are in flight at its end: the router's selects start at registers)
         routed_validating, routed_to_lanes = Signal(), Signal()
         m.d.sync += [routed_validating.eq(validating), routed_to_lanes.eq(use_lanes & iterating)]
+        # (so are the single path's and the vertex passes' runs, which their readiness follows)
+        single_run, vertex_run = Signal(), Signal()
+        m.d.sync += [single_run.eq(iterating & ~use_lanes), vertex_run.eq(vertex_pass)]
         m.d.comb += [words_in.validating.eq(routed_validating), words_in.to_lanes.eq(routed_to_lanes),
                      words_in.start.eq(start),
-                     words_in.rowptr_count.eq(row_count + 1), words_in.col_count.eq(cmd.edges),
+                     words_in.rowptr_count.eq(rowptr_count), words_in.col_count.eq(cmd.edges),
                      words_in.val_count.eq(Mux(vertex_pass, pass_count, cmd.edges)),
                      words_in.old_count.eq(pass_count)]
         if lanes_on:
@@ -328,7 +332,7 @@ class GraphEngine(CommandEngine):
         m.d.comb += [gen.rowptr.valid.eq(rp.valid), gen.rowptr.payload.eq(rp.payload),
                      gen.col.valid.eq(col.valid), gen.col.payload.eq(col.payload),
                      gen.val.valid.eq(val.valid), gen.val.payload.eq(val.payload),
-                     gen.run.eq(iterating & ~use_lanes), gen.uses_val.eq(uses_val), gen.start.eq(start),
+                     gen.run.eq(single_run), gen.uses_val.eq(uses_val), gen.start.eq(start),
                      gen.weight.eq(Mux(is_pagerank, FP32_ONE, Mux(program == Program.BFS, 1, 0)))]
         lanes_busy = lane_rowptr_ready = lane_own_ready = lanes_changed = Const(0)
         if lanes_on:
@@ -373,7 +377,7 @@ class GraphEngine(CommandEngine):
         m.submodules.vertex = vertex = VertexPass()
         m.d.comb += [vertex.rank.valid.eq(old.valid), vertex.rank.payload.eq(old.payload),
                      vertex.other.valid.eq(val.valid), vertex.other.payload.eq(val.payload),
-                     vertex.run.eq(vertex_pass), vertex.update.eq(update), vertex.damping.eq(cmd.damping),
+                     vertex.run.eq(vertex_run), vertex.update.eq(update), vertex.damping.eq(cmd.damping),
                      vertex.teleport.eq(cmd.teleport), vertex.dterm.eq(dterm), vertex.start.eq(start)]
         # the streams' readers: validation, the edge generator, the reducer, the vertex passes
         m.d.comb += [rp.ready.eq(gen.rowptr.ready | lane_rowptr_ready), col.ready.eq(gen.col.ready),
