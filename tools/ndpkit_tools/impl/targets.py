@@ -97,10 +97,11 @@ NOTES = {
                                         "reciprocal's rounding add. Next: the q format's selects registered",
     ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on "
                                     "2026-11-26; 11 before RowDot's lane specials and rounding were registered). "
-                                    "Several paths of 9: on 2026-11-28 the q loader's format into its fp16 widening "
-                                    "(block.datapath.q_banks.q_format -> qload_fp16_to_fp322_s4_6), the fold fma's "
-                                    "normalisation, the epilogue's rounding, the serial reciprocal's rounding "
-                                    "add into its result. Next: the q format's selects registered",
+                                    "Several paths of 9: in the netlist re-measured on 2026-11-28 the score "
+                                    "lanes' rounding (block.datapath.score.dots.fixed_dot0.round_s2_0 -> "
+                                    "round_s3_4) first, the epilogue's rounding, the q loader's format into its "
+                                    "fp16 widening, the fold fma's normalisation beside it (ABC's order of equal "
+                                    "paths moves with the netlist). Next: the q format's selects registered",
     ("attention", "ecp5", "levels"): "9 levels (10 on 2026-11-28 morning, 9 on 2026-11-27, 11 before 2026-11-26): "
                                      "the q loader's format into its fp16 widening (block.datapath.q_banks.q_format "
                                      "-> qload_fp16_to_fp322_s1_2) among the paths of 9; the score side's scale "
@@ -176,10 +177,10 @@ NOTES = {
                                   "configuration (4 banks, 16 cache lines and response ids, same datapath): "
                                   "that one fits and places. Next: re-synthesise the default.",
     ("graph", "default", "levels"): "10 levels (2026-11-28; 11 before: the command's state into the row pointers' "
-                                    "unpacker (block.control_state -> block.words.unpack_rowptr.last) and the empty-head "
+                                    "unpacker, block.control_state into block.words.unpack_rowptr.last, and the empty-head "
                                     "compare into the output writer's status queue, gone with the empty-head test "
                                     "registered among the command's sizes and the word router's phase selects a cycle "
-                                    "late; then the single path's and the vertex passes' runs a cycle late and the row pointers' count registered). Paths of 10 now: the validator's column count's compare into the engine's state, the sg unit's run start (a shifted mask and a priority chain), its decoder and its assembler into the pending queue, an adder stage of the sums' tree (the fp32 add's normalising stage: 7 levels alone). Tried and not kept: the validator's done registered (10, the collector's key compares and the vertex passes' adder then the deepest: ABC maps the netlist as a whole) and the run start as a compare a bit (the sg unit's row would need re-measuring; 10 either way). Next: the fp32 add's and multiply's normalising stages split (a stage more each), then the collector and the sg unit. Before: 11 levels (re-synthesised 2026-11-27: the command's state into the row pointers' unpacker (block.control_state -> block.words.unpack_rowptr.last) among them; 15 on 2026-11-26 morning, the first measurement: native Yosys, "
+                                    "late; then the single path's and the vertex passes' runs a cycle late and the row pointers' count registered). Paths of 10 now: the validator's column count's compare into the engine's state (block.validator.col_taken -> block.control_state), the sg unit's run start (a shifted mask and a priority chain), its decoder and its assembler into the pending queue, an adder stage of the sums' tree (the fp32 add's normalising stage: 7 levels alone). Tried and not kept: the validator's done registered (10, the collector's key compares and the vertex passes' adder then the deepest: ABC maps the netlist as a whole) and the run start as a compare a bit (the sg unit's row would need re-measuring; 10 either way). Next: the fp32 add's and multiply's normalising stages split (a stage more each), then the collector and the sg unit. Before: 11 levels (re-synthesised 2026-11-27: the command's state into the row pointers' unpacker (block.control_state -> block.words.unpack_rowptr.last) among them; 15 on 2026-11-26 morning, the first measurement: native Yosys, "
                                     "the WebAssembly build's 4 GiB ran out). Each step measured: the collector's "
                                     "joins by each slot's own hit, a group's leaving registered ahead of the "
                                     "compares -> 15; the edge generator's source outside the state's gate -> 13; "
