@@ -151,7 +151,7 @@ def test_every_default_build_fits_by_the_resource_model(name):
 @pytest.mark.parametrize("name", XILINX)
 def test_boards_doc_and_board_file_name_what_binds_by_the_resource_model(name):
     """docs/boards.md's defaults column and the board file's comment say what
-    ``resources.binding`` says: the most used resource (and its share) and the resources one
+    ``resources.binding`` says (and the row, the board file's engine clock): the most used resource (and its share) and the resources one
     more attention instance would take over the budget, no other."""
     from ndpkit_tools.boards.resources import binding
     board = load_board(name)
@@ -163,6 +163,8 @@ def test_boards_doc_and_board_file_name_what_binds_by_the_resource_model(name):
                   r"exceed ([\w ,]+))?\)", row)
     assert m, row
     assert (int(m.group(1)), m.group(2)) == (round(100 * bound["share"]), words[bound["most_used"]]), row
+    # (and the engines' clock the board file gives: the U55C's and U280's were once swapped here)
+    assert f"engines at {device_options(board)['clock_mhz']} MHz" in row, row
     named = set(re.split(r", | and ", m.group(3))) if m.group(3) else set()
     assert named == {r.upper() for r in bound["one_more"]}, row
     comment = (BOARDS_DIR / name / "board.toml").read_text()

@@ -340,26 +340,37 @@ def _finish_board_row(row: dict, ideal: dict, impl, ideal_name=None, ideal_effic
     return row
 
 
+def per_second_mhz(depth_mhz: int | None, memory: str | None, data: dict | None) -> int | None:
+    """The clock a graph run's cycles are per second at: on the ideal memory (latency in
+    cycles) the clock the logic depth supports; on a board preset (a DRAM's timings in
+    nanoseconds) the clock the run simulated, as its cycle counts hold only there."""
+    if not depth_mhz or memory is None:
+        return depth_mhz
+    return min(depth_mhz, (data or {}).get("engine_mhz", 200))
+
+
 def graph_rate_lines(report: dict) -> list[str]:
     """The graph engine's edges a cycle per memory channel beside Serpens' and ThunderGP's:
     its largest graph's CC iteration in window mode, on the HBM preset where that run is
     present (one instance, one channel), with and without the validation pass."""
-    rows = [(memory, row) for memory, data in [(None, report.get("graph"))] + sorted((report.get("graph_on") or {}).items())
+    rows = [(memory, data, row) for memory, data in [(None, report.get("graph"))] + sorted((report.get("graph_on") or {}).items())
             for label, row in graph_headline_rows(data) if row["mode"] == "window"]
     if not rows:
         return []
     clock = report.get("graph_clock") or {}
     mhz = clock.get("depth_clock_mhz")
-    per_second = (f"GTEPS at {mhz} MHz, the clock the 512-bit configuration's logic depth supports "
-                  f"({clock['depth_levels']} levels; a depth model of its UltraScale+ netlist, not a routed "
-                  "figure)") if mhz else \
+    per_second = (f"GTEPS at {mhz} MHz on the ideal memory, the clock the 512-bit configuration's logic depth "
+                  f"supports ({clock['depth_levels']} levels; a depth model of its UltraScale+ netlist, not a routed "
+                  "figure), and on a board preset at the clock the run simulated (its DRAM's timings are in "
+                  "nanoseconds)") if mhz else \
         "no GTEPS: the 512-bit configuration has no clock evidence yet (docs/impl_report.md)"
     lines = ["Edges a cycle per memory channel (one engine instance on one channel; the largest graph's CC "
              "iteration in window mode, with the validation pass and without it), beside the published "
              f"designs' per-channel rates; {per_second}.", "",
              "| design | memory | graph | edges / cycle / channel | GTEPS / channel |", "|---|---|---|---:|---:|"]
-    for memory, r in rows:
-        gteps = f"{r['edges_per_cycle'] * mhz / 1e3:.3f}" if mhz else "–"
+    for memory, data, r in rows:
+        at = per_second_mhz(mhz, memory, data)
+        gteps = f"{r['edges_per_cycle'] * at / 1e3:.3f} ({at} MHz)" if at else "–"
         lines.append(f"| ndpkit graph engine (window mode, CC) | {memory or 'ideal, latency 200'} | "
                      f"{r['graph']}, {r['edges']:,} edges | {r['edges_per_cycle']:.2f} "
                      f"({r['edges_per_cycle_without_validation']:.2f}) | {gteps} |")
@@ -388,18 +399,21 @@ def graph_scaling_lines(report: dict) -> list[str]:
                   + ", ".join(f"{k} **{v:.3f}**" for k, v in worst.items()) + ".", "",
                   "| graph | kernel | N | cycles | edges / cycle | per instance | scaling | GTEPS |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
-        mhz = (report.get("graph_clock") or {}).get("depth_clock_mhz")
+        depth_mhz = (report.get("graph_clock") or {}).get("depth_clock_mhz")
+        mhz = per_second_mhz(depth_mhz, memory, data)
         for r in rows:
             lines.append(f"| {r['graph']} | {r['kernel']} | {r['instances']} | {r['cycles']:,} | "
                          f"{r['edges_per_cycle']:.3f} | {r['per_instance']:.3f} | {r['scaling']:.3f} | "
                          f"{format(r['edges_per_cycle'] * mhz / 1e3, '.2f') if mhz else '–'} |")
         if mhz:
             card = report.get("graph_card") or {}
-            fits = (f" {card['instances']} instances on a U55C at {mhz} MHz: " +
+            fits = (f" {card['instances']} instances on a U55C at {card['clock_mhz']} MHz: " +
                     (f"a build its board checks take, {card['share']:.0%} of its {card['most_used'].upper()} by the "
                      "resource model." if "share" in card else f"refused: {card.get('refused')}.")) if card else ""
-            lines += ["", f"GTEPS at {mhz} MHz, the clock the graph engine's measured logic depth supports (the "
-                      "rate table above)." + fits]
+            lines += ["", f"GTEPS at {mhz} MHz, " + ("the clock the graph engine's measured logic depth supports "
+                      "(the rate table above)." if mhz == depth_mhz else f"the clock these runs simulated "
+                      f"(`{memory}`'s timings are in nanoseconds), below the {depth_mhz} MHz the engine's logic "
+                      "depth supports.") + fits]
         large = data.get("large") or []
         if large:
             lines += ["", f"Larger graphs on all {large[0]['instances']} instances at once (one instance alone would "
