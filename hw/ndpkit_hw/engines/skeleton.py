@@ -37,6 +37,7 @@ from amaranth.lib import wiring
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.regs import RegisterBlock
+from ndpkit_hw.arith.fp_common import DSP48E2_SHAPE
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.bus.dma import BurstPorts, SettledTransferCheck, Transfer, TransferSweep
 from ndpkit_hw.shell.engine_frontend import command_layout, engine_members
@@ -134,21 +135,20 @@ class CommandChecks:
         return self._stages(after + 1, self._registered(value, name))
 
     def derive_product(self, a, b, name: str, *, after: int = 0) -> Signal:
-        """``a * b`` for a narrow unsigned ``b`` (a head count, a group size), as a registered
-        tree of shifted partial sums: one adder per stage, ``ceil(log2(len(b)))`` stages
-        (at least one), never a multiplier or an adder tree in one cycle.  ``after`` as
-        for :meth:`derive`."""
+        """``a * b`` for a narrow unsigned ``b`` (a head count, a group size) on the hard
+        multipliers, in two register stages: ``a`` in slices of a DSP48E2's 26 unsigned
+        bits (``b``: at most its 17), each slice's product registered (a DSP whose inputs
+        and output are registers: a stage of its own, on no fabric path; the adder tree of
+        ``len(b)`` shifted partial sums it replaces was about 250 LUTs a 32-bit product),
+        then the slices' products summed.  ``after`` as for :meth:`derive`."""
         a, b = Value.cast(a), Value.cast(b)
+        a_bits, b_bits = DSP48E2_SHAPE
+        if len(b) > b_bits:
+            raise ValueError(f"derive_product: b is {len(b)} bits, at most {b_bits}")
         width = len(a) + len(b)
-        terms = [Mux(b[i], a << i, 0) for i in range(len(b))]
-        stage = 0
-        while stage == 0 or len(terms) > 1:
-            pairs = [terms[i:i + 2] for i in range(0, len(terms), 2)]
-            stage += 1
-            terms = [self._registered(sum(p[1:], p[0]).as_unsigned()[:width] if len(p) > 1
-                                      else Value.cast(p[0])[:width], f"{name}_s{stage}_{i}")
-                     for i, p in enumerate(pairs)]
-        return self._stages(after + stage, terms[0])
+        partial = [(lo, self._registered(a[lo:lo + a_bits] * b, f"{name}_p{lo}")) for lo in range(0, len(a), a_bits)]
+        total = sum((Value.cast(p) << lo for lo, p in partial[1:]), Value.cast(partial[0][1]))
+        return self._stages(after + 2, self._registered(total.as_unsigned()[:width], name))
 
     def restart(self):
         """The statement for the cycle a new command is latched: :attr:`settled` rises

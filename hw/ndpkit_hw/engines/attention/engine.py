@@ -167,14 +167,16 @@ class AttentionEngine(CommandEngine):
         cache_rows = request.derive(tokens - append, "cache_rows", after=request.after(tokens))
         first_row = request.derive(needed - tokens, "first_row", after=request.after(tokens))
         # a head's rows in the cache region: the slot's capacity, or (paged) the pool's blocks x block_size
-        head_rows = request.derive(Mux(paged, blocks_to_rows(desc.pool_blocks), desc.capacity), "head_rows")
-        region_step = request.derive((head_rows << row_shift)[:self.addr_width], "region_step",    # one head's region of the slot
-                                     after=request.after(head_rows))           # (or pool)
-        slot_rows = request.derive_product(head_rows, hkv[:7], "slot_rows",   # kv_heads x those rows
-                                           after=request.after(head_rows))
-        slot_bytes = request.derive(slot_rows << row_shift, "slot_bytes", after=request.after(slot_rows))
+        # (paged: blocks x block_size on the multipliers, not a shift by the block size)
+        pool_rows = request.derive_product(desc.pool_blocks, block_rows, "pool_rows")
+        head_rows = request.derive(Mux(paged, pool_rows, desc.capacity), "head_rows", after=request.after(pool_rows))
+        head_bytes = request.derive(head_rows << row_shift, "head_bytes", after=request.after(head_rows))
+        region_step = head_bytes[:self.addr_width]     # one head's region of the slot (or pool)
+        slot_bytes = request.derive_product(head_bytes, hkv[:7], "slot_bytes",   # kv_heads x that
+                                            after=request.after(head_bytes))
         # the rows the request may hold: its capacity, or (paged) its table's blocks x block_size
-        room_rows = request.derive(Mux(paged, blocks_to_rows(desc.blocks), desc.capacity), "room_rows")
+        table_rows = request.derive_product(desc.blocks, block_rows, "table_rows")
+        room_rows = request.derive(Mux(paged, table_rows, desc.capacity), "room_rows", after=request.after(table_rows))
         # a paged request's block_table range: its entries in whole 64-byte units (> 1024 entries: rejected first)
         table_range = request.derive(((desc.blocks[:11] + 15) >> 4) << 6, "block_table_bytes")
         request.require((desc.flags & ~FLAG_APPEND & 0xFFFF_FFFF) != 0)
