@@ -67,8 +67,8 @@ def test_derive_product_is_the_product_when_the_checks_settle():
             assert ctx.get(dut.shifted) == (a * b) << 8
             assert waited == dut.cycles - 1
     run_to_end(dut, bench, deadline=5_000)
-    # 7 terms: three adder stages, the shift one more, then the checks' own four
-    assert dut.cycles == CommandChecks.CYCLES + 4
+    # the slices' products and their sum (two stages), the shift one more, then the checks' own
+    assert dut.cycles == CommandChecks.CYCLES + 3
 
 
 # ---- the serial form: the same verdict as the parallel one -------------------------------

@@ -167,16 +167,17 @@ class SettledTransferCheck:
 
 class TransferSweep:
     """The transfer rule of several held ``{addr, length}`` by one checker, one a cycle:
-    transfer ``k`` (while ``on[k]``) is taken when ``age == start + k`` and its code and
-    end (``addr + length``) land in the registers ``codes[k]`` and ``ends[k]`` (the
-    caller's), valid from ``age == start + k + LATENCY``.  The transfers must hold from
+    transfer ``k`` is taken when ``age == start + k`` and its code lands in the register
+    ``codes[k]`` (the caller's), valid from ``age == start + k + LATENCY``; in the cycle it
+    lands, ``valid`` is high with ``k``, the transfer's ``addr`` and its ``end``
+    (``addr + length``), for the caller to keep.  The transfers must hold from
     ``start`` until their turn.  For checks that can afford a cycle a range (an attention
     request's, while the request before it issues): one adder and two compares behind a
     select, instead of a set of them a range."""
 
     LATENCY = 4
 
-    def __init__(self, m: Module, data_bytes: int, addr_width: int, transfers: list, codes: list, ends: list,
+    def __init__(self, m: Module, data_bytes: int, addr_width: int, transfers: list, codes: list,
                  window_base, window_size, age, start: int):
         width = max(addr_width, LENGTH_WIDTH) + 1
         window_end = Signal(addr_width + 2, name="sweep_window_end")
@@ -186,7 +187,7 @@ class TransferSweep:
                                                   for i in range(3)]
         addr, length = Signal(addr_width, name="sweep_addr"), Signal(LENGTH_WIDTH, name="sweep_length")
         end, addr2 = Signal(width, name="sweep_end"), Signal(addr_width, name="sweep_addr2")
-        end3 = Signal(width, name="sweep_end3")
+        end3, addr3 = Signal(width, name="sweep_end3"), Signal(addr_width, name="sweep_addr3")
         zero, unaligned, outside = Signal(2, name="sweep_zero"), Signal(2, name="sweep_unaligned"), \
             Signal(name="sweep_outside")
         # (the turn's index from the age, then a select by it: a binary select, not a case a turn)
@@ -197,7 +198,7 @@ class TransferSweep:
                      length.eq(Array(t.length for t in transfers)[turn_k])]
         payload = Transfer(addr, length)
         m.d.sync += [valid[1:].eq(valid[:2]), k[1].eq(k[0]), k[2].eq(k[1]),
-                     end.eq(addr + length), addr2.eq(addr), end3.eq(end),
+                     end.eq(addr + length), addr2.eq(addr), end3.eq(end), addr3.eq(addr2),
                      Cat(zero[0], unaligned[0]).eq(Cat(*_shape_tests(data_bytes, payload))),
                      zero[1].eq(zero[0]), unaligned[1].eq(unaligned[0]),
                      outside.eq(_below(addr2, window_base) | (end > window_end))]
@@ -206,7 +207,8 @@ class TransferSweep:
             with m.Switch(k[2]):
                 for i in range(len(transfers)):
                     with m.Case(i):
-                        m.d.sync += [codes[i].eq(code), ends[i].eq(end3)]
+                        m.d.sync += codes[i].eq(code)
+        self.valid, self.k, self.addr, self.end = valid[2], k[2], addr3, end3
 
 
 class BurstSplitter(wiring.Component):

@@ -33,7 +33,8 @@ from __future__ import annotations
 import contextlib
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.regs import RegisterBlock
@@ -178,9 +179,9 @@ class CommandChecks:
                                     Const(int(ErrorCode.OUT_OF_WINDOW), 4)))
             held = Transfer(self._registered(t.addr, f"{name}_addr"), self._registered(t.length, f"{name}_length"))
             if self.serial:
-                code = Signal(4, name=f"{self.prefix}{name}_code")
-                end = Signal(max(e.addr_width, 32) + 1, name=f"{self.prefix}{name}_end")
-                self._swept.append((held, code, end))
+                # (its end goes into the sweep's register file, read by the pair compares)
+                code, end = Signal(4, name=f"{self.prefix}{name}_code"), None
+                self._swept.append((held, code))
             else:
                 check = SettledTransferCheck(self.m, self.word_bytes, e.addr_width, held, e.window_base,
                                              e.window_size)
@@ -189,7 +190,10 @@ class CommandChecks:
             self._rules.append((on & (code != 0), code))
 
     def end(self, name: str) -> Signal:
-        """Range ``name``'s end (``addr + length``), valid from the third cycle of the checks."""
+        """Range ``name``'s end (``addr + length``), valid from the third cycle of the checks
+        (not kept by the serial form)."""
+        if self.serial:
+            raise ValueError("checks: a serial sweep keeps no register of a range's end")
         return self._ends[name][1]
 
     def disjoint(self, names) -> None:
@@ -214,14 +218,23 @@ class CommandChecks:
         held range has settled; :attr:`cycles` grows by the sweep."""
         m, e, age = self.m, self.engine, self._age
         start = self.cycles - self.CYCLES + 1          # the held ranges settle (age counts from 0)
-        transfers, codes, ends = zip(*self._swept)
-        TransferSweep(m, self.word_bytes, e.addr_width, list(transfers), list(codes), list(ends),
-                      e.window_base, e.window_size, age, start)
+        transfers, codes = zip(*self._swept)
+        sweep = TransferSweep(m, self.word_bytes, e.addr_width, list(transfers), list(codes),
+                              e.window_base, e.window_size, age, start)
+        # the swept ranges' addresses and ends in a register file (a distributed RAM with a
+        # read port a side of the pair), not a select of every range's registers a side
+        names = list(self._ends)
+        ranges = Memory(shape=data.StructLayout({"addr": e.addr_width, "end": len(sweep.end)}), depth=len(names),
+                        init=[])
+        m.submodules[f"{self.prefix}swept_ranges"] = ranges
+        wp = ranges.write_port()
+        a_rp, b_rp = ranges.read_port(domain="comb"), ranges.read_port(domain="comb")
+        m.d.comb += [wp.addr.eq(sweep.k), wp.data.addr.eq(sweep.addr), wp.data.end.eq(sweep.end),
+                     wp.en.eq(sweep.valid)]
         pair_start = start + len(transfers) + TransferSweep.LATENCY
         # a pair a cycle: the pair's ranges' indices from the age, registered; both ranges
-        # selected by them and registered; compared and registered; or-ed into its rule's flag
+        # read by them and registered; compared and registered; or-ed into its rule's flag
         # (cleared as the command is taken)
-        names = list(self._ends)
         index = range(max(2, len(names)))
         a_k, b_k = Signal(index, name=f"{self.prefix}pair_a_k"), Signal(index, name=f"{self.prefix}pair_b_k")
         go = [Signal(name=f"{self.prefix}pair_go{i}") for i in range(3)]
@@ -231,14 +244,15 @@ class CommandChecks:
             for j, (a, b, f) in enumerate(self._pairs):
                 with m.Case(pair_start - 1 + j):
                     m.d.sync += [go[0].eq(1), a_k.eq(names.index(a)), b_k.eq(names.index(b)), which[0].eq(f)]
-        addr = Array(self._ends[n][0].addr for n in names)
-        end, on = (Array(self._ends[n][i] for n in names) for i in (1, 2))
-        a_addr, b_addr = Signal(e.addr_width, name=f"{self.prefix}pair_a"), Signal(e.addr_width, name=f"{self.prefix}pair_b")
-        a_end, b_end = Signal.like(ends[0], name=f"{self.prefix}pair_a_end"), Signal.like(ends[0], name=f"{self.prefix}pair_b_end")
+        on = Array(self._ends[n][2] for n in names)
+        m.d.comb += [a_rp.addr.eq(a_k), b_rp.addr.eq(b_k)]
+        a_range, b_range = Signal.like(a_rp.data, name=f"{self.prefix}pair_a"), \
+            Signal.like(b_rp.data, name=f"{self.prefix}pair_b")
         both, hit = Signal(name=f"{self.prefix}pair_on"), Signal(name=f"{self.prefix}pair_hit")
-        m.d.sync += [a_addr.eq(addr[a_k]), b_addr.eq(addr[b_k]), a_end.eq(end[a_k]), b_end.eq(end[b_k]),
+        m.d.sync += [a_range.eq(a_rp.data), b_range.eq(b_rp.data),
                      both.eq(on[a_k] & on[b_k]), go[1].eq(go[0]), which[1].eq(which[0]),
-                     hit.eq(both & (a_addr < b_end) & (b_addr < a_end)), go[2].eq(go[1]), which[2].eq(which[1])]
+                     hit.eq(both & (a_range.addr < b_range.end) & (b_range.addr < a_range.end)),
+                     go[2].eq(go[1]), which[2].eq(which[1])]
         with m.If(age == 0):
             m.d.sync += [flag.eq(0) for flag in self._flags]
         with m.Elif(go[2] & hit):
