@@ -61,6 +61,7 @@ LIGHT = ("table", *WRITES)
 WRITER_OPTIONS = {"status": {"word_bits": 32}, **{name: {"strobes": False} for name in WRITES[1:]}}
 assert BLOCK_SIZES == (16, 32, 64, 128)                # a block's shift is 4 + a 2-bit amount
 STATUS_OFFSET = 4 * DESCRIPTOR_FIELDS.index("status")
+OFFERED = 4                                            # a paged piece's phase once its transfer is offered
 
 Descriptor = data.StructLayout({**{name: 32 for name in DESCRIPTOR_FIELDS},
                                 "reserved": 8 * DESCRIPTOR_BYTES - 32 * len(DESCRIPTOR_FIELDS)})
@@ -135,14 +136,14 @@ class AttentionEngine(CommandEngine):
         row_bytes = checks.derive(1 << row_shift, "row_bytes")
         last_request = checks.derive(cmd.requests - 1, "last_request")            # (0 requests: rejected)
         # paged (block_size 16..128): a block is 1 << (4 + shift) rows; shifts by it are a 4-way mux
+        # (multiplies by it, its rows or bytes, are on the DSPs)
         paged = checks.derive(bs != 0, "paged")
         block_shift = checks.derive(Mux(bs[7], 3, Mux(bs[6], 2, Mux(bs[5], 1, 0))), "block_shift")
         block_shift = block_shift[:2]
         block_mask = checks.derive((bs - 1)[:7], "block_mask")                      # (block_size 0: unused)
         block_rows = checks.derive(bs, "block_rows")
-
-        def blocks_to_rows(x):
-            return (x << block_shift) << 4
+        # (at most 128 rows of 256 bytes: 16 bits, within a DSP48E2's 17-bit unsigned port)
+        block_bytes = checks.derive((bs << row_shift)[:16], "block_bytes")
 
         def rows_to_blocks(x):
             return (x >> 4) >> block_shift
@@ -221,10 +222,13 @@ class AttentionEngine(CommandEngine):
         last_rows = request.derive((length_less[:7] & block_mask) + 1, "last_rows", after=request.after(length_less))
         later_blocks = request.derive(last_block - first_block, "later_blocks",   # a head's pieces after the first
                                       after=request.after(last_block, first_block))
-        # the new row's offset in its head's region (paged: from the block id read, append_id)
+        # the new row's offset in its head's region (paged: from the block id read, append_id, on a
+        # DSP48E2 as the pieces' blocks; registered twice, so BLOCKS_CHECK waits three cycles)
         append_id = Signal(32)
-        append_offset = request.derive(Mux(paged, rows_to_bytes(blocks_to_rows(append_id) | append_row),
-                                           desc.length << row_shift)[:self.addr_width], "append_offset")
+        append_block = request.derive(append_id[:26] * block_bytes, "append_block")
+        append_offset = request.derive(Mux(paged, append_block | rows_to_bytes(append_row),
+                                           desc.length << row_shift)[:self.addr_width], "append_offset",
+                                       after=request.after(append_block))
         request_check = request.code()                 # (after the last derived value: it waits for them all)
 
         # ---- issuing a good request, head by head ------------------------------------------
@@ -299,12 +303,15 @@ class AttentionEngine(CommandEngine):
             m.submodules[f"{name}_fork_flags"] = flags
             # the paged generator
             ids_read = ids.read_port()
-            phase = Signal(2, name=f"{name}_piece_phase")  # 0: the id read, 1: its row, 2: its address, 3: offered
+            # 0: the id read, 1: the id registered, 2: its block's offset, 3: the piece's address, 4: offered
+            phase = Signal(range(OFFERED + 1), name=f"{name}_piece_phase")
             block = Signal(entry_bits, name=f"{name}_piece_block")
             later = Signal(entry_bits, name=f"{name}_pieces_later")   # the head's pieces after this one
             first = Signal(name=f"{name}_piece_first")
             head_base = Signal(self.addr_width, name=f"{name}_head_base")
-            piece_row = Signal(self.addr_width, name=f"{name}_piece_row")     # in the head's pool region
+            piece_id = Signal(26, name=f"{name}_piece_id")    # (a good id: id x block bytes < 2**32)
+            piece_skip = Signal(16, name=f"{name}_piece_skip")              # bytes before the piece in its block
+            piece_block = Signal(self.addr_width, name=f"{name}_piece_block_offset")   # its block in the pool region
             piece_rows = Signal(8, name=f"{name}_piece_rows")
             piece_addr = Signal(self.addr_width, name=f"{name}_piece_addr")
             piece_bytes = Signal(16, name=f"{name}_piece_bytes")
@@ -314,9 +321,9 @@ class AttentionEngine(CommandEngine):
             with m.If(start):
                 m.d.sync += [cache_addr.eq(cache_base + cache_offset), new_addr.eq(new_base),
                              part.eq(~has_cache), head_base.eq(cache_base), block.eq(first_block),
-                             later.eq(later_blocks), first.eq(1), phase.eq(Mux(has_cache, 0, 3))]
+                             later.eq(later_blocks), first.eq(1), phase.eq(Mux(has_cache, 0, OFFERED))]
             on_new = part                                  # (paged: part is set on the head's last piece)
-            offered = ~paged | (phase == 3)
+            offered = ~paged | (phase == OFFERED)
             m.d.comb += [iss.cmd.valid.eq(iss.active & flags.w_rdy & offered),
                          iss.cmd.payload.addr.eq(Mux(on_new, new_addr, Mux(paged, piece_addr, cache_addr))),
                          iss.cmd.payload.length.eq(Mux(on_new, row_bytes,
@@ -327,16 +334,21 @@ class AttentionEngine(CommandEngine):
                     with m.Case(0):
                         m.d.sync += phase.eq(1)
                     with m.Case(1):
-                        m.d.sync += [piece_row.eq(blocks_to_rows(ids_read.data) | Mux(first, i_first_offset, 0)),
+                        m.d.sync += [piece_id.eq(ids_read.data),
+                                     piece_skip.eq(rows_to_bytes(Mux(first, i_first_offset, 0))),
                                      piece_rows.eq(Mux(first, Mux(only, i_cache_rows[:8], i_to_end),
                                                        Mux(only, i_last_rows, block_rows))),
                                      phase.eq(2)]
                     with m.Case(2):
-                        m.d.sync += [piece_addr.eq(head_base + rows_to_bytes(piece_row)),
-                                     piece_bytes.eq(rows_to_bytes(piece_rows)), phase.eq(3)]
+                        # (id x block bytes on a DSP48E2, from registers into a register; the skip
+                        # is below a block's bytes: an OR adds it)
+                        m.d.sync += [piece_block.eq(piece_id * block_bytes), piece_bytes.eq(rows_to_bytes(piece_rows)),
+                                     phase.eq(3)]
+                    with m.Case(3):
+                        m.d.sync += [piece_addr.eq(head_base + (piece_block | piece_skip)), phase.eq(OFFERED)]
             next_head = [part.eq(~i_has_cache), cache_addr.eq(cache_addr + i_region_step),
                          head_base.eq(head_base + i_region_step), block.eq(i_first_block),
-                         later.eq(i_later_blocks), first.eq(1), phase.eq(Mux(i_has_cache, 0, 3)),
+                         later.eq(i_later_blocks), first.eq(1), phase.eq(Mux(i_has_cache, 0, OFFERED)),
                          new_addr.eq(new_addr + row_bytes), iss.head.eq(iss.head + 1)]
             with m.If(iss.fire):
                 with m.If(~on_new & paged & ~only):        # a paged head's next piece
@@ -538,9 +550,9 @@ class AttentionEngine(CommandEngine):
                 m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
                              retire_in.code.eq(ErrorCode.BAD_INDEX), retire_in.outputs.eq(0)]
                 m.d.sync += blocks_settle.eq(blocks_settle + 1)
-                with m.If(blocks_settle == 2):
-                    m.d.sync += blocks_settle.eq(2)
-                with m.If((blocks_settle == 2) & ~issuing):
+                with m.If(blocks_settle == 3):
+                    m.d.sync += blocks_settle.eq(3)
+                with m.If((blocks_settle == 3) & ~issuing):
                     with m.If(bad_index):
                         m.d.comb += retire.w_en.eq(retire.w_rdy)
                         with m.If(retire.w_rdy):
