@@ -205,18 +205,24 @@ async def graph_programs(dut):
     # column there, among the first words, or in a graph whose columns all lie in that tail
     # (fewer column words than the window's) still writes nothing; then a good command
     few = csr.pull(sp.csr_array((np.ones(9), (np.arange(9), np.arange(1, 10))), shape=(g.n, g.n)), "cc")
+    # (PageRank's too when its contributions are given: its first pass is the pull sums')
+    given = {"contributions": 2, "max_iterations": 1}
     for graph, at in ((g, len(g.col) - 1), (g, len(g.col) - 20), (g, 2), (few, len(few.col) - 1), (few, 0)):
-        for program in (Program.CC, Program.SSSP, Program.SPMV):
+        for program in (Program.CC, Program.SSSP, Program.SPMV, Program.PAGERANK):
             c = graph.col.copy()
             c[at] = graph.n + int(rng.integers(0, 3))
             bad = csr.PullGraph(graph.n, graph.rowptr, c, None, None)
             dut._log.info(f"bad column {at} of {len(c)}, {program.name}, window {graph.n}")
             await _run(dut, source, sink, memory, rng,
-                       _fields(layout, graph.n, len(c), program, 0, window=graph.n),
+                       {**_fields(layout, graph.n, len(c), program, 0, window=graph.n),
+                        **(given if program == Program.PAGERANK else {})},
                        _image(rng, layout, bad, program), expect=ErrorCode.BAD_INDEX)
         await _run(dut, source, sink, memory, rng, _fields(layout, graph.n, len(graph.col), Program.SSSP, 0,
                                                           window=graph.n),
                    _image(rng, layout, graph, Program.SSSP), expect=0)
+        await _run(dut, source, sink, memory, rng,
+                   {**_fields(layout, graph.n, len(graph.col), Program.PAGERANK, 0, window=graph.n), **given},
+                   _image(rng, layout, graph, Program.PAGERANK), expect=0)
     bad_end = csr.PullGraph(g.n, g.rowptr, g.col, None, None)
     await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col) - 1, Program.CC, 0),
                _image(rng, layout, bad_end, Program.CC), expect=ErrorCode.BAD_GRAPH)

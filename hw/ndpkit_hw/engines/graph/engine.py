@@ -100,6 +100,9 @@ from ndpkit_hw.engines.sg.unit import SgUnit
 
 __all__ = ["GraphEngine"]
 
+#: the row sums' FMAs of a build with edge lanes (SpMV's and PageRank's rows, four entries a cycle)
+SUM_FMAS = 4
+
 #: the first edge pass's results held on chip while its last column words are judged
 HELD_RESULTS = 1024
 
@@ -118,11 +121,12 @@ class GraphEngine(CommandEngine):
                                  response_ids=response_ids, group_timeout=group_timeout, tickets=tickets,
                                  cache_lines=cache_lines)
         # edge lanes (above 1): the edge passes take `edge_lanes` edges a cycle when every
-        # source is in the window (lanes.py), the sums' rows two entries a cycle into two
-        # FMAs; else the single-edge path below (the bundler refuses a lane count it cannot
-        # take, the window lanes without a window)
+        # source is in the window (lanes.py), the sums' rows up to four entries a cycle into
+        # four FMAs (a short row's; a long row's two a cycle: rowsums.py); else the
+        # single-edge path below (the bundler refuses a lane count it cannot take, the
+        # window lanes without a window)
         self.edge_lanes = edge_lanes
-        self.sum_fmas = 2 if edge_lanes != 1 else 1
+        self.sum_fmas = 1 if edge_lanes == 1 else min(edge_lanes, SUM_FMAS)
         if edge_lanes != 1:
             self.lanes = EdgeLanes(edge_lanes, data_width, sum_fmas=self.sum_fmas)
         self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0)
@@ -179,7 +183,8 @@ class GraphEngine(CommandEngine):
         row_len = checks.derive(words(row_count), "row_len", after=after_rows)     # the slice's values
         last_iteration = checks.derive(cmd.max_iterations - 1, "last_iteration")
         # The source window loads beside the validation pass when the first pass runs on the
-        # edge lanes (every source in the window: CC, BFS, SSSP, SpMV): that pass then judges
+        # edge lanes (every source in the window: CC, BFS, SSSP, SpMV, PageRank's pull sums over given
+        # contributions): that pass then judges
         # the row pointers and the first column words, and the last `tail_words` column words
         # (as many as the window's, so the first phase streams what the validation alone
         # did) are judged beside the first edge pass, read by the window's reader, which is
@@ -188,8 +193,10 @@ class GraphEngine(CommandEngine):
         lanes_on = self.edge_lanes > 1     # the edge lanes are built
         word_shift = (word - 1).bit_length()
         col_words = edge_len[word_shift:]
-        first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & ~is_pagerank & (cmd.edges != 0) if lanes_on
-                                       else Const(0), "first_on_lanes")
+        # (PageRank's first pass is an edge pass when its contributions are given: its pull
+        # sums, over the contributions the host wrote into scratch)
+        first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & (~is_pagerank | (cmd.contributions == 2)) &
+                                       (cmd.edges != 0) if lanes_on else Const(0), "first_on_lanes")
         vertex_words = vertex_len[word_shift:]
         tail_words = checks.derive(Mux(first_on_lanes, Mux(col_words < vertex_words, col_words, vertex_words), 0),
                                    "tail_words", after=checks.after(edge_len, vertex_len, first_on_lanes))
@@ -385,7 +392,7 @@ class GraphEngine(CommandEngine):
                      old.ready.eq(gather.own.ready | vertex.rank.ready | lane_own_ready)]
 
         # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree; the results' routes ----
-        # SpMV and PageRank's pull pass: a row's entries (from the sum lanes two a cycle, or
+        # SpMV and PageRank's pull pass: a row's entries (from the sum lanes four a cycle, or
         # the single path's one); PageRank's vertex passes: one row of all n vertices (the
         # dangling rank, the L1 change), its sum kept
         # (eight banks for the lanes' short rows; a build without lanes, two, as its single

@@ -9,9 +9,13 @@ with ``ACC_LANES = partials``).
 Up to ``fmas`` entries of a row come in a cycle (``count`` of them, in lanes 0 ..
 count - 1; ``count = 0`` with ``last`` is a row without entries).  Entry ``k`` goes to
 FMA ``k mod fmas``, which owns the partials of that residue, so the entries of a cycle
-never share an FMA.  A partial's next entry comes ``partials / fmas`` cycles later at
-the earliest, and that is at least the FMA's recurrence (an input stage, the partial's
-read, the FMA): a long row's entries go in at ``fmas`` a cycle.
+never share an FMA.  A partial's next entry may come no earlier than the FMA's
+recurrence (an input stage, the partial's read, the FMA: ``latency + 2`` cycles) after
+its last one.  With ``partials / fmas`` at least that, a long row's entries go in at
+``fmas`` a cycle; with more FMAs (four: the edge lanes' short rows at four entries a
+cycle) a row's entry ``k`` waits until entry ``k - partials`` went in that long ago
+(a delay line of the row's count of entries taken), so a long row goes in at
+``partials / (latency + 2)`` entries a cycle, two.
 
 A row holds one of ``banks`` banks of partials from its first entry until its sums go
 down the tree, which is the FMA's latency after its last entry: with several banks the
@@ -58,10 +62,8 @@ class RowSums(wiring.Component):
         self.fma = FpFma(lanes=fmas)
         if partials not in (TREE_LANES, 2 * TREE_LANES):
             raise ValueError(f"graph: row sums take {TREE_LANES} or {2 * TREE_LANES} partials, not {partials}")
-        # (the input stage and the partial's read stand before the FMA)
-        if partials // fmas < self.fma.latency + 2:
-            raise ValueError(f"graph: {partials} partials cannot keep {fmas} FMAs of latency "
-                             f"{self.fma.latency} busy (a partial's next entry would come before its sum)")
+        # (the input stage and the partial's read stand before the FMA: a partial's reuse distance)
+        self.recurrence = self.fma.latency + 2
         self.partials, self.fmas, self.banks = partials, fmas, banks
         self.halves = partials // TREE_LANES
         self.tree = FpReduce(lanes=TREE_LANES, op="sum")
@@ -94,9 +96,27 @@ class RowSums(wiring.Component):
         bank = Signal(range(B))                  # the current row's bank
         pending = Signal(B)                      # a bank's row has all its entries
         final = Signal(B)                        # ... and all its FMAs' results
-        m.d.comb += entry.ready.eq(~(pending >> bank)[0])
         take = entry.valid & entry.ready
         ends = take & entry.payload.last
+        if P // F >= self.recurrence:
+            m.d.comb += entry.ready.eq(~(pending >> bank)[0])
+        else:
+            # the row's entries taken (modulo 4P: the rule keeps the count within P + F of the
+            # count a recurrence ago) and that count a recurrence ago, zeroed as a row starts
+            # (a new row's first P entries reuse no partial); a cycle's F entries may go in when
+            # the last of them is at most P past it (F, not the cycle's count, and the test
+            # registered from the counts' next values: the readiness starts at a register)
+            Count = range(4 * P)
+            taken = Signal(Count)
+            history = [Signal(Count, name=f"taken_ago{i}") for i in range(self.recurrence)]
+            room = Signal(init=1)
+            m.d.comb += entry.ready.eq(~(pending >> bank)[0] & room)
+            restart = ends | self.start
+            taken_next = Mux(restart, 0, Mux(take, taken + entry.payload.count, taken))
+            oldest_next = Mux(restart, 0, history[-2])
+            m.d.sync += [taken.eq(taken_next), history[0].eq(taken_next),
+                         room.eq(((taken_next + F - oldest_next) % (4 * P)) <= P)] + \
+                [b.eq(Mux(restart, 0, a)) for a, b in zip(history, history[1:])]
 
         # ---- input stage: each entry to its FMA (entry j is partial position + j) ----------
         Lane = data.StructLayout({"valid": 1, "a": 32, "b": 32, "index": index_bits})

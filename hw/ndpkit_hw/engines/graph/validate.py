@@ -92,8 +92,12 @@ class GraphValidator(wiring.Component):
             m.d.sync += self.bad_graph.eq(1)
         with m.If(col_flags.any()):
             m.d.sync += self.bad_index.eq(1)
-        m.d.comb += self.done.eq(~rp_more & ~col_more & ~rp_valid & ~col_valid & ~judged_rp & ~judged_col)
+        # (registered, a cycle after the last verdict, cleared by start: the words' compares end
+        # at a register, not in the engine's state)
+        done = Signal()
+        m.d.sync += done.eq(~rp_more & ~col_more & ~rp_valid & ~col_valid & ~judged_rp & ~judged_col)
+        m.d.comb += self.done.eq(done)
         with m.If(self.start):
-            m.d.sync += [rp_taken.eq(0), col_taken.eq(self.col_from), rp_valid.eq(0), col_valid.eq(0), judged_rp.eq(0),
+            m.d.sync += [done.eq(0), rp_taken.eq(0), col_taken.eq(self.col_from), rp_valid.eq(0), col_valid.eq(0), judged_rp.eq(0),
                          judged_col.eq(0), self.bad_graph.eq(0), self.bad_index.eq(0)]
         return m
