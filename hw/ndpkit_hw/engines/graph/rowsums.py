@@ -28,7 +28,7 @@ Sums leave on ``sums``, in row order, through a queue the tree never overruns (a
 is drained only when the queue has room for every row in flight).
 
 ``start`` empties it; ``idle`` is high when no entry, FMA or tree sum is in flight
-(sums may still wait in the queue).
+(sums may still wait in the queue), a cycle late, and low while an entry is offered.
 """
 from __future__ import annotations
 
@@ -197,7 +197,11 @@ class RowSums(wiring.Component):
             m.d.comb += [out.w_en.eq(tree.o.valid), out.w_data.eq(tree.o.payload)]
         flight = Cat(*(issue[f].valid for f in range(F)), issue_end, fma.i.valid,
                      *(t.write for t in tags), *(t.end for t in tags))
-        m.d.comb += self.idle.eq((pending == 0) & (flight == 0) & (in_tree == 0))
+        # (registered, a cycle late: with no entry offered that cycle, none can have gone in
+        # since; four FMAs' tags are a wide OR, which ended in the engine's state)
+        idle = Signal(init=1)
+        m.d.sync += idle.eq((pending == 0) & (flight == 0) & (in_tree == 0) & ~entry.valid)
+        m.d.comb += self.idle.eq(idle)
         with m.If(self.start):
             m.d.sync += [pending.eq(0), final.eq(0), bank.eq(0), drain.eq(0), half.eq(0), position.eq(0),
                          fma.i.valid.eq(0), issue_end.eq(0)] + [issue[f].valid.eq(0) for f in range(F)] + \
