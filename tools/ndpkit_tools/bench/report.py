@@ -405,6 +405,10 @@ def graph_scaling_lines(report: dict) -> list[str]:
             lines.append(f"| {r['graph']} | {r['kernel']} | {r['instances']} | {r['cycles']:,} | "
                          f"{r['edges_per_cycle']:.3f} | {r['per_instance']:.3f} | {r['scaling']:.3f} | "
                          f"{format(r['edges_per_cycle'] * mhz / 1e3, '.2f') if mhz else '–'} |")
+        # (a run whose rows were not all measured on one RTL says which: its ``notes``)
+        notes = data.get("notes") or {}
+        if notes.get("rows"):
+            lines += ["", notes["rows"]]
         if mhz:
             card = report.get("graph_card") or {}
             fits = (f" {card['instances']} instances on a U55C at {card['clock_mhz']} MHz: " +
@@ -432,6 +436,8 @@ def graph_scaling_lines(report: dict) -> list[str]:
             lines += ["", "Beyond the 16,384-vertex window the sources outside it go through the scatter-gather "
                       "unit (Piccolo row gathers): the rate per instance falls toward the unit's; tiling the "
                       "sources into windows is what would keep these graphs at the window's rate."]
+            if notes.get("large"):
+                lines += ["", notes["large"]]
         split = [r for r in rows if r["kernel"] == "pagerank" and "setup_cycles" in r]
         if split:
             most = max(r["instances"] for r in split)
