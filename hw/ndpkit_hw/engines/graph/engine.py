@@ -195,7 +195,8 @@ class GraphEngine(CommandEngine):
         col_words = edge_len[word_shift:]
         # (PageRank's first pass is an edge pass when its contributions are given: its pull
         # sums, over the contributions the host wrote into scratch)
-        first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & (~is_pagerank | (cmd.contributions == 2)) &
+        given = cmd.contributions == 2     # PageRank's contributions given (see below)
+        first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & (~is_pagerank | given) &
                                        (cmd.edges != 0) if lanes_on else Const(0), "first_on_lanes")
         vertex_words = vertex_len[word_shift:]
         tail_words = checks.derive(Mux(first_on_lanes, Mux(col_words < vertex_words, col_words, vertex_words), 0),
@@ -217,7 +218,6 @@ class GraphEngine(CommandEngine):
         checks.require((cmd.first_row[:lane_bits] != 0) | (cmd.first_row >= cmd.n))
         checks.require((slice_end > cmd.n) | (row_count[:lane_bits] != 0) & (slice_end != cmd.n))
         # PageRank's contributions: 0 every vertex's, 1 the slice's only, 2 given (then the slice's)
-        given = cmd.contributions == 2
         whole = (cmd.first_row == 0) & (row_count == cmd.n)
         checks.require((cmd.contributions > 2) | (cmd.contributions != 0) & ~is_pagerank)
         checks.require(given & (cmd.max_iterations != 1) & ~whole)

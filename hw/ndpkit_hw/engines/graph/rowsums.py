@@ -107,15 +107,15 @@ class RowSums(wiring.Component):
             # the last of them is at most P past it (F, not the cycle's count, and the test
             # registered from the counts' next values: the readiness starts at a register)
             Count = range(4 * P)
+            # (history[i]: the count i cycles before the last; history[0] is the count itself)
             taken = Signal(Count)
-            history = [Signal(Count, name=f"taken_ago{i}") for i in range(self.recurrence)]
+            history = [taken] + [Signal(Count, name=f"taken_ago{i}") for i in range(1, self.recurrence)]
             room = Signal(init=1)
             m.d.comb += entry.ready.eq(~(pending >> bank)[0] & room)
             restart = ends | self.start
             taken_next = Mux(restart, 0, Mux(take, taken + entry.payload.count, taken))
             oldest_next = Mux(restart, 0, history[-2])
-            m.d.sync += [taken.eq(taken_next), history[0].eq(taken_next),
-                         room.eq(((taken_next + F - oldest_next) % (4 * P)) <= P)] + \
+            m.d.sync += [taken.eq(taken_next), room.eq(((taken_next + F - oldest_next) % (4 * P)) <= P)] + \
                 [b.eq(Mux(restart, 0, a)) for a, b in zip(history, history[1:])]
 
         # ---- input stage: each entry to its FMA (entry j is partial position + j) ----------
