@@ -43,11 +43,11 @@ Phases:
    (:mod:`~ndpkit_hw.engines.graph.lanes`: up to ``edge_lanes`` edges of a row a cycle,
    the same results).
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to the row sums
-   (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 32] = fma(val,
-   x[u], partial[k mod 32])`` (32 partials, two FMAs of latency 14 owning 16 each), eight
-   banks of partials so short rows follow each other, then the adder tree, rows in
-   order.  When every source is in the window the edge lanes' sum lanes feed it two
-   entries a cycle (PageRank's pull pass too); the single path, one.
+   (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 64] = fma(val,
+   x[u], partial[k mod 64])`` (64 partials in distributed RAM, four FMAs of latency 14
+   owning 16 each), sixteen banks of partials so short rows follow each other, then the
+   adder tree, rows in order.  When every source is in the window the edge lanes' sum
+   lanes feed it four entries a cycle (PageRank's pull pass too); the single path, one.
 
 5. *PageRank* (``val`` the out-degrees, ``scratch`` 2 x n words, four fp32 constants):
    per iteration a contributions pass (ranks, degrees -> ``rank / deg`` into scratch;
@@ -102,6 +102,10 @@ __all__ = ["GraphEngine"]
 
 #: the row sums' FMAs of a build with edge lanes (SpMV's and PageRank's rows, four entries a cycle)
 SUM_FMAS = 4
+#: the row sums' banks of partials (distributed RAM: a bank is 64 words more), rows in
+#: flight: a one-entry row holds its bank about 20 cycles, so sixteen let such rows come
+#: at about one a cycle
+SUM_BANKS = 16
 
 #: the first edge pass's results held on chip while its last column words are judged
 HELD_RESULTS = 1024
@@ -121,8 +125,8 @@ class GraphEngine(CommandEngine):
                                  response_ids=response_ids, group_timeout=group_timeout, tickets=tickets,
                                  cache_lines=cache_lines)
         # edge lanes (above 1): the edge passes take `edge_lanes` edges a cycle when every
-        # source is in the window (lanes.py), the sums' rows up to four entries a cycle into
-        # four FMAs (a short row's; a long row's two a cycle: rowsums.py); else the
+        # source is in the window (lanes.py), the sums' rows four entries a cycle into four
+        # FMAs (rowsums.py); else the
         # single-edge path below (the bundler refuses a lane count it cannot take, the
         # window lanes without a window)
         self.edge_lanes = edge_lanes
@@ -397,7 +401,7 @@ class GraphEngine(CommandEngine):
         # dangling rank, the L1 change), its sum kept
         # (eight banks for the lanes' short rows; a build without lanes, two, as its single
         # path takes an entry a cycle)
-        m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=8 if lanes_on else 2)
+        m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=SUM_BANKS if lanes_on else 2)
         m.submodules.results = results = ResultRouter(self.sum_fmas)
         wiring.connect(m, results.entry, sums.entry)
         wiring.connect(m, sums.sums, results.row_sums)
