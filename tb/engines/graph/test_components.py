@@ -488,7 +488,7 @@ def _row_sum_items(cycles, a, b, fmas):
             for k, count, last in cycles]
 
 
-@pytest.mark.parametrize("fmas,banks", [(1, 2), (2, 8), (4, 16), pytest.param(2, 1, marks=pytest.mark.long)])
+@pytest.mark.parametrize("fmas,banks", [(1, 2), (2, 8), (4, 16), (8, 16), pytest.param(2, 1, marks=pytest.mark.long)])
 def test_row_sums_equal_the_golden_row_sums(rng, fmas, banks):
     """Rows of 0 to 130 entries (empty rows, rows past a quarter of the 64 partials and
     past all of them, single entries in a row: the banks' turn at full speed) of random fp32 products with signed zeros,
@@ -600,14 +600,30 @@ def test_row_sums_take_four_entries_a_cycle():
     """With four FMAs (sixteen partials each, as many as the FMA's recurrence of 16
     cycles) rows go in at four entries a cycle however long, and rows of one to sixteen
     entries drain in one cycle each (a quarter of the partials: the others are +0), so
-    short rows follow each other at the rate they come; every sum is its row's (no entry
-    lost to a partial reused too early)."""
-    short = [16] * 24 + [12, 5, 32, 8] * 4 + [1, 3, 2, 4] * 8
+    with the engine's sixteen banks short rows follow each other at the rate they come;
+    every sum is its row's (no entry lost to a partial reused too early)."""
     from ndpkit_hw.engines.graph.engine import SUM_BANKS
+    short = [16] * 24 + [12, 5, 32, 8] * 4 + [1, 3, 2, 4] * 8
     taken, offered = _row_sum_entry_cycles(4, short, SUM_BANKS)
     assert offered <= taken <= offered + 12, (taken, offered)
     taken, offered = _row_sum_entry_cycles(4, [200, 33, 64, 130], SUM_BANKS)
     assert offered <= taken <= offered + 4, (taken, offered)
+
+
+def test_row_sums_take_eight_entries_a_cycle_in_rows_of_up_to_64():
+    """The engine's eight FMAs own eight partials each, fewer than the recurrence: a row
+    of up to 64 entries goes in at eight a cycle, and a longer one waits for its
+    partials (entry k no sooner than 16 cycles after entry k - 64: four a cycle)."""
+    from ndpkit_hw.engines.graph.engine import SUM_BANKS, SUM_FMAS
+    assert SUM_FMAS == 8
+    short = [16] * 24 + [12, 5, 32, 8, 64] * 4 + [1, 3, 2, 4] * 8
+    taken, offered = _row_sum_entry_cycles(8, short, SUM_BANKS)
+    assert offered <= taken <= offered + 12, (taken, offered)
+    lengths = [200, 33, 64, 130]
+    taken, offered = _row_sum_entry_cycles(8, lengths, SUM_BANKS)
+    # (a long row: its first 64 entries in 8 cycles, then 64 more every 16)
+    bound = sum(-(-n // 8) if n <= 64 else 16 * (n // 64) + -(-(n % 64) // 8) for n in lengths)
+    assert taken <= bound + 4, (taken, bound)
 
 
 def test_vertex_pass_is_the_golden_arithmetic(rng):

@@ -101,7 +101,7 @@ from ndpkit_hw.engines.sg.unit import SgUnit
 __all__ = ["GraphEngine"]
 
 #: the row sums' FMAs of a build with edge lanes (SpMV's and PageRank's rows, four entries a cycle)
-SUM_FMAS = 4
+SUM_FMAS = 8
 #: the row sums' banks of partials (distributed RAM: a bank is 64 words more), rows in
 #: flight: a one-entry row holds its bank about 20 cycles, so sixteen let such rows come
 #: at about one a cycle
@@ -460,6 +460,13 @@ class GraphEngine(CommandEngine):
                      iteration_bytes.eq(scan_bytes + val_bytes + own_bytes)]
         m.d.sync += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & gen.idle & ~gen.edge.valid & ~window.out.valid & gather.drained)
+        # the edge pass is over: every stream, unit and result done (registered, a cycle
+        # late, and high for one cycle: the state leaves ITERATE on it; the conditions
+        # only ever rise within the pass)
+        pass_over = Signal()
+        tail_over = ~tail_phase | loads.finished & (validator.done | tail_failed)
+        m.d.sync += pass_over.eq(iterating & ~pass_over & transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy &
+                                 tail_over & ~results_left)
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
@@ -507,8 +514,7 @@ class GraphEngine(CommandEngine):
                         m.next = "ITERATE"
             with m.State("ITERATE"):
                 m.d.comb += iterating.eq(1)
-                tail_over = ~tail_phase | loads.finished & (validator.done | tail_failed)
-                with m.If(transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy & tail_over & ~results_left):
+                with m.If(pass_over):
                     # (the first pass's window, loaded beside the validation, is counted here)
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes + Mux(tail_phase, window_len[:32], 0)),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error),
