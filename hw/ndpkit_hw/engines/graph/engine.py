@@ -260,10 +260,6 @@ class GraphEngine(CommandEngine):
         # a cycle (NEXT) before the next pass's transfers, counts and byte counts use them
         pass_count, pass_len = Signal(32), Signal(40)
         m.d.sync += [pass_count.eq(Mux(every_vertex, cmd.n, row_count)), pass_len.eq(Mux(every_vertex, vertex_len, row_len))]
-        # (the streams' enables from registers: the program's decode and the edge count's
-        # compare are not on the readers' paths)
-        has_edges = checks.derive(cmd.edges != 0, "has_edges")
-        val_edges = checks.derive(uses_val & (cmd.edges != 0), "val_edges")
         val_base = Mux(vertex_pass & update, sums_rows, Mux(contributing & ~every_vertex, degree_rows, cmd.val))
         out_base = Mux(contributing, Mux(every_vertex, cmd.scratch, contrib_rows),
                        Mux(is_pagerank & (stage == 1), sums_rows, Mux(odd, a_rows, b_rows)))
@@ -276,8 +272,8 @@ class GraphEngine(CommandEngine):
              "old": Transfer(Mux(every_vertex, source_base, Mux(odd, b_rows, a_rows)), pass_len[:32]),
              "out": Transfer(out_base, pass_len[:32])},
             validating | iterating | vertex_pass,
-            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & has_edges & ~(validating & no_head),
-                     "val": (iterating & val_edges) | vertex_pass,
+            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & no_head),
+                     "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
                      "old": (iterating & ~sum_rows) | vertex_pass, "out": (iterating & ~holding) | vertex_pass})
         # the source window: min(window, n) values of the pass's source array, before each
         # edge pass (PageRank's: the contributions); the window's reader then takes the last
@@ -462,7 +458,7 @@ class GraphEngine(CommandEngine):
                      val_bytes.eq(Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0)),
                      own_bytes.eq(Mux(sum_rows, 0, row_len[:32])),
                      iteration_bytes.eq(scan_bytes + val_bytes + own_bytes)]
-        m.d.sync += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | ~has_edges)
+        m.d.sync += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
                                     & gen.idle & ~gen.edge.valid & ~window.out.valid & gather.drained)
         # the edge pass is over: every stream, unit and result done (registered, a cycle
         # late, and high for one cycle: the state leaves ITERATE on it; the conditions

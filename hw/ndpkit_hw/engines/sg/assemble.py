@@ -33,12 +33,11 @@ class ResponseAssembler(wiring.Component):
         done, r, b, out = self.entries.payload, self.r, self.b, self.responses
         done_write, done_row = done.op[0], done.op[1]
         beat_run = Signal(5)            # the beat (run) of the request being completed
-        beat_count = Signal(6, init=1)  # beat_run + 1, kept beside it (the last beat's test: no subtract)
         error_seen = Signal(2)          # the worst response of its earlier beats
         assembled = Signal(8 * LINE)    # its earlier runs' elements
         response = out.payload
         m.d.comb += response.op.eq(done.op)
-        last_beat = beat_count == done.runs
+        last_beat = beat_run == done.runs - 1
         with m.If(self.entries.valid & (done.error != 0)):
             m.d.comb += [response.error.eq(done.error), out.valid.eq(1), self.entries.ready.eq(out.ready)]
         with m.Elif(self.entries.valid & ~done_write):
@@ -59,9 +58,9 @@ class ResponseAssembler(wiring.Component):
             with m.If(r.valid & r.ready):
                 with m.If(last_beat):
                     m.d.comb += self.entries.ready.eq(1)
-                    m.d.sync += [beat_run.eq(0), beat_count.eq(1), error_seen.eq(0)]
+                    m.d.sync += [beat_run.eq(0), error_seen.eq(0)]
                 with m.Else():
-                    m.d.sync += [assembled.eq(filled), beat_run.eq(beat_count), beat_count.eq(beat_count + 1), error_seen.eq(worst)]
+                    m.d.sync += [assembled.eq(filled), beat_run.eq(beat_run + 1), error_seen.eq(worst)]
         with m.Elif(self.entries.valid):
             m.d.comb += b.ready.eq(out.ready)
             worst = Mux(b.payload > error_seen, b.payload, error_seen)
@@ -69,7 +68,7 @@ class ResponseAssembler(wiring.Component):
             with m.If(b.valid & b.ready):
                 with m.If(last_beat):
                     m.d.comb += self.entries.ready.eq(1)
-                    m.d.sync += [beat_run.eq(0), beat_count.eq(1), error_seen.eq(0)]
+                    m.d.sync += [beat_run.eq(0), error_seen.eq(0)]
                 with m.Else():
-                    m.d.sync += [beat_run.eq(beat_count), beat_count.eq(beat_count + 1), error_seen.eq(worst)]
+                    m.d.sync += [beat_run.eq(beat_run + 1), error_seen.eq(worst)]
         return m

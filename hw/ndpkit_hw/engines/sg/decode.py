@@ -63,14 +63,12 @@ class RequestDecoder(wiring.Component):
         a_column = [Signal(col_bits, name=f"a_column{j}") for j in range(MAX_OFFSETS)]
         a_lane = [Signal(6, name=f"a_lane{j}") for j in range(MAX_OFFSETS)]
         a_starts = Signal(MAX_OFFSETS, name="a_starts")
-        a_in_count = Signal(MAX_OFFSETS, name="a_in_count")     # element j is one of the request's
         # a_same[j][k - j - 1]: elements j < k have one offset (a scatter's later one wins)
         a_same = [Signal(MAX_OFFSETS - 1 - j, name=f"a_same{j}") for j in range(MAX_OFFSETS)]
         raw_error = request_error(m, raw, self.window_base, self.window_size, self.row_bytes)
         with m.If(a_load):
             bytes_at = [Mux(raw.size == 8, raw.offsets[j] << 3, raw.offsets[j] << 2) for j in range(MAX_OFFSETS)]
-            m.d.sync += [a_valid.eq(1), a_head.eq(raw), a_error.eq(raw_error),
-                         a_in_count.eq(Cat(*[j < raw.count for j in range(MAX_OFFSETS)]))]
+            m.d.sync += [a_valid.eq(1), a_head.eq(raw), a_error.eq(raw_error)]
             for j in range(MAX_OFFSETS):
                 m.d.sync += [a_column[j].eq(bytes_at[j][6:]), a_lane[j].eq(bytes_at[j][:6]),
                              a_starts[j].eq(1 if j == 0 else bytes_at[j][6:] != bytes_at[j - 1][6:])]
@@ -84,7 +82,7 @@ class RequestDecoder(wiring.Component):
         b = Signal(self.layout, name="decoded")
         m.d.comb += out.payload.eq(b)
         with m.If(b_load):
-            in_count = a_in_count
+            in_count = Cat(*[j < a_head.count for j in range(MAX_OFFSETS)])
             a_row, a_size8 = a_head.op[1], a_head.size == 8
             m.d.sync += [b_valid.eq(1), b.head.eq(a_head), b.error.eq(a_error), b.starts.eq(a_starts),
                          b.runs.eq(Mux(a_row, popcount(a_starts & in_count | 1), 1))]
