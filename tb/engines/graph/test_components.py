@@ -508,18 +508,25 @@ def test_row_sums_equal_the_golden_row_sums(rng, fmas, banks):
                 int(np.float32(rng.gauss(0, 1)).view(np.uint32)) for _ in range(count)]
     a, b = values(int(rowptr[-1])), values(int(rowptr[-1]))
     want = golden.row_sums(rowptr, np.array(a, np.uint32), np.array(b, np.uint32))
-    items = _row_sum_items(_row_sum_cycles(lengths, fmas, rng), a, b, fmas)
+    assert _row_sums_through(dut, rng, lengths, a, b, offer=0.8, take=0.7) == [int(w) for w in want]
+
+
+def _row_sums_through(dut, rng, lengths, a, b, *, offer, take):
+    """The sums ``dut`` (a :class:`RowSums`) gives for rows of ``lengths`` entries
+    ``a[k] * b[k]``, offered with random gaps and taken with random back-pressure;
+    ``idle`` must hold once the last sum is out."""
+    items = _row_sum_items(_row_sum_cycles(lengths, dut.fmas, rng), a, b, dut.fmas)
     got = []
 
     async def bench(ctx):
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
-        got.extend(await _stream_through(ctx, rng, dut.entry, dut.sums, items, len(lengths), offer=0.8, take=0.7))
+        got.extend(await _stream_through(ctx, rng, dut.entry, dut.sums, items, len(lengths), offer=offer, take=take))
         await ctx.tick()
         assert ctx.get(dut.idle) and not ctx.get(dut.sums.valid)
     run_to_end(dut, bench)
-    assert got == [int(w) for w in want]
+    return got
 
 
 def test_row_sums_of_negative_zeros(rng):
@@ -536,16 +543,7 @@ def test_row_sums_of_negative_zeros(rng):
     rowptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     want = golden.row_sums(rowptr, np.array(a, np.uint32), np.array(b, np.uint32))
     assert want.tolist() == [0, 0, 0, 0x8000_0000, 0, 0, 0x8000_0000]     # every partial reached: -0
-    items = _row_sum_items(_row_sum_cycles(lengths, SUM_FMAS, rng), a, b, SUM_FMAS)
-    got = []
-
-    async def bench(ctx):
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        got.extend(await _stream_through(ctx, rng, dut.entry, dut.sums, items, len(lengths), offer=0.9, take=0.8))
-    run_to_end(dut, bench)
-    assert got == [int(w) for w in want]
+    assert _row_sums_through(dut, rng, lengths, a, b, offer=0.9, take=0.8) == [int(w) for w in want]
 
 
 def _row_sum_entry_cycles(fmas, lengths, banks=8):
