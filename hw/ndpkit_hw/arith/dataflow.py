@@ -31,7 +31,24 @@ from ndpkit_hw.arith.fp_common import Pipeline, multiplier_shape
 from ndpkit_hw.arith.mul import FpMul
 from ndpkit_hw.arith.sqrt import FpSqrt
 
-__all__ = ["Timed", "Dataflow", "OPS", "STATIC"]
+__all__ = ["Timed", "Dataflow", "OPS", "STATIC", "delay_line", "delayed"]
+
+def delay_line(m, value, n: int, name: str, reset: bool = False) -> list:
+    """``value`` and its ``n`` successive register copies (reset ones for a valid bit's):
+    element k is ``value`` k cycles late, so taps at several delays share one line."""
+    shape = value.shape()                # (a layout's view stays one)
+    line = [value]
+    for s in range(n):
+        reg = Signal(shape, name=f"{name}_d{s}", reset_less=not reset)
+        m.d.sync += reg.eq(line[-1])
+        line.append(reg)
+    return line
+
+
+def delayed(m, value, n: int, name: str, reset: bool = False):
+    """``value`` through ``n`` registers (beside a fixed-latency pipeline's result)."""
+    return delay_line(m, value, n, name, reset)[-1]
+
 
 # name -> (unit class, operand names)
 OPS = {

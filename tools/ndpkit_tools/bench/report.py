@@ -356,7 +356,7 @@ def graph_rate_lines(report: dict) -> list[str]:
     without the validation pass."""
     rows = []
     for memory, data in [(None, report.get("graph"))] + sorted((report.get("graph_on") or {}).items()):
-        for label, cc in graph_headline_rows(data):
+        for _, cc in graph_headline_rows(data):
             if cc["mode"] == "window":
                 rows += [(memory, data, r) for r in data["rows"]
                          if r["mode"] == "window" and r["graph"] == cc["graph"]]
@@ -386,7 +386,7 @@ def graph_rate_lines(report: dict) -> list[str]:
 
 
 #: the graph benchmark's kernels as the rate table names them
-GRAPH_PROGRAMS = {"cc": "CC", "spmv": "SpMV", "pagerank": "PageRank", "sssp": "SSSP", "bfs": "BFS"}
+GRAPH_PROGRAMS = {"cc": "CC", "spmv": "SpMV", "pagerank": "PageRank", "sssp": "SSSP"}
 
 
 def graph_scaling_lines(report: dict) -> list[str]:

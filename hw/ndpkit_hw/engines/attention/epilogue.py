@@ -61,7 +61,7 @@ from ndpkit_spec.blockfloat import PARTIALS
 from ndpkit_spec.engines.attention import HEAD_DIMS, MAX_GROUP, KvFormat
 from ndpkit_hw.arith.blockfloat import (FLUSH_LATENCY, MERGE_LATENCY, NO_TERM, MergedState, SumState, merge_states,
                                         sum_to_fp32)
-from ndpkit_hw.arith.dataflow import Dataflow, Timed
+from ndpkit_hw.arith.dataflow import Dataflow, Timed, delay_line, delayed
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.arith.recip import SerialReciprocal
 from ndpkit_hw.bus.axi import log2_exact
@@ -92,23 +92,6 @@ def epilogue_serial(lanes: int) -> bool:
 
 #: a partial no token of a short block reached
 EMPTY_STATE = Const({"sum": 0, "exp": NO_TERM, "pos_inf": 0, "neg_inf": 0, "nan": 0}, SumState)
-
-
-def _delay_line(m: Module, value, n: int, name: str, reset: bool = False) -> list:
-    """``value`` and its ``n`` successive register copies (reset ones for a valid bit's):
-    element k is ``value`` k cycles late, so taps at several delays share one line."""
-    shape = value.shape()                # (a layout's view stays one)
-    line = [value]
-    for s in range(n):
-        reg = Signal(shape, name=f"{name}_d{s}", reset_less=not reset)
-        m.d.sync += reg.eq(line[-1])
-        line.append(reg)
-    return line
-
-
-def _delayed(m: Module, value, n: int, name: str, reset: bool = False):
-    """``value`` through ``n`` registers."""
-    return _delay_line(m, value, n, name, reset)[-1]
 
 
 def corr_address(pass_, bank, generation, units: int):
@@ -216,7 +199,7 @@ class Epilogue(wiring.Component):
                     m.d.sync += issuing.eq(0)
         resp, responses = now, []            # the response's partial and group, FLUSH_LATENCY cycles later
         for _ in range(FLUSH_LATENCY):
-            resp = _delayed(m, resp, 1, "flush_resp", reset=True)
+            resp = delayed(m, resp, 1, "flush_resp", reset=True)
             responses.append(resp.valid)
 
         # (loaded whole, with an enable: no multiplexer in front of them; the lanes read
@@ -249,7 +232,7 @@ class Epilogue(wiring.Component):
         # partial r's chunk is read r cycles after partial 0's, a register behind each select
         chunk = [cur.k]
         for r in range(1, PARTIALS):
-            chunk.append(_delayed(m, chunk[-1], 1, f"chunk{r}"))
+            chunk.append(delayed(m, chunk[-1], 1, f"chunk{r}"))
         read = []
         for r in range(PARTIALS):
             lanes = []
@@ -291,7 +274,7 @@ class Epilogue(wiring.Component):
                             m.d.sync += issuing.eq(0)
         resp, responses = now, []
         for _ in range(FLUSH_LATENCY):
-            resp = _delayed(m, resp, 1, "flush_resp", reset=True)
+            resp = delayed(m, resp, 1, "flush_resp", reset=True)
             responses.append(resp.valid)
         lane = Signal(SumState, name="read_lane", reset_less=True)
         sel = Array(self.state.payload[i].as_value() for i in range(C + 1))[resp.tag.k]
@@ -319,12 +302,12 @@ class Epilogue(wiring.Component):
         for e in range(self.width):
             chain = Pipeline(m, first_stage.valid, f"chain{e}")
             chain.depth = first_stage.depth
-            p0 = data.View(SumState, _delayed(m, read[0][e].as_value(), 1, f"p0_{e}"))
+            p0 = data.View(SumState, delayed(m, read[0][e].as_value(), 1, f"p0_{e}"))
             merged, carry = merge_states(m, chain, p0, read[1][e], carry=(tag,) if e == 0 else ())
             # partial r's lanes are ready r + 1 cycles after the emission
-            p2 = data.View(SumState, _delayed(m, read[2][e].as_value(), chain.depth - 3, f"p2_{e}"))
+            p2 = data.View(SumState, delayed(m, read[2][e].as_value(), chain.depth - 3, f"p2_{e}"))
             merged, carry = merge_states(m, chain, data.View(MergedState, merged), p2, carry=carry)
-            p3 = data.View(SumState, _delayed(m, read[3][e].as_value(), chain.depth - 4, f"p3_{e}"))
+            p3 = data.View(SumState, delayed(m, read[3][e].as_value(), chain.depth - 4, f"p3_{e}"))
             merged, carry = merge_states(m, chain, data.View(MergedState, merged), p3, carry=carry)
             value, carry = self._round(m, chain, merged, carry)
             results.append(value)
@@ -341,17 +324,17 @@ class Epilogue(wiring.Component):
         FEEDBACK = MERGE_LATENCY + 2
         assert len({0, FEEDBACK % PARTIALS, 2 * FEEDBACK % PARTIALS}) == 3, "a lane's merges would collide"
         (lane,) = read[0]                                # partial r's lane in it r + 1 cycles after the emission
-        first = _delayed(m, emit, 2, "merge1", reset=True)
-        second = _delayed(m, first, FEEDBACK, "merge2", reset=True)
-        third = _delayed(m, second, FEEDBACK, "merge3", reset=True)
+        first = delayed(m, emit, 2, "merge1", reset=True)
+        second = delayed(m, first, FEEDBACK, "merge2", reset=True)
+        third = delayed(m, second, FEEDBACK, "merge3", reset=True)
         # partials 0, 2 and 3 taken 1, FEEDBACK - 1 and 2 FEEDBACK - 2 cycles late, from one line
-        taps = _delay_line(m, lane.as_value(), 2 * FEEDBACK - 2, "lane")
+        taps = delay_line(m, lane.as_value(), 2 * FEEDBACK - 2, "lane")
         p0 = data.View(SumState, taps[1])
         p0_merged = Signal(MergedState)
         m.d.comb += [p0_merged.sum.eq(p0.sum), p0_merged.exp.eq(p0.exp),
                      Cat(p0_merged.pos_inf, p0_merged.neg_inf, p0_merged.nan).eq(Cat(p0.pos_inf, p0.neg_inf, p0.nan))]
         result = Signal(MergedState)
-        fed_back = _delayed(m, result, FEEDBACK - MERGE_LATENCY, "merged")
+        fed_back = delayed(m, result, FEEDBACK - MERGE_LATENCY, "merged")
         a = Signal(MergedState)
         b = Signal(SumState)
         m.d.comb += [a.eq(Mux(first, p0_merged, fed_back)),
@@ -359,10 +342,10 @@ class Epilogue(wiring.Component):
         unit = Pipeline(m, first | second | third, "merge")
         merged, _ = merge_states(m, unit, a, b)
         m.d.comb += result.eq(merged)
-        done = _delayed(m, third, MERGE_LATENCY, "merged_valid", reset=True)
+        done = delayed(m, third, MERGE_LATENCY, "merged_valid", reset=True)
         to_done = 2 + 2 * FEEDBACK + MERGE_LATENCY      # from the emission to the last merge's result
         rounding = Pipeline(m, done, "round")
-        value, (tag_out,) = self._round(m, rounding, result, (_delayed(m, cur.as_value(), to_done, "tag"),))
+        value, (tag_out,) = self._round(m, rounding, result, (delayed(m, cur.as_value(), to_done, "tag"),))
         return [value], tag_out, rounding.valid, to_done + rounding.depth
 
     def elaborate(self, platform):

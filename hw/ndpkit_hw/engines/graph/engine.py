@@ -44,10 +44,11 @@ Phases:
    the same results).
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to the row sums
    (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 64] = fma(val,
-   x[u], partial[k mod 64])`` (64 partials in distributed RAM, four FMAs of latency 14
-   owning 16 each), sixteen banks of partials so short rows follow each other, then the
+   x[u], partial[k mod 64])`` (64 partials in distributed RAM, eight FMAs of latency 14
+   owning 8 each), sixteen banks of partials so short rows follow each other, then the
    adder tree, rows in order.  When every source is in the window the edge lanes' sum
-   lanes feed it four entries a cycle (PageRank's pull pass too); the single path, one.
+   lanes feed it eight entries a cycle (PageRank's pull pass too; a row past 64 entries,
+   four); the single path, one.
 
 5. *PageRank* (``val`` the out-degrees, ``scratch`` 2 x n words, four fp32 constants):
    per iteration a contributions pass (ranks, degrees -> ``rank / deg`` into scratch;
@@ -100,7 +101,7 @@ from ndpkit_hw.engines.sg.unit import SgUnit
 
 __all__ = ["GraphEngine"]
 
-#: the row sums' FMAs of a build with edge lanes (SpMV's and PageRank's rows, four entries a cycle)
+#: the row sums' FMAs of a build with edge lanes (SpMV's and PageRank's rows, eight entries a cycle)
 SUM_FMAS = 8
 #: the row sums' banks of partials (distributed RAM: a bank is 64 words more), rows in
 #: flight: a one-entry row holds its bank about 20 cycles, so sixteen let such rows come
@@ -125,8 +126,8 @@ class GraphEngine(CommandEngine):
                                  response_ids=response_ids, group_timeout=group_timeout, tickets=tickets,
                                  cache_lines=cache_lines)
         # edge lanes (above 1): the edge passes take `edge_lanes` edges a cycle when every
-        # source is in the window (lanes.py), the sums' rows four entries a cycle into four
-        # FMAs (rowsums.py); else the
+        # source is in the window (lanes.py), the sums' rows up to eight entries a cycle into
+        # eight FMAs (rowsums.py); else the
         # single-edge path below (the bundler refuses a lane count it cannot take, the
         # window lanes without a window)
         self.edge_lanes = edge_lanes
@@ -399,7 +400,7 @@ class GraphEngine(CommandEngine):
         # SpMV and PageRank's pull pass: a row's entries (from the sum lanes four a cycle, or
         # the single path's one); PageRank's vertex passes: one row of all n vertices (the
         # dangling rank, the L1 change), its sum kept
-        # (eight banks for the lanes' short rows; a build without lanes, two, as its single
+        # (sixteen banks for the lanes' short rows; a build without lanes, two, as its single
         # path takes an entry a cycle)
         m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=SUM_BANKS if lanes_on else 2)
         m.submodules.results = results = ResultRouter(self.sum_fmas)

@@ -11,10 +11,11 @@ count - 1; ``count = 0`` with ``last`` is a row without entries).  Entry ``k`` g
 FMA ``k mod fmas``, which owns the partials of that residue, so the entries of a cycle
 never share an FMA.  A partial's next entry may come no earlier than the FMA's
 recurrence (an input stage, the partial's read, the FMA: ``latency + 2`` cycles) after
-its last one.  With ``partials / fmas`` at least that (the engine's 64 partials on four
-FMAs), a long row's entries go in at ``fmas`` a cycle; with fewer, a row's entry ``k``
-waits until entry ``k - partials`` went in that long ago (a delay line of the row's
-count of entries taken), so a long row goes in at ``partials / (latency + 2)`` a cycle.
+its last one.  With ``partials / fmas`` at least that (64 partials on four FMAs), a
+long row's entries go in at ``fmas`` a cycle; with fewer (the engine's eight FMAs), a
+row's entry ``k`` waits until entry ``k - partials`` went in that long ago (a delay line
+of the row's count of entries taken), so a long row goes in at ``partials / (latency +
+2)`` a cycle, four.
 
 The partials are sixteen distributed RAMs (partial ``p`` of bank ``b`` in RAM ``p mod
 16``), written by their FMA and read twice: by the FMA for the row's next entry, and by
@@ -42,6 +43,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_hw.arith.add import FpAdd
+from ndpkit_hw.arith.dataflow import delayed
 from ndpkit_hw.arith.fma import FpFma
 from ndpkit_hw.arith.reduce import FpReduce
 from ndpkit_hw.bus.axi import log2_exact
@@ -50,15 +52,6 @@ __all__ = ["RowSums", "entries_layout", "TREE_LANES"]
 
 #: partials the tree takes a cycle
 TREE_LANES = 16
-
-
-def _delayed(m, value, cycles, name):
-    """``value`` ``cycles`` cycles late (beside a fixed-latency pipeline's result)."""
-    for i in range(cycles):
-        late = Signal.like(value, name=f"{name}{i}")
-        m.d.sync += late.eq(value)
-        value = late
-    return value
 
 
 def entries_layout(fmas: int) -> data.StructLayout:
@@ -111,7 +104,7 @@ class RowSums(wiring.Component):
         # reads a quarter of the row's partials from all the RAMs at once.  A partial is
         # never zeroed: one the row has not reached reads as +0 (its first entry's FMA adds
         # to +0; the drain masks the partials past the row's count).
-        lane_bits, addr_bits = (TREE_LANES - 1).bit_length(), (B * Q - 1).bit_length()
+        lane_bits = (TREE_LANES - 1).bit_length()
         rams = [Memory(shape=32, depth=B * Q, init=[]) for _ in range(TREE_LANES)]
         for i, ram in enumerate(rams):
             m.submodules[f"partials{i}"] = ram
@@ -169,7 +162,7 @@ class RowSums(wiring.Component):
         m.d.sync += [issue_end.eq(ends), issue_bank.eq(bank)]
         advanced = position + entry.payload.count
         with m.If(take):
-            m.d.sync += [position.eq(advanced[:len(position)] if P > 1 else 0), lapped.eq(lapped | (advanced >= P))]
+            m.d.sync += [position.eq(advanced[:len(position)]), lapped.eq(lapped | (advanced >= P))]
         with m.If(ends):
             reached = Mux(lapped | (advanced >= P), P, advanced)
             m.d.sync += [bank.eq(bank + 1), position.eq(0), lapped.eq(0), filled[bank].eq(reached),
@@ -231,7 +224,7 @@ class RowSums(wiring.Component):
         # ---- the quarters' sums added pairwise, level by level, into the queue -----------
         # (each sum marked if it is its row's last at its level: with no partner it adds +0)
         valid, payload = tree.o.valid, tree.o.payload
-        last = _delayed(m, drained_last, self.tree.latency, "tree_last")
+        last = delayed(m, drained_last, self.tree.latency, "tree_last", reset=True)
         holders = []
         for level, fold in enumerate(self.folds):
             m.submodules[f"fold{level}"] = fold
@@ -241,7 +234,7 @@ class RowSums(wiring.Component):
             with m.If(valid):
                 m.d.sync += [low.eq(payload), holding.eq(~holding & ~last)]
             valid, payload = fold.o.valid, fold.o.payload[0]
-            last = _delayed(m, last, fold.latency, f"fold{level}_last")
+            last = delayed(m, last, fold.latency, f"fold{level}_last", reset=True)
             holders.append(holding)
         m.d.comb += [out.w_en.eq(valid), out.w_data.eq(payload)]
         flight = Cat(*(issue[f].valid for f in range(F)), issue_end, fma.i.valid,
