@@ -116,7 +116,8 @@ class RowSums(wiring.Component):
         lapped = Signal()                        # the row's entries have gone round the partials
         bank = Signal(range(B))                  # the current row's bank
         filled = Array(Signal(range(P + 1), name=f"filled{b}") for b in range(B))   # a bank's row's partials reached
-        # (a bank's row's last quarter to drain: the quarters past its count sum to +0)
+        # (a bank's row's last quarter to drain: the quarters past its count sum to +0; kept
+        # beside its count, not derived from it at the drain: no subtract on that path)
         last_quarter = Array(Signal(range(Q), name=f"last_quarter{b}") for b in range(B))
         pending = Signal(B)                      # a bank's row has all its entries
         final = Signal(B)                        # ... and all its FMAs' results
