@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndpkit.arith import blockfloat as bf
+from ndpkit_spec.blockfloat import SUM_BITS
 from ndpkit_spec.engines.attention import KvFormat
 from test_golden_fp import decode as decode_bits, encode
 
@@ -159,7 +160,7 @@ def test_weigh_against_rationals(fmt):
     the sum onto its grid), each weight floored on the grid of G less the row's
     exponent, times the row's block-fixed values, added exactly; the weights' own sum
     each weight's floor on 2**-TOTAL_FRAC.  Against a rational replay, with the
-    widths the hardware has (|w| < 2**W_BITS, |S| < 2**47) and the error bound."""
+    widths the hardware has (|w| < 2**W_BITS, |S| < 2**(SUM_BITS - 1)) and the error bound."""
     rng = np.random.default_rng(21 + int(fmt))
     d, steps, heads = 48, 32, 6
     sig = bf.SIG_BITS[fmt]
@@ -212,7 +213,7 @@ def test_weigh_against_rationals(fmt):
             continue
         assert state[1][h] == G_ref[h]
         for i in range(d):
-            assert abs(int(S[h][i])) < 1 << 47
+            assert abs(int(S[h][i])) < 1 << (SUM_BITS - 1)
             assert S[h][i] * Fraction(2) ** int(E[h][i] - bf.GUARD) == R[h][i]
         # every error a floor on a grid at most 2**-(W_BITS - GROW) of the largest |weight x row maximum|
         top = max(abs(_value(*(x[0] for x in bf.decompose(p[t, h:h + 1], bf.TF32)[:2]))) *

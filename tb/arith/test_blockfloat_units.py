@@ -47,9 +47,10 @@ def _weights(nprng, shape):
 
 def v_lanes(v, fmt):
     """A V row's :data:`~ndpkit_hw.arith.blockfloat.VLane` elements and its exponent,
-    as the value side's aligner gives them (the golden model's ``value_rows``)."""
+    as the value side's aligner gives them (the golden model's ``value_rows``, the
+    integers' magnitudes beside their signs)."""
     X, E, (t, _, special) = bf.value_rows(v, fmt)
-    return [{"x": int(x), "sign": int(h) >> 15, "zero": int(sp == bf.FINITE and tt == 0),
+    return [{"x": abs(int(x)), "sign": int(h) >> 15, "zero": int(sp == bf.FINITE and tt == 0),
              "inf": int(sp in (bf.POS_INF, bf.NEG_INF)), "nan": int(sp == bf.NAN)}
             for x, h, sp, tt in zip(X, v, special, t)], int(E)
 

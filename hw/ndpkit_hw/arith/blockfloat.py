@@ -24,7 +24,8 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ndpkit_spec.blockfloat import DROP, GROW, GUARD, K_BITS, PARTIALS, Q_BITS, TOTAL_FRAC, V_BITS, W_BITS
+from ndpkit_spec.blockfloat import (DROP, GROW, GUARD, K_BITS, PARTIALS, Q_BITS, SUM_BITS, TOTAL_FRAC, V_BITS,
+                                   W_BITS)
 from ndpkit_hw.arith.fp_common import F32, Pipeline, large_memory_attrs, normalize_into_range, round_bits, \
     round_pack, select_result
 
@@ -40,10 +41,9 @@ SIG_BITS = 11
 EXP_SHAPE = signed(11)
 #: the exponent of "no nonzero term" (below every product's)
 NO_TERM = -(1 << 10)
-#: a weighted sum: 128 / PARTIALS products of an aligned weight (< 2**W_BITS) and a V
-#: integer (|x| <= 2**V_BITS), in a DSP48E2's 48-bit accumulator (the floors only shrink it)
-SUM_BITS = 48
-assert (128 // PARTIALS) << (W_BITS + V_BITS) <= 1 << (SUM_BITS - 1)
+#: a realignment's step count that leaves only the sign (:func:`_step_down`)
+ALL_STEPS = 12
+assert ALL_STEPS * GROW >= SUM_BITS
 #: a running sum's state, as stored and as flushed
 SumState = data.StructLayout({"sum": signed(SUM_BITS), "exp": EXP_SHAPE, "pos_inf": 1, "neg_inf": 1, "nan": 1})
 #: beats between two updates of one slot, at least (the read-modify-write's length)
@@ -163,6 +163,10 @@ def _fixed_lane(bits):
     return data.StructLayout({"x": signed(bits + 1), "sign": 1, "zero": 1, "inf": 1, "nan": 1})
 
 
+def _magnitude_lane(bits):
+    return data.StructLayout({"x": bits, "sign": 1, "zero": 1, "inf": 1, "nan": 1})
+
+
 #: a q element as the q bank keeps it: its block-fixed integer (:data:`Q_BITS` magnitude
 #: bits) and its class (:data:`Q_FINITE`, :data:`Q_ZERO`, :data:`Q_INF`, :data:`Q_NAN`).
 #: The integer's sign is the element's (a tiny element's integer is 0 or -1: not zero;
@@ -217,16 +221,19 @@ def q_lane(m: Module, fixed) -> Signal:
 
 
 def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: int, bf16, carry=(),
-                   negate: bool = False):
+                   magnitude: bool = False):
     """The block-fixed integer of the element ``t * 2**e`` (:func:`ndpkit.arith.blockfloat.
     block_fixed`) against its row's largest exponent field: the magnitude ``|t| *
     2**(bits - SIG - distance)`` (SIG = 11, bf16 8) truncated, a negative element's
-    ones' complement (the sign an XOR before the arithmetic shift) or, with ``negate``,
-    its negation (one more increment), 0 for a special; a signed ``bits + 1``-bit
-    integer with its :func:`_fixed_lane` flags.
+    ones' complement (the sign an XOR before the arithmetic shift), 0 for a special; a
+    signed ``bits + 1``-bit integer with its :func:`_fixed_lane` flags.  With
+    ``magnitude`` the magnitude alone (``bits`` bits, :data:`VLane`): the consumer
+    negates a negative element's (``sign``) where it adds it, in its adder's carry.
     :data:`BLOCK_FIXED_LATENCY` stages of ``pipe``."""
     name = pipe.name
-    distance = Signal(signed(10), name=f"{name}_distance")
+    # (the row's field is its elements' largest: the distance is never negative, and a
+    # special's, whose field may be larger, places nothing)
+    distance = Signal(8, name=f"{name}_distance")
     amount = Signal(range(bits + 1), name=f"{name}_amount")
     # a shift by ``bits`` leaves 0 or -1, as any longer one
     m.d.comb += [distance.eq(row_field - d.field), amount.eq(Mux(distance > bits, bits, distance))]
@@ -234,13 +241,12 @@ def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: in
     # the significand at the top of 11 bits (bf16's 8 three up), then placed: one 11-bit select
     top = Signal(SIG_BITS, name=f"{name}_top")
     m.d.comb += top.eq(Mux(special, 0, Mux(bf16, d.sig << 3, d.sig)))
-    magnitude = Signal(bits, name=f"{name}_magnitude")
-    m.d.comb += magnitude.eq(top << (bits - SIG_BITS))
+    top_placed = Signal(bits, name=f"{name}_magnitude")
+    m.d.comb += top_placed.eq(top << (bits - SIG_BITS))
     negative = d.sign & ~d.zero & ~special
     placed = Signal(signed(bits + 1), name=f"{name}_placed")
-    # ones' complement: the sign an XOR before the arithmetic shift; negated: the magnitude
-    # shifted, then XOR and increment in one carry chain
-    m.d.comb += placed.eq(Cat(magnitude, 0) ^ (Const(0) if negate else negative).replicate(bits + 1))
+    # ones' complement: the sign an XOR before the arithmetic shift
+    m.d.comb += placed.eq(Cat(top_placed, 0) ^ (Const(0) if magnitude else negative).replicate(bits + 1))
     flags = Cat(d.sign, d.zero, d.inf, d.nan, negative)
     staged = pipe.stage(placed, amount, flags, *carry)
     placed, amount, flags = staged[:3]
@@ -250,16 +256,13 @@ def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: in
     m.d.comb += half.eq(placed.as_signed() >> amount[:3])
     staged = pipe.stage(half, amount, flags, *staged[3:])
     half, amount, flags = staged[:3]
-    lane = Signal(_fixed_lane(bits), name=f"{name}_fixed")
-    shifted = half.as_signed() >> Cat(Const(0, 3), amount[3:])
-    if negate:
-        m.d.comb += lane.x.eq((shifted ^ flags[4].replicate(bits + 1)) + flags[4])
-    else:
-        m.d.comb += lane.x.eq(shifted)
-    m.d.comb += Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags[:4])
+    layout = _magnitude_lane(bits) if magnitude else _fixed_lane(bits)
+    lane = Signal(layout, name=f"{name}_fixed")
+    m.d.comb += [lane.x.eq(half.as_signed() >> Cat(Const(0, 3), amount[3:])),
+                 Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags[:4])]
     staged = pipe.stage(lane, *staged[3:])
     staged = staged if isinstance(staged, list) else [staged]
-    return data.View(_fixed_lane(bits), staged[0]), staged[1:]
+    return data.View(layout, staged[0]), staged[1:]
 
 
 class KeyAlign(wiring.Component):
@@ -437,11 +440,13 @@ class FixedDot(wiring.Component):
 FLUSH_LATENCY = 2
 
 
-#: a V element as the value side takes it (:data:`V_BITS`)
-VLane = _fixed_lane(V_BITS)
+#: a V element as the value side takes it: its block-fixed magnitude (:data:`V_BITS`
+#: bits) and its sign, which the sum's adder applies (negating in its carry: no
+#: incrementer a lane)
+VLane = _magnitude_lane(V_BITS)
 #: a weighted sum's column as a :class:`WeightedSums` slot keeps it: NaN as both infinities
 #: (the golden model's special code, closed under the sum's OR; a bit a column less:
-#: 16 columns' slot fits 12 UltraRAMs' 864 bits, not 13)
+#: 16 columns' slot is 708 bits, ten UltraRAMs' 720)
 LaneSum = data.StructLayout({"sum": signed(SUM_BITS), "pos_inf": 1, "neg_inf": 1})
 # a slot with no term yet keeps NO_TERM as its exponent: a multiple of GROW below every term's
 assert NO_TERM % GROW == 0
@@ -602,8 +607,8 @@ class WeightedSums(wiring.Component):
         assert pipe.depth == X_LAG
         x = self.x
         steps = Signal(4)                             # the sums' shift in GROW steps (12: all gone)
-        m.d.comb += steps.eq(Mux(fresh, SUM_BITS // GROW,
-                                 Mux(grow, Mux(rise.as_signed() >= SUM_BITS, SUM_BITS // GROW, rise[2:6]), 0)))
+        m.d.comb += steps.eq(Mux(fresh, ALL_STEPS,
+                                 Mux(grow, Mux(rise.as_signed() >= SUM_BITS, ALL_STEPS, rise[2:6]), 0)))
         distance = Signal(signed(EXP_SHAPE.width + 1))
         m.d.comb += distance.eq(Mux(grow, up_distance, below))
         align = Signal(range(W_BITS + 1))            # the weight's shift (W_BITS: all gone)
@@ -611,7 +616,7 @@ class WeightedSums(wiring.Component):
         weight = Signal(W_BITS)
         m.d.comb += weight.eq(Cat(Const(0, W_BITS - SIG_BITS), sig) >> align)
         down = [_step_down(m, sums.word_select(i, SUM_BITS), steps, signs[i], f"lane{i}") for i in range(C)]
-        term = Signal(SUM_BITS)                       # floor(p * 2**TOTAL_FRAC) (p <= 1: < 2**42)
+        term = Signal(SUM_BITS)                       # floor(p * 2**TOTAL_FRAC) (p <= 1)
         m.d.comb += term.eq(Mux(live & total, Mux(total_up >= 0, sig << total_up.as_unsigned()[:6],
                                                   sig >> (-total_up).as_unsigned()), 0))
         # the products' specials: the weight's against each element (p is never negative)
@@ -625,22 +630,31 @@ class WeightedSums(wiring.Component):
         new_flags = Signal(2 * (C + 1))
         m.d.comb += new_flags.eq(base_flags | Cat(*flags, total_flags))
         xs = Cat(*[x[i].x for i in range(C)])
-        staged = pipe.stage(where, weight, xs, Cat(*down), new_exp, base_total, term, new_flags)
-        where, weight, xs, down, new_exp, base_total, term, new_flags = staged
-        # ---- stages 3, 4: the DSP's product (M register), then the sum (P register) ----
+        x_signs = Cat(*[x[i].sign for i in range(C)])
+        staged = pipe.stage(where, weight, xs, x_signs, Cat(*down), new_exp, base_total, term, new_flags)
+        where, weight, xs, x_signs, down, new_exp, base_total, term, new_flags = staged
+        # ---- stages 3, 4: the DSP's product of the magnitudes (M register), then the sum
+        # (P register) ----
         products = []
         for i in range(C):
-            product = Signal(signed(W_BITS + V_BITS + 2), name=f"lane{i}_product")
-            m.d.comb += product.eq(Cat(weight, 0).as_signed() * xs.word_select(i, V_BITS + 1).as_signed())
+            product = Signal(W_BITS + V_BITS, name=f"lane{i}_product")
+            m.d.comb += product.eq(weight * xs.word_select(i, V_BITS))
             products.append(product)
         new_total = Signal(signed(SUM_BITS))
         m.d.comb += new_total.eq(base_total + term)
-        staged = pipe.stage(where, *products, down, new_exp, new_total, new_flags)
-        where, products, (down, new_exp, new_total, new_flags) = staged[0], staged[1:C + 1], staged[C + 1:]
+        staged = pipe.stage(where, *products, x_signs, down, new_exp, new_total, new_flags)
+        where, products, (x_signs, down, new_exp, new_total, new_flags) = staged[0], staged[1:C + 1], staged[C + 1:]
         results = []
         for i in range(C):
+            # sum - product for a negative element as sum + ~product + 1, the 1 a carry in: an
+            # extra low bit, 1 beside the sign, carries exactly the sign (-0 adds 0)
+            negative = x_signs[i]
+            with_carry = Signal(SUM_BITS + 1, name=f"lane{i}_with_carry")
+            m.d.comb += with_carry.eq(Cat(Const(1), down.word_select(i, SUM_BITS)) +
+                                      Cat(negative, products[i].as_unsigned() ^ negative.replicate(W_BITS + V_BITS),
+                                          negative.replicate(SUM_BITS - W_BITS - V_BITS)))
             result = Signal(signed(SUM_BITS), name=f"lane{i}_sum")
-            m.d.comb += result.eq(down.word_select(i, SUM_BITS).as_signed() + products[i])
+            m.d.comb += result.eq(with_carry[1:])
             results.append(result)
         staged = pipe.stage(where, *results, new_exp, new_total, new_flags)
         where, results, (new_exp, new_total, new_flags) = staged[0], staged[1:C + 1], staged[C + 1:]

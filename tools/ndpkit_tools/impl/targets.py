@@ -112,7 +112,12 @@ NOTES = {
                                      "unit alone, docs/arith_impl.md), is back at 9 since the fp32 -> fp16 "
                                      "conversion lost its normalising path (ABC maps the netlist as a whole). "
                                      "Next: the q format's selects registered",
-    ("attention", "max", "area"): "25.5k LUT at 32 lanes, 64 DSP (2026-11-28 afternoon: the command's and the "
+    ("attention", "max", "area"): "24.2k LUT at 32 lanes, 64 DSP, 20 URAM (2026-11-28 evening: the value side's "
+                                  "sums 39 bits, V_BITS 17 and W_BITS 16, a slot ten URAM288 a copy, 24 -> 20 URAM and "
+                                  "-1.0k; a V element's sign applied as its sum's carry in, not negated a lane, -0.1k; "
+                                  "the command's counters on one adder each, -0.1k; 847 LUT of the instance are "
+                                  "shift registers, SRL16E/SRLC32E, that flip-flops could replace); 25.5k before "
+                                  "(2026-11-28 afternoon: the command's and the "
                                   "request's products -- heads x group, kv_heads x a head's bytes and the attended "
                                   "rows, blocks x block_size -- on DSP48E2s, each slice's product registered, not "
                                   "adder trees of shifted partial sums and block-size shifts, -0.9k, +9 DSP; the "

@@ -441,6 +441,15 @@ class AttentionEngine(CommandEngine):
         desc_addr = Signal(self.addr_width)        # the descriptor's first byte
         failed = Signal(32)
         bytes_read, bytes_written = Signal(32), Signal(32)
+        # the counters' one adder each: what a state adds (the clear and the table's bytes,
+        # assigned in the states below, take precedence)
+        read_add, written_add, fail_add = Signal(32), Signal(32), Signal()
+        m.d.sync += [bytes_read.eq(bytes_read + read_add), bytes_written.eq(bytes_written + written_add),
+                     failed.eq(failed + fail_add)]
+        # the descriptor after this one, and this one's status word
+        next_desc = Signal(self.addr_width)
+        status_at = Signal(self.addr_width)
+        m.d.comb += [next_desc.eq(desc_addr + DESCRIPTOR_BYTES), status_at.eq(desc_addr + (STATUS_OFFSET - offset))]
         all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & ~status_data.r_rdy & dp.idle
         # one light reader takes the descriptors, one read each, and a paged request's block
         # ids, in the order they are used: the next descriptor is asked for once this
@@ -460,7 +469,7 @@ class AttentionEngine(CommandEngine):
             m.d.sync += desc_asked.eq(1)
 
         def ask_next():                            # (in a request's states: the one after it)
-            m.d.comb += [ask_desc.eq(more & ~desc_asked), ask_at.eq(desc_addr + DESCRIPTOR_BYTES)]
+            m.d.comb += [ask_desc.eq(more & ~desc_asked), ask_at.eq(next_desc)]
         # a paged request's block ids (state BLOCKS): one entry a cycle from the reader's words
         # into the ids RAM, a registered stage later checked against pool_blocks and the new
         # row's block taken; the entries after the last one used are dropped unread
@@ -515,7 +524,7 @@ class AttentionEngine(CommandEngine):
             # a request waits for the one before it to be issued (``issuing``) only to start or to
             # retire: its descriptor, checks and (paged) block-id read overlap that one's issuing
             with m.State("REQUEST"):
-                m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
+                m.d.comb += [retire_in.addr.eq(status_at),
                              retire_in.code.eq(request_check), retire_in.outputs.eq(0)]
                 with m.If((request_check != 0) | ~paged):  # (a paged one's block ids are asked for first)
                     ask_next()
@@ -523,19 +532,19 @@ class AttentionEngine(CommandEngine):
                     with m.If(~issuing):
                         m.d.comb += retire.w_en.eq(retire.w_rdy)
                         with m.If(retire.w_rdy):
-                            m.d.sync += [failed.eq(failed + 1), bytes_written.eq(bytes_written + 4)]
+                            m.d.comb += [fail_add.eq(1), written_add.eq(4)]
                             m.next = "NEXT"
                 with m.Elif(paged):
                     m.next = "BLOCKS"
                 with m.Elif(~issuing):
                     m.d.comb += start.eq(1)
-                    m.d.sync += [bytes_read.eq(bytes_read + request_read),
-                                 bytes_written.eq(bytes_written + request_written)]
+                    m.d.comb += [read_add.eq(request_read), written_add.eq(request_written)]
                     m.next = "NEXT"
             with m.State("BLOCKS"):                    # paged: read the ids of the blocks used
                 m.d.comb += ask_blocks.eq(1)
                 with m.If(table_reader.cmd.ready):
-                    m.d.sync += [bytes_read.eq(bytes_read + table_read), fill_entry.eq(0), fill_sub.eq(0),
+                    m.d.comb += read_add.eq(table_read)
+                    m.d.sync += [fill_entry.eq(0), fill_sub.eq(0),
                                  fill_sub_last.eq(entries_per_word == 1), fill_left.eq(last_entry),
                                  fill_at_last.eq(last_entry == 0), fill_past.eq(0), bad_index.eq(0)]
                     m.next = "BLOCK_IDS"
@@ -547,7 +556,7 @@ class AttentionEngine(CommandEngine):
                     m.d.sync += blocks_settle.eq(0)
                     m.next = "BLOCKS_CHECK"
             with m.State("BLOCKS_CHECK"):              # the last id checked and taken, then the append offset
-                m.d.comb += [retire_in.addr.eq(desc_addr + (STATUS_OFFSET - offset)),
+                m.d.comb += [retire_in.addr.eq(status_at),
                              retire_in.code.eq(ErrorCode.BAD_INDEX), retire_in.outputs.eq(0)]
                 m.d.sync += blocks_settle.eq(blocks_settle + 1)
                 with m.If(blocks_settle == 3):
@@ -556,15 +565,14 @@ class AttentionEngine(CommandEngine):
                     with m.If(bad_index):
                         m.d.comb += retire.w_en.eq(retire.w_rdy)
                         with m.If(retire.w_rdy):
-                            m.d.sync += [failed.eq(failed + 1), bytes_written.eq(bytes_written + 4)]
+                            m.d.comb += [fail_add.eq(1), written_add.eq(4)]
                             m.next = "NEXT"
                     with m.Else():
                         m.d.comb += start.eq(1)
-                        m.d.sync += [bytes_read.eq(bytes_read + request_read),
-                                     bytes_written.eq(bytes_written + request_written)]
+                        m.d.comb += [read_add.eq(request_read), written_add.eq(request_written)]
                         m.next = "NEXT"
             with m.State("NEXT"):
-                m.d.sync += [index.eq(index + 1), desc_addr.eq(desc_addr + DESCRIPTOR_BYTES)]
+                m.d.sync += [index.eq(index + 1), desc_addr.eq(next_desc)]
                 with m.If(index == last_request):
                     m.next = "FINISH"
                 with m.Else():
@@ -580,6 +588,6 @@ class AttentionEngine(CommandEngine):
             with m.If(retire.w_rdy):
                 m.d.sync += issuing.eq(0)
         with m.If(start):
-            m.d.sync += [issuing.eq(1), issue_status.eq(desc_addr + (STATUS_OFFSET - offset))]
+            m.d.sync += [issuing.eq(1), issue_status.eq(status_at)]
         ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written, aux=failed)
         return m

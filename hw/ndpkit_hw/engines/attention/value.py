@@ -169,7 +169,7 @@ class WeightedRows(wiring.Component):
         for c in range(C):
             pipe = Pipeline(m, self.i.valid, f"v_lane{c}")
             v = decompose(m, beat.v[c], self.bf16, f"v{c}")
-            fixed, _ = to_block_fixed(m, pipe, v, beat.field, V_BITS, self.bf16, negate=True)
+            fixed, _ = to_block_fixed(m, pipe, v, beat.field, V_BITS, self.bf16, magnitude=True)
             lanes.append(fixed)
         # the rest of the beat alongside, with the row's exponent, to meet the elements X_LAG
         # cycles behind it in the units
