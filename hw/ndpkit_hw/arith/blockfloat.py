@@ -486,8 +486,9 @@ class WeightedSums(wiring.Component):
     (:data:`VLane`), :data:`X_LAG` cycles after the beat (where the lanes take them:
     a register chain of the elements would be a shift register, a LUT a bit).  A slot
     keeps its columns' sums, the exponent they share and the weights' sum
-    (:func:`weighted_layout`).  Each lane is one 27 x 18 multiplier whose product is
-    added to its column's sum, realigned by a step select when the exponent grows: the
+    (:func:`weighted_layout`).  Each lane is one multiplier (a DSP48E2) of the weight and
+    the element's magnitude, whose product is added to its column's sum (subtracted for a
+    negative element: the carry in), realigned by a step select when the exponent grows: the
     per-unit work (the exponent, the weight's alignment) is done once for the
     lanes.  The caller updates a slot at most once every :data:`REVISIT` beats (a
     read-modify-write).  ``flush`` (valid only) reads a slot of a bank the beats are not
