@@ -97,7 +97,11 @@ NOTES = {
                                         "reciprocal's rounding add. Next: the q format's selects registered",
     ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on "
                                     "2026-11-26; 11 before RowDot's lane specials and rounding were registered). "
-                                    "Several paths of 9: in the netlist re-measured on 2026-11-28 (and again "
+                                    "Several paths of 9: in the netlist of 2026-11-28 evening (the 39-bit value "
+                                    "sums) the epilogue's denominator read from its register file (l_final, a "
+                                    "RAM32M16) into the serial reciprocal (block.datapath.epilogue.$signal -> "
+                                    "block.datapath.epilogue.recip.result) first; "
+                                    "in the netlist re-measured on 2026-11-28 (and again "
                                     "that afternoon, the products on DSPs, every DSP register-bounded) the score "
                                     "lanes' rounding (block.datapath.score.dots.fixed_dot0.round_s2_0 -> "
                                     "round_s3_4) first, the epilogue's rounding, the q loader's format into its "
