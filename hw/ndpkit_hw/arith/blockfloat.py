@@ -246,8 +246,8 @@ def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: in
     negative = d.sign & ~d.zero & ~special
     placed = Signal(signed(bits + 1), name=f"{name}_placed")
     # ones' complement: the sign an XOR before the arithmetic shift
-    m.d.comb += placed.eq(Cat(top_placed, 0) ^ (Const(0) if magnitude else negative).replicate(bits + 1))
-    flags = Cat(d.sign, d.zero, d.inf, d.nan, negative)
+    m.d.comb += placed.eq(Cat(top_placed, 0) if magnitude else Cat(top_placed, 0) ^ negative.replicate(bits + 1))
+    flags = Cat(d.sign, d.zero, d.inf, d.nan)
     staged = pipe.stage(placed, amount, flags, *carry)
     placed, amount, flags = staged[:3]
     # the arithmetic right shift in two stages, the fine one first (while the significand
@@ -259,7 +259,7 @@ def to_block_fixed(m: Module, pipe: Pipeline, d: Decomposed, row_field, bits: in
     layout = _magnitude_lane(bits) if magnitude else _fixed_lane(bits)
     lane = Signal(layout, name=f"{name}_fixed")
     m.d.comb += [lane.x.eq(half.as_signed() >> Cat(Const(0, 3), amount[3:])),
-                 Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags[:4])]
+                 Cat(lane.sign, lane.zero, lane.inf, lane.nan).eq(flags)]
     staged = pipe.stage(lane, *staged[3:])
     staged = staged if isinstance(staged, list) else [staged]
     return data.View(layout, staged[0]), staged[1:]

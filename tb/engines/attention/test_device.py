@@ -9,7 +9,7 @@ import ndpkit
 from ndpkit import DeviceError, ErrorCode
 from ndpkit.engines.attention.client import RequestError
 from ndpkit.arith import fp
-from ndpkit.arith.blockfloat import V_BITS
+from ndpkit.arith.blockfloat import SIG_BITS, V_BITS
 from ndpkit.engines.attention.golden import KvFormat, decode, reference
 from ndpkit.engines.attention.kvcache import KVCache, to_bits16
 
@@ -68,13 +68,12 @@ def test_decode_loop_bit_exact(dev, fmt, group, d, steps=4, layers=2):
     kn = rng.normal(0, 1, (1, hkv, d)).astype(np.float32)
     out = dev.attention.decode(q, kn, kn, cache, 0, [s])
     # one token: the output is its value, exactly where the element keeps every bit in the
-    # row's block-fixed V (within 2**(V_BITS - 1 - significand) of the row's largest
-    # magnitude), within the format's SDPA tolerance elsewhere
+    # row's block-fixed V (within 2**(V_BITS - significand) of the row's largest magnitude),
+    # within the format's SDPA tolerance elsewhere
     value = fp.floats(_widen(to_bits16(kn[0], cache.format), cache.format)).repeat(group, axis=0)
-    sig = 11 if cache.format == KvFormat.FP16 else 8
-    kept = np.abs(value) >= np.abs(value).max(axis=1, keepdims=True) * 2.0 ** -(V_BITS - 1 - sig)
+    kept = np.abs(value) >= np.abs(value).max(axis=1, keepdims=True) * 2.0 ** -(V_BITS - SIG_BITS[cache.format])
     assert kept.mean() > 0.9 and np.array_equal(out[0][kept], value[kept])
-    assert np.allclose(out[0], value, atol=1e-3 * np.abs(value).max(), rtol=0)
+    assert np.allclose(out[0], value, atol=atol, rtol=rtol)
     cache.close()
 
 
