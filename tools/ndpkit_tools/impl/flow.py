@@ -6,7 +6,8 @@ shift register, every output registered and XOR-reduced to one pin: out of conte
 with registered I/O).  ECP5: LFE5UM5G-85F speed 8, ``synth_ecp5`` then nextpnr-ecp5
 (Fmax from its report; skipped, and said so, when synthesis already needs more LUTs
 than the part has).  UltraScale+: ``synth_xilinx -family xcup`` cell counts and the logic depth between
-registers (:mod:`ndpkit_tools.impl.depth`).
+registers (:mod:`ndpkit_tools.impl.depth`), shift registers shorter than
+:data:`SHREG_MIN_SIZE` kept in flip-flops as the board projects tell Vivado.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from types import SimpleNamespace
 
 from ndpkit_tools.impl.depth import logic_depth
 
-__all__ = ["implement", "xilinx_counts", "ecp5_counts", "ecp5_overflow", "ECP5_LUTS", "tool_versions"]
+__all__ = ["implement", "xilinx_counts", "xcup_script", "SHREG_MIN_SIZE", "ecp5_counts", "ecp5_overflow", "ECP5_LUTS",
+           "tool_versions"]
 
 ECP5_LUTS = 83640                      # LFE5UM5G-85F
 ECP5_MULTS = 156                       # MULT18X18D
@@ -75,6 +77,23 @@ def _tool(name: str) -> str:
 _LUT_AS_MEMORY = {"SRL16E": 1, "SRLC32E": 1, "RAM32M16": 8, "RAM64M8": 8, "RAM32M": 4, "RAM64M": 4,
                   "RAM32X1S": 1, "RAM32X1D": 2, "RAM32X16DR8": 8, "RAM64X1S": 1, "RAM64X1D": 2,
                   "RAM128X1S": 2, "RAM128X1D": 4, "RAM256X1S": 4, "RAM256X1D": 8, "RAM512X1S": 8}
+
+
+#: Chains of fewer flip-flops than this stay flip-flops; longer ones become SRL16E/SRLC32E
+#: shift registers.  Vivado's ``synth_design -shreg_min_size`` (default 3); the board projects
+#: set it (:mod:`ndpkit_tools.boards.vivado`) and the estimate applies it after Yosys, whose
+#: ``xilinx_srl`` maps every chain of three (``shreg_min_size.v``).  Why 8: the cards run out
+#: of LUTs long before flip-flops (U55C attention build: 68 % of the LUTs, 39 % of the
+#: flip-flops), and a chain of 3 to 7 stages costs 3 to 7 flip-flops for the LUT it frees.
+SHREG_MIN_SIZE = 8
+
+
+def xcup_script() -> str:
+    """The Yosys script of the UltraScale+ estimate (run in the work directory on top.v)."""
+    shreg_map = Path(__file__).with_name("shreg_min_size.v")
+    return ("read_verilog top.v; synth_xilinx -family xcup -flatten -top top; "
+            f"techmap -D SHREG_MIN_SIZE={SHREG_MIN_SIZE} -map {shreg_map}; clean; "
+            "tee -o xcup_stat.txt stat; write_json -noscopeinfo xcup.json")
 
 
 def xilinx_counts(stat: str) -> dict:
@@ -204,11 +223,10 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
                                if k in util}
                 out["ecp5_fmax_mhz"] = round(fmax, 1) if fmax else None
     if xilinx:
-        if not reuse["xcup"]:
-            _run([*_yosys(), "-q", "-p",
-                  "read_verilog top.v; synth_xilinx -family xcup -flatten -top top; tee -o xcup_stat.txt stat; "
-                  "write_json -noscopeinfo xcup.json"],
-                 work / "yosys_xcup.log", work)
+        script = xcup_script()
+        if not (reuse["xcup"] and (work / "xcup.ys").exists() and (work / "xcup.ys").read_text() == script):
+            _run([*_yosys(), "-q", "-p", script], work / "yosys_xcup.log", work)
+            (work / "xcup.ys").write_text(script)      # what made xcup_stat.txt: a changed flow re-runs
         out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
         out["xcup_depth"] = logic_depth(work / "xcup.json")
     return out
