@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ndpkit_spec.shell import BAR0_SIZE
 from ndpkit_tools.boards import Board, BoardError, channels_per_port
-from ndpkit_tools.impl.flow import SHREG_MIN_SIZE
+from ndpkit_tools.boards.resources import SHREG_MIN_SIZE
 
 __all__ = ["generate", "irq_sync_verilog", "mmcm_divisors", "DEVICE_MODULE", "IRQ_SYNC_MODULE", "BD_NAME"]
 
@@ -317,7 +317,7 @@ def _project_tcl(board: Board, options: dict, local: dict) -> str:
         f"set_property top {BD_NAME}_wrapper [current_fileset]",
         "add_files -fileset constrs_1 -norecurse [file join $here constraints.xdc]",
         "set_property strategy Performance_ExplorePostRoutePhysOpt [get_runs impl_1]",
-        # the register chains the resource model counts as flip-flops (ndpkit_tools.impl.flow)
+        # register chains under SHREG_MIN_SIZE stages in flip-flops, as the resource model counts them
         f"set_property STEPS.SYNTH_DESIGN.ARGS.SHREG_MIN_SIZE {SHREG_MIN_SIZE} [get_runs synth_1]",
         "update_compile_order -fileset sources_1",
         "close_project",

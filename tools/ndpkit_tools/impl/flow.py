@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from ndpkit_tools.boards.resources import SHREG_MIN_SIZE
 from ndpkit_tools.impl.depth import logic_depth
 
 __all__ = ["implement", "xilinx_counts", "xcup_script", "SHREG_MIN_SIZE", "ecp5_counts", "ecp5_overflow", "ECP5_LUTS",
@@ -79,17 +80,13 @@ _LUT_AS_MEMORY = {"SRL16E": 1, "SRLC32E": 1, "RAM32M16": 8, "RAM64M8": 8, "RAM32
                   "RAM128X1S": 2, "RAM128X1D": 4, "RAM256X1S": 4, "RAM256X1D": 8, "RAM512X1S": 8}
 
 
-#: Chains of fewer flip-flops than this stay flip-flops; longer ones become SRL16E/SRLC32E
-#: shift registers.  Vivado's ``synth_design -shreg_min_size`` (default 3); the board projects
-#: set it (:mod:`ndpkit_tools.boards.vivado`) and the estimate applies it after Yosys, whose
-#: ``xilinx_srl`` maps every chain of three (``shreg_min_size.v``).  Why 8: the cards run out
-#: of LUTs long before flip-flops (U55C attention build: 68 % of the LUTs, 39 % of the
-#: flip-flops), and a chain of 3 to 7 stages costs 3 to 7 flip-flops for the LUT it frees.
-SHREG_MIN_SIZE = 8
 
 
 def xcup_script() -> str:
-    """The Yosys script of the UltraScale+ estimate (run in the work directory on top.v)."""
+    """The Yosys script of the UltraScale+ estimate (run in the work directory on top.v):
+    ``synth_xilinx``, then each fixed-length SRL16E shorter than :data:`SHREG_MIN_SIZE`
+    stages turned back into its flip-flops (``shreg_min_size.v``; Yosys's ``xilinx_srl``
+    maps every chain of three)."""
     shreg_map = Path(__file__).with_name("shreg_min_size.v")
     return ("read_verilog top.v; synth_xilinx -family xcup -flatten -top top; "
             f"techmap -D SHREG_MIN_SIZE={SHREG_MIN_SIZE} -map {shreg_map}; clean; "
