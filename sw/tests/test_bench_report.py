@@ -424,3 +424,28 @@ def test_rerender_takes_the_attention_rows_from_the_preset_run(generated, tmp_pa
         assert rows[name]["ideal_efficiency"] == row["ideal_efficiency"]
     assert rows["attention (32 MAC lanes, G = 7)"]["efficiency"] == 0.1
     assert again["decode"]["setup"]["steady_efficiency"] == 0.7
+
+
+def test_decode_section_gives_the_card_build_it_is_of(generated):
+    """The decode section's card build table: the U55C default build's instances, the
+    pseudo-channels its memory ports take, its card memory and clock, every resource as the
+    resource model totals it, and the KV a card streams at G = 1 and at each measured G of
+    today's models (here G = 4, from the tiny inputs' fits)."""
+    from ndpkit_tools.boards import device_options, load_board
+    from ndpkit_tools.boards.resources import totals
+    out, _, data = generated
+    text = (out / "README.md").read_text()
+    card = data["decode"]["card"]
+    board = load_board("alveo_u55c")
+    options = device_options(board)
+    total = totals(board, options)["total"]
+    assert card["resources"]["lut"] == {"used": round(total["lut"]), "of": board.resources["lut"]}
+    row = next(line for line in text.splitlines() if line.startswith("| alveo_u55c ("))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    head = next(line for line in text.splitlines() if line.startswith("| board | attention instances |"))
+    assert [c.strip() for c in head.strip("|").split("|")][-2:] == ["KV GB/s at G = 1", "KV GB/s at G = 4"]
+    assert cells[1] == str(card["attention_instances"]) and cells[2] == f"{options['memory_ports']} of 32"
+    assert cells[5].startswith(f"{round(total['lut']):,} (") and cells[9].startswith(f"{round(total['uram']):,} (")
+    g4 = next(r for r in data["decode"]["models"]["rows"] if r["group"] == 4)
+    assert cells[-1].startswith(report.fmt(g4["card_bandwidth"] / 1e9) + " (")
+    assert cells[-2].startswith(report.fmt(data["decode"]["card_bandwidth"] / 1e9) + " (")

@@ -538,12 +538,15 @@ def card_build(board_name: str) -> dict:
     more attention instance (with its memory port) would exceed."""
     from ndpkit_spec.registry import instance_counts
     from ndpkit_tools.boards import device_options, load_board
-    from ndpkit_tools.boards.resources import binding
+    from ndpkit_tools.boards.resources import RESOURCES, binding, totals
     board = load_board(board_name)
     options = device_options(board)
     counts = instance_counts(options["engines"])
     bound = binding(board, options, "attention")
-    return {"board": board_name, "engines": ", ".join(options["engines"]),
+    total = totals(board, options)["total"]
+    return {"board": board_name, "part": board.part, "engines": ", ".join(options["engines"]),
+            "channels": board.memory.get("pseudo_channels"),
+            "resources": {r: {"used": round(total[r]), "of": board.resources[r]} for r in RESOURCES},
             "attention_instances": counts.get("attention", 0),
             "memory_ports": options["memory_ports"], "card_memory": options["mem_size"],
             "clock_mhz": options["clock_mhz"], "port_bytes": options["data_width"] // 8,
@@ -638,6 +641,32 @@ def decode_models(inputs: dict, setup: "model.DecodeSetup", lanes: int) -> dict:
                      "tokens_per_second": MODELS_BATCH / max(card_time, gpu_time),
                      "bound": "cards" if card_time >= gpu_time else "GPU"})
     return {"batch": MODELS_BATCH, "context": MODELS_CONTEXT, "lanes": lanes, "source": source, "rows": rows}
+
+
+def card_build_lines(dec: dict) -> list[str]:
+    """The card build the decode figures are of: its instances, the channels and card memory
+    they use, every resource by the resource model, the clock, and the KV it streams at
+    G = 1 and (from today's models' rows) each other measured group size."""
+    card = dec["card"]
+    if "resources" not in card:                  # (a bench.json from before the table)
+        return []
+    # G = 1: the decode model's card (its fit); other groups: today's models' rows
+    by_group = {r["group"]: r["card_bandwidth"] for r in dec["models"]["rows"] if r["measured"]}
+    by_group[1] = dec["card_bandwidth"]
+    groups = sorted(by_group)
+    names = {"lut": "LUT", "ff": "FF", "dsp": "DSP", "bram36": "BRAM36", "uram": "URAM"}
+    head = ["board", "attention instances", "memory ports (pseudo-channels)", "card memory", "clock",
+            *names.values(), *[f"KV GB/s at G = {g}" for g in groups]]
+    cells = [f"{card['board']} ({card['part']})", str(card["attention_instances"]),
+             f"{card['memory_ports']} of {card['channels']}" if card.get("channels") else str(card["memory_ports"]),
+             f"{card['card_memory'] / 2**30:.1f} GiB", f"{card['clock_mhz']} MHz",
+             *[f"{fmt(card['resources'][r]['used'])} ({card['resources'][r]['used'] / card['resources'][r]['of']:.0%})"
+               for r in names],
+             *[f"{fmt(by_group[g] / 1e9)} ({by_group[g] / dec['setup']['card_hbm']:.0%})" for g in groups]]
+    return ["The card build (`make bitstream BOARD=" + card["board"] + "`'s default; resources by the resource model, "
+            "the shell estimate included, of the part's; KV a card at each group size G measured on the preset, "
+            "as a share of its HBM's " + fmt(dec["setup"]["card_hbm"] / 1e9) + " GB/s):", "",
+            "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1), "| " + " | ".join(cells) + " |", ""]
 
 
 def models_lines(models: dict, card: dict) -> list[str]:
@@ -1053,6 +1082,7 @@ def markdown(report: dict) -> str:
               + ". At the paper's own batch 64 this build's cards need "
               f"{dec['at_paper_batch']['cards']} cards for the KV (1K in, 1K out), where they reach "
               f"**{ratio(dec['at_paper_batch']['ratio'])}** over the GPU alone at batch {dec['gpu_batch']}.", "",
+              *card_build_lines(dec),
               *models_lines(dec["models"], dec["card"]),
               "![decode throughput](decode.png)", "", "Assumptions (`ndpkit_tools.bench.model.DecodeSetup`, `ModelShape`):",
               "", "| parameter | value |", "|---|---|", _assumptions(dec["setup"]), _assumptions(dec["shape"]), "",
