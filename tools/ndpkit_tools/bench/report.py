@@ -534,8 +534,9 @@ def offload_figures(setup: model.OffloadSetup, source: str, board: str = OFFLOAD
 
 def card_build(board_name: str) -> dict:
     """What the board's default build holds (the one ``make bitstream`` generates): its
-    attention instances, clock, port width, its fit by the resource model, and what one
-    more attention instance (with its memory port) would exceed."""
+    attention instances, clock, port width, the board's pseudo-channels, every resource and
+    its fit by the resource model, and what one more attention instance (with its memory
+    port) would exceed."""
     from ndpkit_spec.registry import instance_counts
     from ndpkit_tools.boards import device_options, load_board
     from ndpkit_tools.boards.resources import RESOURCES, binding, totals

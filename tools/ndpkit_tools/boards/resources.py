@@ -31,7 +31,7 @@ BUDGET = 0.70
 #: Register chains of fewer stages than this stay flip-flops; longer ones become SRL16E /
 #: SRLC32E shift registers (a LUT each).  Vivado's ``synth_design -shreg_min_size`` (default
 #: 3): the board projects set it (:mod:`ndpkit_tools.boards.vivado`) and the engines'
-#: estimate applies it (:func:`ndpkit_tools.impl.flow.xcup_script`).  Why 8: the cards run out
+#: estimate applies it (:func:`ndpkit_tools.impl.flow.synthesize_xcup`).  Why 8: the cards run out
 #: of LUTs long before flip-flops (U55C attention build: 69 % of the LUTs, 44 % of the
 #: flip-flops), and a chain of 3 to 7 stages costs 3 to 7 flip-flops for the LUT it frees.
 SHREG_MIN_SIZE = 8

@@ -24,7 +24,7 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 
 from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
-from ndpkit_tools.impl.flow import SHREG_MIN_SIZE
+from ndpkit_tools.boards.resources import SHREG_MIN_SIZE
 from ndpkit_tools.paths import build_root, source_root
 
 from ndpkit_tools.impl.targets import UNIT_AREA, UNIT_MHZ, UNIT_MHZ_DEFAULT, markdown_section, unit_checks

@@ -39,7 +39,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ndpkit_spec.registry import REGISTRY
-from ndpkit_tools.impl.flow import SHREG_MIN_SIZE
+from ndpkit_tools.boards.resources import SHREG_MIN_SIZE
 from ndpkit_tools.impl.depth import DEPTH_TARGET, levels_text
 from ndpkit_tools.impl.lane_report import load_results as lane_results, markdown_section as lane_section
 from ndpkit_tools.impl.targets import engine_checks, markdown_section

@@ -7,7 +7,7 @@ with registered I/O).  ECP5: LFE5UM5G-85F speed 8, ``synth_ecp5`` then nextpnr-e
 (Fmax from its report; skipped, and said so, when synthesis already needs more LUTs
 than the part has).  UltraScale+: ``synth_xilinx -family xcup`` cell counts and the logic depth between
 registers (:mod:`ndpkit_tools.impl.depth`), shift registers shorter than
-:data:`SHREG_MIN_SIZE` kept in flip-flops as the board projects tell Vivado.
+:data:`~ndpkit_tools.boards.resources.SHREG_MIN_SIZE` kept in flip-flops as the board projects tell Vivado.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from ndpkit_tools.boards.resources import SHREG_MIN_SIZE
 from ndpkit_tools.impl.depth import logic_depth
 
-__all__ = ["implement", "xilinx_counts", "xcup_script", "SHREG_MIN_SIZE", "ecp5_counts", "ecp5_overflow", "ECP5_LUTS",
+__all__ = ["implement", "synthesize_xcup", "xilinx_counts", "ecp5_counts", "ecp5_overflow", "ECP5_LUTS",
            "tool_versions"]
 
 ECP5_LUTS = 83640                      # LFE5UM5G-85F
@@ -82,15 +82,28 @@ _LUT_AS_MEMORY = {"SRL16E": 1, "SRLC32E": 1, "RAM32M16": 8, "RAM64M8": 8, "RAM32
 
 
 
-def xcup_script() -> str:
-    """The Yosys script of the UltraScale+ estimate (run in the work directory on top.v):
-    ``synth_xilinx``, then each fixed-length SRL16E shorter than :data:`SHREG_MIN_SIZE`
-    stages turned back into its flip-flops (``shreg_min_size.v``; Yosys's ``xilinx_srl``
-    maps every chain of three)."""
-    shreg_map = Path(__file__).with_name("shreg_min_size.v")
-    return ("read_verilog top.v; synth_xilinx -family xcup -flatten -top top; "
-            f"techmap -D SHREG_MIN_SIZE={SHREG_MIN_SIZE} -map {shreg_map}; clean; "
-            "tee -o xcup_stat.txt stat; write_json -noscopeinfo xcup.json")
+#: the techmap that keeps short register chains in flip-flops (copied next to top.v)
+SHREG_MAP = Path(__file__).with_name("shreg_min_size.v")
+#: the UltraScale+ estimate's Yosys script, run in the work directory on top.v:
+#: ``synth_xilinx``, then each fixed-length SRL16E shorter than ``SHREG_MIN_SIZE`` stages
+#: turned back into its flip-flops (Yosys's ``xilinx_srl`` maps every chain of three)
+XCUP_SCRIPT = ("read_verilog top.v; synth_xilinx -family xcup -flatten -top top; "
+               f"techmap -D SHREG_MIN_SIZE={SHREG_MIN_SIZE} -map {SHREG_MAP.name}; clean; "
+               "tee -o xcup_stat.txt stat; write_json -noscopeinfo xcup.json")
+
+
+def xcup_flow() -> str:
+    """What makes ``xcup_stat.txt`` from top.v: the script and the techmap's text (a
+    synthesis cache key that follows the flow, not where the checkout lies)."""
+    return XCUP_SCRIPT + "\n" + SHREG_MAP.read_text()
+
+
+def synthesize_xcup(work: Path) -> None:
+    """The UltraScale+ estimate of ``work``/top.v: xcup_stat.txt, xcup.json (and the flow
+    that made them, xcup_flow.txt)."""
+    (work / SHREG_MAP.name).write_text(SHREG_MAP.read_text())
+    _run([*_yosys(), "-q", "-p", XCUP_SCRIPT], work / "yosys_xcup.log", work)
+    (work / "xcup_flow.txt").write_text(xcup_flow())
 
 
 def xilinx_counts(stat: str) -> dict:
@@ -220,10 +233,9 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
                                if k in util}
                 out["ecp5_fmax_mhz"] = round(fmax, 1) if fmax else None
     if xilinx:
-        script = xcup_script()
-        if not (reuse["xcup"] and (work / "xcup.ys").exists() and (work / "xcup.ys").read_text() == script):
-            _run([*_yosys(), "-q", "-p", script], work / "yosys_xcup.log", work)
-            (work / "xcup.ys").write_text(script)      # what made xcup_stat.txt: a changed flow re-runs
+        made_by = work / "xcup_flow.txt"
+        if not (reuse["xcup"] and made_by.exists() and made_by.read_text() == xcup_flow()):
+            synthesize_xcup(work)                      # (a changed flow re-runs)
         out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
         out["xcup_depth"] = logic_depth(work / "xcup.json")
     return out

@@ -1,7 +1,7 @@
 // Yosys techmap: a fixed-length SRL16E shorter than `SHREG_MIN_SIZE stages becomes the chain of
 // FDREs it was made of.  Yosys's xilinx_srl maps every chain of three or more; Vivado's
 // `synth_design -shreg_min_size` keeps shorter chains in flip-flops, and the board projects set
-// it (ndpkit_tools.impl.flow.SHREG_MIN_SIZE), so the estimate follows the same rule.  Variable
+// it (ndpkit_tools.boards.resources.SHREG_MIN_SIZE), so the estimate follows the same rule.  Variable
 // taps (a non-constant address) and inverted clocks are left alone (_TECHMAP_FAIL_).
 (* techmap_celltype = "SRL16E" *)
 module _ndpkit_short_srl16e (output Q, input A0, A1, A2, A3, CE, CLK, D);

@@ -62,10 +62,11 @@ NOTES = {
     # the ECP5 causes: nextpnr's critical path of each unit's routed netlist (build/impl/<unit>/nextpnr.log)
     ("mul", "", "ecp5"): "111 MHz (127 in the run before 2026-11-28 evening's, with the same cell counts: "
                          "nextpnr's placement moved): the normalising stage (3 -> 4), an exponent add's "
-                         "carry chain into the 48-bit product shifted by a registered 7-bit amount (a seven-deep multiplexer tree of ECP5 LUT4s) with the sticky mask. "
+                         "carry chain into the 48-bit product shifted by a registered 7-bit amount (a "
+                         "seven-deep multiplexer tree of ECP5 LUT4s) with the sticky mask. "
                          "Next: the shift over two stages (the amount's high bits first).",
-    ("fma", "", "ecp5"): "126 MHz (124 before): the normalising shift (stage 8 -> 9, a multiplexer tree) and the adder "
-                         "behind it. Next: the adder a stage later (latency 15).",
+    ("fma", "", "ecp5"): "126 MHz (124 before): the normalising shift (stage 8 -> 9, a multiplexer tree) and "
+                         "the adder behind it. Next: the adder a stage later (latency 15).",
     ("dot", "", "ecp5"): "128 MHz: a lane product's normalising stage, as mul. Next: as mul.",
     # ---- engines -------------------------------------------------------------------------
     ("adam", "default", "levels"): "10 levels: the fma that serves both Adam's L2 term and AdamW's decay: its "
