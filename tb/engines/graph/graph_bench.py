@@ -12,8 +12,9 @@ The engine alone on the RTL memory model (512-bit port, 200-cycle latency, 256 r
 queued), its unit's
 link 16 bytes per cycle each way, 2 KiB rows.  Per graph and mode: cycles of the
 command (validation pass + one iteration) and of the validation pass alone (the same
-command with its last column out of range: the engine reads both arrays whole, then
-refuses it), edges per cycle with and without the validation pass, link bytes, useful
+command with its last row pointer not the edge count: the engine reads the row pointers
+and columns whole, then refuses it; on the edge lanes, where the first edge pass judges
+the columns, the row pointers with the window's load beside them), edges per cycle with and without the validation pass, link bytes, useful
 bytes (4 per edge) ÷ link bytes, row activations; the speed-up is baseline cycles ÷
 the mode's cycles, and the geometric mean over the (graph, kernel) pairs.  Each result is checked against the golden model.
 Writes build/perf/graph.json.  QUICK=1: scales 10 and 12 (else 10, 12, 14);
@@ -134,7 +135,7 @@ async def graph_throughput(dut):
                     image[layout[key]:layout[key] + 4 * len(arr)] = arr.view(np.uint8)
             return image
         image = image_of(rowptr, col, val, x)
-        validation = None
+        validations = {}           # by whether the first edge pass judges the columns
         for mode, format_mode, window in MODES:
             renumber = mode == "window" and kernel != "pagerank" and n > window
             if renumber:        # what the driver does for a graph beyond the window: hot sources first
@@ -147,10 +148,12 @@ async def graph_throughput(dut):
                 c = golden.PageRankConstants.for_graph(n)
                 fields.update(scratch=layout["scratch"], damping=c.damping, teleport=c.teleport, inv_n=c.inv_n,
                               tolerance=c.tolerance)
+            inline = golden.columns_judged_in_first_pass(fields)
+            validation = validations.get(inline)
             if validation is None and e:
                 # the validation pass alone: the last row pointer not the edge count is refused
-                # after the pass (on the edge lanes: the row pointers and the first column words,
-                # the window loading beside them; nothing else runs)
+                # after the pass (on the edge lanes: the row pointers only, the window loading
+                # beside them, the columns judged in the edge pass; nothing else runs)
                 bad = image.copy()
                 bad[layout["rowptr"] + 4 * n:layout["rowptr"] + 4 * (n + 1)] = \
                     np.array([e + 1], np.uint32).view(np.uint8)
@@ -158,6 +161,7 @@ async def graph_throughput(dut):
                 source.send(fields)
                 cpl, validation = await sink.timed_receive()
                 assert cpl["error"] == ErrorCode.BAD_GRAPH, cpl
+                validations[inline] = validation
             await memory.write(0, (image_w if renumber else image).tobytes())
             before = unpack(counters, int(dut.link.value))
             port_before = memory_stats(dut.memory, preset=p.get("memory"))

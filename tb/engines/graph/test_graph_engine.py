@@ -200,10 +200,11 @@ async def graph_programs(dut):
         bad = csr.PullGraph(g.n, rp, c, None, None)
         await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(c), Program.CC, 1),
                    _image(rng, layout, bad, Program.CC), expect=code)
-    # on the edge lanes (every source in the window) the window loads beside the validation
-    # and the last column words are judged beside the first edge pass, its results held: a bad
-    # column there, among the first words, or in a graph whose columns all lie in that tail
-    # (fewer column words than the window's) still writes nothing; then a good command
+    # on the edge lanes (every source in the window) the validation pass judges the row
+    # pointers beside the window's load, and the columns are judged as the first edge pass
+    # takes them, its results held: a bad column anywhere (the last, near the end, among the
+    # first words; a graph of a few columns) still writes nothing, as does a bad row pointer
+    # there; then a good command
     few = csr.pull(sp.csr_array((np.ones(9), (np.arange(9), np.arange(1, 10))), shape=(g.n, g.n)), "cc")
     # (PageRank's too when its contributions are given: its first pass is the pull sums')
     given = {"contributions": 2, "max_iterations": 1}
@@ -217,6 +218,12 @@ async def graph_programs(dut):
                        {**_fields(layout, graph.n, len(c), program, 0, window=graph.n),
                         **(given if program == Program.PAGERANK else {})},
                        _image(rng, layout, bad, program), expect=ErrorCode.BAD_INDEX)
+        rp = graph.rowptr.copy()
+        rp[len(rp) // 2] = rp[-1] + 1
+        await _run(dut, source, sink, memory, rng, _fields(layout, graph.n, len(graph.col), Program.SSSP, 0,
+                                                          window=graph.n),
+                   _image(rng, layout, csr.PullGraph(graph.n, rp, graph.col, None, None), Program.SSSP),
+                   expect=ErrorCode.BAD_GRAPH)
         await _run(dut, source, sink, memory, rng, _fields(layout, graph.n, len(graph.col), Program.SSSP, 0,
                                                           window=graph.n),
                    _image(rng, layout, graph, Program.SSSP), expect=0)

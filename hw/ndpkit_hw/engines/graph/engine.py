@@ -14,12 +14,12 @@ Phases:
    non-decreasing, ``rowptr[n] == edges`` (BAD_GRAPH), every column ``< n``
    (BAD_INDEX); both arrays are read whole, the row-pointer error wins.  Nothing has
    been written when a graph is rejected.  When the first pass runs on the edge lanes
-   (every source in the window; not PageRank), the window loads beside this pass, which
-   then judges the row pointers and the first column words only: the last ones (as many
-   words as the window's) are judged beside the first edge pass, read by the window's
-   idle reader, that pass's results held on chip until the verdict (a bad column there
-   ends the command with nothing written, as in the pass).  The first phase streams what
-   the whole validation did, and the window's load leaves the command's path.
+   (every source in the window: BFS, SSSP, CC, SpMV, PageRank's pull sums over given
+   contributions), this pass judges the row pointers only, with the window's load
+   beside it, and the columns are judged as the first edge pass takes them, its results
+   held on chip (as many as the window's vertices: a pass on the lanes has no more rows)
+   until the verdict: a bad column ends the command with nothing written, as in the
+   pass.  The columns are read once, not twice.
 3. *iterate*: the row pointers, columns (and weights) and the vertices' own values
    stream in order; each edge's source value comes from the **cache** (``cache_lines``
    lines of 16 values, direct mapped by vertex id; filled per value in Piccolo mode,
@@ -108,9 +108,6 @@ SUM_FMAS = 8
 #: at about one a cycle
 SUM_BANKS = 16
 
-#: the first edge pass's results held on chip while its last column words are judged
-HELD_RESULTS = 1024
-
 
 class GraphEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, id_width: int = 4,
@@ -187,14 +184,13 @@ class GraphEngine(CommandEngine):
         edge_len, vertex_len = checks.derive(words(cmd.edges), "edge_len"), checks.derive(words(cmd.n), "vertex_len")
         row_len = checks.derive(words(row_count), "row_len", after=after_rows)     # the slice's values
         last_iteration = checks.derive(cmd.max_iterations - 1, "last_iteration")
-        # The source window loads beside the validation pass when the first pass runs on the
-        # edge lanes (every source in the window: CC, BFS, SSSP, SpMV, PageRank's pull sums over given
-        # contributions): that pass then judges
-        # the row pointers and the first column words, and the last `tail_words` column words
-        # (as many as the window's, so the first phase streams what the validation alone
-        # did) are judged beside the first edge pass, read by the window's reader, which is
-        # idle then.  That pass's results are held on chip until the verdict: a bad column
-        # still writes nothing.  (The edge pass leaves most of the port's read slots free.)
+        # When the first pass runs on the edge lanes (every source in the window: CC, BFS,
+        # SSSP, SpMV, PageRank's pull sums over given contributions), the validation pass
+        # judges the row pointers only, with the source window's load beside it, and the
+        # columns are judged as the first edge pass takes them: its results are held on chip
+        # until the verdict, so a bad column still writes nothing, and the columns cross the
+        # port once.  (A pass on the lanes has at most the window's vertices as rows: the
+        # held results never fill.)
         lanes_on = self.edge_lanes > 1     # the edge lanes are built
         word_shift = (word - 1).bit_length()
         col_words = edge_len[word_shift:]
@@ -203,13 +199,6 @@ class GraphEngine(CommandEngine):
         given = cmd.contributions == 2     # PageRank's contributions given (see below)
         first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & (~is_pagerank | given) &
                                        (cmd.edges != 0) if lanes_on else Const(0), "first_on_lanes")
-        vertex_words = vertex_len[word_shift:]
-        tail_words = checks.derive(Mux(first_on_lanes, Mux(col_words < vertex_words, col_words, vertex_words), 0),
-                                   "tail_words", after=checks.after(edge_len, vertex_len, first_on_lanes))
-        head_words = checks.derive(col_words - tail_words, "head_words", after=checks.after(tail_words))
-        no_head = checks.derive(head_words == 0, "no_head", after=checks.after(head_words))
-        tail_addr = checks.derive(cmd.col + (head_words << word_shift)[:32], "tail_addr",
-                                  after=checks.after(head_words))
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
                   "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
                   "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
@@ -234,9 +223,9 @@ class GraphEngine(CommandEngine):
         # ---- streams ----------------------------------------------------------------
         validating = Signal()
         iterating = Signal()           # an edge pass
-        tail_phase = Signal()          # the first edge pass, with the last column words' check beside it
-        tail_failed = Signal()         # the tail has a bad column (or its read a bus error)
-        holding = Signal()             # the first pass's results wait for the tail's verdict
+        tail_phase = Signal()          # the first edge pass, its columns judged as the lanes take them
+        tail_failed = Signal()         # it has a bad column (or a read a bus error)
+        holding = Signal()             # its results wait for the columns' verdict
         vertex_pass = Signal()         # PageRank: a pass over the vertices (contributions or update)
         stage = Signal(2)              # PageRank's pass in an iteration: 0 contributions, 1 pull sums, 2 update
         update = stage == 2
@@ -268,17 +257,16 @@ class GraphEngine(CommandEngine):
             m, {"rowptr": readers["rowptr"], "col": readers["col"], "val": readers["val"], "old": readers["old"],
                 "out": writer},
             {"rowptr": Transfer(cmd.rowptr, rowptr_len[:32]),
-             "col": Transfer(cmd.col, Mux(validating, head_words << word_shift, edge_len)[:32]),
+             "col": Transfer(cmd.col, edge_len[:32]),
              "val": Transfer(val_base, Mux(vertex_pass, pass_len, edge_len)[:32]),
              "old": Transfer(Mux(every_vertex, source_base, Mux(odd, b_rows, a_rows)), pass_len[:32]),
              "out": Transfer(out_base, pass_len[:32])},
             validating | iterating | vertex_pass,
-            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & no_head),
+            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & first_on_lanes),
                      "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
                      "old": (iterating & ~sum_rows) | vertex_pass, "out": (iterating & ~holding) | vertex_pass})
         # the source window: min(window, n) values of the pass's source array, before each
-        # edge pass (PageRank's: the contributions); the window's reader then takes the last
-        # column words of the first edge pass's check
+        # edge pass (PageRank's: the contributions)
         loading = Signal()
         window_count = Signal(range(MAX_VERTICES + 1))
         m.d.sync += window_count.eq(Mux(cmd.source_window < cmd.n, cmd.source_window, cmd.n))
@@ -286,9 +274,8 @@ class GraphEngine(CommandEngine):
         window_words = Signal(range(MAX_VERTICES + 1))
         m.d.sync += [window_len.eq(words(window_count)), window_words.eq(window_len >> word_shift)]
         loads = TransferGroup(m, {"window": readers["window"]},
-                              {"window": Transfer(Mux(tail_phase, tail_addr, Mux(is_pagerank, cmd.scratch, source_base)),
-                                                  Mux(tail_phase, tail_words << word_shift, window_len)[:32])},
-                              loading | (tail_phase & iterating))
+                              {"window": Transfer(Mux(is_pagerank, cmd.scratch, source_base), window_len[:32])},
+                              loading)
         start = Signal()                # one cycle before a phase: counters restart
         # the edge lanes take the edge passes when every source is in the window (registered:
         # fixed for the command, settled during the validation pass)
@@ -300,17 +287,25 @@ class GraphEngine(CommandEngine):
         # and weights as words; PageRank's vertex passes read their degrees and sums as elements
         m.submodules.validator = validator = GraphValidator(self.data_width)
         m.d.comb += [validator.n.eq(cmd.n), validator.rows.eq(row_count), validator.edges.eq(cmd.edges),
-                     validator.rowptr_on.eq(~tail_phase), validator.col_from.eq(Mux(tail_phase, head_words, 0)),
-                     validator.col_to.eq(Mux(tail_phase, col_words, head_words)), validator.start.eq(start)]
+                     validator.rowptr_on.eq(~tail_phase), validator.start.eq(start)]
+        # (the columns it takes, registered: fixed for a pass, settled by its start; the
+        # reader's pops then follow a compare with a register, not tail_phase's select)
+        m.d.sync += validator.col_words.eq(Mux(tail_phase | ~first_on_lanes, col_words, 0))
         m.submodules.words = words_in = WordRouter(self.data_width)
         for name in ELEMENT_ARRAYS:
             wiring.connect(m, readers[name].data, getattr(words_in, f"{name}_words"))
         wiring.connect(m, words_in.check_rowptr, validator.rowptr)
-        # the validation's columns: the column reader's words, or the window reader's (the tail)
-        window_words_in, check_col = readers["window"].data, words_in.check_col
-        m.d.comb += [validator.col.valid.eq(Mux(tail_phase, window_words_in.valid, check_col.valid)),
-                     validator.col.payload.eq(Mux(tail_phase, window_words_in.payload, check_col.payload)),
-                     check_col.ready.eq(validator.col.ready & ~tail_phase)]
+        # the validation's columns: the column reader's words in the validation pass, or (the
+        # first pass on the lanes) each word as the lanes take it, which the validator, ready
+        # until it has them all, only watches
+        check_col = words_in.check_col
+        col_valid, col_payload = check_col.valid, check_col.payload
+        if lanes_on:
+            lane_col = words_in.lane_col
+            col_valid = Mux(tail_phase, lane_col.valid & self.lanes.col.ready, col_valid)
+            col_payload = Mux(tail_phase, lane_col.payload, col_payload)
+        m.d.comb += [validator.col.valid.eq(col_valid), validator.col.payload.eq(col_payload),
+                     check_col.ready.eq(validator.col.ready)]
         # (the phase a cycle late: a pass's first words come back several cycles after its
         # transfers start, and none are in flight at its end: the router's selects start at registers)
         routed_validating, routed_to_lanes = Signal(), Signal()
@@ -327,11 +322,10 @@ class GraphEngine(CommandEngine):
             wiring.connect(m, words_in.lane_col, self.lanes.col)
             wiring.connect(m, words_in.lane_val, self.lanes.val)
         m.submodules.packer = packer = WordPacker(self.data_width)
-        wiring.connect(m, packer.words, writer.data)
-        # the tail's verdict: pending until its words are judged and its read reported; failed
-        # on a bad column or a bus error (the head passed, so any bad index is the tail's)
-        m.d.comb += [tail_failed.eq(tail_phase & (validator.bad_index | (loads.error != 0))),
-                     holding.eq(tail_phase & (~(validator.done & loads.finished) | tail_failed))]
+        # the first pass's verdict: pending until every column word is judged; failed on a bad
+        # column or a read's bus error (its results would be of words never read)
+        m.d.comb += [tail_failed.eq(tail_phase & (validator.bad_index | (transfers.error != 0))),
+                     holding.eq(tail_phase & (~validator.done | tail_failed))]
         m.d.comb += [packer.count.eq(pass_count), packer.start.eq(start)]
         rp, col, val, old = (getattr(words_in, name) for name in ELEMENT_ARRAYS)
 
@@ -360,9 +354,7 @@ class GraphEngine(CommandEngine):
 
         # ---- source window, then the single-edge path's gathers (GatherPath) ----------
         m.submodules.window = window = self.window
-        m.d.comb += [window.load.valid.eq(window_words_in.valid & ~tail_phase),
-                     window.load.payload.eq(window_words_in.payload),
-                     window_words_in.ready.eq(Mux(tail_phase, validator.col.ready, window.load.ready))]
+        wiring.connect(m, readers["window"].data, window.load)
         m.d.comb += [window.start.eq(start), window.count.eq(window_count),
                      window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
         if lanes_on:
@@ -406,18 +398,30 @@ class GraphEngine(CommandEngine):
         m.submodules.results = results = ResultRouter(self.sum_fmas)
         wiring.connect(m, results.entry, sums.entry)
         wiring.connect(m, sums.sums, results.row_sums)
+        wiring.connect(m, results.elements, packer.elements)
         if lanes_on:
-            # the results held (32-bit elements, a block RAM: at the edge lanes' rate of rows,
-            # thousands of cycles of the first pass) while the tail is judged; dropped if it fails
-            m.submodules.held = held = fifo.SyncFIFOBuffered(width=32, depth=HELD_RESULTS)
-            m.d.comb += [held.w_en.eq(results.elements.valid), held.w_data.eq(results.elements.payload),
-                         results.elements.ready.eq(held.w_rdy),
-                         packer.elements.valid.eq(held.r_rdy & ~holding), packer.elements.payload.eq(held.r_data),
-                         held.r_en.eq(Mux(tail_failed, 1, packer.elements.ready & ~holding))]
-            results_left = held.r_rdy
+            # the first pass's results held as packed bus words (block RAM: a word a 16 window
+            # vertices, as a pass on the lanes has no more rows) until its columns are judged,
+            # then written at the port's rate; dropped on a bad one, and such a pass ends only
+            # once all its words were packed (its last rows may leave the sums after the rest
+            # is idle: nothing of it may reach the next pass's writes)
+            held = fifo.SyncFIFOBuffered(width=self.data_width, depth=-(-self.window.vertices // lanes))
+            m.submodules.held = held
+            packed, all_packed = Signal(32), Signal()
+            with m.If(held.w_en & held.w_rdy):
+                m.d.sync += packed.eq(packed + 1)
+            m.d.sync += all_packed.eq(packed == pass_len[word_shift:])
+            with m.If(start):
+                m.d.sync += [packed.eq(0), all_packed.eq(0)]
+            m.d.comb += [held.w_en.eq(packer.words.valid), held.w_data.eq(packer.words.payload.data),
+                         packer.words.ready.eq(held.w_rdy),
+                         writer.data.valid.eq(held.r_rdy & ~holding), writer.data.payload.data.eq(held.r_data),
+                         writer.data.payload.strb.eq(-1),
+                         held.r_en.eq(Mux(tail_failed, 1, writer.data.ready & ~holding))]
+            results_left = (held.level != 0) | packer.words.valid
         else:
-            wiring.connect(m, results.elements, packer.elements)
-            results_left = Const(0)
+            wiring.connect(m, packer.words, writer.data)
+            results_left, all_packed = Const(0), Const(1)
         wiring.connect(m, vertex.out, results.vertex)
         wiring.connect(m, gather.entry, results.single_entry)
         wiring.connect(m, gather.minimum, results.single_minima)
@@ -455,7 +459,10 @@ class GraphEngine(CommandEngine):
         # the byte counts of a pass, fixed by the command: registered (first used at the
         # validation's end), so a pass's end adds one register to the running count
         scan_bytes, iteration_bytes, val_bytes, own_bytes = Signal(32), Signal(32), Signal(32), Signal(32)
-        m.d.sync += [scan_bytes.eq(rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)),
+        # (the validation pass's: the row pointers, and the columns unless the first pass judges them)
+        checked_bytes = Signal(32)
+        m.d.sync += [checked_bytes.eq(Mux(first_on_lanes, rowptr_len[:32], scan_bytes)),
+                     scan_bytes.eq(rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)),
                      val_bytes.eq(Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0)),
                      own_bytes.eq(Mux(sum_rows, 0, row_len[:32])),
                      iteration_bytes.eq(scan_bytes + val_bytes + own_bytes)]
@@ -465,7 +472,7 @@ class GraphEngine(CommandEngine):
         # late, and high for one cycle: the state leaves ITERATE on it; the conditions
         # only ever rise within the pass)
         pass_over = Signal()
-        tail_over = ~tail_phase | loads.finished & (validator.done | tail_failed)
+        tail_over = ~tail_phase | (validator.done | tail_failed) & all_packed
         m.d.sync += pass_over.eq(iterating & ~pass_over & transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy &
                                  tail_over & ~results_left)
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
@@ -475,15 +482,15 @@ class GraphEngine(CommandEngine):
                                                    stopping.eq(0), scale_issued.eq(0),
                                                    dterm.eq(cmd.dangling_term)]):
             with m.State("VALIDATE"):
-                # (with the window's load beside it when the last column words are left for
-                # the first edge pass)
+                # (the row pointers only, with the window's load beside them, when the first
+                # edge pass judges the columns)
                 preloading = first_on_lanes
                 m.d.comb += [validating.eq(1), loading.eq(preloading)]
                 # a reader reports before its last word is taken: wait for the verdicts too
                 drained = validator.done
                 loaded = ~preloading | loads.finished & ((window.loaded == window_words) | (loads.error != 0))
                 with m.If(transfers.finished & (drained | (transfers.error != 0)) & loaded):
-                    m.d.sync += [bytes_read.eq(scan_bytes),
+                    m.d.sync += [bytes_read.eq(checked_bytes),
                                  bus_error.eq(Mux(transfers.error != 0, transfers.error, loads.error)),
                                  tail_phase.eq(preloading)]
                     m.next = "NEXT"
@@ -520,9 +527,9 @@ class GraphEngine(CommandEngine):
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes + Mux(tail_phase, window_len[:32], 0)),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error),
                                  tail_phase.eq(0)]
-                    with m.If(tail_failed):                 # a bad last column: nothing was written
-                        m.d.sync += [bytes_read.eq(scan_bytes), bytes_written.eq(0)]
-                        ctl.finish(verdict(Mux(transfers.error != 0, transfers.error, loads.error)))
+                    with m.If(tail_failed):                 # a bad column: nothing was written
+                        m.d.sync += [bytes_read.eq(checked_bytes), bytes_written.eq(0)]
+                        ctl.finish(verdict(transfers.error))
                     with m.Elif(is_pagerank):          # the pull sums are in: the update pass next
                         m.d.sync += stage.eq(2)
                         m.next = "NEXT"              # (NEXT ends the command on a bus error)

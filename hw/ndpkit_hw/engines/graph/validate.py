@@ -9,9 +9,11 @@ before the columns'): ``rowptr[0] == 0``, every row pointer at least the one bef
 ``rows`` is ``n`` for a whole matrix, fewer for a row slice.
 Elements past the array's end in its last word are ignored.
 
-A pass may judge part of the columns: words ``col_from`` to ``col_to`` (the engine
-checks the last columns in a pass of their own, beside the first edge pass, so the
-source window loads in the first pass's time); ``rowptr_on`` low takes no row pointers.
+A pass takes the first ``col_words`` column words (0: none) and, with ``rowptr_on``,
+the row pointers: the engine judges the columns of a pass on the edge lanes as the
+first edge pass takes them, the validation pass judging the row pointers only.  The
+validator is ready until it has its words, so it can watch a stream another
+consumer takes.
 
 Each word is registered with its lanes' indices, its compares are made from those
 registers into a second stage of per-lane flags, and the flags' OR lands in the sticky
@@ -35,7 +37,7 @@ class GraphValidator(wiring.Component):
         super().__init__({
             "rowptr": In(words), "col": In(words),
             "n": In(32), "rows": In(32), "edges": In(32),
-            "col_from": In(32), "col_to": In(32), "rowptr_on": In(1),
+            "col_words": In(32), "rowptr_on": In(1),
             "start": In(1),
             "bad_graph": Out(1), "bad_index": Out(1),
             "done": Out(1),
@@ -46,11 +48,11 @@ class GraphValidator(wiring.Component):
         lanes, shift = self.lanes, (self.lanes - 1).bit_length()
         n, rows, edges = self.n, self.rows, self.edges
         # the words a pass takes: ceil((rows + 1) / lanes) row-pointer words (or none), the
-        # column words col_from .. col_to - 1
+        # first col_words column words
         rp_words = Signal(33 - shift)
         m.d.sync += rp_words.eq(Mux(self.rowptr_on, (rows + lanes) >> shift, 0))
         rp_taken, col_taken = Signal(33 - shift), Signal(33 - shift)
-        rp_more, col_more = rp_taken != rp_words, col_taken != self.col_to
+        rp_more, col_more = rp_taken != rp_words, col_taken != self.col_words
         m.d.comb += [self.rowptr.ready.eq(rp_more), self.col.ready.eq(col_more)]
 
         # stage 1: the word taken, with where its lanes stand in the array
@@ -63,9 +65,11 @@ class GraphValidator(wiring.Component):
             # what this word's first row pointer must not fall below)
             m.d.sync += [rp_word.eq(self.rowptr.payload.data), rp_valid.eq(1), rp_index.eq(rp_taken),
                          rp_taken.eq(rp_taken + 1), previous.eq(rp_word[-32:])]
+        # (the word and its index registered every cycle, only its valid bit on the take: no
+        # enable fans out from the take, which may come from another consumer's ready)
+        m.d.sync += [col_word.eq(self.col.payload.data), col_index.eq(col_taken)]
         with m.If(self.col.valid & col_more):
-            m.d.sync += [col_word.eq(self.col.payload.data), col_valid.eq(1), col_index.eq(col_taken),
-                         col_taken.eq(col_taken + 1)]
+            m.d.sync += [col_valid.eq(1), col_taken.eq(col_taken + 1)]
 
         # stage 2: per-lane flags from the registered word
         def lane(word, k):
@@ -98,6 +102,6 @@ class GraphValidator(wiring.Component):
         m.d.sync += done.eq(~rp_more & ~col_more & ~rp_valid & ~col_valid & ~judged_rp & ~judged_col)
         m.d.comb += self.done.eq(done)
         with m.If(self.start):
-            m.d.sync += [done.eq(0), rp_taken.eq(0), col_taken.eq(self.col_from), rp_valid.eq(0), col_valid.eq(0), judged_rp.eq(0),
+            m.d.sync += [done.eq(0), rp_taken.eq(0), col_taken.eq(0), rp_valid.eq(0), col_valid.eq(0), judged_rp.eq(0),
                          judged_col.eq(0), self.bad_graph.eq(0), self.bad_index.eq(0)]
         return m

@@ -55,7 +55,7 @@ from ndpkit_spec.codes import ErrorCode
 from ndpkit.arith import fp
 from ndpkit.transfer import check_ranges
 from ndpkit_spec.engines.graph import (ACC_LANES, CONVERGED, MAX_VERTICES, MODE_BASELINE, MODE_PICCOLO, WINDOW_VERTICES,
-                                      Program)
+                                      EDGE_LANES, Program)
 
 INF = np.uint32(0xFFFF_FFFF)
 
@@ -318,6 +318,17 @@ def window_bytes(cmd: dict, word_bytes: int) -> int:
     return _words(4 * min(cmd.get("source_window", 0), cmd["n"]), word_bytes)
 
 
+def columns_judged_in_first_pass(cmd: dict) -> bool:
+    """Whether the first edge pass judges the columns (the validation pass reading the
+    row pointers only): it runs on the edge lanes — every source in the window
+    (``source_window >= n``), not PageRank unless its contributions are given, and some
+    edges — on a build with lanes (``cmd["edge_lanes"]`` where the caller gives the
+    build's, else the default build's)."""
+    on_lanes = cmd.get("source_window", 0) >= cmd["n"] and cmd["edges"] != 0 and \
+        (cmd["format_program"] != Program.PAGERANK or cmd.get("contributions", 0) == 2)
+    return on_lanes and cmd.get("edge_lanes", EDGE_LANES) > 1
+
+
 def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
     """(ErrorCode, argument) of the whole command in the hardware's order: program,
     mode, n (1..2**24), max_iterations (>= 1), PageRank's tolerance (not negative, not
@@ -360,7 +371,9 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
             window_size: int | None = None) -> tuple[int, int, int, int]:
     """Run an accepted command on card memory.  First a validation pass reads the whole
     row-pointer and column arrays (BAD_GRAPH / BAD_INDEX end the command there, nothing
-    written).  SpMV: one pass, ``b = A a`` (``val`` the matrix entries, ``a`` the vector,
+    written; when the first edge pass judges the columns,
+    :func:`columns_judged_in_first_pass`, the row pointers only, and a bad column ends
+    the command after that pass with the same verdict and figures: nothing written).  SpMV: one pass, ``b = A a`` (``val`` the matrix entries, ``a`` the vector,
     fetched through the unit only), one iteration.  The min programs iterate: iteration ``i`` reads ``a`` (odd ``i``) or ``b`` and
     writes the other, whole bus words (elements past ``n`` in the last word written 0),
     until an iteration changes nothing or ``max_iterations``; the result is in ``a``
@@ -387,7 +400,9 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
         memory[at:at + 4 * len(values)] = np.asarray(values, dtype=np.uint32).view(np.uint8)
 
     rowptr, col = array("rowptr", rows + 1).copy(), array("col", e).copy() if e else np.zeros(0, np.uint32)
-    scanned = ranges["rowptr"][1] + (ranges["col"][1] if e else 0)
+    # the validation pass's bytes (also a rejected graph's figure): the row pointers, and
+    # the columns unless the first edge pass judges them as it streams them
+    scanned = ranges["rowptr"][1] + (ranges["col"][1] if e and not columns_judged_in_first_pass(cmd) else 0)
     try:
         validate(n, rowptr, col, rows=rows)
     except GraphError as err:
