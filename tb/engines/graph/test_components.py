@@ -101,8 +101,9 @@ def test_edge_generator_turns_rows_into_edges(rng):
 def test_word_packer_fills_whole_words_and_pads_the_last(rng):
     """Passes of 37, 1, 16 and 5 elements into 128-bit words with random gaps and random
     back-pressure on the words: each pass gives ``ceil(count / 4)`` words, the elements in
-    order and the last word padded with zeros; the count changes with start and settles the
-    cycle after (as the engine's pass flags do)."""
+    order and the last word padded with zeros; ``done`` only once the last word was handed
+    on, and then; the count changes with start and settles the cycle after (as the
+    engine's pass flags do)."""
     dut = WordPacker(128)
 
     async def bench(ctx):
@@ -117,6 +118,8 @@ def test_word_packer_fills_whole_words_and_pads_the_last(rng):
             ctx.set(dut.count, count)
             got, i = [], 0
             for _ in range(20 * count + 20):
+                if ctx.get(dut.done):
+                    assert got == want, "done before the last word was handed on"
                 _drive(ctx, dut.elements, elements, rng, i)
                 ready = rng.random() < 0.5
                 ctx.set(dut.words.ready, ready)
@@ -125,7 +128,7 @@ def test_word_packer_fills_whole_words_and_pads_the_last(rng):
                 i += _fired(ctx, dut.elements)
                 await ctx.tick()
             ctx.set(dut.elements.valid, 0)
-            assert got == want and i == count
+            assert got == want and i == count and ctx.get(dut.done)
     run_to_end(dut, bench)
 
 

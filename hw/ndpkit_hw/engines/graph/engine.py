@@ -223,8 +223,8 @@ class GraphEngine(CommandEngine):
         # ---- streams ----------------------------------------------------------------
         validating = Signal()
         iterating = Signal()           # an edge pass
-        tail_phase = Signal()          # the first edge pass, its columns judged as the lanes take them
-        tail_failed = Signal()         # it has a bad column (or a read a bus error)
+        judging = Signal()             # the first edge pass, its columns judged as the lanes take them
+        judged_bad = Signal()          # it has a bad column (or a read a bus error)
         holding = Signal()             # its results wait for the columns' verdict
         vertex_pass = Signal()         # PageRank: a pass over the vertices (contributions or update)
         stage = Signal(2)              # PageRank's pass in an iteration: 0 contributions, 1 pull sums, 2 update
@@ -287,10 +287,10 @@ class GraphEngine(CommandEngine):
         # and weights as words; PageRank's vertex passes read their degrees and sums as elements
         m.submodules.validator = validator = GraphValidator(self.data_width)
         m.d.comb += [validator.n.eq(cmd.n), validator.rows.eq(row_count), validator.edges.eq(cmd.edges),
-                     validator.rowptr_on.eq(~tail_phase), validator.start.eq(start)]
+                     validator.rowptr_on.eq(~judging), validator.start.eq(start)]
         # (the columns it takes, registered: fixed for a pass, settled by its start; the
-        # reader's pops then follow a compare with a register, not tail_phase's select)
-        m.d.sync += validator.col_words.eq(Mux(tail_phase | ~first_on_lanes, col_words, 0))
+        # reader's pops then follow a compare with a register, not the judging flag's select)
+        m.d.sync += validator.col_words.eq(Mux(judging | ~first_on_lanes, col_words, 0))
         m.submodules.words = words_in = WordRouter(self.data_width)
         for name in ELEMENT_ARRAYS:
             wiring.connect(m, readers[name].data, getattr(words_in, f"{name}_words"))
@@ -302,8 +302,8 @@ class GraphEngine(CommandEngine):
         col_valid, col_payload = check_col.valid, check_col.payload
         if lanes_on:
             lane_col = words_in.lane_col
-            col_valid = Mux(tail_phase, lane_col.valid & self.lanes.col.ready, col_valid)
-            col_payload = Mux(tail_phase, lane_col.payload, col_payload)
+            col_valid = Mux(judging, lane_col.valid & self.lanes.col.ready, col_valid)
+            col_payload = Mux(judging, lane_col.payload, col_payload)
         m.d.comb += [validator.col.valid.eq(col_valid), validator.col.payload.eq(col_payload),
                      check_col.ready.eq(validator.col.ready)]
         # (the phase a cycle late: a pass's first words come back several cycles after its
@@ -324,8 +324,8 @@ class GraphEngine(CommandEngine):
         m.submodules.packer = packer = WordPacker(self.data_width)
         # the first pass's verdict: pending until every column word is judged; failed on a bad
         # column or a read's bus error (its results would be of words never read)
-        m.d.comb += [tail_failed.eq(tail_phase & (validator.bad_index | (transfers.error != 0))),
-                     holding.eq(tail_phase & (~validator.done | tail_failed))]
+        m.d.comb += [judged_bad.eq(judging & (validator.bad_index | (transfers.error != 0))),
+                     holding.eq(judging & (~validator.done | judged_bad))]
         m.d.comb += [packer.count.eq(pass_count), packer.start.eq(start)]
         rp, col, val, old = (getattr(words_in, name) for name in ELEMENT_ARRAYS)
 
@@ -403,25 +403,19 @@ class GraphEngine(CommandEngine):
             # the first pass's results held as packed bus words (block RAM: a word a 16 window
             # vertices, as a pass on the lanes has no more rows) until its columns are judged,
             # then written at the port's rate; dropped on a bad one, and such a pass ends only
-            # once all its words were packed (its last rows may leave the sums after the rest
-            # is idle: nothing of it may reach the next pass's writes)
+            # once the packer is done (its last rows may leave the sums after the rest is
+            # idle: nothing of it may reach the next pass's writes)
             held = fifo.SyncFIFOBuffered(width=self.data_width, depth=-(-self.window.vertices // lanes))
             m.submodules.held = held
-            packed, all_packed = Signal(32), Signal()
-            with m.If(held.w_en & held.w_rdy):
-                m.d.sync += packed.eq(packed + 1)
-            m.d.sync += all_packed.eq(packed == pass_len[word_shift:])
-            with m.If(start):
-                m.d.sync += [packed.eq(0), all_packed.eq(0)]
             m.d.comb += [held.w_en.eq(packer.words.valid), held.w_data.eq(packer.words.payload.data),
                          packer.words.ready.eq(held.w_rdy),
                          writer.data.valid.eq(held.r_rdy & ~holding), writer.data.payload.data.eq(held.r_data),
                          writer.data.payload.strb.eq(-1),
-                         held.r_en.eq(Mux(tail_failed, 1, writer.data.ready & ~holding))]
+                         held.r_en.eq(Mux(judged_bad, 1, writer.data.ready & ~holding))]
             results_left = (held.level != 0) | packer.words.valid
         else:
             wiring.connect(m, packer.words, writer.data)
-            results_left, all_packed = Const(0), Const(1)
+            results_left = Const(0)
         wiring.connect(m, vertex.out, results.vertex)
         wiring.connect(m, gather.entry, results.single_entry)
         wiring.connect(m, gather.minimum, results.single_minima)
@@ -472,9 +466,9 @@ class GraphEngine(CommandEngine):
         # late, and high for one cycle: the state leaves ITERATE on it; the conditions
         # only ever rise within the pass)
         pass_over = Signal()
-        tail_over = ~tail_phase | (validator.done | tail_failed) & all_packed
+        judged = ~judging | (validator.done | judged_bad) & packer.done
         m.d.sync += pass_over.eq(iterating & ~pass_over & transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy &
-                                 tail_over & ~results_left)
+                                 judged & ~results_left)
         with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
@@ -492,20 +486,20 @@ class GraphEngine(CommandEngine):
                 with m.If(transfers.finished & (drained | (transfers.error != 0)) & loaded):
                     m.d.sync += [bytes_read.eq(checked_bytes),
                                  bus_error.eq(Mux(transfers.error != 0, transfers.error, loads.error)),
-                                 tail_phase.eq(preloading)]
+                                 judging.eq(preloading)]
                     m.next = "NEXT"
             with m.State("NEXT"):
                 # start an iteration (or report the validation's verdict)
                 m.d.comb += start.eq(1)
                 m.d.sync += transfers.clear() + loads.clear()          # (start clears the reducer's changed)
                 with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
-                    # (the tail's flag cleared here, not with the next command: that command's
+                    # (the judging flag cleared here, not with the next command: that command's
                     # validation starts in the cycle it is latched, from the flag)
-                    m.d.sync += tail_phase.eq(0)
+                    m.d.sync += judging.eq(0)
                     ctl.finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
                     m.next = "VERTEX"
-                with m.Elif(tail_phase):                 # the window was loaded beside the validation
+                with m.Elif(judging):                 # the window was loaded beside the validation
                     m.next = "ITERATE"
                 with m.Elif(window_count != 0):
                     m.next = "LOAD"
@@ -524,10 +518,10 @@ class GraphEngine(CommandEngine):
                 m.d.comb += iterating.eq(1)
                 with m.If(pass_over):
                     # (the first pass's window, loaded beside the validation, is counted here)
-                    m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes + Mux(tail_phase, window_len[:32], 0)),
+                    m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes + Mux(judging, window_len[:32], 0)),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error),
-                                 tail_phase.eq(0)]
-                    with m.If(tail_failed):                 # a bad column: nothing was written
+                                 judging.eq(0)]
+                    with m.If(judged_bad):                 # a bad column: nothing was written
                         m.d.sync += [bytes_read.eq(checked_bytes), bytes_written.eq(0)]
                         ctl.finish(verdict(transfers.error))
                     with m.Elif(is_pagerank):          # the pull sums are in: the update pass next

@@ -67,7 +67,9 @@ class WordUnpacker(wiring.Component):
 class WordPacker(wiring.Component):
     """``count`` 32-bit elements -> whole bus words for a writer (the last one padded
     with zeros).  ``start`` restarts; ``count`` is taken from the cycle after it (no
-    element is taken in that cycle) and must hold until the pass ends."""
+    element is taken in that cycle) and must hold until the pass ends.  ``done``
+    (registered, a cycle late) once every element of the pass was taken and its last
+    word handed on."""
 
     def __init__(self, data_width: int):
         self.lanes = data_width // 32
@@ -76,6 +78,7 @@ class WordPacker(wiring.Component):
             "words": Out(stream.Signature(data.StructLayout({"data": data_width, "strb": data_width // 8}))),
             "count": In(32),
             "start": In(1),
+            "done": Out(1),
         })
 
     def elaborate(self, platform):
@@ -102,6 +105,7 @@ class WordPacker(wiring.Component):
                          lane.eq(lane + 1)]
             with m.If((lane == self.lanes - 1) | last):
                 m.d.sync += [full.eq(1), lane.eq(0)]
+        m.d.sync += self.done.eq(~self.start & ~fresh & (left == 0) & ~full)
         with m.If(self.start):
             m.d.sync += [lane.eq(0), word.eq(0), full.eq(0)]
         return m
