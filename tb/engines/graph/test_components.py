@@ -98,19 +98,31 @@ def test_edge_generator_turns_rows_into_edges(rng):
     assert got == expected
 
 
-def test_word_packer_fills_whole_words_and_pads_the_last(rng):
-    """Passes of 37, 1, 16 and 5 elements into 128-bit words with random gaps and random
+@pytest.mark.parametrize("group", [None, 2])
+def test_word_packer_fills_whole_words_and_pads_the_last(rng, group):
+    """Passes of 37, 1, 16, 5 and 3 elements into 128-bit words with random gaps and random
     back-pressure on the words: each pass gives ``ceil(count / 4)`` words, the elements in
     order and the last word padded with zeros; ``done`` only once the last word was handed
     on, and then; the count changes with start and settles the cycle after (as the
-    engine's pass flags do)."""
-    dut = WordPacker(128)
+    engine's pass flags do).  With ``group`` 2, the passes alternate between groups of two
+    a cycle (the last one short) and single elements (in ``data[0]``, beside a stale
+    ``data[1]`` and count that must not be written)."""
+    dut = WordPacker(128, group=group)
 
     async def bench(ctx):
-        for count in (37, 1, 16, 5):
+        for p, count in enumerate((37, 1, 16, 5, 3)):
+            grouped = group is not None and p % 2 == 0
+            step = group if grouped else 1
             elements = [rng.randrange(1 << 32) for _ in range(count)]
             padded = elements + [0] * (-count % 4)
             want = [sum(e << (32 * k) for k, e in enumerate(padded[i:i + 4])) for i in range(0, count, 4)]
+            if group is None:
+                items = elements
+            else:
+                items = [{"data": (elements[i:i + step] + [rng.randrange(1 << 32)] * group)[:group],
+                          "count": min(step, count - i) if grouped else rng.randrange(group + 1)}
+                         for i in range(0, count, step)]
+                ctx.set(dut.grouped, grouped)
             ctx.set(dut.count, 3)        # the previous phase's count, while start is high
             ctx.set(dut.start, 1)
             await ctx.tick()
@@ -120,7 +132,7 @@ def test_word_packer_fills_whole_words_and_pads_the_last(rng):
             for _ in range(20 * count + 20):
                 if ctx.get(dut.done):
                     assert got == want, "done before the last word was handed on"
-                _drive(ctx, dut.elements, elements, rng, i)
+                _drive(ctx, dut.elements, items, rng, i)
                 ready = rng.random() < 0.5
                 ctx.set(dut.words.ready, ready)
                 if ctx.get(dut.words.valid) and ready:
@@ -128,23 +140,30 @@ def test_word_packer_fills_whole_words_and_pads_the_last(rng):
                 i += _fired(ctx, dut.elements)
                 await ctx.tick()
             ctx.set(dut.elements.valid, 0)
-            assert got == want and i == count and ctx.get(dut.done)
+            assert got == want and i == len(items) and ctx.get(dut.done)
     run_to_end(dut, bench)
 
 
+@pytest.mark.parametrize("group", [None, 2])
 @pytest.mark.parametrize("counts", [(37, 3, 16), (1, 0, 32)])
-def test_word_unpacker_gives_count_elements_in_order_through_its_skid_register(rng, counts):
+def test_word_unpacker_gives_count_elements_in_order_through_its_skid_register(rng, counts, group):
     """Passes of ``count`` elements from 128-bit words (the last word's tail dropped),
     random stalls on both sides; ``done`` only once every element has left, and
     ``start`` begins the next pass from a fresh word.  The count changes with start
-    and settles the cycle after (as the engine's pass flags do)."""
-    dut = WordUnpacker(128)
+    and settles the cycle after (as the engine's pass flags do).  With ``group`` 2 the
+    elements leave two at a time, the pass's last group holding what is left."""
+    dut = WordUnpacker(128, group=group)
+    step = group or 1
     got_all = []
 
     async def bench(ctx):
         for count in counts:
             elements = [rng.randrange(1 << 32) for _ in range(count)]
-            words = [sum(e << (32 * k) for k, e in enumerate(elements[i:i + 4])) for i in range(0, count, 4)]
+            # the last word's unused elements: noise that must not leave
+            noise = elements + [rng.randrange(1 << 32) for _ in range(-count % 4)]
+            words = [sum(e << (32 * k) for k, e in enumerate(noise[i:i + 4])) for i in range(0, count, 4)]
+            want = elements if group is None else [(elements[i:i + step], min(step, count - i))
+                                                   for i in range(0, count, step)]
             ctx.set(dut.count, 7)        # the previous phase's count, while start is high
             ctx.set(dut.start, 1)
             await ctx.tick()
@@ -158,12 +177,13 @@ def test_word_unpacker_gives_count_elements_in_order_through_its_skid_register(r
                 ready = rng.random() < 0.5
                 ctx.set(dut.elements.ready, ready)
                 if cycle:                # (the count is taken the cycle after start)
-                    assert ctx.get(dut.done) == (len(got) == count)
+                    assert ctx.get(dut.done) == (len(got) == len(want))
                 if ctx.get(dut.elements.valid) and ready:
-                    got.append(ctx.get(dut.elements.payload))
+                    out = ctx.get(dut.elements.payload)
+                    got.append(out if group is None else (list(out.data)[:out.count], out.count))
                 w += on and ctx.get(dut.words.ready)
                 await ctx.tick()
-            assert got == elements and w == len(words) and ctx.get(dut.done)
+            assert got == want and w == len(words) and ctx.get(dut.done)
             got_all.append(got)
     run_to_end(dut, bench)
     assert len(got_all) == len(counts)
@@ -630,9 +650,13 @@ def test_row_sums_take_eight_entries_a_cycle_in_rows_of_up_to_64():
     assert taken <= bound + 4, (taken, bound)
 
 
-def test_vertex_pass_is_the_golden_arithmetic(rng):
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_vertex_pass_is_the_golden_arithmetic(rng, lanes):
+    """Both passes over 63 vertices in groups of ``lanes`` (the last one short), random
+    gaps and back-pressure: every vertex's value and term equal the golden arithmetic,
+    in order, each group's count kept."""
     pyrng, rng = rng, np.random.default_rng(rng.randrange(1 << 30))
-    n = 64
+    n = 63
     ranks = fp.bits(rng.random(n, dtype=np.float32) / n)
     degrees = rng.choice([0, 1, 2, 3, 1000, (1 << 31) - 1], size=n).astype(np.uint32)
     sums = fp.bits(rng.random(n, dtype=np.float32) / 10)
@@ -641,7 +665,11 @@ def test_vertex_pass_is_the_golden_arithmetic(rng):
     dangling = np.where(degrees != 0, 0, ranks).astype(np.uint32)
     new = fp.fma(np.full(n, d, np.uint32), fp.add(sums, np.full(n, dterm, np.uint32)), np.full(n, tele, np.uint32))
     change = fp.sub(new, ranks) & np.uint32(0x7FFF_FFFF)
-    dut = VertexPass()
+    dut = VertexPass(lanes)
+
+    def group(items, i):
+        part = [int(x) for x in items[i:i + lanes]]
+        return {"data": part + [pyrng.randrange(1 << 32) for _ in range(lanes - len(part))], "count": len(part)}
 
     async def bench(ctx):
         for update, others, want_written, want_summed in ((0, degrees, contrib, dangling), (1, sums, new, change)):
@@ -653,24 +681,27 @@ def test_vertex_pass_is_the_golden_arithmetic(rng):
             await ctx.tick()
             ctx.set(dut.start, 0)
             ctx.set(dut.run, 1)
-            i, got = 0, []
-            while len(got) < n:
+            i, written, summed, counts = 0, [], [], []
+            while len(written) < n:
                 both = i < n and pyrng.random() < 0.8
                 for port, items in ((dut.rank, ranks), (dut.other, others)):
                     ctx.set(port.valid, both)
-                    ctx.set(port.payload, int(items[i]) if i < n else 0)
+                    ctx.set(port.payload, group(items, i) if both else {"data": [0] * lanes, "count": 0})
                 ctx.set(dut.out.ready, pyrng.random() < 0.6)
                 await ctx.delay(1e-9)
                 if both and ctx.get(dut.rank.ready):
                     assert ctx.get(dut.other.ready)
-                    i += 1
+                    i += lanes
                 if ctx.get(dut.out.valid) and ctx.get(dut.out.ready):
-                    word = ctx.get(dut.out.payload)
-                    got.append((word & 0xFFFF_FFFF, word >> 32))
+                    out = ctx.get(dut.out.payload)
+                    counts.append(out.count)
+                    written += list(out.written)[:out.count]
+                    summed += list(out.summed)[:out.count]
                 await ctx.tick()
             ctx.set(dut.run, 0)
-            assert [w for w, _ in got] == [int(x) for x in want_written]
-            assert [s for _, s in got] == [int(x) for x in want_summed]
+            assert counts == [min(lanes, n - k) for k in range(0, n, lanes)]
+            assert written == [int(x) for x in want_written]
+            assert summed == [int(x) for x in want_summed]
     run_to_end(dut, bench)
 
 
@@ -1092,16 +1123,20 @@ def test_word_router_sends_each_word_to_its_phase_user(rng):
 def test_result_router_routes_each_mode(rng, mode):
     """Every input offered at once with random stalls: only the mode's sources are taken,
     each reaching its destination unchanged and in order (a single entry widened to the
-    two-FMA layout); a vertex pass's value and term leave together, its entry marked last
-    at the pass's last vertex only, and the pass's sum kept as ``total`` until the next
-    start."""
+    two-FMA layout); a vertex pass's groups of two (37 vertices: the last group one) leave
+    their values to the packer and their terms into the sums together, the entry marked
+    last at the pass's last group only, and the pass's sum kept as ``total`` until the
+    next start."""
+    from ndpkit_hw.engines.graph.pagerank import vertex_layout
     from ndpkit_hw.engines.graph.rowsums import entries_layout
     from ndpkit_hw.engines.graph.routes import FP32_ONE, ResultRouter
-    dut = ResultRouter(2)
+    dut = ResultRouter(2, vertex_lanes=2)
     n = 37
     word = lambda: rng.getrandbits(32)    # noqa: E731
+    groups = [min(2, n - k) for k in range(0, n, 2)]
     items = {
-        "vertex": [rng.getrandbits(64) for _ in range(n)],
+        "vertex": [vertex_layout(2).const({"written": [word(), word()], "summed": [word(), word()], "count": c})
+                   for c in groups],
         "lane_entries": [entries_layout(2).const({"a": [word(), word()], "b": [word(), word()],
                                                   "count": rng.randrange(1, 3), "last": rng.randrange(2)})
                          for _ in range(n)],
@@ -1115,12 +1150,13 @@ def test_result_router_routes_each_mode(rng, mode):
 
     def entry_of(e):
         return (list(e.a), list(e.b), e.count, e.last)
-    want_entries = {"vertex": [([FP32_ONE, None], [v >> 32, None], 1, int(k == n - 1))
-                               for k, v in enumerate(items["vertex"])],
+    want_entries = {"vertex": [([FP32_ONE, FP32_ONE if v.count == 2 else None],
+                                [v.summed[0], v.summed[1] if v.count == 2 else None], v.count,
+                                int(k == len(groups) - 1)) for k, v in enumerate(items["vertex"])],
                     "lane_sums": [entry_of(e) for e in items["lane_entries"]],
                     "single_sums": [([e.a[0], None], [e.b[0], None], 1, e.last)
                                     for e in items["single_entry"]]}.get(mode, [])
-    want_elements = {"vertex": [v & 0xFFFF_FFFF for v in items["vertex"]],
+    want_elements = {"vertex": [list(v.written)[:v.count] for v in items["vertex"]],
                      "lane_sums": items["row_sums"], "single_sums": items["row_sums"],
                      "lane_minima": items["lane_minima"], "single_minima": items["single_minima"]}[mode]
     entries, elements, taken = [], [], {}       # taken: items taken of each source
@@ -1153,9 +1189,11 @@ def test_result_router_routes_each_mode(rng, mode):
                 got = entry_of(e)
                 if e.count == 1 and mode != "lane_sums":
                     got = ([got[0][0], None], [got[1][0], None], 1, got[3])
+                assert mode != "vertex" or e.count == groups[len(entries)]
                 entries.append(got)
             if element_fired:
-                elements.append(ctx.get(dut.elements.payload))
+                out = ctx.get(dut.elements.payload)
+                elements.append(list(out.data)[:out.count] if mode == "vertex" else out.data[0])
             if mode == "vertex":
                 assert entry_fired == element_fired, "a vertex's value and term left apart"
             for offer in offers.values():
@@ -1189,8 +1227,8 @@ def test_result_router_routes_each_mode(rng, mode):
 def test_gather_path_gives_the_golden_rows_through_a_modelled_unit(rng, baseline, sums):
     """The single-edge path behind a window of no vertices (every source through the cache
     or the unit), a Python unit answering row gathers and line reads from a memory image
-    after random delays, random stalls everywhere: rows of 0-9 edges with clustered and
-    scattered sources give ``min(own, min(value + weight))`` (saturating) per row and
+    after random delays, random stalls everywhere: rows of 0-9 edges with clustered
+    (eight rows a cluster) and scattered sources give ``min(own, min(value + weight))`` (saturating) per row and
     ``changed`` (min programs), or each edge's (weight, value) entry in order (sums);
     every request is a row gather (line read) of 1-16 members, and the cache spares some
     (fewer members fetched than edges); nothing is left busy."""
@@ -1199,9 +1237,10 @@ def test_gather_path_gives_the_golden_rows_through_a_modelled_unit(rng, baseline
     INF, BASE, N = 0xFFFF_FFFF, 0x4000, 4096
     values = [rng.choice([rng.randrange(1 << 20), rng.randrange(1 << 32), INF]) for _ in range(N)]
     rows, edges = [], []
-    for _ in range(80):
+    for r in range(80):
         own = rng.choice([INF, rng.randrange(1 << 21)])
-        hot = rng.randrange(N - 64)
+        if r % 8 == 0:                   # (eight rows share a cluster: later rows find its lines cached)
+            hot = rng.randrange(N - 64)
         us = [rng.randrange(hot, hot + 64) if rng.random() < 0.6 else rng.randrange(N)
               for _ in range(rng.choice([0, 1, 2, 5, 9]))]
         weights = [rng.choice([0, 1, rng.randrange(1 << 31), INF]) for _ in us]

@@ -206,17 +206,20 @@ async def graph_programs(dut):
     # first words; a graph of a few columns) still writes nothing, as does a bad row pointer
     # there; then a good command
     few = csr.pull(sp.csr_array((np.ones(9), (np.arange(9), np.arange(1, 10))), shape=(g.n, g.n)), "cc")
-    # (PageRank's too when its contributions are given: its first pass is the pull sums')
+    # (PageRank's too, its first edge pass the pull sums': over given contributions, or over
+    # those its contributions pass wrote into the window, scratch untouched)
     given = {"contributions": 2, "max_iterations": 1}
+    computed = {"contributions": 0, "max_iterations": 2}
+    runs = ((Program.CC, {}), (Program.SSSP, {}), (Program.SPMV, {}), (Program.PAGERANK, given),
+            (Program.PAGERANK, computed))
     for graph, at in ((g, len(g.col) - 1), (g, len(g.col) - 20), (g, 2), (few, len(few.col) - 1), (few, 0)):
-        for program in (Program.CC, Program.SSSP, Program.SPMV, Program.PAGERANK):
+        for program, extra in runs:
             c = graph.col.copy()
             c[at] = graph.n + int(rng.integers(0, 3))
             bad = csr.PullGraph(graph.n, graph.rowptr, c, None, None)
-            dut._log.info(f"bad column {at} of {len(c)}, {program.name}, window {graph.n}")
+            dut._log.info(f"bad column {at} of {len(c)}, {program.name} {extra}, window {graph.n}")
             await _run(dut, source, sink, memory, rng,
-                       {**_fields(layout, graph.n, len(c), program, 0, window=graph.n),
-                        **(given if program == Program.PAGERANK else {})},
+                       {**_fields(layout, graph.n, len(c), program, 0, window=graph.n), **extra},
                        _image(rng, layout, bad, program), expect=ErrorCode.BAD_INDEX)
         rp = graph.rowptr.copy()
         rp[len(rp) // 2] = rp[-1] + 1
@@ -227,9 +230,10 @@ async def graph_programs(dut):
         await _run(dut, source, sink, memory, rng, _fields(layout, graph.n, len(graph.col), Program.SSSP, 0,
                                                           window=graph.n),
                    _image(rng, layout, graph, Program.SSSP), expect=0)
-        await _run(dut, source, sink, memory, rng,
-                   {**_fields(layout, graph.n, len(graph.col), Program.PAGERANK, 0, window=graph.n), **given},
-                   _image(rng, layout, graph, Program.PAGERANK), expect=0)
+        for extra in (given, computed):
+            await _run(dut, source, sink, memory, rng,
+                       {**_fields(layout, graph.n, len(graph.col), Program.PAGERANK, 0, window=graph.n), **extra},
+                       _image(rng, layout, graph, Program.PAGERANK), expect=0)
     bad_end = csr.PullGraph(g.n, g.rowptr, g.col, None, None)
     await _run(dut, source, sink, memory, rng, _fields(layout, g.n, len(g.col) - 1, Program.CC, 0),
                _image(rng, layout, bad_end, Program.CC), expect=ErrorCode.BAD_GRAPH)

@@ -13,13 +13,15 @@ Phases:
 2. *validate*: the row pointers and columns stream through once: ``rowptr[0] == 0``,
    non-decreasing, ``rowptr[n] == edges`` (BAD_GRAPH), every column ``< n``
    (BAD_INDEX); both arrays are read whole, the row-pointer error wins.  Nothing has
-   been written when a graph is rejected.  When the first pass runs on the edge lanes
-   (every source in the window: BFS, SSSP, CC, SpMV, PageRank's pull sums over given
-   contributions), this pass judges the row pointers only, with the window's load
-   beside it, and the columns are judged as the first edge pass takes them, its results
-   held on chip (as many as the window's vertices: a pass on the lanes has no more rows)
-   until the verdict: a bad column ends the command with nothing written, as in the
-   pass.  The columns are read once, not twice.
+   been written when a graph is rejected.  When the first edge pass runs on the edge
+   lanes (every source in the window: BFS, SSSP, CC, SpMV, PageRank's pull sums unless
+   the command computes contributions only), this pass judges the row pointers only,
+   with the window's load beside it (PageRank computing every vertex's contributions:
+   its contributions pass writes them into the window, not to memory), and the columns
+   are judged as the first edge pass takes them, its results held on chip (as many as
+   the window's vertices: a pass on the lanes has no more rows) until the verdict: a
+   bad column ends the command with nothing written, as in the pass.  The columns are
+   read once, not twice.
 3. *iterate*: the row pointers, columns (and weights) and the vertices' own values
    stream in order; each edge's source value comes from the **cache** (``cache_lines``
    lines of 16 values, direct mapped by vertex id; filled per value in Piccolo mode,
@@ -55,8 +57,9 @@ Phases:
    the dangling rank summed), the SpMV edge pass with unit entries over the
    contributions (-> scratch + n), and an update pass (sums, ranks -> ``fma(d, sum +
    dangling / n, (1 - d) / n)`` into the other array; ``|new - rank|`` summed).  The
-   vertex passes run one fixed-latency dataflow into a queue; the sums use the SpMV
-   FMA lanes and tree (all n vertices as one row).  Stops when the L1 change is below
+   vertex passes run one fixed-latency dataflow into a queue, ``VERTEX_LANES`` vertices
+   a cycle (a build with edge lanes); the sums use the SpMV FMA lanes and tree (all n
+   vertices as one row).  Stops when the L1 change is below
    ``tolerance`` (``cpl_aux`` bit 31) or at ``max_iterations``.
 
 *Row slices* (``first_row``, ``rows``): the command computes rows ``first_row ..
@@ -107,6 +110,9 @@ SUM_FMAS = 8
 #: flight: a one-entry row holds its bank about 20 cycles, so sixteen let such rows come
 #: at about one a cycle
 SUM_BANKS = 16
+#: PageRank's vertices a cycle in its vertex passes (a build with edge lanes): the row sums
+#: take a long row (the pass's one row of all its vertices) four entries a cycle
+VERTEX_LANES = 4
 
 
 class GraphEngine(CommandEngine):
@@ -129,6 +135,7 @@ class GraphEngine(CommandEngine):
         # window lanes without a window)
         self.edge_lanes = edge_lanes
         self.sum_fmas = 1 if edge_lanes == 1 else min(edge_lanes, SUM_FMAS)
+        self.vertex_lanes = min(VERTEX_LANES, self.sum_fmas)
         if edge_lanes != 1:
             self.lanes = EdgeLanes(edge_lanes, data_width, sum_fmas=self.sum_fmas)
         self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0)
@@ -184,8 +191,8 @@ class GraphEngine(CommandEngine):
         edge_len, vertex_len = checks.derive(words(cmd.edges), "edge_len"), checks.derive(words(cmd.n), "vertex_len")
         row_len = checks.derive(words(row_count), "row_len", after=after_rows)     # the slice's values
         last_iteration = checks.derive(cmd.max_iterations - 1, "last_iteration")
-        # When the first pass runs on the edge lanes (every source in the window: CC, BFS,
-        # SSSP, SpMV, PageRank's pull sums over given contributions), the validation pass
+        # When the first edge pass runs on the edge lanes (every source in the window: CC, BFS,
+        # SSSP, SpMV, PageRank's pull sums), the validation pass
         # judges the row pointers only, with the source window's load beside it, and the
         # columns are judged as the first edge pass takes them: its results are held on chip
         # until the verdict, so a bad column still writes nothing, and the columns cross the
@@ -194,11 +201,18 @@ class GraphEngine(CommandEngine):
         lanes_on = self.edge_lanes > 1     # the edge lanes are built
         word_shift = (word - 1).bit_length()
         col_words = edge_len[word_shift:]
-        # (PageRank's first pass is an edge pass when its contributions are given: its pull
-        # sums, over the contributions the host wrote into scratch)
+        # (PageRank's first edge pass is its pull sums': over the contributions the host wrote
+        # into scratch, or, with every vertex's computed, over those the contributions pass
+        # wrote straight into the window, nothing written to memory before it)
         given = cmd.contributions == 2     # PageRank's contributions given (see below)
-        first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & (~is_pagerank | given) &
-                                       (cmd.edges != 0) if lanes_on else Const(0), "first_on_lanes")
+        first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & (cmd.edges != 0) &
+                                       (~is_pagerank | given | (cmd.contributions == 0)) if lanes_on else Const(0),
+                                       "first_on_lanes")
+        # PageRank, every vertex's contributions, every source in the window: the contributions
+        # pass fills the window itself (its words go there, not to scratch, which stays as
+        # the host left it), and no pass loads the window from memory
+        contrib_in_window = checks.derive((cmd.source_window >= cmd.n) & is_pagerank & (cmd.contributions == 0) &
+                                          (cmd.edges != 0) if lanes_on else Const(0), "contrib_in_window")
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
                   "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
                   "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
@@ -246,6 +260,7 @@ class GraphEngine(CommandEngine):
         # ranks -> the other array)
         contributing = is_pagerank & (stage == 0)              # the contributions pass
         every_vertex = contributing & (cmd.contributions == 0)
+        into_window = contributing & contrib_in_window         # the contributions pass fills the window
         # the vertex passes' and results' length, registered: the stage changes as a pass ends,
         # a cycle (NEXT) before the next pass's transfers, counts and byte counts use them
         pass_count, pass_len = Signal(32), Signal(40)
@@ -264,7 +279,8 @@ class GraphEngine(CommandEngine):
             validating | iterating | vertex_pass,
             enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & first_on_lanes),
                      "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
-                     "old": (iterating & ~sum_rows) | vertex_pass, "out": (iterating & ~holding) | vertex_pass})
+                     "old": (iterating & ~sum_rows) | vertex_pass,
+                     "out": (iterating & ~holding) | vertex_pass & ~into_window})
         # the source window: min(window, n) values of the pass's source array, before each
         # edge pass (PageRank's: the contributions)
         loading = Signal()
@@ -291,7 +307,7 @@ class GraphEngine(CommandEngine):
         # (the columns it takes, registered: fixed for a pass, settled by its start; the
         # reader's pops then follow a compare with a register, not the judging flag's select)
         m.d.sync += validator.col_words.eq(Mux(judging | ~first_on_lanes, col_words, 0))
-        m.submodules.words = words_in = WordRouter(self.data_width)
+        m.submodules.words = words_in = WordRouter(self.data_width, self.vertex_lanes)
         for name in ELEMENT_ARRAYS:
             wiring.connect(m, readers[name].data, getattr(words_in, f"{name}_words"))
         wiring.connect(m, words_in.check_rowptr, validator.rowptr)
@@ -314,19 +330,19 @@ class GraphEngine(CommandEngine):
         single_run, vertex_run = Signal(), Signal()
         m.d.sync += [single_run.eq(iterating & ~use_lanes), vertex_run.eq(vertex_pass)]
         m.d.comb += [words_in.validating.eq(routed_validating), words_in.to_lanes.eq(routed_to_lanes),
-                     words_in.start.eq(start),
+                     words_in.to_vertices.eq(vertex_run), words_in.start.eq(start),
                      words_in.rowptr_count.eq(rowptr_count), words_in.col_count.eq(cmd.edges),
-                     words_in.val_count.eq(Mux(vertex_pass, pass_count, cmd.edges)),
-                     words_in.old_count.eq(pass_count)]
+                     words_in.val_count.eq(cmd.edges), words_in.old_count.eq(pass_count),
+                     words_in.vertex_count.eq(pass_count)]
         if lanes_on:
             wiring.connect(m, words_in.lane_col, self.lanes.col)
             wiring.connect(m, words_in.lane_val, self.lanes.val)
-        m.submodules.packer = packer = WordPacker(self.data_width)
+        m.submodules.packer = packer = WordPacker(self.data_width, group=self.vertex_lanes)
         # the first pass's verdict: pending until every column word is judged; failed on a bad
         # column or a read's bus error (its results would be of words never read)
         m.d.comb += [judged_bad.eq(judging & (validator.bad_index | (transfers.error != 0))),
                      holding.eq(judging & (~validator.done | judged_bad))]
-        m.d.comb += [packer.count.eq(pass_count), packer.start.eq(start)]
+        m.d.comb += [packer.count.eq(pass_count), packer.start.eq(start), packer.grouped.eq(vertex_pass)]
         rp, col, val, old = (getattr(words_in, name) for name in ELEMENT_ARRAYS)
 
         # ---- validation pass: the verdicts (GraphValidator) ----------------------------
@@ -354,7 +370,12 @@ class GraphEngine(CommandEngine):
 
         # ---- source window, then the single-edge path's gathers (GatherPath) ----------
         m.submodules.window = window = self.window
-        wiring.connect(m, readers["window"].data, window.load)
+        # (the window's words: its reader's, or the contributions pass's packed words)
+        window_load = readers["window"].data
+        m.d.comb += [window.load.valid.eq(Mux(into_window, packer.words.valid, window_load.valid)),
+                     window.load.payload.data.eq(Mux(into_window, packer.words.payload.data,
+                                                     window_load.payload.data)),
+                     window_load.ready.eq(window.load.ready)]
         m.d.comb += [window.start.eq(start), window.count.eq(window_count),
                      window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
         if lanes_on:
@@ -378,15 +399,15 @@ class GraphEngine(CommandEngine):
 
         # ---- PageRank's vertex passes ------------------------------------------------
         dterm = Signal(32)               # dangling x (1/n), for the update pass
-        m.submodules.vertex = vertex = VertexPass()
-        m.d.comb += [vertex.rank.valid.eq(old.valid), vertex.rank.payload.eq(old.payload),
-                     vertex.other.valid.eq(val.valid), vertex.other.payload.eq(val.payload),
-                     vertex.run.eq(vertex_run), vertex.update.eq(update), vertex.damping.eq(cmd.damping),
+        # (the ranks and the degrees or sums, a group of vertices a cycle)
+        m.submodules.vertex = vertex = VertexPass(self.vertex_lanes)
+        wiring.connect(m, words_in.vertex_old, vertex.rank)
+        wiring.connect(m, words_in.vertex_val, vertex.other)
+        m.d.comb += [vertex.run.eq(vertex_run), vertex.update.eq(update), vertex.damping.eq(cmd.damping),
                      vertex.teleport.eq(cmd.teleport), vertex.dterm.eq(dterm), vertex.start.eq(start)]
-        # the streams' readers: validation, the edge generator, the reducer, the vertex passes
+        # the streams' readers: validation, the edge generator, the reducer (the vertex passes read their own unpackers)
         m.d.comb += [rp.ready.eq(gen.rowptr.ready | lane_rowptr_ready), col.ready.eq(gen.col.ready),
-                     val.ready.eq(gen.val.ready | vertex.other.ready),
-                     old.ready.eq(gather.own.ready | vertex.rank.ready | lane_own_ready)]
+                     val.ready.eq(gen.val.ready), old.ready.eq(gather.own.ready | lane_own_ready)]
 
         # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree; the results' routes ----
         # SpMV and PageRank's pull pass: a row's entries (from the sum lanes four a cycle, or
@@ -395,7 +416,7 @@ class GraphEngine(CommandEngine):
         # (sixteen banks for the lanes' short rows; a build without lanes, two, as its single
         # path takes an entry a cycle)
         m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=SUM_BANKS if lanes_on else 2)
-        m.submodules.results = results = ResultRouter(self.sum_fmas)
+        m.submodules.results = results = ResultRouter(self.sum_fmas, self.vertex_lanes)
         wiring.connect(m, results.entry, sums.entry)
         wiring.connect(m, sums.sums, results.row_sums)
         wiring.connect(m, results.elements, packer.elements)
@@ -407,8 +428,8 @@ class GraphEngine(CommandEngine):
             # idle: nothing of it may reach the next pass's writes)
             held = fifo.SyncFIFOBuffered(width=self.data_width, depth=-(-self.window.vertices // lanes))
             m.submodules.held = held
-            m.d.comb += [held.w_en.eq(packer.words.valid), held.w_data.eq(packer.words.payload.data),
-                         packer.words.ready.eq(held.w_rdy),
+            m.d.comb += [held.w_en.eq(packer.words.valid & ~into_window), held.w_data.eq(packer.words.payload.data),
+                         packer.words.ready.eq(Mux(into_window, window.load.ready, held.w_rdy)),
                          writer.data.valid.eq(held.r_rdy & ~holding), writer.data.payload.data.eq(held.r_data),
                          writer.data.payload.strb.eq(-1),
                          held.r_en.eq(Mux(judged_bad, 1, writer.data.ready & ~holding))]
@@ -478,7 +499,7 @@ class GraphEngine(CommandEngine):
             with m.State("VALIDATE"):
                 # (the row pointers only, with the window's load beside them, when the first
                 # edge pass judges the columns)
-                preloading = first_on_lanes
+                preloading = first_on_lanes & ~contrib_in_window
                 m.d.comb += [validating.eq(1), loading.eq(preloading)]
                 # a reader reports before its last word is taken: wait for the verdicts too
                 drained = validator.done
@@ -486,7 +507,7 @@ class GraphEngine(CommandEngine):
                 with m.If(transfers.finished & (drained | (transfers.error != 0)) & loaded):
                     m.d.sync += [bytes_read.eq(checked_bytes),
                                  bus_error.eq(Mux(transfers.error != 0, transfers.error, loads.error)),
-                                 judging.eq(preloading)]
+                                 judging.eq(first_on_lanes)]
                     m.next = "NEXT"
             with m.State("NEXT"):
                 # start an iteration (or report the validation's verdict)
@@ -499,8 +520,8 @@ class GraphEngine(CommandEngine):
                     ctl.finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
                     m.next = "VERTEX"
-                with m.Elif(judging):                 # the window was loaded beside the validation
-                    m.next = "ITERATE"
+                with m.Elif(judging | contrib_in_window):   # the window loaded beside the validation,
+                    m.next = "ITERATE"                       # or filled by the contributions pass
                 with m.Elif(window_count != 0):
                     m.next = "LOAD"
                 with m.Else():
@@ -518,7 +539,8 @@ class GraphEngine(CommandEngine):
                 m.d.comb += iterating.eq(1)
                 with m.If(pass_over):
                     # (the first pass's window, loaded beside the validation, is counted here)
-                    m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes + Mux(judging, window_len[:32], 0)),
+                    m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes +
+                                               Mux(judging & ~contrib_in_window, window_len[:32], 0)),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error),
                                  judging.eq(0)]
                     with m.If(judged_bad):                 # a bad column: nothing was written
@@ -536,11 +558,16 @@ class GraphEngine(CommandEngine):
                             ctl.finish(verdict(transfers.error))
             with m.State("VERTEX"):
                 m.d.comb += vertex_pass.eq(1)
-                drained = total_ready & vertex.empty & ~vertex.out.valid
+                # (the contributions into the window: its last word in too)
+                drained = total_ready & vertex.empty & ~vertex.out.valid & (~into_window | packer.done)
                 with m.If(transfers.finished & (drained | (transfers.error != 0))):
                     m.d.sync += [bytes_read.eq(bytes_read + (pass_len[:32] << 1)),
-                                 bytes_written.eq(bytes_written + pass_len[:32]), bus_error.eq(transfers.error)]
+                                 bytes_written.eq(bytes_written + Mux(into_window, 0, pass_len[:32])),
+                                 bus_error.eq(transfers.error)]
                     with m.If(transfers.error != 0):
+                        # (the first pull pass was to judge the columns: the next command's
+                        # validation starts from the flag)
+                        m.d.sync += judging.eq(0)
                         ctl.finish(verdict(transfers.error))
                     with m.Elif(~update & ((cmd.contributions == 1) | given & stopping)):
                         ctl.finish(0)                # the slice's contributions were the command's last pass

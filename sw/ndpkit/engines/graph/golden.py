@@ -321,12 +321,22 @@ def window_bytes(cmd: dict, word_bytes: int) -> int:
 def columns_judged_in_first_pass(cmd: dict) -> bool:
     """Whether the first edge pass judges the columns (the validation pass reading the
     row pointers only): it runs on the edge lanes — every source in the window
-    (``source_window >= n``), not PageRank unless its contributions are given, and some
-    edges — on a build with lanes (``cmd["edge_lanes"]`` where the caller gives the
-    build's, else the default build's)."""
+    (``source_window >= n``), and some edges; PageRank's pull sums unless the command
+    computes the slice's contributions only (``contributions`` 1: no edge pass) — on a
+    build with lanes (``cmd["edge_lanes"]`` where the caller gives the build's, else the
+    default build's)."""
     on_lanes = cmd.get("source_window", 0) >= cmd["n"] and cmd["edges"] != 0 and \
-        (cmd["format_program"] != Program.PAGERANK or cmd.get("contributions", 0) == 2)
+        (cmd["format_program"] != Program.PAGERANK or cmd.get("contributions", 0) != 1)
     return on_lanes and cmd.get("edge_lanes", EDGE_LANES) > 1
+
+
+def contributions_in_window(cmd: dict) -> bool:
+    """Whether PageRank's contributions pass writes every vertex's contributions straight
+    into the source window (``contributions`` 0 with its pull sums on the edge lanes:
+    :func:`columns_judged_in_first_pass`): then no pass loads the window from memory and
+    ``scratch``'s contributions half is not written."""
+    return (cmd["format_program"] == Program.PAGERANK and cmd.get("contributions", 0) == 0
+            and columns_judged_in_first_pass(cmd))
 
 
 def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
@@ -439,8 +449,9 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
 def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row_bytes):
     """PageRank on the engine (a -> b -> a ...), by the command's ``contributions``:
 
-    - 0: every iteration writes the contributions of every vertex to ``scratch``, the
-      slice's pull sums after them (``scratch + n`` words), then its new ranks;
+    - 0: every iteration writes the contributions of every vertex to ``scratch`` (or,
+      :func:`contributions_in_window`, into the source window only), the slice's pull
+      sums after them (``scratch + n`` words), then its new ranks;
     - 1: the slice's contributions of ``a`` into its rows of ``scratch``, nothing else;
     - 2: every iteration pulls the contributions in ``scratch`` with ``dangling_term``,
       writes the slice's sums and new ranks, then the slice's contributions of the new
@@ -458,13 +469,14 @@ def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row
         put("scratch", contributions(arrays["a"][first:first + rows], own_degree))
         return 0, scanned + 2 * row_bytes, row_bytes, 0
     vertices = ranges["a"][1]
-    edge_pass = ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0) + loaded
+    in_window = contributions_in_window(cmd)
+    edge_pass = ranges["rowptr"][1] + (ranges["col"][1] if "col" in ranges else 0) + (0 if in_window else loaded)
     # per iteration: the contributions pass (0: ranks + degrees of every vertex; 2: of the
     # slice's rows, after the update), the window and rowptr + col, the slice's sums +
     # ranks; writes: the contributions, the slice's sums and ranks
     contribution_bytes = 2 * vertices if given == 0 else 2 * row_bytes
     per_read = contribution_bytes + edge_pass + 2 * row_bytes
-    per_write = (vertices if given == 0 else row_bytes) + 2 * row_bytes
+    per_write = (0 if in_window else vertices if given == 0 else row_bytes) + 2 * row_bytes
     contrib = array("scratch", n).copy()
     dterm = np.uint32(cmd.get("dangling_term", 0))
     read = written = 0
@@ -474,7 +486,8 @@ def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row
         rank = arrays[source]
         if given == 0:
             contrib, dterm = contributions(rank, degree), dangling_term(rank, degree, c)
-            put("scratch", contrib, 0)
+            if not in_window:
+                put("scratch", contrib, 0)
         new, err, sums = pagerank_update(rowptr, col, contrib, dterm, rank, c, first)
         put("scratch", sums, vertices + 4 * first)
         put(target, new)
