@@ -70,9 +70,10 @@ def instances_for(device, instances: int | None = None) -> list:
 #: what a row costs beside its entries when slices are balanced, in entries: fitted to the
 #: slices' cycles on the ``hbm2_pc`` preset (scale-14 uniform and Kronecker graphs, 4 and 8
 #: instances: a row's pointer, own value and result words and its edge-lane bundle cost
-#: about five entries' time; PageRank's two vertex passes a row, about eleven)
+#: about five entries' time; PageRank's, its sums' rows and its two vertex passes at four
+#: vertices a cycle, about 1.3: a least-squares fit over the Kronecker graph's eight slices)
 ROW_COST = 5
-PAGERANK_ROW_COST = 11
+PAGERANK_ROW_COST = 1.3
 
 
 def row_slices(g: csr.PullGraph, parts: int, lanes: int, row_cost: float = ROW_COST) -> list[tuple[int, int]]:
