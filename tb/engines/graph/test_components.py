@@ -1066,14 +1066,15 @@ def test_engine_refuses_edge_lanes_it_cannot_build(params, message):
 
 
 def test_word_router_sends_each_word_to_its_phase_user(rng):
-    """The validation pass's words, the edge lanes' and the unpackers' in turn (128-bit
-    words, random stalls on every stream): in each phase every array's words reach its
-    phase's user alone, in order (unpacked into the pass's count of elements, the last
-    word's spare elements dropped), and no other output offers anything."""
+    """The validation pass's words, the edge lanes', the vertex passes' and the unpackers'
+    in turn (128-bit words, random stalls on every stream): in each phase every array's
+    words reach its phase's user alone, in order (unpacked into the pass's count of
+    elements, one a cycle or, to the vertex passes, two, the last word's spare elements
+    dropped), and no other output offers anything."""
     from ndpkit_hw.engines.graph.routes import ELEMENT_ARRAYS, WordRouter
-    dut = WordRouter(128)
+    dut = WordRouter(128, vertex_lanes=2)
     phases = [("validate", ("rowptr", "col")), ("lanes", ("rowptr", "col", "val", "old")),
-              ("elements", ("rowptr", "col", "val", "old"))]
+              ("vertices", ("val", "old")), ("elements", ("rowptr", "col", "val", "old"))]
 
     async def bench(ctx):
         for phase, arrays in phases:
@@ -1082,20 +1083,31 @@ def test_word_router_sends_each_word_to_its_phase_user(rng):
                      for name in arrays}
             ctx.set(dut.validating, phase == "validate")
             ctx.set(dut.to_lanes, phase == "lanes")
+            ctx.set(dut.to_vertices, phase == "vertices")
             for name in ELEMENT_ARRAYS:
                 ctx.set(getattr(dut, f"{name}_count"), counts[name])
+            if phase == "vertices":         # (the passes read both arrays for the same vertices)
+                counts["val"] = counts["old"]
+                words["val"] = words["val"][:len(words["old"])] + \
+                    [{"data": rng.getrandbits(128), "last": 0} for _ in range(len(words["old"]) - len(words["val"]))]
+            ctx.set(dut.vertex_count, counts["old"])
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
             # the users: the checks (words), the lanes (words), the element outputs
             users = {name: (getattr(dut, f"check_{name}") if phase == "validate" else
                             getattr(dut, f"lane_{name}") if phase == "lanes" and name in ("col", "val") else
+                            getattr(dut, f"vertex_{name}") if phase == "vertices" else
                             getattr(dut, name)) for name in arrays}
-            others = [p for p in (dut.check_rowptr, dut.check_col, dut.lane_col, dut.lane_val,
-                                  *(getattr(dut, n) for n in ELEMENT_ARRAYS)) if p not in users.values()]
-            want = {name: ([w["data"] for w in words[name]] if users[name] is not getattr(dut, name) else
-                           [w["data"] >> (32 * k) & 0xFFFF_FFFF for w in words[name] for k in range(4)][:counts[name]])
-                    for name in arrays}
+            others = [p for p in (dut.check_rowptr, dut.check_col, dut.lane_col, dut.lane_val, dut.vertex_old,
+                                  dut.vertex_val, *(getattr(dut, n) for n in ELEMENT_ARRAYS)) if p not in users.values()]
+
+            def elements(name):
+                return [w["data"] >> (32 * k) & 0xFFFF_FFFF for w in words[name] for k in range(4)][:counts[name]]
+            want = {name: ([w["data"] for w in words[name]] if phase in ("validate", "lanes") and
+                           users[name] is not getattr(dut, name) else
+                           [elements(name)[i:i + 2] for i in range(0, counts[name], 2)] if phase == "vertices" else
+                           elements(name)) for name in arrays}
             got = {name: [] for name in arrays}
             offers = [Offer(getattr(dut, f"{n}_words"), words[n], rng) for n in arrays]
             while any(len(got[n]) < len(want[n]) for n in arrays):
@@ -1106,7 +1118,8 @@ def test_word_router_sends_each_word_to_its_phase_user(rng):
                     ctx.set(port.ready, ready)
                     if ctx.get(port.valid) and ready:
                         payload = ctx.get(port.payload)
-                        got[name].append(payload if port is getattr(dut, name) else payload.data)
+                        got[name].append(payload if port is getattr(dut, name) else
+                                         list(payload.data)[:payload.count] if phase == "vertices" else payload.data)
                 for port in others:
                     ctx.set(port.ready, 1)
                     assert not ctx.get(port.valid), f"{phase}: an output of another phase offered a word"
