@@ -60,8 +60,8 @@ def chosen(name: str, every: tuple) -> tuple:
 
 
 def scales(quick: bool) -> tuple[int, ...]:
-    chosen = os.environ.get("GRAPH_SCALES", "")
-    return tuple(int(x) for x in chosen.split(",")) if chosen else (10, 12) if quick else (10, 12, 14)
+    picked = os.environ.get("GRAPH_SCALES", "")
+    return tuple(int(x) for x in picked.split(",")) if picked else (10, 12) if quick else (10, 12, 14)
 
 
 def memory_bytes(quick: bool) -> int:

@@ -205,14 +205,14 @@ class GraphEngine(CommandEngine):
         # into scratch, or, with every vertex's computed, over those the contributions pass
         # wrote straight into the window, nothing written to memory before it)
         given = cmd.contributions == 2     # PageRank's contributions given (see below)
-        first_on_lanes = checks.derive((cmd.source_window >= cmd.n) & (cmd.edges != 0) &
-                                       (~is_pagerank | given | (cmd.contributions == 0)) if lanes_on else Const(0),
+        every_source_in = (cmd.source_window >= cmd.n) & (cmd.edges != 0) if lanes_on else Const(0)
+        first_on_lanes = checks.derive(every_source_in & (~is_pagerank | given | (cmd.contributions == 0)),
                                        "first_on_lanes")
         # PageRank, every vertex's contributions, every source in the window: the contributions
         # pass fills the window itself (its words go there, not to scratch, which stays as
         # the host left it), and no pass loads the window from memory
-        contrib_in_window = checks.derive((cmd.source_window >= cmd.n) & is_pagerank & (cmd.contributions == 0) &
-                                          (cmd.edges != 0) if lanes_on else Const(0), "contrib_in_window")
+        contrib_in_window = checks.derive(every_source_in & is_pagerank & (cmd.contributions == 0),
+                                          "contrib_in_window")
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
                   "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
                   "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
@@ -471,6 +471,12 @@ class GraphEngine(CommandEngine):
         def verdict(bus):               # the command's error: a bus error, else the validation's
             return Mux(bus != 0, bus, Mux(graph_error != 0, graph_error, index_error))
 
+        def finish(error):
+            # every end clears the judging flag, not the next command's start: that command's
+            # validation starts in the cycle it is latched, from the flag
+            m.d.sync += judging.eq(0)
+            ctl.finish(error)
+
         # the byte counts of a pass, fixed by the command: registered (first used at the
         # validation's end), so a pass's end adds one register to the running count
         scan_bytes, iteration_bytes, val_bytes, own_bytes = Signal(32), Signal(32), Signal(32), Signal(32)
@@ -514,10 +520,7 @@ class GraphEngine(CommandEngine):
                 m.d.comb += start.eq(1)
                 m.d.sync += transfers.clear() + loads.clear()          # (start clears the reducer's changed)
                 with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
-                    # (the judging flag cleared here, not with the next command: that command's
-                    # validation starts in the cycle it is latched, from the flag)
-                    m.d.sync += judging.eq(0)
-                    ctl.finish(verdict(bus_error))
+                    finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
                     m.next = "VERTEX"
                 with m.Elif(judging | contrib_in_window):   # the window loaded beside the validation,
@@ -532,7 +535,7 @@ class GraphEngine(CommandEngine):
                 with m.If(loads.finished & ((window.loaded == window_words) | (loads.error != 0))):
                     m.d.sync += [bytes_read.eq(bytes_read + window_len[:32]), bus_error.eq(loads.error)]
                     with m.If(loads.error != 0):
-                        ctl.finish(verdict(loads.error))
+                        finish(verdict(loads.error))
                     with m.Else():
                         m.next = "ITERATE"
             with m.State("ITERATE"):
@@ -545,7 +548,7 @@ class GraphEngine(CommandEngine):
                                  judging.eq(0)]
                     with m.If(judged_bad):                 # a bad column: nothing was written
                         m.d.sync += [bytes_read.eq(checked_bytes), bytes_written.eq(0)]
-                        ctl.finish(verdict(transfers.error))
+                        finish(verdict(transfers.error))
                     with m.Elif(is_pagerank):          # the pull sums are in: the update pass next
                         m.d.sync += stage.eq(2)
                         m.next = "NEXT"              # (NEXT ends the command on a bus error)
@@ -555,7 +558,7 @@ class GraphEngine(CommandEngine):
                                   ~final_iteration):
                             m.next = "NEXT"
                         with m.Else():
-                            ctl.finish(verdict(transfers.error))
+                            finish(verdict(transfers.error))
             with m.State("VERTEX"):
                 m.d.comb += vertex_pass.eq(1)
                 # (the contributions into the window: its last word in too)
@@ -565,12 +568,9 @@ class GraphEngine(CommandEngine):
                                  bytes_written.eq(bytes_written + Mux(into_window, 0, pass_len[:32])),
                                  bus_error.eq(transfers.error)]
                     with m.If(transfers.error != 0):
-                        # (the first pull pass was to judge the columns: the next command's
-                        # validation starts from the flag)
-                        m.d.sync += judging.eq(0)
-                        ctl.finish(verdict(transfers.error))
+                        finish(verdict(transfers.error))
                     with m.Elif(~update & ((cmd.contributions == 1) | given & stopping)):
-                        ctl.finish(0)                # the slice's contributions were the command's last pass
+                        finish(0)                # the slice's contributions were the command's last pass
                     with m.Elif(~update):            # the dangling rank is in: scale it by 1/n
                         m.next = "SCALE"
                     with m.Else():                   # the L1 change is in
@@ -580,7 +580,7 @@ class GraphEngine(CommandEngine):
                                      stopping.eq(below | final_iteration)]
                         # (given contributions: the slice's contributions of the new ranks end the iteration)
                         with m.If((below | final_iteration) & ~given):
-                            ctl.finish(verdict(transfers.error))
+                            finish(verdict(transfers.error))
                         with m.Else():
                             m.next = "NEXT"
             with m.State("SCALE"):
