@@ -212,48 +212,50 @@ class TransferSweep:
 
 
 class BurstSplitter(wiring.Component):
-    """Turns ``{addr, beats}`` into AXI bursts that stay inside ``max_burst_bytes`` blocks.
+    """Turns ``{addr, last, empty}`` (``last``: the command's beats less one; ``empty``: it
+    has none) into AXI bursts that stay inside ``max_burst_bytes`` blocks.
 
     One burst per cycle into an output register; ``burst.payload.len`` is AXI's
     ``AxLEN`` (beats - 1).  Every burst but a command's last runs to the end of its
     block, so the next one starts at the next block (an increment of the block
-    number) and the beats left drop by the distance to the boundary: neither waits
-    for the burst's own length.
+    number); the command's last word, held from its start, says which burst is its
+    last (the one in that word's block) and that one's length: nothing waits for a
+    burst's own length.
     """
 
     def __init__(self, *, addr_width: int, data_bytes: int, max_burst_beats: int):
         self._addr_width, self._data_bytes, self._max_beats = addr_width, data_bytes, max_burst_beats
         self._word_shift = log2_exact(data_bytes, "data_bytes")
         super().__init__({
-            "cmd": In(stream.Signature(data.StructLayout({"addr": addr_width, "beats": LENGTH_WIDTH}))),
+            "cmd": In(stream.Signature(data.StructLayout({"addr": addr_width, "last": LENGTH_WIDTH, "empty": 1}))),
             "burst": Out(stream.Signature(data.StructLayout({"addr": addr_width, "len": 8, "last": 1}))),
         })
 
     def elaborate(self, platform):
         m = Module()
+        ws = self._word_shift
+        bb = log2_exact(self._max_beats, "max_burst_beats")         # a word's index bits in a block
+        block_shift = ws + bb
         addr = Signal(self._addr_width)
-        beats_left = Signal(LENGTH_WIDTH)
+        # the command's last word (modulo the address space): a burst is the command's last
+        # when that word is in its block.  (Held from the command, not counted down a burst at
+        # a time: an add when it is taken, a compare after.)
+        last = Signal(self._addr_width - ws)
         active = Signal()
-        block_shift = self._word_shift + log2_exact(self._max_beats, "max_burst_beats")
-
-        word_index = Signal(range(self._max_beats))
-        to_boundary = Signal(range(self._max_beats + 1))
+        word_index, last_index = addr[ws:block_shift], last[:bb]
         fits = Signal()
-        m.d.comb += [
-            word_index.eq(addr[self._word_shift:] & (self._max_beats - 1)),
-            to_boundary.eq(self._max_beats - word_index),
-            fits.eq(beats_left <= to_boundary),
-            self.cmd.ready.eq(~active),
-        ]
+        m.d.comb += [fits.eq(last[bb:] == addr[block_shift:]), self.cmd.ready.eq(~active)]
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [addr.eq(self.cmd.payload.addr), beats_left.eq(self.cmd.payload.beats),
-                         active.eq(self.cmd.payload.beats != 0)]
+            m.d.sync += [addr.eq(self.cmd.payload.addr), last.eq(self.cmd.payload.addr[ws:] + self.cmd.payload.last),
+                         active.eq(~self.cmd.payload.empty)]
         with m.If(active & (~self.burst.valid | self.burst.ready)):
+            # AxLEN: to the last word, or to the block's end
+            to_last = Signal(bb)
+            m.d.comb += to_last.eq(last_index - word_index)
             m.d.sync += [self.burst.valid.eq(1), self.burst.payload.addr.eq(addr),
-                         self.burst.payload.len.eq(Mux(fits, beats_left, to_boundary) - 1),
+                         self.burst.payload.len.eq(Mux(fits, to_last, ~word_index)),
                          self.burst.payload.last.eq(fits),
-                         addr.eq(Cat(Const(0, block_shift), addr[block_shift:] + 1)),
-                         beats_left.eq(beats_left - to_boundary)]
+                         addr.eq(Cat(Const(0, block_shift), addr[block_shift:] + 1))]
             with m.If(fits):
                 m.d.sync += active.eq(0)
         with m.Elif(self.burst.ready):
@@ -384,6 +386,9 @@ class _DmaEngine(wiring.Component):
         cycles = SettledTransferCheck.CYCLES if self.checked else 0
         age = Signal(range(cycles + 1), name="command_age")
         cmd = Signal(DmaCommandLayout(p.addr_width), name="command")
+        # the command's beats less one, and whether it has none, registered with it (the
+        # splitter's last word is then one add from registers)
+        last_beat, empty = Signal(LENGTH_WIDTH, name="command_last_beat"), Signal(name="command_empty")
         if self.checked:
             error = SettledTransferCheck(m, p.data_bytes, p.addr_width, cmd, self.window_base, self.window_size).error
         else:
@@ -394,13 +399,14 @@ class _DmaEngine(wiring.Component):
             self.cmd.ready.eq(~held),
             splitter.cmd.valid.eq(checked & ~rejected),
             splitter.cmd.payload.addr.eq(cmd.addr),
-            splitter.cmd.payload.beats.eq(cmd.length >> p.word_shift),
+            splitter.cmd.payload.last.eq(last_beat), splitter.cmd.payload.empty.eq(empty),
             tracker.accept_en.eq(checked & (rejected | splitter.cmd.ready)),
             tracker.accept_error.eq(error),
             self.busy.eq(held | (tracker.pending != 0)),
         ]
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [cmd.eq(self.cmd.payload), held.eq(1), age.eq(0)]
+            beats = self.cmd.payload.length >> p.word_shift
+            m.d.sync += [cmd.eq(self.cmd.payload), held.eq(1), age.eq(0), last_beat.eq(beats - 1), empty.eq(beats == 0)]
         with m.Elif(tracker.accept_en):
             m.d.sync += held.eq(0)
         with m.Elif(held & (age != cycles)):

@@ -16,7 +16,7 @@ its code in its status word and nothing else; a good one is issued head by head:
 
 Paged commands (``shape.block_size`` 16..128): ``k`` and ``v`` are block pools; a request
 that passes its checks first reads the ids of the blocks it uses (``block_table``, on
-the descriptors' light reader) into the ids RAM, checking each against ``pool_blocks`` (BAD_INDEX:
+the reader of the descriptors and q rows) into the ids RAM, checking each against ``pool_blocks`` (BAD_INDEX:
 retired, nothing issued); its K and V parts are then one transfer per block piece (a
 window's first block from its offset, whole blocks, a partial last one), the new row
 goes to row ``length mod block_size`` of block ``table[length / block_size]``.  The
@@ -32,6 +32,8 @@ acknowledged.  A bus error (SLVERR/DECERR) on any transfer is the command's erro
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Module, Signal, Cat, Const, Mux
 from amaranth.lib import data, fifo
 from amaranth.lib.memory import Memory
@@ -40,22 +42,23 @@ from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.attention import BLOCK_SIZES, DESCRIPTOR_BYTES, DESCRIPTOR_FIELDS, FLAG_APPEND, HEAD_DIMS, \
     MAX_KV_HEADS, MAX_TABLE_ENTRIES, STATUS_DONE, KvFormat
 from ndpkit_spec.engines.attention import BLOCK as ATTENTION
-from ndpkit_hw.bus.dma import Transfer
+from ndpkit_hw.bus.dma import DmaCommandLayout, Transfer
 from ndpkit_hw.engines.skeleton import CommandChecks, CommandControl, CommandEngine
 from ndpkit_hw.engines.attention.datapath import MAX_GROUP, AttentionDatapath
 
 __all__ = ["AttentionEngine"]
 
-READS = ("table", "q", "k", "v")        # table: the descriptors, and a paged request's block ids
-# writer i shares interconnect port i with reader i (the V reader's port has no writer)
+# q: a head's q rows, and the descriptors and a paged request's block ids (the table's reads:
+# a 64-byte descriptor a request, fetched while the request before it issues), on one reader
+READS = ("q", "k", "v")
+# writer i shares interconnect port i with reader i
 WRITES = ("status", "out", "append")
-# the reader of little data (a 64-byte descriptor a request, fetched while the request before
-# it issues; a paged request's block ids), and every writer (a request's status word, a head's output
-# rows, the new token's K and V rows, one writer for both: under 1 % of the bytes): short bursts into a
-# distributed-RAM buffer (a 513-bit, 32-beat one is 37 RAM32M16, 296 LUTs).  K, V and the q rows
-# stream through full-burst block-RAM ones: the cards run out of LUTs first, and 7.5 BRAM36
-# for q keep an instance within 39 (a writer's full buffer, two 4 KiB bursts, would take 8).
-LIGHT = ("table", *WRITES)
+# every writer (a request's status word, a head's output rows, the new token's K and V rows,
+# one writer for both: under 1 % of the bytes): short bursts into a distributed-RAM buffer (a
+# 513-bit, 32-beat one is 37 RAM32M16, 296 LUTs).  K, V and the q reader stream through
+# full-burst block-RAM ones: the cards run out of LUTs first, and 7.5 BRAM36 for q keep an
+# instance within 39 (a writer's full buffer, two 4 KiB bursts, would take 8).
+LIGHT = WRITES
 # the status writer's buffer holds a 32-bit word and its strobe a beat, not a bus word; the
 # others write whole words (no strobes in their buffers)
 WRITER_OPTIONS = {"status": {"word_bits": 32}, **{name: {"strobes": False} for name in WRITES[1:]}}
@@ -101,8 +104,6 @@ class AttentionEngine(CommandEngine):
         desc_words = DESCRIPTOR_BYTES // wb
         m.submodules.datapath = dp = self.datapath
         self.elaborate_ports(m)
-        v_port = self.ports.port(READS.index("v"))      # its reader has no writer beside it
-        m.d.comb += [v_port.awvalid.eq(0), v_port.wvalid.eq(0), v_port.bready.eq(1)]
         # ---- the command ----------------------------------------------------------------
         ctl = CommandControl(m, self)
         cmd = ctl.cmd
@@ -235,7 +236,12 @@ class AttentionEngine(CommandEngine):
         start = Signal()                           # the cycle a checked request starts issuing
         rd = {k: self.readers[k] for k in READS}
         wr = {k: self.writers[k] for k in WRITES}
-        q_iss = _Issuer(m, "q_issue", rd["q"].cmd, start)
+        # the q issuer's transfers share the q reader with the table's (below)
+        q_cmd = SimpleNamespace(valid=Signal(name="q_cmd_valid"), ready=Signal(name="q_cmd_ready"),
+                                payload=Signal(DmaCommandLayout(self.addr_width), name="q_cmd_payload"))
+        q_iss = _Issuer(m, "q_issue", q_cmd, start)
+        q_is_table = fifo.SyncFIFO(width=1, depth=16)     # a flag a q reader transfer: the table's
+        m.submodules.q_is_table = q_is_table
         out_iss = _Issuer(m, "out_issue", wr["out"].cmd, start)
         head_iss = _Issuer(m, "head_issue", dp.head, start)
         k_iss = _Issuer(m, "k_issue", rd["k"].cmd, start)
@@ -385,8 +391,7 @@ class AttentionEngine(CommandEngine):
         clear = Signal()                           # (a command's start: the first new row is a K row)
         with m.If(clear):
             m.d.sync += v_turn.eq(0)
-        m.d.comb += [dp.q.payload.eq(rd["q"].data.payload.data), dp.q.valid.eq(rd["q"].data.valid),
-                     rd["q"].data.ready.eq(dp.q.ready),
+        m.d.comb += [dp.q.payload.eq(rd["q"].data.payload.data),
                      wr["out"].data.payload.data.eq(dp.out.payload),      # (the epilogue writes on the
                      wr["out"].data.valid.eq(dp.out.valid), dp.out_space.eq(wr["out"].space)]   # writer's credit)
         issued = Signal()
@@ -451,21 +456,48 @@ class AttentionEngine(CommandEngine):
         status_at = Signal(self.addr_width)
         m.d.comb += [next_desc.eq(desc_addr + DESCRIPTOR_BYTES), status_at.eq(desc_addr + (STATUS_OFFSET - offset))]
         all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & ~status_data.r_rdy & dp.idle
-        # one light reader takes the descriptors, one read each, and a paged request's block
-        # ids, in the order they are used: the next descriptor is asked for once this
-        # request's ids are (or it has none), so its fetch overlaps this request's wait to
-        # issue, and the reader's words come in the order the states take them
-        table_reader = rd["table"]
-        table_data = ids_data = table_reader.data
+        # the q reader takes the descriptors, one read each, and a paged request's block ids,
+        # in the order they are used: the next descriptor is asked for once this request's ids
+        # are (or it has none), so its fetch overlaps this request's wait to issue, and the
+        # table's words come in the order the states take them.  Beside them, the q rows of the
+        # request being issued: the table is asked only once they all are (``q_iss.done``),
+        # since a table read's words, taken by a later state, would hold back the q rows queued
+        # behind them, and the request they belong to would never finish issuing.  A flag a
+        # transfer (in issue order) sends its words to the q loader or to the table's states.
+        q_reader = rd["q"]
+        # (the table's words through a register of their own, taken at most every other cycle: a
+        # descriptor is one word, a paged request's ids a few; the states' readiness then does
+        # not reach the q reader's buffer in the cycle it is decided)
+        table_full, table_last = Signal(name="table_full"), Signal(name="table_last")
+        table_word = Signal(W, name="table_word")
+        table_data = ids_data = SimpleNamespace(valid=table_full, ready=Signal(name="table_ready"),
+                                                payload=SimpleNamespace(data=table_word, last=table_last))
         desc_asked = Signal()                      # the next descriptor to take is on its way
         more = index != last_request
         ask_desc = Signal()                        # ask for the descriptor at ask_at
         ask_at = Signal(self.addr_width)
         ask_blocks = Signal()                      # ask for the request's block ids
-        m.d.comb += [table_reader.cmd.valid.eq(ask_desc | ask_blocks),
-                     table_reader.cmd.payload.addr.eq(Mux(ask_blocks, desc.block_table, ask_at)),
-                     table_reader.cmd.payload.length.eq(Mux(ask_blocks, table_read, DESCRIPTOR_BYTES))]
-        with m.If(ask_desc & table_reader.cmd.ready):
+        table_cmd_ready = Signal()
+        ask = (ask_desc | ask_blocks) & q_iss.done
+        m.d.comb += table_cmd_ready.eq(q_reader.cmd.ready & q_iss.done & q_is_table.w_rdy)
+        m.d.comb += [q_reader.cmd.valid.eq((q_cmd.valid | ask) & q_is_table.w_rdy),
+                     q_reader.cmd.payload.addr.eq(Mux(q_cmd.valid, q_cmd.payload.addr,
+                                                      Mux(ask_blocks, desc.block_table, ask_at))),
+                     q_reader.cmd.payload.length.eq(Mux(q_cmd.valid, q_cmd.payload.length,
+                                                        Mux(ask_blocks, table_read, DESCRIPTOR_BYTES))),
+                     q_cmd.ready.eq(q_reader.cmd.ready & q_is_table.w_rdy),
+                     q_is_table.w_en.eq(q_reader.cmd.valid & q_reader.cmd.ready), q_is_table.w_data.eq(~q_cmd.valid)]
+        to_table = q_is_table.r_rdy & q_is_table.r_data
+        to_q = q_is_table.r_rdy & ~q_is_table.r_data
+        m.d.comb += [dp.q.valid.eq(q_reader.data.valid & to_q),
+                     q_reader.data.ready.eq(Mux(to_table, ~table_full, to_q & dp.q.ready)),
+                     q_is_table.r_en.eq(q_reader.data.valid & q_reader.data.ready & q_reader.data.payload.last)]
+        with m.If(table_data.ready):
+            m.d.sync += table_full.eq(0)
+        with m.If(q_reader.data.valid & to_table & ~table_full):
+            m.d.sync += [table_full.eq(1), table_word.eq(q_reader.data.payload.data),
+                         table_last.eq(q_reader.data.payload.last)]
+        with m.If(ask_desc & table_cmd_ready):
             m.d.sync += desc_asked.eq(1)
 
         def ask_next():                            # (in a request's states: the one after it)
@@ -542,7 +574,7 @@ class AttentionEngine(CommandEngine):
                     m.next = "NEXT"
             with m.State("BLOCKS"):                    # paged: read the ids of the blocks used
                 m.d.comb += ask_blocks.eq(1)
-                with m.If(table_reader.cmd.ready):
+                with m.If(table_cmd_ready):
                     m.d.comb += read_add.eq(table_read)
                     m.d.sync += [fill_entry.eq(0), fill_sub.eq(0),
                                  fill_sub_last.eq(entries_per_word == 1), fill_left.eq(last_entry),

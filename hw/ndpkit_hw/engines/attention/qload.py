@@ -62,7 +62,11 @@ class QueryBanks(wiring.Component):
         c_bits = log2_exact(C, "columns")
         G = self.group
         bank = Signal()                    # the bank being filled
-        q32 = self.q_format == KvFormat.FP32
+        # the formats' tests registered (the fields are held for a command, and its first q word
+        # comes long after it starts): no compare in front of the element selects
+        q32, q_bf16, bf16 = Signal(name="q_fp32"), Signal(name="q_bf16"), Signal(name="kv_bf16")
+        m.d.sync += [q32.eq(self.q_format == KvFormat.FP32), q_bf16.eq(self.q_format == KvFormat.BF16),
+                     bf16.eq(self.kv_format == KvFormat.BF16)]
         per_word = Mux(q32, P // 2, P)
         word = Signal(W)
         held = Signal()                    # a word is being split
@@ -94,10 +98,9 @@ class QueryBanks(wiring.Component):
         low = word.word_select(Mux(q32, Cat(Const(0, 1), k32), k), 16)
         raw16 = qdf.input(low)
         raw32 = qdf.input(Cat(low, word.word_select(k32, 32)[16:]))
-        wide16 = qdf.select(qdf.static(self.q_format == KvFormat.BF16), qdf.op("bf16_to_fp32", raw16),
+        wide16 = qdf.select(qdf.static(q_bf16), qdf.op("bf16_to_fp32", raw16),
                             qdf.op("fp16_to_fp32", raw16))
         wide = qdf.select(qdf.static(q32), raw32, wide16)
-        bf16 = self.kv_format == KvFormat.BF16
         rounded = qdf.select(qdf.static(bf16), qdf.op("fp32_to_bf16", wide), qdf.op("fp32_to_fp16", wide))
         at = qdf.latency
         late = {name: qdf.at(qdf.input(v), at) for name, v in
