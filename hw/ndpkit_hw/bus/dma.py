@@ -531,18 +531,20 @@ class BurstWriter(_DmaEngine):
     status word): ``data`` carries one such word a beat, repeated across the bus (the
     strobe picks the bytes written), and the buffer holds it and the strobe, not a bus word.
     ``strobes=False``: every beat writes all its bytes; ``data`` has no ``strb`` and the
-    buffer holds none.
+    buffer holds none.  ``strobes=<int>``: every beat writes the bytes of that strobe
+    (a narrow word always at the same place in its bus word: a status word), none held either.
 
     ``space``: how many more words ``data`` will take whatever the bus does (the buffer's
     room less the one its output register may be about to free): a producer that cannot
     wait (the attention epilogue) writes on that credit instead of queueing its own words.
     """
 
-    def __init__(self, *, word_bits: int | None = None, strobes: bool = True, **kwargs):
+    def __init__(self, *, word_bits: int | None = None, strobes: bool | int = True, **kwargs):
         self.word_bits, self.strobes = word_bits, strobes
+        self._beat_strobes = strobes is True            # the producer's, a beat each
         super().__init__("w", lambda p: {
             "data": In(stream.Signature(data.StructLayout({"data": self._word_bits(p),
-                                                           **({"strb": p.data_bytes} if strobes else {})}))),
+                                                           **({"strb": p.data_bytes} if strobes is True else {})}))),
             "space": Out(range(p.buffer_beats + 1)),
         }, **kwargs)
 
@@ -561,7 +563,7 @@ class BurstWriter(_DmaEngine):
         tracker, splitter = self._intake(m)
         word = self._word_bits(p)
 
-        strb_bits = p.data_bytes if self.strobes else 0
+        strb_bits = p.data_bytes if self._beat_strobes else 0
         m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=word + strb_bits, depth=p.buffer_beats)
         # Bursts whose AW was accepted and whose W beats are still to send: {len, last}.
         m.submodules.w_queue = w_queue = fifo.SyncFIFO(width=9, depth=p.max_outstanding)
@@ -571,7 +573,7 @@ class BurstWriter(_DmaEngine):
         m.d.comb += [
             self.space.eq(Mux(buffer.level == p.buffer_beats, 0, p.buffer_beats - 1 - buffer.level)),
             buffer.w_en.eq(self.data.valid),
-            buffer.w_data.eq(Cat(self.data.payload.data, self.data.payload.strb) if self.strobes
+            buffer.w_data.eq(Cat(self.data.payload.data, self.data.payload.strb) if self._beat_strobes
                              else self.data.payload.data),
             self.data.ready.eq(buffer.w_rdy),
         ]
@@ -588,7 +590,8 @@ class BurstWriter(_DmaEngine):
         m.d.comb += [
             bus.wvalid.eq(w_queue.r_rdy & buffer.r_rdy & b_queue.w_rdy),
             bus.wdata.eq(buffer.r_data[:word].replicate(p.data_width // word)),
-            bus.wstrb.eq(buffer.r_data[word:] if self.strobes else (1 << p.data_bytes) - 1),
+            bus.wstrb.eq(buffer.r_data[word:] if self._beat_strobes else
+                         (1 << p.data_bytes) - 1 if self.strobes is False else self.strobes),
             bus.wlast.eq(beat == w_queue.r_data[:8]),
             w_fire.eq(bus.wvalid & bus.wready),
             w_burst_end.eq(w_fire & bus.wlast),

@@ -46,7 +46,9 @@ def _blocks(tokens):
 
 @pytest.mark.parametrize("width,lanes,group,d,tokens,kv_fmt", [
     (128, 32, 3, 64, [5, 2], F.FP16),    # two units, two passes (the fourth query head unserved)
-    (256, 32, 1, 64, [256], F.BF16)])    # two full blocks of one head: the maximum before a block
+    (256, 32, 1, 64, [256], F.BF16),     # two full blocks of one head: the maximum before a block
+    (512, 32, 2, 128, [3, 4], F.FP16),   # the card build: a word two beats (its row buffer holds beats)
+    (256, 8, 3, 64, [6], F.BF16)])       # four beats a word, and four units
 def test_score_side_gives_every_score_and_maximum(rng, width, lanes, group, d, tokens, kv_fmt):
     C, H = lane_shape(width, lanes)
     dut = ScoreSide(data_width=width, columns=C, units=H)

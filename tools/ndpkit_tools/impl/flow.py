@@ -174,7 +174,7 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
     design's timing estimate instead (``ecp5_fmax_placed_mhz``, pessimistic: decomp
     default 54.6 MHz placed, 67.3 MHz routed) and says so in ``ecp5_note``."""
     from ndpkit_hw.convert import to_verilog
-    from ndpkit_tools.impl.wrapper import ImplWrapper
+    from ndpkit_tools.impl.wrapper import ImplWrapper, wrapper_cells
     work.mkdir(parents=True, exist_ok=True)
     # each target's own netlist: the FP units shape their products to its multipliers
     sources = {"ecp5": ("top_ecp5.v", "ecp5_stat.txt", ECP5_DEVICE), "xcup": ("top.v", "xcup_stat.txt", None)}
@@ -237,6 +237,7 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
         if not (reuse["xcup"] and made_by.exists() and made_by.read_text() == xcup_flow()):
             synthesize_xcup(work)                      # (a changed flow re-runs)
         out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
+        out["xcup_wrapper"] = wrapper_cells(work / "xcup.json")     # (in it; the caller decides)
         out["xcup_depth"] = logic_depth(work / "xcup.json")
     return out
 

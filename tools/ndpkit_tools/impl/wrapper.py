@@ -48,3 +48,50 @@ class ImplWrapper(wiring.Component):
         result = Signal(max(1, sum(len(v) for v in outputs)))
         m.d.sync += [result.eq(Cat(*outputs)), self.dout.eq(result.xor())]
         return m
+
+
+def wrapper_cells(netlist) -> dict:
+    """The wrapper's own cells in a flattened ``synth_xilinx`` netlist (``write_json``; a
+    path or the loaded dict): the LUTs of its XOR tree (every LUT between the registered
+    outputs, ``result``, and the ``dout`` flip-flop) and those flip-flops.  In a card build
+    an engine's outputs go straight to the shell's ports, so an engine's own figures are
+    the netlist's less these.  (The input shift register's flip-flops stay counted: where
+    the engine registers an input unconditionally, synthesis merges the two.)"""
+    import json
+    import re
+    from pathlib import Path
+    if not isinstance(netlist, dict):
+        netlist = json.loads(Path(netlist).read_text())
+    top = netlist["modules"]["top"]
+    cells, names = top["cells"], top["netnames"]
+    driver = {}
+    for name, cell in cells.items():
+        for port, bits in cell["connections"].items():
+            if cell["port_directions"].get(port) == "output":
+                for bit in bits:
+                    driver[bit] = name
+    flip_flop = {"FDRE", "FDSE", "FDCE", "FDPE"}
+
+    def inputs(name):
+        cell = cells[name]
+        return [b for p, bits in cell["connections"].items() if cell["port_directions"].get(p) == "input"
+                for b in bits]
+
+    # dout's flip-flop (behind its output buffer)
+    name = driver[names["dout"]["bits"][0]]
+    while cells[name]["type"] not in flip_flop:
+        name = driver[inputs(name)[0]]
+    dout_ff = name
+    luts, seen, stack = 0, set(), list(cells[dout_ff]["connections"]["D"])
+    while stack:
+        bit = stack.pop()
+        name = driver.get(bit)
+        if name is None or name in seen:
+            continue
+        seen.add(name)
+        if re.fullmatch(r"LUT[1-6]|INV", cells[name]["type"]):
+            luts += 1
+            stack += inputs(name)
+    result_ffs = {driver[b] for b in names["result"]["bits"] if b in driver
+                  and cells[driver[b]]["type"] in flip_flop} if "result" in names else set()
+    return {"LUT": luts, "FF": len(result_ffs) + 1}

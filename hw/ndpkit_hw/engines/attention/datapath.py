@@ -79,18 +79,20 @@ def lane_shape(data_width: int, lanes: int) -> tuple[int, int]:
 
 class AttentionDatapath(wiring.Component):
     """``q``, ``k``, ``v``: bus words; ``head``: one entry per KV head (its token
-    count); ``out``: the output words, on the credit ``out_space`` (the epilogue's).
+    count, ``token_bits`` wide: 26 holds any head of a 32-bit address space, at least 128
+    bytes a row); ``out``: the output words, on the credit ``out_space`` (the epilogue's).
     ``head_dim128``, ``group``, the formats and ``scale`` are held for a whole command."""
 
-    def __init__(self, *, data_width: int = 512, lanes: int = 32):
+    def __init__(self, *, data_width: int = 512, lanes: int = 32, token_bits: int = 26):
         self.columns, self.units = lane_shape(data_width, lanes)
+        self.token_bits = token_bits
         self.epilogue_width, self.epilogue_serial = epilogue_width(lanes), epilogue_serial(lanes)
         self.data_width, self.lanes = data_width, lanes
         super().__init__({
             "q": In(stream.Signature(data_width)),
             "k": In(stream.Signature(data_width)),
             "v": In(stream.Signature(data_width)),
-            "head": In(stream.Signature(32)),
+            "head": In(stream.Signature(token_bits)),
             "out": Out(stream.Signature(data_width, always_ready=True)),
             "out_space": In(range(OUT_SPACE + 1)),
             "head_dim128": In(1),
@@ -107,9 +109,9 @@ class AttentionDatapath(wiring.Component):
         W, C, H = self.data_width, self.columns, self.units
         shape = dict(data_width=W, columns=C, units=H)
         m.submodules.q_banks = q_banks = QueryBanks(**shape)
-        m.submodules.score = score = ScoreSide(**shape)
+        m.submodules.score = score = ScoreSide(**shape, token_bits=self.token_bits)
         m.submodules.sweep = sweep = SoftmaxSweep(units=H)
-        m.submodules.value = value = ValueSide(**shape)
+        m.submodules.value = value = ValueSide(**shape, token_bits=self.token_bits)
         m.submodules.epilogue = ep = Epilogue(**shape, width=self.epilogue_width, serial=self.epilogue_serial)
         for part in (q_banks, score, value, ep):
             m.d.comb += [part.head_dim128.eq(self.head_dim128), part.group.eq(self.group)]
@@ -119,8 +121,8 @@ class AttentionDatapath(wiring.Component):
             m.d.comb += part.kv_format.eq(self.kv_format)
 
         # each head to both sides' job queues
-        k_jobs = fifo.SyncFIFOBuffered(width=32, depth=4)
-        v_jobs = fifo.SyncFIFOBuffered(width=32, depth=4)
+        k_jobs = fifo.SyncFIFOBuffered(width=self.token_bits, depth=4)
+        v_jobs = fifo.SyncFIFOBuffered(width=self.token_bits, depth=4)
         m.submodules.k_jobs, m.submodules.v_jobs = k_jobs, v_jobs
         m.d.comb += [self.head.ready.eq(k_jobs.w_rdy & v_jobs.w_rdy),
                      k_jobs.w_en.eq(self.head.valid & self.head.ready), k_jobs.w_data.eq(self.head.payload),

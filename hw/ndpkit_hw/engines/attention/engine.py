@@ -59,11 +59,17 @@ WRITES = ("status", "out", "append")
 # full-burst block-RAM ones: the cards run out of LUTs first, and 7.5 BRAM36 for q keep an
 # instance within 39 (a writer's full buffer, two 4 KiB bursts, would take 8).
 LIGHT = WRITES
-# the status writer's buffer holds a 32-bit word and its strobe a beat, not a bus word; the
-# others write whole words (no strobes in their buffers)
-WRITER_OPTIONS = {"status": {"word_bits": 32}, **{name: {"strobes": False} for name in WRITES[1:]}}
-assert BLOCK_SIZES == (16, 32, 64, 128)                # a block's shift is 4 + a 2-bit amount
 STATUS_OFFSET = 4 * DESCRIPTOR_FIELDS.index("status")
+
+
+def writer_options(data_width: int) -> dict:
+    """The status writer's buffer holds a 32-bit word a beat, not a bus word, written with the
+    strobe of the descriptor's status field (descriptors are aligned to their 64 bytes: the
+    field is always at the same place in its bus word); the others write whole words (no
+    strobes in their buffers either)."""
+    return {"status": {"word_bits": 32, "strobes": 0xF << STATUS_OFFSET % (data_width // 8)},
+            **{name: {"strobes": False} for name in WRITES[1:]}}
+assert BLOCK_SIZES == (16, 32, 64, 128)                # a block's shift is 4 + a 2-bit amount
 OFFERED = 4                                            # a paged piece's phase once its transfer is offered
 
 Descriptor = data.StructLayout({**{name: 32 for name in DESCRIPTOR_FIELDS},
@@ -91,11 +97,12 @@ class AttentionEngine(CommandEngine):
                  max_outstanding: int = 8, lanes: int = 32):
         super().__init__(ATTENTION, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
                          max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8,
-                         light=LIGHT, writer_options=WRITER_OPTIONS, checked=False)
+                         light=LIGHT, writer_options=writer_options(data_width), checked=False)
         # (checked=False: every transfer lies in a range the command's or its request's
         # checks passed -- the table, a request's q, K, V, new rows, block table and out --
         # so the burst engines do not compare each one with the window again)
-        self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes)
+        # (a head's tokens: its rows, at least 128 bytes each, lie in the address space)
+        self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes, token_bits=addr_width - 6)
 
     def elaborate(self, platform):
         m = Module()
@@ -135,7 +142,10 @@ class AttentionEngine(CommandEngine):
         out_bytes = checks.derive(heads_g << (d_shift + out_size_shift), "out_bytes", after=checks.after(heads_g))
         new_bytes = checks.derive(hkv << row_shift, "new_row_bytes")               # one row a head
         row_bytes = checks.derive(1 << row_shift, "row_bytes")
-        last_request = checks.derive(cmd.requests - 1, "last_request")            # (0 requests: rejected)
+        # (a table within the window has fewer than 2 ** req_bits descriptors: its range check
+        # refuses more, so the request counters are that wide)
+        req_bits = self.addr_width - (DESCRIPTOR_BYTES.bit_length() - 1)
+        last_request = checks.derive((cmd.requests - 1)[:req_bits], "last_request")  # (0 requests: rejected)
         # paged (block_size 16..128): a block is 1 << (4 + shift) rows; shifts by it are a 4-way mux
         # (multiplies by it, its rows or bytes, are on the DSPs)
         paged = checks.derive(bs != 0, "paged")
@@ -257,7 +267,7 @@ class AttentionEngine(CommandEngine):
                 m.d.sync += reg.eq(value)
             return reg
 
-        i_region_step, i_tokens, i_cache_rows = held(region_step, "region_step"), held(tokens, "tokens"), \
+        i_region_step, i_tokens, i_cache_rows = held(region_step, "region_step"), held(tokens[:dp.token_bits], "tokens"), \
             held(cache_rows, "cache_rows")
         i_append, i_has_cache = held(append, "append"), held(cache_rows != 0, "has_cache")
         i_first_block, i_later_blocks = held(first_block, "first_block"), held(later_blocks, "later_blocks")
@@ -417,45 +427,53 @@ class AttentionEngine(CommandEngine):
             m.d.sync += bus_error.eq(0)
 
         # ---- retiring requests: status words, in order, after their outputs ----------------
-        retire = fifo.SyncFIFOBuffered(width=self.addr_width + 4 + 1, depth=8)
+        retire_depth = 8
+        retire = fifo.SyncFIFOBuffered(width=self.addr_width + 4 + 1, depth=retire_depth)
         m.submodules.retire = retire
         retire_in = Signal(data.StructLayout({"addr": self.addr_width, "code": 4, "outputs": 1}))
         retire_head = data.View(retire_in.shape(), retire.r_data)
-        outs_done = Signal(16)                       # out transfers acknowledged, not yet retired
+        # out transfers acknowledged, not yet retired: of the requests in the retire queue and the one
+        # issuing (it waits for room there), a head's each
+        outs_done = Signal(range((retire_depth + 1) * MAX_KV_HEADS + 1))
         out_ack = wr["out"].status.valid
         status_w = wr["status"]
-        status_data = fifo.SyncFIFOBuffered(width=32, depth=4)
-        m.submodules.status_data = status_data
+        # (the word and its command together: the writer's buffer holds the word, with the
+        # strobe of its place, writer_options)
         ready_to_retire = retire.r_rdy & (~retire_head.outputs | (outs_done >= hkv)) & status_w.cmd.ready & \
-            status_data.w_rdy
+            status_w.data.ready
         offset = STATUS_OFFSET % wb
         m.d.comb += [retire.w_data.eq(retire_in),
                      status_w.cmd.valid.eq(ready_to_retire), retire.r_en.eq(ready_to_retire),
                      status_w.cmd.payload.addr.eq(retire_head.addr), status_w.cmd.payload.length.eq(wb),
-                     status_data.w_en.eq(ready_to_retire),
-                     status_data.w_data.eq(STATUS_DONE | retire_head.code),
-                     status_w.data.valid.eq(status_data.r_rdy),
-                     status_w.data.payload.data.eq(status_data.r_data),       # (the writer repeats it)
-                     status_w.data.payload.strb.eq(0xF << offset),
-                     status_data.r_en.eq(status_w.data.ready)]
+                     status_w.data.valid.eq(ready_to_retire),
+                     status_w.data.payload.data.eq(STATUS_DONE | retire_head.code)]      # (the writer repeats it)
         m.d.sync += outs_done.eq(outs_done + out_ack - Mux(ready_to_retire & retire_head.outputs, hkv, 0))
 
         # ---- control ------------------------------------------------------------------------
-        index = Signal(32)                         # the request being read
+        index = Signal(req_bits)                   # the request being read
         desc_word = Signal(range(max(2, desc_words)))
         desc_addr = Signal(self.addr_width)        # the descriptor's first byte
-        failed = Signal(32)
+        failed = Signal(req_bits + 1)
         bytes_read, bytes_written = Signal(32), Signal(32)
         # the counters' one adder each: what a state adds (the clear and the table's bytes,
-        # assigned in the states below, take precedence)
+        # assigned in the states below, take precedence), the low half's carry into the high
+        # half a cycle later (the state's select, merged into the adds' LUTs, and a 32-bit carry
+        # chain are not one cycle; the counters settle a cycle after a request's add, long
+        # before the command completes, and no carry is pending at a clear)
         read_add, written_add, fail_add = Signal(32), Signal(32), Signal()
-        m.d.sync += [bytes_read.eq(bytes_read + read_add), bytes_written.eq(bytes_written + written_add),
-                     failed.eq(failed + fail_add)]
+        for counter, add in ((bytes_read, read_add), (bytes_written, written_add), (failed, fail_add)):
+            half = len(counter) // 2
+            low = Signal(half + 1, name=f"{counter.name}_low")
+            carry = Signal(name=f"{counter.name}_carry")
+            m.d.comb += low.eq(counter[:half] + add[:half])
+            high = Signal(len(counter) - half + 1, name=f"{counter.name}_high")      # (the carry as the
+            m.d.comb += high.eq(Cat(Const(1, 1), counter[half:]) + Cat(carry, add[half:]))   # adder's carry in)
+            m.d.sync += [counter.eq(Cat(low[:half], high[1:])), carry.eq(low[half])]
         # the descriptor after this one, and this one's status word
         next_desc = Signal(self.addr_width)
         status_at = Signal(self.addr_width)
         m.d.comb += [next_desc.eq(desc_addr + DESCRIPTOR_BYTES), status_at.eq(desc_addr + (STATUS_OFFSET - offset))]
-        all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & ~status_data.r_rdy & dp.idle
+        all_done = Cat(*[c == 0 for c in pending.values()]).all() & ~retire.r_rdy & dp.idle
         # the q reader takes the descriptors, one read each, and a paged request's block ids,
         # in the order they are used: the next descriptor is asked for once this request's ids
         # are (or it has none), so its fetch overlaps this request's wait to issue, and the

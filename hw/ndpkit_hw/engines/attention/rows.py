@@ -1,9 +1,9 @@
 """What the attention datapath's sides share: the shape of a beat and of a row, the
-passes a group takes over each row, the row buffer K and V words go through (two rows, four at d = 64),
+passes a group takes over each row, the row buffer K and V words go through (rows of words, or of beats),
 and the memories they keep per unit."""
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.lib.memory import Memory
@@ -46,45 +46,70 @@ def register_file(m: Module, name: str, shape, depth: int):
 
 class RowBuffer:
     """Row slots filled from a word stream, read by one consumer that releases a slot
-    when it has issued its last word: ``2 * max_words`` words of memory, two slots of
-    ``max_words`` words or, with ``short`` (runtime), four of half as many (d = 64: a
-    row's two slots would not cover its exponent field's latency).  With ``bf16`` (the
-    format of the words' 16-bit elements) it also takes each row's largest exponent
-    field as the row fills (:func:`~ndpkit_hw.arith.blockfloat.largest_field`):
-    ``field``, the slot being read's (a slot counts as full once its field is there).
-    A slot is taken from its row's last word on (``held``), not from when its field
-    lands: a row of fewer words than the field's pipeline is deep would otherwise
-    let a later row overwrite it."""
+    when it has issued its last word.  With ``bf16`` (the format of the words' 16-bit
+    elements) it also takes each row's largest exponent field as the row fills
+    (:func:`~ndpkit_hw.arith.blockfloat.largest_field`): ``field``, the slot being read's
+    (a slot counts as full once its field is there).  A slot is taken from its row's last
+    word on (``held``), not from when its field lands: a row of fewer words than the
+    field's pipeline is deep would otherwise let a later row overwrite it.
 
-    SLOTS = 4
+    ``beats`` (S): the consumer takes a word as S beats of ``width / S`` bits.  With S = 1
+    the memory holds words: ``2 * max_words`` of them, two slots of ``max_words`` words
+    or, with ``short`` (runtime), four of half as many (d = 64: a row's two slots would
+    not cover its exponent field's latency).  With S > 1 it holds beats, four slots of
+    ``max_words`` words, and a word goes in a beat a cycle (the rest of it held in a
+    register): the consumer takes no more than that, and a distributed RAM as wide as a
+    beat, not a word, is S times smaller (32 deep either way at 512 bits, S = 2), with no
+    select of a beat behind it; the field's tree takes a beat's elements, not a word's.
+    :meth:`read` gives a beat a cycle after its word and beat are named."""
 
     def __init__(self, m: Module, name: str, words_in: stream.Interface, short, max_words: int, width: int,
-                 bf16=None):
-        mem = Memory(shape=width, depth=2 * max_words, init=[])
+                 bf16=None, beats: int = 1):
+        S = beats
+        log2_exact(S, "beats")
+        beat_bits = width // S
+        n = 4                                          # slots, counted modulo 4 (two in use at S = 1, d = 128)
+        depth = 4 * max_words * S if S > 1 else 2 * max_words
+        mem = Memory(shape=beat_bits, depth=depth, init=[])
         m.submodules[f"{name}_rows"] = mem
         wp, self._rp = mem.write_port(), mem.read_port()
-        n = self.SLOTS
         self.full = Signal(n, name=f"{name}_full")
         held = Signal(n, name=f"{name}_held")          # the slot has a row the reader has not released
         fill_count = Signal(range(n), name=f"{name}_fill_count")     # rows taken in, and read, modulo 4
         read_count = Signal(range(n), name=f"{name}_read_count")
         fill_word = Signal(range(max_words), name=f"{name}_fill_word")
         self.release = Signal(name=f"{name}_release")
-        self._word_bits, self._short = log2_exact(max_words, "row words"), short
+        self._word_bits, self._short, self._beats, self._beat_bits = log2_exact(max_words, "row words"), short, S, beat_bits
         rows_words = Mux(short, max_words // 2, max_words)
         # the slots in use: the counts taken modulo their number (a command of the other head
         # dim may have left them past it; both are equal whenever the buffer is empty)
-        slot_mask = Mux(short, n - 1, 1)
+        slot_mask = n - 1 if S > 1 else Mux(short, n - 1, 1)
         fill_slot = Signal(range(n), name=f"{name}_fill_slot")
         self.read_slot = Signal(range(n), name=f"{name}_read_slot")
         m.d.comb += [fill_slot.eq(fill_count & slot_mask), self.read_slot.eq(read_count & slot_mask)]
-        m.d.comb += words_in.ready.eq(~held.bit_select(fill_slot, 1))
         set_full = Signal(n, name=f"{name}_set_full")
         set_held = Signal(n, name=f"{name}_set_held")
-        m.d.comb += [wp.addr.eq(self._address(fill_slot, fill_word)), wp.data.eq(words_in.payload),
-                     wp.en.eq(words_in.valid & words_in.ready)]
         take = words_in.valid & words_in.ready
-        with m.If(take):
+        if S == 1:
+            m.d.comb += words_in.ready.eq(~held.bit_select(fill_slot, 1))
+            written, beat, data = take, Const(0, 1), words_in.payload
+            word_done = take
+        else:
+            # a beat a cycle: the word's first from the stream, the rest from a register
+            beat = Signal(range(S), name=f"{name}_fill_beat")
+            rest = Signal(width - beat_bits, name=f"{name}_rest")
+            m.d.comb += words_in.ready.eq(~held.bit_select(fill_slot, 1) & (beat == 0))
+            written = take | (beat != 0)
+            data = Signal(beat_bits, name=f"{name}_fill_data")
+            m.d.comb += data.eq(Mux(beat == 0, words_in.payload[:beat_bits],
+                                    rest.word_select((beat - 1)[:len(beat)], beat_bits) if S > 2 else rest))
+            with m.If(take):
+                m.d.sync += rest.eq(words_in.payload[beat_bits:])
+            with m.If(written):
+                m.d.sync += beat.eq(Mux(beat == S - 1, 0, beat + 1))
+            word_done = written & (beat == S - 1)
+        m.d.comb += [wp.addr.eq(self._address(fill_slot, fill_word, beat)), wp.data.eq(data), wp.en.eq(written)]
+        with m.If(word_done):
             m.d.sync += fill_word.eq(fill_word + 1)
             with m.If(fill_word == rows_words - 1):
                 m.d.sync += [fill_word.eq(0), fill_count.eq(fill_slot + 1)]
@@ -92,10 +117,10 @@ class RowBuffer:
                 if bf16 is None:
                     m.d.comb += set_full.eq(1 << fill_slot)
         if bf16 is not None:
-            pipe = Pipeline(m, take, f"{name}_field")
-            elements = [words_in.payload[16 * i:16 * (i + 1)] for i in range(width // 16)]
+            pipe = Pipeline(m, written, f"{name}_field")
+            elements = [data[16 * i:16 * (i + 1)] for i in range(beat_bits // 16)]
             largest, (first, last, slot) = largest_field(m, pipe, elements, bf16, carry=(
-                fill_word == 0, fill_word == rows_words - 1, fill_slot))
+                (fill_word == 0) & (beat == 0), (fill_word == rows_words - 1) & (beat == S - 1), fill_slot))
             row_max = row_maximum(m, largest, first, pipe.valid, f"{name}_row")
             fields = Array(Signal(8, name=f"{name}_field{b}") for b in range(n))
             with m.If(pipe.valid & last):
@@ -111,14 +136,16 @@ class RowBuffer:
         if bf16 is not None:
             self.field = fields[self.read_slot]
 
-    def _address(self, slot, word):
-        """Word ``word`` of slot ``slot``: ``slot * R + word``."""
+    def _address(self, slot, word, beat):
+        """Beat ``beat`` of word ``word`` of slot ``slot``."""
+        if self._beats > 1:                              # four slots of a d = 128 row's beats
+            return Cat(beat, word[:self._word_bits], slot[:2])
         low = word[:self._word_bits - 1]
         return Cat(low, Mux(self._short, slot[:2], Cat(word[self._word_bits - 1], slot[0])))
 
-    def read(self, m: Module, index):
-        """The word ``index`` of the slot being read, a cycle later (a memory read)."""
-        m.d.comb += self._rp.addr.eq(self._address(self.read_slot, index))
+    def read(self, m: Module, word, beat):
+        """Beat ``beat`` of word ``word`` of the slot being read, a cycle later (a memory read)."""
+        m.d.comb += self._rp.addr.eq(self._address(self.read_slot, word, beat))
         return self._rp.data
 
 
@@ -129,8 +156,9 @@ class RowSide(wiring.Component):
     group of query heads takes ``max_passes`` passes at most.  Subclasses add their
     ports to :meth:`members`."""
 
-    def __init__(self, *, data_width: int, columns: int, units: int):
+    def __init__(self, *, data_width: int, columns: int, units: int, token_bits: int = 32):
         self.data_width, self.columns, self.units = data_width, columns, units
+        self.token_bits = token_bits                       # a head's token count (jobs)
         self.elements = data_width // 16                   # P
         self.beats = self.elements // columns              # S: beats a word
         self.row_words = MAX_DIM // self.elements          # R at d = 128 (half as many at d = 64)
@@ -139,15 +167,15 @@ class RowSide(wiring.Component):
         super().__init__(self.members())
 
     def members(self) -> dict:
-        """The ports both sides have: ``jobs`` (a KV head's token count), the fields held
+        """The ports both sides have: ``jobs`` (a KV head's token count, ``token_bits`` wide), the fields held
         for a command, ``busy``."""
-        return {"jobs": In(stream.Signature(32)), "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)),
+        return {"jobs": In(stream.Signature(self.token_bits)), "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)),
                 "kv_format": In(2), "busy": Out(1)}
 
     def row_stream(self, m: Module, name: str, words: stream.Interface, bf16=None):
         """The side's row buffer on ``words`` (``bf16``: see :class:`RowBuffer`), R (the bus
         words of a row at the command's head dimension) and the passes each row takes."""
-        buffer = RowBuffer(m, name, words, ~self.head_dim128, self.row_words, self.data_width, bf16)
+        buffer = RowBuffer(m, name, words, ~self.head_dim128, self.row_words, self.data_width, bf16, self.beats)
         return buffer, buffer.rows_words, pass_count(m, self.group, self.units)
 
     def row_end(self, beat, word, rows_words):
@@ -166,7 +194,3 @@ class RowSide(wiring.Component):
         with m.If(row_end & (pass_ == passes - 1)):
             m.d.sync += pass_.eq(0)
         return row_end & (pass_ == passes - 1)
-
-    def beat_of(self, word, beat):
-        """Beat ``beat``'s ``columns`` elements of a bus word."""
-        return word.word_select(beat, 16 * self.columns) if self.beats > 1 else word

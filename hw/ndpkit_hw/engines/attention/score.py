@@ -108,7 +108,7 @@ class ScoreSide(RowSide):
         C, H, PM, S, GROUPS = self.columns, self.units, self.max_passes, self.beats, self.groups
         jobs = self.jobs
         k_rows, rows_words, passes = self.row_stream(m, "k", self.k)
-        k_active, k_left = self.busy, Signal(32)           # rows of the head still to issue
+        k_active, k_left = self.busy, Signal(self.token_bits)     # rows of the head still to issue
         k_row0, k_t, k_b = Signal(), Signal(range(BLOCK)), Signal()
         k_j, k_w, k_c = Signal(range(PM)), Signal(range(self.row_words)), Signal(range(S))
         k_qbank, k_first_block = Signal(), Signal()
@@ -141,16 +141,16 @@ class ScoreSide(RowSide):
                 with m.If(k_left == 1):
                     m.d.sync += [k_active.eq(0), k_qbank.eq(~k_qbank)]
                     m.d.comb += self.q_release.eq(1 << k_qbank)
-        # the beat a cycle later: the K word read from the row buffer, into the dot products
-        k_word = k_rows.read(m, k_w)
+        # the beat a cycle later, read from the row buffer, into the dot products
+        k_beat = k_rows.read(m, k_w, k_c)
         tag = Signal(ScoreTag)
         m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block),
                      tag.row0.eq(k_row0)]
-        beat_valid, beat_tag, beat_c, beat_last = Signal(), Signal(ScoreTag), Signal(range(S)), Signal()
+        beat_valid, beat_tag, beat_last = Signal(), Signal(ScoreTag), Signal()
         beat_q_addr = Signal.like(dots.i.payload.q_addr)
-        m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_c.eq(k_c), beat_last.eq(row_end),
+        m.d.sync += [beat_valid.eq(k_issue), beat_tag.eq(tag), beat_last.eq(row_end),
                      beat_q_addr.eq(((k_qbank * PM + k_j) * GROUPS) + k_w * S + k_c)]
-        m.d.comb += [dots.i.valid.eq(beat_valid), dots.i.payload.k.eq(self.beat_of(k_word, beat_c)),
+        m.d.comb += [dots.i.valid.eq(beat_valid), dots.i.payload.k.eq(k_beat),
                      dots.i.payload.last.eq(beat_last), dots.i.payload.tag.eq(beat_tag),
                      dots.i.payload.q_addr.eq(beat_q_addr)]
         # scores: s = dot * scale into the bank; the running maximum; the block's end

@@ -117,18 +117,18 @@ class ValueSide(RowSide):
                     with m.Else():
                         m.next = "WAIT_BANK"
         m.d.comb += self.busy.eq(~value_fsm.ongoing("IDLE") | ends.r_rdy)
-        # the beat a cycle later: the V word, its row's largest exponent field and each unit's
+        # the beat a cycle later: read from the row buffer, its row's largest exponent field and each unit's
         # weight read from memory
-        v_word = v_rows.read(m, v_w)
-        Beat = data.StructLayout({"c": range(S), "slot": range(slot_count(C, H)), "b": 1, "fresh": 1,
+        v_beat = v_rows.read(m, v_w, v_c)
+        Beat = data.StructLayout({"slot": range(slot_count(C, H)), "b": 1, "fresh": 1,
                                   "first_group": 1, "j": range(PM), "field": 8})
         vb = Signal(Beat)
         vb_valid = Signal()
-        m.d.sync += [vb_valid.eq(v_issue), vb.c.eq(v_c), vb.b.eq(v_b), vb.fresh.eq(v_t < PARTIALS),
+        m.d.sync += [vb_valid.eq(v_issue), vb.b.eq(v_b), vb.fresh.eq(v_t < PARTIALS),
                      vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j), vb.field.eq(v_rows.field),
                      vb.slot.eq(sums_slot(v_j, v_w * S + v_c, v_t[:log2_exact(PARTIALS, "partials")], GROUPS))]
         m.d.comb += self.pk_addr.eq((v_b * PM + v_j) * BLOCK + v_t)
-        m.d.comb += [rows.bf16.eq(bf16), rows.i.valid.eq(vb_valid), rows.i.payload.v.eq(self.beat_of(v_word, vb.c)),
+        m.d.comb += [rows.bf16.eq(bf16), rows.i.valid.eq(vb_valid), rows.i.payload.v.eq(v_beat),
                      rows.i.payload.field.eq(vb.field), rows.i.payload.pk.eq(self.pk_data),
                      rows.i.payload.units.eq(Cat(*[serves(vb.j, h, self.group, H) for h in range(H)])),
                      rows.i.payload.total.eq(vb.first_group), rows.i.payload.slot.eq(vb.slot),
