@@ -80,7 +80,7 @@ BOARD_SIM = {
 
 @pytest.mark.parametrize("board", sorted(BOARD_SIM))
 def test_a_board_gives_the_sim_card_its_preset_clock_and_width(board):
-    # (not the board's engines, attention*30 on the U55C: the sim card keeps its dma_copy)
+    # (not the board's engines, attention*32 on the U55C: the sim card keeps its dma_copy)
     assert check_options("sim", {"board": board}) == {"board": board, **BOARD_SIM[board]}
 
 

@@ -54,7 +54,7 @@ def test_a_board_build_simulates_on_its_preset(cards):
     dev = cards("sim?board=alveo_u55c&clock_mhz=250")
     info = dev.info()
     assert (info["board"], info["memory"], info["clock_mhz"], info["engines"]) == \
-        ("alveo_u55c", "hbm2_pc", 250, ["dma_copy"])       # not the board's attention*30
+        ("alveo_u55c", "hbm2_pc", 250, ["dma_copy"])       # not the board's attention*32
     length = 64 << 10
     data = np.frombuffer(random.Random(3).randbytes(length), np.uint8)
     src, dst = dev.upload(data), dev.alloc(length)

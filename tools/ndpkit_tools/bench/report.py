@@ -1073,13 +1073,17 @@ def markdown(report: dict) -> str:
               f"**{ratio(dec['ratio'])}**; the HPU paper: {ratio(dec['published']['ratio'])}. The cards bound the "
               f"step: each streams {fmt(dec['card_bandwidth'] / 1e9)} GB/s of KV at {fmt(dec['setup']['clock'] / 1e6)} MHz "
               "(the U55C default build's clock, within what the attention engine's logic depth supports), where "
-              "the HPU prototype measured 336 GB/s (73 % of its HBM). More instances per card move the ratio up "
-              "until the GPU's weight streaming binds; what limits them is the attention instance's area"
-              + (": one more instance (and its memory port) would take the build to "
-                 + ", ".join(f"{share:.1%} of the part's {r}" for r, share in dec["card"]["one_more"].items())
-                 + " by the resource model, over the 70 % budget" if dec["card"]["one_more"] else
-                 " (by the resource model one more instance would still fit the 70 % budget: the default build "
-                 "has not taken it yet)")
+              "the HPU prototype measured 336 GB/s (73 % of its HBM). "
+              + ("Every pseudo-channel streams attention (an instance each, all of the card's memory holding KV): "
+                 "a card goes faster only at a higher clock, or, for G > 1, with more MAC lanes an instance"
+                 if dec["card"].get("memory_ports") == dec["card"].get("channels") else
+                 "More instances per card move the ratio up until the GPU's weight streaming binds; what limits "
+                 "them is the attention instance's area"
+                 + (": one more instance (and its memory port) would take the build to "
+                    + ", ".join(f"{share:.1%} of the part's {r}" for r, share in dec["card"]["one_more"].items())
+                    + " by the resource model, over the 70 % budget" if dec["card"]["one_more"] else
+                    " (by the resource model one more instance would still fit the 70 % budget: the default build "
+                    "has not taken it yet)"))
               + ". At the paper's own batch 64 this build's cards need "
               f"{dec['at_paper_batch']['cards']} cards for the KV (1K in, 1K out), where they reach "
               f"**{ratio(dec['at_paper_batch']['ratio'])}** over the GPU alone at batch {dec['gpu_batch']}.", "",
