@@ -23,7 +23,8 @@ def expected_bursts(addr: int, beats: int, word: int, block_beats: int, addr_wid
     return out
 
 
-@pytest.mark.parametrize("word, block_beats, addr_width", [(64, 64, 32), (16, 64, 20), (8, 256, 16), (64, 1, 16)])
+@pytest.mark.parametrize("word, block_beats, addr_width", [(64, 64, 32), (16, 64, 20), (8, 256, 16), (8, 32, 32),
+                                                          (64, 1, 16), (16, 1, 32)])
 def test_burst_splitter_tiles_each_command_in_blocks(rng, word, block_beats, addr_width):
     dut = BurstSplitter(addr_width=addr_width, data_bytes=word, max_burst_beats=block_beats)
     block = word * block_beats

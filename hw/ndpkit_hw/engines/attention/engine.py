@@ -69,6 +69,8 @@ def writer_options(data_width: int) -> dict:
     strobes in their buffers either)."""
     return {"status": {"word_bits": 32, "strobes": 0xF << STATUS_OFFSET % (data_width // 8)},
             **{name: {"strobes": False} for name in WRITES[1:]}}
+
+
 assert BLOCK_SIZES == (16, 32, 64, 128)                # a block's shift is 4 + a 2-bit amount
 OFFERED = 4                                            # a paged piece's phase once its transfer is offered
 
@@ -267,8 +269,8 @@ class AttentionEngine(CommandEngine):
                 m.d.sync += reg.eq(value)
             return reg
 
-        i_region_step, i_tokens, i_cache_rows = held(region_step, "region_step"), held(tokens[:dp.token_bits], "tokens"), \
-            held(cache_rows, "cache_rows")
+        i_region_step, i_tokens, i_cache_rows = held(region_step, "region_step"), \
+            held(tokens[:dp.token_bits], "tokens"), held(cache_rows, "cache_rows")
         i_append, i_has_cache = held(append, "append"), held(cache_rows != 0, "has_cache")
         i_first_block, i_later_blocks = held(first_block, "first_block"), held(later_blocks, "later_blocks")
         i_first_offset, i_to_end, i_last_rows = held(first_offset, "first_offset"), held(to_end, "to_end"), \

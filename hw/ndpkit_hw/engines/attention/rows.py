@@ -79,7 +79,7 @@ class RowBuffer:
         read_count = Signal(range(n), name=f"{name}_read_count")
         fill_word = Signal(range(max_words), name=f"{name}_fill_word")
         self.release = Signal(name=f"{name}_release")
-        self._word_bits, self._short, self._beats, self._beat_bits = log2_exact(max_words, "row words"), short, S, beat_bits
+        self._word_bits, self._short, self._beats = log2_exact(max_words, "row words"), short, S
         rows_words = Mux(short, max_words // 2, max_words)
         # the slots in use: the counts taken modulo their number (a command of the other head
         # dim may have left them past it; both are equal whenever the buffer is empty)
