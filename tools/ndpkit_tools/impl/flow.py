@@ -237,8 +237,9 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
         if not (reuse["xcup"] and made_by.exists() and made_by.read_text() == xcup_flow()):
             synthesize_xcup(work)                      # (a changed flow re-runs)
         out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
-        out["xcup_wrapper"] = wrapper_cells(work / "xcup.json")     # (in it; the caller decides)
-        out["xcup_depth"] = logic_depth(work / "xcup.json")
+        netlist = json.loads((work / "xcup.json").read_text())       # (read once for both)
+        out["xcup_wrapper"] = wrapper_cells(netlist)                  # (in it; the caller decides)
+        out["xcup_depth"] = logic_depth(netlist)
     return out
 
 

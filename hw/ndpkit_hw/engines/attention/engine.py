@@ -32,10 +32,8 @@ acknowledged.  A bus error (SLVERR/DECERR) on any transfer is the command's erro
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from amaranth.hdl import Array, Module, Signal, Cat, Const, Mux
-from amaranth.lib import data, fifo
+from amaranth.lib import data, fifo, stream
 from amaranth.lib.memory import Memory
 
 from ndpkit_spec.codes import ErrorCode
@@ -249,8 +247,7 @@ class AttentionEngine(CommandEngine):
         rd = {k: self.readers[k] for k in READS}
         wr = {k: self.writers[k] for k in WRITES}
         # the q issuer's transfers share the q reader with the table's (below)
-        q_cmd = SimpleNamespace(valid=Signal(name="q_cmd_valid"), ready=Signal(name="q_cmd_ready"),
-                                payload=Signal(DmaCommandLayout(self.addr_width), name="q_cmd_payload"))
+        q_cmd = stream.Signature(DmaCommandLayout(self.addr_width)).create(path=("q_cmd",))
         q_iss = _Issuer(m, "q_issue", q_cmd, start)
         q_is_table = fifo.SyncFIFO(width=1, depth=16)     # a flag a q reader transfer: the table's
         m.submodules.q_is_table = q_is_table
@@ -488,10 +485,9 @@ class AttentionEngine(CommandEngine):
         # (the table's words through a register of their own, taken at most every other cycle: a
         # descriptor is one word, a paged request's ids a few; the states' readiness then does
         # not reach the q reader's buffer in the cycle it is decided)
-        table_full, table_last = Signal(name="table_full"), Signal(name="table_last")
-        table_word = Signal(W, name="table_word")
-        table_data = ids_data = SimpleNamespace(valid=table_full, ready=Signal(name="table_ready"),
-                                                payload=SimpleNamespace(data=table_word, last=table_last))
+        table_data = ids_data = stream.Signature(data.StructLayout({"data": W, "last": 1})).create(path=("table",))
+        table_full = Signal(name="table_full")
+        m.d.comb += table_data.valid.eq(table_full)
         desc_asked = Signal()                      # the next descriptor to take is on its way
         more = index != last_request
         ask_desc = Signal()                        # ask for the descriptor at ask_at
@@ -515,8 +511,7 @@ class AttentionEngine(CommandEngine):
         with m.If(table_data.ready):
             m.d.sync += table_full.eq(0)
         with m.If(q_reader.data.valid & to_table & ~table_full):
-            m.d.sync += [table_full.eq(1), table_word.eq(q_reader.data.payload.data),
-                         table_last.eq(q_reader.data.payload.last)]
+            m.d.sync += [table_full.eq(1), table_data.payload.eq(q_reader.data.payload)]
         with m.If(ask_desc & table_cmd_ready):
             m.d.sync += desc_asked.eq(1)
 
