@@ -42,12 +42,12 @@ sim: $(STAMP) $(FORMAL_STAMP) $(BOARDS_STAMP)
 	$(PYTEST) -m "sim or long or formal" -p no:cacheprovider
 	$(MAKE) vllm-demo
 
-# make bitstream BOARD=<name> [ENGINES=a,b] [MEMORY_PORTS=n] [CLOCK_MHZ=f]: the board's build (tools/ndpkit_tools/boards/<name>/).
+# make bitstream BOARD=<name> [ENGINES=a,b] [MEMORY_PORTS=n] [ATTENTION_LANES=l] [CLOCK_MHZ=f]: the board's build (tools/ndpkit_tools/boards/<name>/).
 # Xilinx boards: the Vivado project, checked with the Tcl stubs, built if vivado is on
 # PATH; exit status 3 when it is not (project generated), 2 on a bad board or parameter.
 bitstream: $(STAMP) $(BOARDS_STAMP)
 	@test -n "$(BOARD)" || { echo "make bitstream: give BOARD=<name>; boards: $$(ls tools/ndpkit_tools/boards/*/board.toml | cut -d/ -f4 | tr '\n' ' ')"; exit 2; }
-	$(VPY) -m ndpkit_tools.bitstream $(BOARD) $(if $(ENGINES),--engines $(ENGINES)) $(if $(MEMORY_PORTS),--memory-ports $(MEMORY_PORTS)) $(if $(CLOCK_MHZ),--clock-mhz $(CLOCK_MHZ))
+	$(VPY) -m ndpkit_tools.bitstream $(BOARD) $(if $(ENGINES),--engines $(ENGINES)) $(if $(MEMORY_PORTS),--memory-ports $(MEMORY_PORTS)) $(if $(ATTENTION_LANES),--attention-lanes $(ATTENTION_LANES)) $(if $(CLOCK_MHZ),--clock-mhz $(CLOCK_MHZ))
 
 # Bounded formal proofs of the AXI rules (SymbiYosys, YoWASP tools from PyPI).
 formal: $(FORMAL_STAMP)

@@ -95,7 +95,10 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
     (perf / "attention-lanes-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "runs": {"32": {
         "engine_mhz": CARD_MHZ, "fits": [{"group": g, "steady_state_efficiency": 0.96 / g,
                                           "fixed_cycles_per_command": 1500 * g, "from_contexts": [128, 512, 2048]}
-                                         for g in (1, 2, 4, 8)]}}}))
+                                         for g in (1, 2, 4, 8)]},
+        "128": {"engine_mhz": CARD_MHZ, "fits": [{"group": g, "steady_state_efficiency": 0.9 * min(1, 4 / g),
+                                                  "fixed_cycles_per_command": 1000 * g,
+                                                  "from_contexts": [128, 512, 2048]} for g in (1, 2, 4, 8)]}}}))
     (perf / "graph_scaling-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "rows": [
         {"graph": "u", "kernel": k, "instances": n, "edges": 1000, "cycles": c, "edges_per_cycle": 1000 / c,
          "per_instance": 1000 / c / n, "scaling": 1000 / c / n / (1000 / base),
@@ -371,6 +374,16 @@ def test_readme_results_figures_equal_the_json():
     assert int(m.group(6)) == round(100 * dec["card_bandwidth"] / setup["card_hbm"])
     assert float(m.group(7)) == round(setup["card_memory"] / 2 ** 30, 1)      # (13.5 GiB: 27 channels)
     assert int(m.group(8)) * dec["published"]["cards"] == dec["card_batch"] == int(m.group(9))
+    # ... and the grouped-query build's instances and its KV a card at G = 4
+    gqa = dec["gqa"]
+    m = re.search(r"ATTENTION_LANES=(\d+)`\): (\d+) instances of (\d+) MAC lanes.*?stream (\d+) GB/s of KV a card "
+                  r"at G = 4 \((\d+) % of its HBM\)", note, re.S)
+    assert m, note
+    g4 = next(r for r in gqa["models"]["rows"] if r["group"] == 4)
+    assert int(m.group(1)) == int(m.group(3)) == gqa["card"]["lanes"]
+    assert int(m.group(2)) == gqa["card"]["attention_instances"]
+    assert int(m.group(4)) == round(g4["card_bandwidth"] / 1e9)
+    assert int(m.group(5)) == round(100 * g4["card_bandwidth"] / setup["card_hbm"])
 
     # the demo description: its graph figures are the bench's on the demo card's memory
     # (kronecker-12, Piccolo over baseline, on hbm2_pc)
@@ -442,10 +455,39 @@ def test_decode_section_gives_the_card_build_it_is_of(generated):
     assert card["resources"]["lut"] == {"used": round(total["lut"]), "of": board.resources["lut"]}
     row = next(line for line in text.splitlines() if line.startswith("| alveo_u55c ("))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    head = next(line for line in text.splitlines() if line.startswith("| board | attention instances |"))
+    head = next(line for line in text.splitlines() if line.startswith("| board | build | attention instances |"))
     assert [c.strip() for c in head.strip("|").split("|")][-2:] == ["KV GB/s at G = 1", "KV GB/s at G = 4"]
-    assert cells[1] == str(card["attention_instances"]) and cells[2] == f"{options['memory_ports']} of 32"
-    assert cells[5].startswith(f"{round(total['lut']):,} (") and cells[9].startswith(f"{round(total['uram']):,} (")
+    assert cells[1].startswith("default") and cells[2] == f"{card['attention_instances']} × {card['lanes']} MAC lanes"
+    assert cells[3] == f"{options['memory_ports']} of 32"
+    assert cells[6].startswith(f"{round(total['lut']):,} (") and cells[10].startswith(f"{round(total['uram']):,} (")
     g4 = next(r for r in data["decode"]["models"]["rows"] if r["group"] == 4)
     assert cells[-1].startswith(report.fmt(g4["card_bandwidth"] / 1e9) + " (")
     assert cells[-2].startswith(report.fmt(data["decode"]["card_bandwidth"] / 1e9) + " (")
+
+
+def test_decode_section_gives_the_grouped_query_build(generated):
+    """The U55C's grouped-query build: as many instances of the engine's ``gqa`` lanes as
+    the board checks take (one more refused), its row in the card table with its command,
+    and today's models on its cards from the lane table's runs at that lane count (G = 4
+    at the lanes' pace: 0.9 of the port on every instance)."""
+    from ndpkit_spec.registry import REGISTRY
+    from ndpkit_tools.boards import BoardError, device_options, load_board
+    out, _, data = generated
+    gqa = data["decode"]["gqa"]
+    card = gqa["card"]
+    n, lanes = card["attention_instances"], card["lanes"]
+    assert lanes == REGISTRY["attention"].configs["gqa"]["lanes"] and n > 1
+    board = load_board("alveo_u55c")
+    device_options(board, engines=f"attention*{n}", memory_ports=n, attention_lanes=lanes)
+    with pytest.raises(BoardError):
+        device_options(board, engines=f"attention*{n + 1}", memory_ports=n + 1, attention_lanes=lanes)
+    g4 = next(r for r in gqa["models"]["rows"] if r["group"] == 4)
+    assert g4["card_bandwidth"] == pytest.approx(n * min(14.375e9, 64 * card["clock_mhz"] * 1e6 * 0.9 * g4["efficiency"] / 0.9
+                                                         * data["decode"]["setup"]["scaling"]))
+    assert g4["efficiency"] == pytest.approx(0.9)
+    text = (out / "README.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| alveo_u55c (") and "grouped-query" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert f"ATTENTION_LANES={lanes}" in cells[1] and cells[2] == f"{n} × {lanes} MAC lanes"
+    assert cells[-1].startswith(report.fmt(g4["card_bandwidth"] / 1e9) + " (")
+    assert "on cards of the U55C grouped-query build" in text

@@ -143,18 +143,21 @@ def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
     assert not bad, bad[:5]
 
 
-@pytest.mark.parametrize("fmt, split_banks", [(KvFormat.FP16, False), (KvFormat.BF16, True)])
-def test_weighted_sums_match_weigh(rng, fmt, split_banks):
+@pytest.mark.parametrize("fmt, split_banks, shared_read", [(KvFormat.FP16, False, False), (KvFormat.BF16, True, False),
+                                                          (KvFormat.BF16, False, True)])
+def test_weighted_sums_match_weigh(rng, fmt, split_banks, shared_read):
     """Weights in [0, 1] times V rows' block-fixed elements (each beat's row twice the
     lanes wide: its exponent is the whole row's; the elements X_LAG cycles behind it).  Two banks of slots, tokens in blocks:
     each slot's sum starts fresh at its block's first token, a slot is revisited every
     ``slots_used`` beats, the weights' sum is taken on one slot of each token's beats,
     and after each block the other bank keeps running while this one is flushed and
-    compared with ``weigh`` / ``weigh_total``."""
+    compared with ``weigh`` / ``weigh_total``.  With ``shared_read`` (one read port) a flush
+    only takes a cycle with no beat."""
     from ndpkit_hw.arith.blockfloat import REVISIT, X_LAG, WeightedSums
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     lanes, slots_used, blocks, tokens = 4, REVISIT, 4, 32
-    dut = WeightedSums(lanes=lanes, slots=16, split_banks=split_banks)   # UltraRAM's memory shape, block RAM's
+    # UltraRAM's memory shape, block RAM's, one read port
+    dut = WeightedSums(lanes=lanes, slots=16, split_banks=split_banks, shared_read=shared_read)
     # per block: tokens x slots beats of (p, V row); slot 0's beats also take the weights' sum
     data_ = [(_weights(nprng, (tokens, slots_used)), _operands(nprng, fmt, (tokens, slots_used, 2 * lanes)))
              for _ in range(blocks)]
@@ -197,7 +200,7 @@ def test_weighted_sums_match_weigh(rng, fmt, split_banks):
                                             "slot": s, "bank": blk % 2, "fresh": int(t == 0)})
                 elements.append(x[:lanes])
                 ctx.set(dut.x, elements.pop(0))
-                fl = bool(flushes) and rng.random() < 0.5
+                fl = bool(flushes) and rng.random() < 0.5 and not (shared_read and on)
                 ctx.set(dut.flush.valid, fl)
                 if fl:
                     fb, fs = flushes[0]

@@ -494,15 +494,22 @@ class WeightedSums(wiring.Component):
     read-modify-write).  ``flush`` (valid only) reads a slot of a bank the beats are not
     updating; ``state`` gives it two cycles later as ``lanes + 1`` SumState values
     (the columns' and, last, the weights' sum).  ``bf16`` (held): the values' format.
+
+    ``shared_read``: the updates and the flushes take turns on one read port, so the
+    memory is one copy, not two (a write and two reads a cycle are two copies of a
+    simple dual-port RAM); the caller never flushes in a cycle a beat arrives.
+    ``ultra``: on UltraScale+, the memory in UltraRAM (else block RAM).
     """
 
-    def __init__(self, *, lanes: int = 16, slots: int = 512, split_banks: bool | None = None):
+    def __init__(self, *, lanes: int = 16, slots: int = 512, split_banks: bool | None = None,
+                 shared_read: bool = False, ultra: bool = True):
         if slots < 2 or slots & (slots - 1):
             raise ValueError(f"slots must be a power of two, not {slots}")
         self.lanes, self.slots = lanes, slots
         #: a memory per bank (block RAM targets) or one with two read ports (UltraRAM);
         #: None: by the platform (:func:`~ndpkit_hw.arith.fp_common.large_memory_attrs`)
         self.split_banks = split_banks
+        self.shared_read, self.ultra = shared_read, ultra
         beat = data.StructLayout({"p": 19, "v_exp": EXP_SHAPE, "total": 1, "slot": range(slots), "bank": 1,
                                   "fresh": 1})
         where = data.StructLayout({"slot": range(slots), "bank": 1})
@@ -523,16 +530,24 @@ class WeightedSums(wiring.Component):
         uram = large_memory_attrs(platform)
         split = not uram if self.split_banks is None else self.split_banks
         if not split:
-            # UltraScale+: one memory in UltraRAM, the bank its top address bit, a read port for
-            # the updates and one for the flushes
-            mem = Memory(shape=width, depth=2 * self.slots, init=[], attrs=uram)
+            # UltraScale+: one memory in UltraRAM (or block RAM), the bank its top address bit, a
+            # read port for the updates and one for the flushes, or one for both (shared_read)
+            mem = Memory(shape=width, depth=2 * self.slots, init=[],
+                         attrs=uram if self.ultra or not uram else {"ram_style": "block"})
             m.submodules.states = mem
-            # (transparent: a read never meets a write of its address, REVISIT apart or of the
-            # other bank, and a non-transparent port costs a register of the word a port)
+            # (a read never meets a write of its address, REVISIT apart or of the other bank, so
+            # transparency is free to choose: transparent in UltraRAM, where a non-transparent
+            # port cost a register of the word a port; not in block RAM, whose simple dual-port
+            # mode Yosys makes transparent with a soft bypass, 1.2k LUT at 32 lanes)
             wp = mem.write_port()
-            update_rp, flush_rp = mem.read_port(transparent_for=(wp,)), mem.read_port(transparent_for=(wp,))
-            m.d.comb += [update_rp.addr.eq(update_at), flush_rp.addr.eq(flush_at), wp.addr.eq(write_at),
-                         wp.data.eq(write.data), wp.en.eq(write.en)]
+            m.d.comb += [wp.addr.eq(write_at), wp.data.eq(write.data), wp.en.eq(write.en)]
+            transparent = (wp,) if self.ultra else ()
+            if self.shared_read:
+                rp = mem.read_port(transparent_for=transparent)
+                m.d.comb += rp.addr.eq(Mux(flush_valid, flush_at, update_at))
+                return rp.data, rp.data
+            update_rp, flush_rp = mem.read_port(transparent_for=transparent), mem.read_port(transparent_for=transparent)
+            m.d.comb += [update_rp.addr.eq(update_at), flush_rp.addr.eq(flush_at)]
             return update_rp.data, flush_rp.data
         # block RAM (ECP5): a memory per bank with one read port, which serves the flush
         # when it names that bank and the updates otherwise (the updates read the bank they

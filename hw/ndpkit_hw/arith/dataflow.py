@@ -28,7 +28,7 @@ from ndpkit_hw.arith.div import FpDiv
 from ndpkit_hw.arith.exp import FpExp
 from ndpkit_hw.arith.fma import FpFma
 from ndpkit_hw.arith.fp_common import Pipeline, multiplier_shape
-from ndpkit_hw.arith.mul import FpMul
+from ndpkit_hw.arith.mul import FpMul, FpMulSplit
 from ndpkit_hw.arith.sqrt import FpSqrt
 
 __all__ = ["Timed", "Dataflow", "OPS", "STATIC", "delay_line", "delayed"]
@@ -54,6 +54,7 @@ def delayed(m, value, n: int, name: str, reset: bool = False):
 OPS = {
     "add": (FpAdd, ("a", "b")),
     "mul": (FpMul, ("a", "b")),
+    "mul_split": (FpMulSplit, ("a", "b")),
     "fma": (FpFma, ("a", "b", "c")),
     "div": (FpDiv, ("a", "b")),
     "sqrt": (FpSqrt, ("a",)),

@@ -3,7 +3,7 @@ from amaranth.hdl import Signal, signed
 
 from ndpkit_hw.arith.fp_common import F32, FpUnit, normalize_into_range, round_bits, round_pack, staged_product, unpack, select_result
 
-__all__ = ["FpMul", "mul_datapath", "MUL_LATENCY"]
+__all__ = ["FpMul", "FpMulSplit", "mul_datapath", "MUL_LATENCY"]
 
 MUL_LATENCY = 8
 
@@ -16,8 +16,18 @@ class FpMul(FpUnit):
         return mul_datapath(m, pipe, inputs["a"], inputs["b"])
 
 
-def mul_datapath(m, pipe, a_bits, b_bits):
-    """``a * b`` through ``MUL_LATENCY`` stages of ``pipe``."""
+class FpMulSplit(FpMul):
+    """:class:`FpMul` with its normalising shift's count and limits registered before the
+    amount is chosen (``normalize_into_range(split=True)``): a stage more, for builds
+    where that stage came out the longest path (the same results)."""
+    latency = MUL_LATENCY + 1
+
+    def lane(self, m, pipe, inputs, controls):
+        return mul_datapath(m, pipe, inputs["a"], inputs["b"], split=True)
+
+
+def mul_datapath(m, pipe, a_bits, b_bits, split: bool = False):
+    """``a * b`` through ``MUL_LATENCY`` stages of ``pipe`` (one more with ``split``)."""
     a, b = unpack(m, a_bits, F32, "a"), unpack(m, b_bits, F32, "b")
     sign = a.sign ^ b.sign
     nan = a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (a.is_zero & b.is_inf)
@@ -32,7 +42,7 @@ def mul_datapath(m, pipe, a_bits, b_bits):
     product, exp, sign, nan, inf = pipe.stage(product, exp, sign, nan, inf)
 
     norm, norm_exp, _, (sign, nan, inf) = normalize_into_range(m, product, exp, "mul", round_bits(F32), pipe=pipe,
-                                                               carry=(sign, nan, inf))
+                                                               carry=(sign, nan, inf), split=split)
     norm, norm_exp, sign, nan, inf = pipe.stage(norm, norm_exp, sign, nan, inf)
 
     packed, (nan, inf, sign) = round_pack(m, F32, sign, norm, norm_exp, 0, "mul", pipe=pipe,

@@ -239,11 +239,18 @@ class CommandChecks:
         a_k, b_k = Signal(index, name=f"{self.prefix}pair_a_k"), Signal(index, name=f"{self.prefix}pair_b_k")
         go = [Signal(name=f"{self.prefix}pair_go{i}") for i in range(3)]
         which = [Signal(range(max(2, len(self._flags))), name=f"{self.prefix}pair_rule{i}") for i in range(3)]
-        m.d.sync += go[0].eq(0)
-        with m.Switch(age):
-            for j, (a, b, f) in enumerate(self._pairs):
-                with m.Case(pair_start - 1 + j):
-                    m.d.sync += [go[0].eq(1), a_k.eq(names.index(a)), b_k.eq(names.index(b)), which[0].eq(f)]
+        # (from a table by the age: each bit a LUT of the age's bits, not a select of every
+        # pair's case, which was a 10-level path)
+        Pair = data.StructLayout({"go": 1, "a": index, "b": index, "which": which[0].shape()})
+        table = [{"go": 0, "a": 0, "b": 0, "which": 0}] * (1 << len(age))
+        for j, (a, b, f) in enumerate(self._pairs):
+            table[pair_start - 1 + j] = {"go": 1, "a": names.index(a), "b": names.index(b), "which": f}
+        pairs = Memory(shape=Pair, depth=len(table), init=table)
+        m.submodules[f"{self.prefix}pair_table"] = pairs
+        pair_rp = pairs.read_port(domain="comb")
+        m.d.comb += pair_rp.addr.eq(age)
+        m.d.sync += [go[0].eq(pair_rp.data.go), a_k.eq(pair_rp.data.a), b_k.eq(pair_rp.data.b),
+                     which[0].eq(pair_rp.data.which)]
         on = Array(self._ends[n][2] for n in names)
         m.d.comb += [a_rp.addr.eq(a_k), b_rp.addr.eq(b_k)]
         a_range, b_range = Signal.like(a_rp.data, name=f"{self.prefix}pair_a"), \

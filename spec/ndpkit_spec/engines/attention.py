@@ -73,7 +73,8 @@ ENGINE = EngineSpec(
     client="ndpkit.engines.attention.client:AttentionClient",
     device_params={"attention_lanes": "lanes"},
     # "ecp5": the build that fits the LFE5UM5G-85F for its routed Fmax (the default needs more block RAM)
+    # "gqa": the lanes that keep a 512-bit port's pace at G = 4 (the card's grouped-query build)
     configs={"default": {"data_width": 128, "lanes": 16}, "max": {"data_width": 512, "lanes": 32},
-             "ecp5": {"data_width": 64, "lanes": 8}},
+             "gqa": {"data_width": 512, "lanes": 128}, "ecp5": {"data_width": 64, "lanes": 8}},
     config_label="{lanes} MAC lanes",
 )

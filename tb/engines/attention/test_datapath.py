@@ -29,6 +29,7 @@ def bus_words(bits: np.ndarray, width: int) -> list[int]:
 @pytest.mark.parametrize("width,lanes,group,d,tokens", [
     (128, 32, 3, 64, [5]),                                          # two units, passes over them, bf16
     (128, 64, 5, 64, [4]),                                          # four units: the registered epilogue
+    (256, 64, 3, 128, [6]),                                         # ... two: one copy of the sums
     # the card build at SmolLM2's head dim, words back to back: a row of two words fills
     # its slot faster than the row's exponent field lands
     (512, 32, 1, 64, [5]),

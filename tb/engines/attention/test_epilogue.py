@@ -2,7 +2,8 @@
 """The attention datapath's epilogue alone in Amaranth's simulator, bit for bit against
 the golden model's block step (``merge(merge(merge(s0, s1), s2), s3)`` rounded once,
 ``o = fma(o, corr, ob)``, ``l`` likewise, ``out = o x (1 / l)`` narrowed): the WeightedSums
-units modelled by the bench (each flushed slot's state two cycles later, from real
+units modelled by the bench (each flushed slot's state two cycles later, four where the
+flush shares the units' read port, from real
 weighted sums of random rows; the slots of partials a short block never touched
 hold stale sums the epilogue must ignore), jobs arriving with random gaps, the output
 into a buffer drained at random, on its credit (the ``rng`` fixture prints its seed;
@@ -14,6 +15,7 @@ from ndpkit.arith import blockfloat as bf
 from ndpkit.arith import fp
 from ndpkit.engines.attention import golden
 from ndpkit_hw.engines.attention.epilogue import Epilogue
+from ndpkit_hw.engines.attention.value import flush_latency
 from tb.amaranth_sim import CreditSink, run_to_end
 from tb.engines.attention.test_datapath import bus_words
 from tb.arith.test_blockfloat_units import _operands, _weights, slot_sum, sum_state_fields
@@ -73,7 +75,10 @@ def test_epilogue_matches_golden(rng, units, width, serial, group, d, out_fmt):
                          "corr": corr})
             bank ^= 1
         want += bus_words(golden.narrow(golden.output(o, l), out_fmt), WIDTH)
-    dut = Epilogue(data_width=WIDTH, columns=C, units=units, width=width, serial=serial)
+    # (the registered form's flushes share the units' read port with the value side's beats:
+    # delayed to where a beat would meet the units, as in the datapath)
+    latency = flush_latency(shared_sums=not serial)
+    dut = Epilogue(data_width=WIDTH, columns=C, units=units, width=width, serial=serial, flush_latency=latency)
     sink = CreditSink(dut.out, dut.out_space, rng, capacity=rng.choice([8, 32]))
     got = sink.words
 
@@ -117,7 +122,7 @@ def test_epilogue_matches_golden(rng, units, width, serial, group, d, out_fmt):
                 f = ctx.get(dut.flush.payload)
                 assert f.bank == jobs[job - 1]["job"]["b"], "a flush of the other bank"
                 unit = f.unit if units > 1 else 0
-                pending[cycle + 2] = slots[(job - 1, unit, f.slot)]
+                pending[cycle + latency] = slots[(job - 1, unit, f.slot)]
             if ctx.get(dut.released):
                 assert ctx.get(dut.released_bank) == jobs[job - 1]["job"]["b"]
             if offer and ctx.get(dut.job.ready):

@@ -259,12 +259,15 @@ def test_softmax_sweep_gives_every_weight_and_correction(rng, units, group, rows
     assert probes > len(rows)
 
 
-@pytest.mark.parametrize("lanes,group,d,tokens,kv_fmt", [
-    (32, 3, 64, [5, 2], F.BF16),         # two units, two passes, short blocks (stale partials)
-    (8, 1, 64, [133], F.FP16)])          # two blocks, one sums bank each
-def test_value_side_gives_every_partial_sum(rng, lanes, group, d, tokens, kv_fmt):
+@pytest.mark.parametrize("lanes,group,d,tokens,kv_fmt,shared", [
+    (32, 3, 64, [5, 2], F.BF16, False),        # two units, two passes, short blocks (stale partials)
+    (32, 3, 64, [5, 2], F.BF16, True),         # ... the flushes on the beats' read port
+    (8, 1, 64, [133], F.FP16, False),          # two blocks, one sums bank each
+    (8, 1, 64, [133], F.FP16, True)])
+def test_value_side_gives_every_partial_sum(rng, lanes, group, d, tokens, kv_fmt, shared):
     C, H = lane_shape(WIDTH, lanes)
-    dut = ValueSide(data_width=WIDTH, columns=C, units=H)
+    dut = ValueSide(data_width=WIDTH, columns=C, units=H, shared_sums=shared)
+    latency = dut.flush_latency()
     PM, GROUPS = dut.max_passes, dut.groups
     passes = -(-group // H)
     nprng = np.random.default_rng(rng.randrange(1 << 30))
@@ -343,9 +346,9 @@ def test_value_side_gives_every_partial_sum(rng, lanes, group, d, tokens, kv_fmt
             if flush:
                 n, h, slot = flush
                 ctx.set(dut.flush.payload, {"slot": slot, "bank": blocks[n][0], "unit": h})
-                pending[cycle + 2] = flush
+                pending[cycle + latency] = flush
                 if not flushes:
-                    released = (cycle + 3, blocks[n][0])
+                    released = (cycle + latency + 1, blocks[n][0])
             ctx.set(dut.released, released is not None and released[0] == cycle)
             ctx.set(dut.released_bank, released[1] if released else 0)
             if released is not None and released[0] == cycle:

@@ -532,8 +532,9 @@ def offload_figures(setup: model.OffloadSetup, source: str, board: str = OFFLOAD
             "step_seconds": curves, "table": table, "published": PUBLISHED["smart_infinity"]}
 
 
-def card_build(board_name: str) -> dict:
-    """What the board's default build holds (the one ``make bitstream`` generates): its
+def card_build(board_name: str, **overrides) -> dict:
+    """What the board's default build holds (the one ``make bitstream`` generates; with
+    ``overrides``, the device options changed as on its command line): its
     attention instances, clock, port width, the board's pseudo-channels, every resource and
     its fit by the resource model, and what one more attention instance (with its memory
     port) would exceed."""
@@ -541,11 +542,13 @@ def card_build(board_name: str) -> dict:
     from ndpkit_tools.boards import device_options, load_board
     from ndpkit_tools.boards.resources import RESOURCES, binding, totals
     board = load_board(board_name)
-    options = device_options(board)
+    options = device_options(board, **overrides)
     counts = instance_counts(options["engines"])
     bound = binding(board, options, "attention")
     total = totals(board, options)["total"]
     return {"board": board_name, "part": board.part, "engines": ", ".join(options["engines"]),
+            "command": "make bitstream BOARD=" + board_name + "".join(
+                f" {k.upper()}={v}" for k, v in overrides.items()),
             "channels": board.memory.get("pseudo_channels"),
             "resources": {r: {"used": round(total[r]), "of": board.resources[r]} for r in RESOURCES},
             "attention_instances": counts.get("attention", 0),
@@ -580,6 +583,25 @@ def graph_card(instances: int, mhz: int | None) -> dict | None:
         return {"instances": instances, "clock_mhz": mhz, "refused": str(e)}
     bound = binding(board, options, "graph")
     return {"instances": instances, "clock_mhz": mhz, "share": bound["share"], "most_used": bound["most_used"]}
+
+
+def gqa_card(board_name: str) -> dict | None:
+    """The board's grouped-query build: attention instances of the lanes of the engine's
+    ``gqa`` configuration (their port's pace at G = 4), as many as the board takes within
+    its budget by the resource model, each on its own pseudo-channel (:func:`card_build`);
+    None when not one fits."""
+    from ndpkit_spec.registry import REGISTRY
+    from ndpkit_tools.boards import BoardError, device_options, load_board
+    lanes = REGISTRY["attention"].configs["gqa"]["lanes"]
+    board = load_board(board_name)
+    for n in range(board.memory["pseudo_channels"], 0, -1):
+        options = {"engines": f"attention*{n}", "memory_ports": n, "attention_lanes": lanes}
+        try:
+            device_options(board, **options)
+        except BoardError:
+            continue
+        return card_build(board_name, **options)
+    return None
 
 
 #: today's models' decode shapes (their configs; REFERENCES.md): Llama-2-7B multi-head,
@@ -645,35 +667,48 @@ def decode_models(inputs: dict, setup: "model.DecodeSetup", lanes: int) -> dict:
 
 
 def card_build_lines(dec: dict) -> list[str]:
-    """The card build the decode figures are of: its instances, the channels and card memory
-    they use, every resource by the resource model, the clock, and the KV it streams at
-    G = 1 and (from today's models' rows) each other measured group size."""
+    """The card builds the decode figures are of, the default and the grouped-query one:
+    instances and their lanes, the channels and card memory they use, every resource by
+    the resource model, the clock, and the KV it streams at G = 1 and (from today's
+    models' rows) each other measured group size."""
     card = dec["card"]
     if "resources" not in card:                  # (a bench.json from before the table)
         return []
     # G = 1: the decode model's card (its fit); other groups: today's models' rows
     by_group = {r["group"]: r["card_bandwidth"] for r in dec["models"]["rows"] if r["measured"]}
     by_group[1] = dec["card_bandwidth"]
-    groups = sorted(by_group)
+    builds = [("default", card, by_group)]
+    gqa = dec.get("gqa")
+    if gqa:
+        builds.append(("grouped-query", gqa["card"],
+                       {r["group"]: r["card_bandwidth"] for r in gqa["models"]["rows"] if r["measured"]}))
+    groups = sorted({g for _, _, figures in builds for g in figures})
     names = {"lut": "LUT", "ff": "FF", "dsp": "DSP", "bram36": "BRAM36", "uram": "URAM"}
-    head = ["board", "attention instances", "memory ports (pseudo-channels)", "card memory", "clock",
+    head = ["board", "build", "attention instances", "memory ports (pseudo-channels)", "card memory", "clock",
             *names.values(), *[f"KV GB/s at G = {g}" for g in groups]]
-    cells = [f"{card['board']} ({card['part']})", str(card["attention_instances"]),
-             f"{card['memory_ports']} of {card['channels']}" if card.get("channels") else str(card["memory_ports"]),
-             f"{card['card_memory'] / 2**30:.1f} GiB", f"{card['clock_mhz']} MHz",
-             *[f"{fmt(card['resources'][r]['used'])} ({card['resources'][r]['used'] / card['resources'][r]['of']:.0%})"
-               for r in names],
-             *[f"{fmt(by_group[g] / 1e9)} ({by_group[g] / dec['setup']['card_hbm']:.0%})" for g in groups]]
-    return ["The card build (`make bitstream BOARD=" + card["board"] + "`'s default; resources by the resource model, "
-            "the shell estimate included, of the part's; KV a card at each group size G measured on the preset, "
-            "as a share of its HBM's " + fmt(dec["setup"]["card_hbm"] / 1e9) + " GB/s):", "",
-            "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1), "| " + " | ".join(cells) + " |", ""]
+    rows = []
+    for build, c, figures in builds:
+        cells = [f"{c['board']} ({c['part']})", f"{build}: `{c.get('command', 'make bitstream BOARD=' + c['board'])}`",
+                 f"{c['attention_instances']} × {c['lanes']} MAC lanes",
+                 f"{c['memory_ports']} of {c['channels']}" if c.get("channels") else str(c["memory_ports"]),
+                 f"{c['card_memory'] / 2**30:.1f} GiB", f"{c['clock_mhz']} MHz",
+                 *[f"{fmt(c['resources'][r]['used'])} ({c['resources'][r]['used'] / c['resources'][r]['of']:.0%})"
+                   for r in names],
+                 *[f"{fmt(figures[g] / 1e9)} ({figures[g] / dec['setup']['card_hbm']:.0%})" if g in figures else "–"
+                   for g in groups]]
+        rows.append("| " + " | ".join(cells) + " |")
+    return ["The card builds (resources by the resource model, the shell estimate included, of the part's; KV a "
+            "card at each group size G measured on the preset, as a share of its HBM's "
+            + fmt(dec["setup"]["card_hbm"] / 1e9) + " GB/s).  The default build puts an instance on every "
+            "pseudo-channel; the grouped-query build as many instances of the lanes that keep the port's pace at "
+            "G = 4 as the card holds, each on its own pseudo-channel:", "",
+            "| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2), *rows, ""]
 
 
-def models_lines(models: dict, card: dict) -> list[str]:
-    """The decode table of today's models (:func:`decode_models`)."""
+def models_lines(models: dict, card: dict, build: str = "default", closing: bool = True) -> list[str]:
+    """The decode table of today's models (:func:`decode_models`) on cards of ``build``."""
     lines = [f"Today's models at batch {models['batch']}, every request at {models['context'] // 1024}K tokens "
-             f"(fp16 KV), on cards of the U55C default build ({card['attention_instances']} attention instances of "
+             f"(fp16 KV), on cards of the U55C {build} build ({card['attention_instances']} attention instances of "
              f"{models['lanes']} MAC lanes at {card['clock_mhz']} MHz, {card['card_memory'] / 2**30:.1f} GiB of "
              f"KV a card); the engine's efficiency at each group size G measured by {models['source']}, the GPU "
              "(an L40S) running the linear layers beside them:", "",
@@ -687,10 +722,12 @@ def models_lines(models: dict, card: dict) -> list[str]:
                      f"{r['kv_bytes'] / 2**30:.1f} GiB | {r['cards']} | {fmt(r['card_bandwidth'] / 1e9)} | "
                      f"{r['card_step_seconds'] * 1e3:.1f} ms | {r['gpu_step_seconds'] * 1e3:.1f} ms | "
                      f"{fmt(r['tokens_per_second_per_card'])} | {fmt(r['tokens_per_second'])} | {r['bound']} |")
-    lines += ["", "A card's attention rate falls with G: at 32 MAC lanes an instance does G multiply-accumulates "
-              "per K or V element on lanes that match the port at G = 1, so its KV rate is about 1/G of the port's "
-              "(the lane table); wider lanes per instance, which the card's area does not yet hold, are what "
-              "would lift the G = 4 and G = 7 rows.", ""]
+    lines.append("")
+    if closing:
+        lines += [f"A card's attention rate falls with G: at {card['lanes']} MAC lanes an instance does G "
+                  "multiply-accumulates per K or V element on lanes that match the port at G = "
+                  f"{max(1, card['lanes'] // 32)}, so beyond that its KV rate is about {max(1, card['lanes'] // 32)}/G "
+                  "of the port's (the lane table).", ""]
     return lines
 
 
@@ -757,7 +794,19 @@ def decode_section(inputs: dict) -> dict:
             "card_bandwidth": model.card_bandwidth(setup), "gpu_max_batch": gpu_max, "gpu_batch": gpu_batch,
             "card_batch": card_batch, "batches": list(DECODE_BATCHES),
             "tokens_per_second": {str(k): v for k, v in curves.items()},
-            "ratio": ours, "at_paper_batch": at_paper_batch, "published": pub, "card": card, "models": decode_models(inputs, setup, card["lanes"])}
+            "ratio": ours, "at_paper_batch": at_paper_batch, "published": pub, "card": card,
+            "models": decode_models(inputs, setup, card["lanes"]), "gqa": gqa_decode(inputs, setup)}
+
+
+def gqa_decode(inputs: dict, setup: "model.DecodeSetup") -> dict | None:
+    """The U55C's grouped-query build (:func:`gqa_card`) and today's models on its cards
+    (:func:`decode_models`), with the default build's other assumptions."""
+    card = gqa_card("alveo_u55c")
+    if card is None:
+        return None
+    s = replace(setup, engines_per_card=card["attention_instances"], port_bytes=card["port_bytes"],
+                clock=card["clock_mhz"] * 1e6, card_memory=card["card_memory"])
+    return {"card": card, "models": decode_models(inputs, s, card["lanes"])}
 
 
 def build(inputs: dict) -> dict:
@@ -1089,6 +1138,7 @@ def markdown(report: dict) -> str:
               f"**{ratio(dec['at_paper_batch']['ratio'])}** over the GPU alone at batch {dec['gpu_batch']}.", "",
               *card_build_lines(dec),
               *models_lines(dec["models"], dec["card"]),
+              *(models_lines(dec["gqa"]["models"], dec["gqa"]["card"], "grouped-query") if dec.get("gqa") else []),
               "![decode throughput](decode.png)", "", "Assumptions (`ndpkit_tools.bench.model.DecodeSetup`, `ModelShape`):",
               "", "| parameter | value |", "|---|---|", _assumptions(dec["setup"]), _assumptions(dec["shape"]), "",
               "## Card scale: instances on their own memory regions", ""]

@@ -57,7 +57,17 @@ from ndpkit_hw.engines.attention.score import ScoreSide
 from ndpkit_hw.engines.attention.sweep import SoftmaxSweep
 from ndpkit_hw.engines.attention.value import ValueSide
 
-__all__ = ["AttentionDatapath", "lane_shape"]
+__all__ = ["AttentionDatapath", "lane_shape", "sums_shared"]
+
+
+def sums_shared(serial: bool, units: int) -> bool:
+    """Whether the value side's sums are one copy, their read port shared by the beats and
+    the epilogue's flushes (:class:`~ndpkit_hw.engines.attention.value.ValueSide`'s
+    ``shared_sums``): for the registered epilogue (the serial one flushes every cycle it
+    merges) and at most two units, where the flushes take at most 1/16 of the value
+    side's cycles (a flush reads one unit, a beat all: H / 32 of them).  Two copies would
+    hold a U55C of 128-lane instances to 8 by its UltraRAM."""
+    return not serial and units <= 2
 
 
 def lane_shape(data_width: int, lanes: int) -> tuple[int, int]:
@@ -111,8 +121,10 @@ class AttentionDatapath(wiring.Component):
         m.submodules.q_banks = q_banks = QueryBanks(**shape)
         m.submodules.score = score = ScoreSide(**shape, token_bits=self.token_bits)
         m.submodules.sweep = sweep = SoftmaxSweep(units=H)
-        m.submodules.value = value = ValueSide(**shape, token_bits=self.token_bits)
-        m.submodules.epilogue = ep = Epilogue(**shape, width=self.epilogue_width, serial=self.epilogue_serial)
+        m.submodules.value = value = ValueSide(**shape, token_bits=self.token_bits,
+                                               shared_sums=sums_shared(self.epilogue_serial, H))
+        m.submodules.epilogue = ep = Epilogue(**shape, width=self.epilogue_width, serial=self.epilogue_serial,
+                                              flush_latency=value.flush_latency())
         for part in (q_banks, score, value, ep):
             m.d.comb += [part.head_dim128.eq(self.head_dim128), part.group.eq(self.group)]
         m.d.comb += [sweep.group.eq(self.group), q_banks.q_format.eq(self.q_format),

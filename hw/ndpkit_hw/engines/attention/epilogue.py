@@ -40,8 +40,9 @@ Interfaces: ``job`` (one entry per block: the WeightedSums bank, whether it is t
 first and last block, its rows), accepted as the epilogue starts it (the block's score
 bank can be reused then: its ``corr`` values, read at ``corr_addr`` from the sweep's
 register files, stay until the bank's block after next, :func:`corr_address`); ``flush`` / ``state``
-to the WeightedSums units (the state two cycles after its flush, from the unit the
-flush names); ``released`` pulses with ``released_bank`` when the job's sums bank is
+to the WeightedSums units (the state ``flush_latency`` cycles after its flush, from the
+unit the flush names: two, or more where the value side delays a flush to share the
+units' read port with its beats); ``released`` pulses with ``released_bank`` when the job's sums bank is
 no longer read; ``out`` the packed output words, pushed into the consumer's buffer (the
 output writer's) with no back-pressure: ``out_space`` says how many words it can take
 (its room, a cycle late is allowed), and a product is only issued while every word
@@ -119,13 +120,14 @@ def flush_layout(columns: int, units: int) -> data.StructLayout:
 
 
 class Epilogue(wiring.Component):
-    def __init__(self, *, data_width: int, columns: int, units: int, width: int = 1, serial: bool = False):
+    def __init__(self, *, data_width: int, columns: int, units: int, width: int = 1, serial: bool = False,
+                 flush_latency: int = FLUSH_LATENCY):
         if width < 1 or width & (width - 1) or columns % width:
             raise ValueError(f"width must be a power of two dividing the {columns} columns, not {width}")
         if serial and width != 1:
             raise ValueError(f"a serial epilogue takes a lane every {PARTIALS} cycles: width 1, not {width}")
         self.data_width, self.columns, self.units, self.width = data_width, columns, units, width
-        self.serial = serial
+        self.serial, self.flush_latency = serial, flush_latency
         self.elements = data_width // 16
         self.flush_layout = flush_layout(columns, units)
         super().__init__({
@@ -197,10 +199,11 @@ class Epilogue(wiring.Component):
                 m.d.sync += [i_grp.eq(0), i_g.eq(i_g + 1)]
                 with m.If(i_g == self.group - 1):
                     m.d.sync += issuing.eq(0)
-        resp, responses = now, []            # the response's partial and group, FLUSH_LATENCY cycles later
-        for _ in range(FLUSH_LATENCY):
+        resp, responses, zero_landing = now, [], []      # the response's partial and group, flush_latency cycles later
+        for _ in range(self.flush_latency):
             resp = delayed(m, resp, 1, "flush_resp", reset=True)
             responses.append(resp.valid)
+            zero_landing.append(resp.valid & (resp.r == 0))
 
         # (loaded whole, with an enable: no multiplexer in front of them; the lanes read
         # through a select behind them, the partials a short block never touched replaced
@@ -224,10 +227,11 @@ class Epilogue(wiring.Component):
         with m.If(resp.valid & (resp.r == 0)):
             m.d.sync += [left.eq(Mux(resp.grp == 0, chunks_all, chunks_rest)), cur.g.eq(resp.g),
                          cur.grp.eq(resp.grp), cur.k.eq(0)]
-        # the next flush when partial 0's register empties as its states land (FLUSH_LATENCY
-        # + 1 cycles from now), and not while one is in flight
-        in_flight = Cat(*[x.valid for x in f[1:]]).any()
-        m.d.comb += issue.eq(issuing & (left <= FLUSH_LATENCY + 1) & ~in_flight)
+        # the next flush when partial 0's register empties as its states land (flush_latency
+        # + 1 cycles from now), and not while one is in flight: its partials still to issue,
+        # or its partial 0 not landed (so ``left`` counts its lanes)
+        in_flight = Cat(*[x.valid for x in f[1:]], *zero_landing).any()
+        m.d.comb += issue.eq(issuing & (left <= self.flush_latency + 1) & ~in_flight)
 
         # partial r's chunk is read r cycles after partial 0's, a register behind each select
         chunk = [cur.k]
@@ -273,7 +277,7 @@ class Epilogue(wiring.Component):
                         with m.If(now.tag.g == self.group - 1):
                             m.d.sync += issuing.eq(0)
         resp, responses = now, []
-        for _ in range(FLUSH_LATENCY):
+        for _ in range(self.flush_latency):
             resp = delayed(m, resp, 1, "flush_resp", reset=True)
             responses.append(resp.valid)
         lane = Signal(SumState, name="read_lane", reset_less=True)

@@ -158,8 +158,9 @@ class ScoreSide(RowSide):
             dot = dots.o.payload[h]
             sdf = Dataflow(m, f"scale{h}", platform)
             # (the row's sum registered first: the dot's rounding increment and the multiplier's
-            # operand decode were one 11-level path)
-            s = sdf.op("mul", Timed(sdf.at(sdf.input(dot.value), 1), 1), sdf.static(self.scale))
+            # operand decode were one 11-level path; the product's normalising count a stage
+            # before its shift amount: 10 levels in the 128-lane build's netlist)
+            s = sdf.op("mul_split", Timed(sdf.at(sdf.input(dot.value), 1), 1), sdf.static(self.scale))
             s_tag = data.View(ScoreTag, sdf.at(sdf.input(dot.tag), s.time))
             s_valid = sdf.at(sdf.input(dots.o.valid), s.time)
             wp, rp = memory_ports(m, f"score_mem{h}", 32, 2 * PM * BLOCK)

@@ -10,15 +10,27 @@ from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.blockfloat import PARTIALS, V_BITS
 from ndpkit_spec.engines.attention import SOFTMAX_BLOCK as BLOCK, KvFormat
-from ndpkit_hw.arith.blockfloat import (BLOCK_FIXED_LATENCY, EXP_SHAPE, REVISIT, X_LAG, SumState, WeightedSums,
-                                        decompose, field_exponent, to_block_fixed)
+from ndpkit_hw.arith.blockfloat import (BLOCK_FIXED_LATENCY, EXP_SHAPE, FLUSH_LATENCY, REVISIT, X_LAG, SumState,
+                                        WeightedSums, decompose, field_exponent, to_block_fixed)
+from ndpkit_hw.arith.dataflow import delay_line
 from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.engines.attention.epilogue import EpilogueJob, flush_layout, slot_count, sums_slot
 from ndpkit_hw.engines.attention.rows import RowSide, serves
 from ndpkit_hw.engines.attention.sweep import PK_BITS
 
-__all__ = ["ValueSide", "WeightedRows"]
+__all__ = ["ValueSide", "WeightedRows", "FLUSH_DELAY", "flush_latency"]
+
+#: cycles from the value side's beat issue to the units' update read (the issue's register
+#: and the block-fixed conversion's stages ahead of the units): a shared read port's flush
+#: is delayed as much
+FLUSH_DELAY = 1 + BLOCK_FIXED_LATENCY - X_LAG
+
+
+def flush_latency(shared_sums: bool) -> int:
+    """Cycles from the epilogue's flush to its state: the units' read and their register,
+    and (``shared_sums``) the flush's register and its :data:`FLUSH_DELAY`."""
+    return FLUSH_LATENCY + (1 + FLUSH_DELAY if shared_sums else 0)
 
 
 class ValueSide(RowSide):
@@ -36,7 +48,23 @@ class ValueSide(RowSide):
     After a block's last row and the sums' last updates, the block goes to the epilogue
     (``blocks``: its sums bank, first / last, rows) and ``merging`` names its score
     bank; ``flush`` / ``state``: the epilogue's port to the units' sums (a unit's state
-    two cycles after its flush)."""
+    two cycles after its flush).
+
+    ``shared_sums``: the units' sums memories have one read port for the updates and the
+    flushes (one copy of each, :class:`~ndpkit_hw.arith.blockfloat.WeightedSums`'s
+    ``shared_read``; for an epilogue that flushes a few cycles a column group, not one
+    that flushes every cycle): a flush, registered, takes the next cycle's beat issue (no
+    beat is issued then: the flushes cost the value side H / 32 of its beats, H =
+    ``units``) and reaches the units :data:`FLUSH_DELAY` cycles later, where that beat
+    would have, so its state comes out :meth:`flush_latency` cycles after it."""
+
+    def __init__(self, *, shared_sums: bool = False, **shape):
+        self.shared_sums = shared_sums
+        super().__init__(**shape)
+
+    def flush_latency(self) -> int:
+        """Cycles from a flush to its state."""
+        return flush_latency(self.shared_sums)
 
     def members(self) -> dict:
         C, H, PM = self.columns, self.units, self.max_passes
@@ -63,8 +91,17 @@ class ValueSide(RowSide):
         v_t, v_b = Signal(range(BLOCK)), Signal()
         v_j, v_w, v_c = Signal(range(PM), name="v_j"), Signal(range(self.row_words), name="v_w"), \
             Signal(range(S), name="v_c")
-        v_issue = Signal()
-        rows = WeightedRows(columns=C, units=H)
+        v_want, v_issue = Signal(), Signal()          # a beat is ready; it is issued
+        # a flush (shared: registered, so no path runs from the epilogue's issue into the
+        # side's state; it takes a cycle of the beats' and meets the units where that beat would)
+        flush = Cat(self.flush.valid, self.flush.payload)
+        if self.shared_sums:
+            line = delay_line(m, flush, 1 + FLUSH_DELAY, "shared_flush", reset=True)
+            flush = line[-1]
+            m.d.comb += v_issue.eq(v_want & ~line[1][0])
+        else:
+            m.d.comb += v_issue.eq(v_want)
+        rows = WeightedRows(columns=C, units=H, shared_read=self.shared_sums)
         m.submodules.weighted_rows = rows
         ends = fifo.SyncFIFOBuffered(width=EpilogueJob.size, depth=4)          # blocks for the epilogue
         m.submodules.block_ends = ends
@@ -95,7 +132,7 @@ class ValueSide(RowSide):
                     m.next = "STREAM"
             with m.State("STREAM"):
                 # a row once the sweep has its weights
-                m.d.comb += v_issue.eq(v_rows.ready & (self.swept[v_b] > v_t))
+                m.d.comb += v_want.eq(v_rows.ready & (self.swept[v_b] > v_t))
                 with m.If(v_issue):
                     with m.If(self.step(m, v_c, v_w, v_j, rows_words, passes)):
                         m.d.sync += [v_t.eq(v_t + 1), rows_left.eq(rows_left - 1)]
@@ -133,7 +170,7 @@ class ValueSide(RowSide):
                      rows.i.payload.units.eq(Cat(*[serves(vb.j, h, self.group, H) for h in range(H)])),
                      rows.i.payload.total.eq(vb.first_group), rows.i.payload.slot.eq(vb.slot),
                      rows.i.payload.bank.eq(vb.b), rows.i.payload.fresh.eq(vb.fresh)]
-        wiring.connect(m, wiring.flipped(self.flush), rows.flush)
+        m.d.comb += [rows.flush.valid.eq(flush[0]), rows.flush.payload.eq(flush[1:])]
         wiring.connect(m, rows.state, wiring.flipped(self.state))
         return m
 
@@ -147,12 +184,17 @@ class WeightedRows(wiring.Component):
     :class:`~ndpkit_hw.arith.blockfloat.WeightedSums`; ``flush`` names a unit's slot,
     whose state comes out on ``state`` (:data:`~ndpkit_hw.arith.blockfloat.
     FLUSH_LATENCY` cycles later).  ``bf16`` (held): the format.  A unit's memory has
-    :func:`~ndpkit_hw.engines.attention.epilogue.slot_count` slots, to a power of two."""
+    :func:`~ndpkit_hw.engines.attention.epilogue.slot_count` slots, to a power of two;
+    ``shared_read``: see :class:`~ndpkit_hw.arith.blockfloat.WeightedSums` (a flush
+    never in a beat's cycle)."""
 
-    def __init__(self, *, columns: int, units: int):
+    def __init__(self, *, columns: int, units: int, shared_read: bool = False):
         self.columns, self.units = columns, units
         slots = 1 << (slot_count(columns, units) - 1).bit_length()
-        self.sums = [WeightedSums(lanes=columns, slots=slots) for _ in range(units)]
+        # half the units' sums in block RAM (UltraScale+): a card of instances of many lanes
+        # runs out of UltraRAM first otherwise, with block RAM to spare
+        self.sums = [WeightedSums(lanes=columns, slots=slots, shared_read=shared_read, ultra=h < -(-units // 2))
+                     for h in range(units)]
         beat = data.StructLayout({"v": data.ArrayLayout(16, columns), "field": 8,
                                   "pk": data.ArrayLayout(PK_BITS, units), "units": units, "total": 1,
                                   "slot": range(slots), "bank": 1, "fresh": 1})
