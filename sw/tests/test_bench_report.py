@@ -384,6 +384,13 @@ def test_readme_results_figures_equal_the_json():
     assert int(m.group(2)) == gqa["card"]["attention_instances"]
     assert int(m.group(4)) == round(g4["card_bandwidth"] / 1e9)
     assert int(m.group(5)) == round(100 * g4["card_bandwidth"] / setup["card_hbm"])
+    m = re.search(r"Llama-3-8B at batch 64\s+decodes ([\d,]+) tokens/s on (\w+) such cards, ([\d,]+) on (\w+) of the "
+                  r"default build", note, re.S)
+    assert m, note
+    words = {"one": 1, "two": 2, "three": 3, "four": 4}
+    for build, (tokens, cards) in ((gqa, m.group(1, 2)), (dec, m.group(3, 4))):
+        row = next(r for r in build["models"]["rows"] if r["model"] == "Llama-3-8B")
+        assert tokens == report.fmt(row["tokens_per_second"]) and words[cards] == row["cards"], (tokens, cards, row)
 
     # the demo description: its graph figures are the bench's on the demo card's memory
     # (kronecker-12, Piccolo over baseline, on hbm2_pc)

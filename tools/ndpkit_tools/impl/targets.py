@@ -10,7 +10,8 @@ Targets (the fit-and-timing issue):
   LFE5UM5G-85F (dma_copy and the burst engine decomp at least 125 MHz), and routing
   completes for every row; the FP units at least 150 MHz (div, sqrt, exp 125 MHz);
 - area (UltraScale+ ``synth_xilinx`` estimate): the FP units' LUT and DSP48E2 budgets,
-  attention at 32 lanes at most 22k LUT (issue 40: all 32 HBM channels) and 80 DSP, the port-rate Adam at most 35k LUT.
+  attention at 32 lanes at most 22k LUT (issue 40: all 32 HBM channels) and 80 DSP, at 128 lanes at most
+  42.9k (18 instances on the U55C, the grouped-query build), the port-rate Adam at most 35k LUT.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ UNIT_MHZ_DEFAULT = 150
 #: UltraScale+ area budgets: FP units (LUT, DSP48E2) and engine configurations
 UNIT_AREA = {"mul": (200, 2), "add": (450, 0), "fma": (1000, 2), "div": (1200, 0), "sqrt": (1200, 0),
              "exp": (800, 8)}
-ENGINE_AREA = {("attention", "max"): {"LUT": 22_000, "DSP": 80}, ("adam", "max"): {"LUT": 35_000}}
+ENGINE_AREA = {("attention", "max"): {"LUT": 22_000, "DSP": 80}, ("attention", "gqa"): {"LUT": 42_900},
+               ("adam", "max"): {"LUT": 35_000}}
 
 _SUBNORMALS = ("binary32 with subnormal inputs and outputs, bit-exact to NumPy, needs a leading-zero count, "
                "a normalising shifter and a sticky mask at full significand width (AMD's Floating-Point "
@@ -89,29 +91,47 @@ NOTES = {
     ("adam", "max", "ecp5"): "does not fit (97.6k LUT sites); the default configuration's 79.9 MHz stands for "
                              "the engine. Next: as the default's.",
     ("attention", "default", "levels"): "9 levels (11 before the timing stages of 2026-11-26; 25 before the request checks were "
-                                    "staged): several paths of 9, in the netlist of 2026-11-29 (the row buffers of beats, the "
-                                    "table on the q reader) the score lanes' rounding "
-                                    "(block.datapath.score.dots.fixed_dot0.round_s2_0 -> round_s3_4) first, beside the scale "
-                                    "multiplier's product and the reciprocal's rounding add; on 2026-11-28 evening the score "
-                                    "side's bank state first, beside the q loader's format into its fp16 widening (registered "
-                                    "since: the formats' tests). Next: the score lanes' rounding a stage more (the dot's "
-                                    "increment and its carry apart), then the FP units' normalising stages split",
+                                    "staged): several paths of 9, in the netlist of 2026-11-29 evening (the value sums' "
+                                    "options, the scale multiplier's count a stage ahead, the checks' pairs from a table) the "
+                                    "score side's bank event into the bank state (block.datapath.score.$signal -> "
+                                    "datapath.bank0_state) first, beside the score lanes' rounding, the epilogue's flushes in "
+                                    "flight into its state and the reciprocal's rounding add; that morning the score lanes' "
+                                    "rounding first. Next: the score lanes' rounding a stage more (the dot's increment and its "
+                                    "carry apart), the banks' events registered, then the FP units' normalising stages split",
     ("attention", "max", "levels"): "9 levels (10 before the DMA tracker took a finished burst from registers on 2026-11-26; 11 "
                                     "before RowDot's lane specials and rounding were registered). Several paths of 9: in the "
-                                    "netlist of 2026-11-29 (the row buffers of beats, the table on the q reader, the byte "
-                                    "counters' carry between halves a cycle late: 10 without it, the control state through what a "
-                                    "state adds into the 32-bit counters) the epilogue's denominator read into the serial "
-                                    "reciprocal (block.datapath.epilogue.$signal -> recip.result) first, beside a writer's burst "
-                                    "end into the W route's level and the score lanes' rounding (ABC's order of equal paths moves "
-                                    "with the netlist). Next: the reciprocal's operand registered, the W route's level as a pair "
-                                    "of counts",
+                                    "netlist of 2026-11-29 evening the q loader's format flag into its fp16 widening "
+                                    "(block.datapath.q_banks.q_fp32 -> qload_fp16_to_fp322_s1_2) first, beside the epilogue's "
+                                    "denominator read into the serial reciprocal (that morning's first), a writer's burst end "
+                                    "into the W route's level and the paged pieces' issue (ABC's order of equal paths moves "
+                                    "with the netlist; the checks' pairs from a table by the age took a path of 10 out of the "
+                                    "gqa row's netlist). Next: the reciprocal's operand registered, the W route's level as a "
+                                    "pair of counts",
+    ("attention", "gqa", "levels"): "9 levels (10 on the evening's first netlist: the request checks' pair select, a case a "
+                                    "pair on the age, now a table by the age, and the scale multiplier's normalising "
+                                    "count and limits into its shift amount, now a stage ahead; a flush's gate on the value "
+                                    "side's beat issue is registered, 9 from the epilogue's flush line before): the second "
+                                    "unit's value sums, in block RAM, read into the update's stage-1 register first (a "
+                                    "Yosys-named register), beside the epilogue's fold fma's normalising stage, the score "
+                                    "lanes' rounding and the epilogue's group count into the value side's and the banks' "
+                                    "states. Next: as the max configuration's, and the block RAM's read word registered "
+                                    "before the update's compares (a stage of the sums' read-modify-write: REVISIT 7)",
+    ("attention", "gqa", "area"): "42.2k LUT, 178 DSP, 51.5 BRAM36, 19 URAM at 128 lanes (the U55C's grouped-query build: "
+                                  "18 instances with their ports' 4k LUT each within 70 % of its LUTs need at most 42.9k): "
+                                  "the value sums one copy with the epilogue's flushes on the beats' read port (38 blocks "
+                                  "of RAM, not 76) and the second unit's in block RAM, non-transparent (a transparent "
+                                  "block-RAM port is a soft bypass: 44.1k with it). Two copies: 42.4k LUT, 32.5 BRAM36 and 76 "
+                                  "URAM (8 instances a card by its URAM).",
+    ("attention", "gqa", "ecp5"): "as the default configuration's (128 lanes do not fit the part either).",
     ("attention", "ecp5", "levels"): "9 levels (10 on 2026-11-28 evening, 9 that afternoon, 10 that morning, 9 on 2026-11-27, 11 "
-                                     "before 2026-11-26): in the netlist of 2026-11-29 the epilogue's state into the engine's "
-                                     "control state (block.datapath.epilogue.epilogue_state -> control_state: the datapath's idle, "
-                                     "a wide AND of the parts' states, into the command's end), beside the score lanes' rounding; "
-                                     "the request's block check's settle count into the byte counter, 10 before, is gone with the "
-                                     "counters' carry between halves a cycle late. Next: the datapath's idle registered",
-    ("attention", "max", "area"): "21.7k LUT at 32 lanes, 64 DSP, 38 BRAM36, 20 URAM: met on 2026-11-29 (the "
+                                     "before 2026-11-26): in the netlist of 2026-11-29 evening the score side's bank event "
+                                     "into the bank state (block.datapath.score.$signal -> datapath.bank0_state) first, "
+                                     "beside the epilogue's flushes in flight into its state, the reciprocal and the last "
+                                     "request into the q reader's flag queue; that morning the epilogue's state into the "
+                                     "engine's control state (the datapath's idle). Next: the banks' events and the "
+                                     "datapath's idle registered",
+    ("attention", "max", "area"): "21.6k LUT at 32 lanes, 64 DSP, 38 BRAM36, 20 URAM: met on 2026-11-29 (that "
+                                  "evening the request checks' pairs from a table by the age, -0.1k; the "
                                   "row buffers of beats where a word is two beats, -0.8k; the table on the q "
                                   "reader, -0.4k; the burst splitter from the command's last word, -0.1k; the "
                                   "synthesis wrapper's XOR tree taken out of the figure, -0.2k; the status "
