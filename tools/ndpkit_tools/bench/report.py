@@ -591,16 +591,13 @@ def gqa_card(board_name: str) -> dict | None:
     its budget by the resource model, each on its own pseudo-channel (:func:`card_build`);
     None when not one fits."""
     from ndpkit_spec.registry import REGISTRY
-    from ndpkit_tools.boards import BoardError, device_options, load_board
+    from ndpkit_tools.boards import BoardError, load_board
     lanes = REGISTRY["attention"].configs["gqa"]["lanes"]
-    board = load_board(board_name)
-    for n in range(board.memory["pseudo_channels"], 0, -1):
-        options = {"engines": f"attention*{n}", "memory_ports": n, "attention_lanes": lanes}
-        try:
-            device_options(board, **options)
+    for n in range(load_board(board_name).memory["pseudo_channels"], 0, -1):
+        try:                                     # (the board checks refuse a build over its budget)
+            return card_build(board_name, engines=f"attention*{n}", memory_ports=n, attention_lanes=lanes)
         except BoardError:
             continue
-        return card_build(board_name, **options)
     return None
 
 
@@ -705,7 +702,7 @@ def card_build_lines(dec: dict) -> list[str]:
             "| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2), *rows, ""]
 
 
-def models_lines(models: dict, card: dict, build: str = "default", closing: bool = True) -> list[str]:
+def models_lines(models: dict, card: dict, build: str = "default") -> list[str]:
     """The decode table of today's models (:func:`decode_models`) on cards of ``build``."""
     lines = [f"Today's models at batch {models['batch']}, every request at {models['context'] // 1024}K tokens "
              f"(fp16 KV), on cards of the U55C {build} build ({card['attention_instances']} attention instances of "
@@ -722,12 +719,10 @@ def models_lines(models: dict, card: dict, build: str = "default", closing: bool
                      f"{r['kv_bytes'] / 2**30:.1f} GiB | {r['cards']} | {fmt(r['card_bandwidth'] / 1e9)} | "
                      f"{r['card_step_seconds'] * 1e3:.1f} ms | {r['gpu_step_seconds'] * 1e3:.1f} ms | "
                      f"{fmt(r['tokens_per_second_per_card'])} | {fmt(r['tokens_per_second'])} | {r['bound']} |")
-    lines.append("")
-    if closing:
-        lines += [f"A card's attention rate falls with G: at {card['lanes']} MAC lanes an instance does G "
-                  "multiply-accumulates per K or V element on lanes that match the port at G = "
-                  f"{max(1, card['lanes'] // 32)}, so beyond that its KV rate is about {max(1, card['lanes'] // 32)}/G "
-                  "of the port's (the lane table).", ""]
+    paced = max(1, card["lanes"] // 32)          # the group size the lanes keep the port's pace at
+    lines += ["", f"A card's attention rate falls with G: at {card['lanes']} MAC lanes an instance does G "
+              f"multiply-accumulates per K or V element on lanes that match the port at G = {paced}, so beyond "
+              f"that its KV rate is about {paced}/G of the port's (the lane table).", ""]
     return lines
 
 
