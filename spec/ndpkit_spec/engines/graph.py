@@ -22,9 +22,9 @@ class Program(enum.IntEnum):
 
 
 #: FMA partial sums per row (fp32 row sums: entry k to partial k mod ACC_LANES, then the
-#: pairwise tree): four FMAs of latency 14 (with their input and read stages, 16) each
-#: owning 16 of them take a row's entries four a cycle
-ACC_LANES = 64
+#: pairwise tree): eight FMAs of latency 14 (with their input and read stages, 16) each
+#: owning 16 of them take a row's entries eight a cycle however long the row
+ACC_LANES = 128
 MAX_VERTICES = 1 << 24              # vertex ids and degrees convert to fp32 exactly below this
 MODE_PICCOLO, MODE_BASELINE = 0, 1
 CONVERGED = 1 << 31                 # PageRank's cpl_aux: set when it stopped by its tolerance

@@ -516,8 +516,8 @@ def _row_sum_items(cycles, a, b, fmas):
 
 @pytest.mark.parametrize("fmas,banks", [(1, 2), (2, 8), (4, 16), (8, 16), pytest.param(2, 1, marks=pytest.mark.long)])
 def test_row_sums_equal_the_golden_row_sums(rng, fmas, banks):
-    """Rows of 0 to 130 entries (empty rows, rows past a quarter of the 64 partials and
-    past all of them, single entries in a row: the banks' turn at full speed) of random fp32 products with signed zeros,
+    """Rows of 0 to 260 entries (empty rows, rows past a group of 16 of the 128 partials
+    and past all of them, twice round, single entries in a row: the banks' turn at full speed) of random fp32 products with signed zeros,
     subnormals and huge values, up to ``fmas`` entries a cycle (fewer now and then),
     offered with random gaps, the sums taken with random back-pressure: every row's sum
     equals ``golden.row_sums`` bit for bit, in row order, and ``idle`` holds once the
@@ -526,7 +526,7 @@ def test_row_sums_equal_the_golden_row_sums(rng, fmas, banks):
     from ndpkit_spec.engines.graph import ACC_LANES
     dut = RowSums(ACC_LANES, fmas=fmas, banks=banks)
     special = [0, 0x8000_0000, 0x0000_0001, 0x8060_0000, 0x7F00_0000, 0xFF00_0000, 0x3F80_0000]
-    lengths = [rng.choice([0, 1, 1, 2, 5, 16, 17, 31, 32, 33, 40, 48, 49, 64, 65, 70, 130]) for _ in range(36)]
+    lengths = [rng.choice([0, 1, 1, 2, 5, 16, 17, 31, 32, 33, 40, 48, 49, 64, 65, 70, 128, 129, 130, 200, 260]) for _ in range(36)]
     rowptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
     def values(count):
@@ -563,7 +563,7 @@ def test_row_sums_of_negative_zeros(rng):
     from ndpkit_spec.engines.graph import ACC_LANES
     from ndpkit_hw.engines.graph.engine import SUM_BANKS, SUM_FMAS
     dut = RowSums(ACC_LANES, fmas=SUM_FMAS, banks=SUM_BANKS)
-    lengths = [16, 1, 17, 64, 0, 32, 65]
+    lengths = [16, 1, 17, 128, 0, 64, 129]
     n = sum(lengths)
     a, b = [0x8000_0001] * n, [0x3E80_0000] * n          # -2^-149 * 0.25 rounds to -0
     rowptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -572,11 +572,11 @@ def test_row_sums_of_negative_zeros(rng):
     assert _row_sums_through(dut, rng, lengths, a, b, offer=0.9, take=0.8) == [int(w) for w in want]
 
 
-def _row_sum_entry_cycles(fmas, lengths, banks=8):
-    """The cycles RowSums(fmas, ``banks``) takes to accept ``lengths``' rows of ones,
+def _row_sum_entry_cycles(fmas, lengths, banks=8, partials=None):
+    """The cycles RowSums(``partials``, fmas, ``banks``) takes to accept ``lengths``' rows of ones,
     offered ``fmas`` a cycle every cycle, the sums always taken (and the cycles offered)."""
     from ndpkit_spec.engines.graph import ACC_LANES
-    dut = RowSums(ACC_LANES, fmas=fmas, banks=banks)
+    dut = RowSums(partials or ACC_LANES, fmas=fmas, banks=banks)
     cycles = _row_sum_cycles(lengths, fmas)
     items = _row_sum_items(cycles, [0x3F80_0000] * sum(lengths), [0x3F80_0000] * sum(lengths), fmas)
     taken, sums = [], []
@@ -634,20 +634,33 @@ def test_row_sums_take_four_entries_a_cycle():
     assert offered <= taken <= offered + 4, (taken, offered)
 
 
-def test_row_sums_take_eight_entries_a_cycle_in_rows_of_up_to_64():
-    """The engine's eight FMAs own eight partials each, fewer than the recurrence: a row
-    of up to 64 entries goes in at eight a cycle, and a longer one waits for its
-    partials (entry k no sooner than 16 cycles after entry k - 64: four a cycle)."""
+def test_row_sums_take_eight_entries_a_cycle():
+    """The engine's eight FMAs own sixteen of the 128 partials each, as many as the
+    recurrence: rows go in at eight entries a cycle however long (Kronecker graphs hold
+    half their edges in rows past 64 entries), short rows one after another."""
     from ndpkit_hw.engines.graph.engine import SUM_BANKS, SUM_FMAS
     assert SUM_FMAS == 8
     short = [16] * 24 + [12, 5, 32, 8, 64] * 4 + [1, 3, 2, 4] * 8
     taken, offered = _row_sum_entry_cycles(8, short, SUM_BANKS)
     assert offered <= taken <= offered + 12, (taken, offered)
+    taken, offered = _row_sum_entry_cycles(8, [200, 33, 64, 130, 1000], SUM_BANKS)
+    assert offered <= taken <= offered + 4, (taken, offered)
+
+
+def test_row_sums_wait_for_partials_they_reuse():
+    """With fewer partials an FMA than its recurrence (64 partials on eight FMAs), a row
+    of up to 64 entries goes in at eight a cycle, and a longer one waits for its
+    partials (entry k no sooner than 16 cycles after entry k - 64: four a cycle); no
+    entry is lost to a partial reused too early (every row of ones sums to its length)."""
+    from ndpkit_hw.engines.graph.engine import SUM_BANKS
+    short = [16] * 24 + [12, 5, 32, 8, 64] * 4 + [1, 3, 2, 4] * 8
+    taken, offered = _row_sum_entry_cycles(8, short, SUM_BANKS, partials=64)
+    assert offered <= taken <= offered + 12, (taken, offered)
     lengths = [200, 33, 64, 130]
-    taken, offered = _row_sum_entry_cycles(8, lengths, SUM_BANKS)
+    taken, offered = _row_sum_entry_cycles(8, lengths, SUM_BANKS, partials=64)
     # (a long row: its first 64 entries in 8 cycles, then 64 more every 16)
     bound = sum(-(-n // 8) if n <= 64 else 16 * (n // 64) + -(-(n % 64) // 8) for n in lengths)
-    assert taken <= bound + 4, (taken, bound)
+    assert offered < taken <= bound + 4, (taken, bound)
 
 
 @pytest.mark.parametrize("lanes", [1, 4])

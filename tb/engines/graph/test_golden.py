@@ -26,10 +26,10 @@ def _adj(g):
 
 
 def test_row_sum_order_by_hand():
-    """Entry k of a row goes to partial k mod ACC_LANES (64); partials combine by the
+    """Entry k of a row goes to partial k mod ACC_LANES (128); partials combine by the
     fixed tree, adjacent pairs level by level."""
-    assert ACC_LANES == 64
-    values = [1e8, 1, -1e8, 1, 1, 1, 1, 1, 3] + [0.5] * 59 + [1e8, -3]      # 70 entries: lanes 0..5 twice
+    assert ACC_LANES == 128
+    values = [1e8, 1, -1e8, 1, 1, 1, 1, 1, 3] + [0.5] * 123 + [1e8, -3]      # 134 entries: lanes 0..5 twice
     terms = fp.bits(np.array(values, dtype=np.float32))
     got = golden.row_sums(np.array([0, len(values)]), terms)[0]
     p = np.zeros(ACC_LANES, dtype=np.float32)

@@ -45,12 +45,12 @@ Phases:
    (:mod:`~ndpkit_hw.engines.graph.lanes`: up to ``edge_lanes`` edges of a row a cycle,
    the same results).
 4. *SpMV* (one pass, no ``old`` stream): the reducer sends each entry to the row sums
-   (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 64] = fma(val,
-   x[u], partial[k mod 64])`` (64 partials in distributed RAM, eight FMAs of latency 14
-   owning 8 each), sixteen banks of partials so short rows follow each other, then the
-   adder tree, rows in order.  When every source is in the window the edge lanes' sum
-   lanes feed it eight entries a cycle (PageRank's pull pass too; a row past 64 entries,
-   four); the single path, one.
+   (:class:`~ndpkit_hw.engines.graph.rowsums.RowSums`), ``partial[k mod 128] = fma(val,
+   x[u], partial[k mod 128])`` (128 partials in distributed RAM, eight FMAs of latency
+   14 owning 16 each), sixteen banks of partials so short rows follow each other, then
+   the adder tree, rows in order.  When every source is in the window the edge lanes' sum
+   lanes feed it eight entries a cycle however long the row (PageRank's pull pass too);
+   the single path, one.
 
 5. *PageRank* (``val`` the out-degrees, ``scratch`` 2 x n words, four fp32 constants):
    per iteration a contributions pass (ranks, degrees -> ``rank / deg`` into scratch;
@@ -410,7 +410,7 @@ class GraphEngine(CommandEngine):
                      val.ready.eq(gen.val.ready), old.ready.eq(gather.own.ready | lane_own_ready)]
 
         # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree; the results' routes ----
-        # SpMV and PageRank's pull pass: a row's entries (from the sum lanes four a cycle, or
+        # SpMV and PageRank's pull pass: a row's entries (from the sum lanes eight a cycle, or
         # the single path's one); PageRank's vertex passes: one row of all n vertices (the
         # dangling rank, the L1 change), its sum kept
         # (sixteen banks for the lanes' short rows; a build without lanes, two, as its single

@@ -11,11 +11,11 @@ count - 1; ``count = 0`` with ``last`` is a row without entries).  Entry ``k`` g
 FMA ``k mod fmas``, which owns the partials of that residue, so the entries of a cycle
 never share an FMA.  A partial's next entry may come no earlier than the FMA's
 recurrence (an input stage, the partial's read, the FMA: ``latency + 2`` cycles) after
-its last one.  With ``partials / fmas`` at least that (64 partials on four FMAs), a
-long row's entries go in at ``fmas`` a cycle; with fewer (the engine's eight FMAs), a
-row's entry ``k`` waits until entry ``k - partials`` went in that long ago (a delay line
-of the row's count of entries taken), so a long row goes in at ``partials / (latency +
-2)`` a cycle, four.
+its last one.  With ``partials / fmas`` at least that (the engine's 128 partials on
+eight FMAs, 16 each), a long row's entries go in at ``fmas`` a cycle; with fewer (64
+partials on eight FMAs), a row's entry ``k`` waits until entry ``k - partials`` went in
+that long ago (a delay line of the row's count of entries taken), so a long row goes in
+at ``partials / (latency + 2)`` a cycle, four.
 
 The partials are sixteen distributed RAMs (partial ``p`` of bank ``b`` in RAM ``p mod
 16``), written by their FMA and read twice: by the FMA for the row's next entry, and by
@@ -25,10 +25,10 @@ from its first entry until its sums go down the tree, which is the FMA's latency
 its last entry: with several banks the short rows of a skewed graph follow each other
 without waiting for that latency.  A row's end travels down the FMAs' pipeline as a
 marker beside its last entries (the pipeline has a fixed latency), so the bank is known
-final when the marker comes out.  Banks drain in row order, 16 partials a cycle up to
-the last quarter the row reached (a row of at most 16 entries in one cycle); the
-quarters' sums are added pairwise level by level, a row's last sum at a level with +0
-when it has no partner (the missing quarters' sums: exactly the golden tree's nodes).
+final when the marker comes out.  Banks drain in row order, a group of 16 partials a
+cycle up to the last group the row reached (a row of at most 16 entries in one cycle); the
+groups' sums are added pairwise level by level, a row's last sum at a level with +0
+when it has no partner (the missing groups' sums: exactly the golden tree's nodes).
 Sums leave on ``sums``, in row order, through a queue the tree never overruns (a row
 is drained only when the queue has room for every row in flight).
 
@@ -67,19 +67,18 @@ class RowSums(wiring.Component):
         log2_exact(fmas, "row-sum FMAs")
         log2_exact(banks, "row-sum banks")
         self.fma = FpFma(lanes=fmas)
-        if partials not in (TREE_LANES, 2 * TREE_LANES, 4 * TREE_LANES):
-            raise ValueError(f"graph: row sums take {TREE_LANES}, {2 * TREE_LANES} or {4 * TREE_LANES} partials, "
-                             f"not {partials}")
+        if not TREE_LANES <= partials <= 8 * TREE_LANES:
+            raise ValueError(f"graph: row sums take {TREE_LANES} to {8 * TREE_LANES} partials, not {partials}")
         if fmas > TREE_LANES:
             raise ValueError(f"graph: row sums take at most {TREE_LANES} FMAs, not {fmas}")
         # (the input stage and the partial's read stand before the FMA: a partial's reuse distance)
         self.recurrence = self.fma.latency + 2
         self.partials, self.fmas, self.banks = partials, fmas, banks
-        self.quarters = partials // TREE_LANES
+        self.groups = partials // TREE_LANES
         self.tree = FpReduce(lanes=TREE_LANES, op="sum")
-        # the tree's sums of a row's quarters added pairwise, level by level (the top of the
+        # the tree's sums of a row's groups added pairwise, level by level (the top of the
         # golden model's tree over every partial)
-        self.folds = [FpAdd() for _ in range(self.quarters.bit_length() - 1)]
+        self.folds = [FpAdd() for _ in range(self.groups.bit_length() - 1)]
         # (+1: the drained partials' register before the tree)
         self.depth = self.tree.latency + sum(f.latency for f in self.folds) + 5
         super().__init__({
@@ -91,7 +90,7 @@ class RowSums(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        P, F, B, Q = self.partials, self.fmas, self.banks, self.quarters
+        P, F, B, Q = self.partials, self.fmas, self.banks, self.groups
         entry = self.entry
         m.submodules.fma = fma = self.fma
         m.submodules.tree = tree = self.tree
@@ -101,7 +100,7 @@ class RowSums(wiring.Component):
 
         # Partial p of a bank's row lives in RAM p mod TREE_LANES (a distributed RAM), at
         # bank * Q + p // TREE_LANES: FMA f owns the RAMs of residue f mod F, and the drain
-        # reads a quarter of the row's partials from all the RAMs at once.  A partial is
+        # reads a group of the row's partials from all the RAMs at once.  A partial is
         # never zeroed: one the row has not reached reads as +0 (its first entry's FMA adds
         # to +0; the drain masks the partials past the row's count).
         lane_bits = (TREE_LANES - 1).bit_length()
@@ -116,9 +115,9 @@ class RowSums(wiring.Component):
         lapped = Signal()                        # the row's entries have gone round the partials
         bank = Signal(range(B))                  # the current row's bank
         filled = Array(Signal(range(P + 1), name=f"filled{b}") for b in range(B))   # a bank's row's partials reached
-        # (a bank's row's last quarter to drain: the quarters past its count sum to +0; kept
+        # (a bank's row's last group to drain: the groups past its count sum to +0; kept
         # beside its count, not derived from it at the drain: no subtract on that path)
-        last_quarter = Array(Signal(range(Q), name=f"last_quarter{b}") for b in range(B))
+        last_group = Array(Signal(range(Q), name=f"last_group{b}") for b in range(B))
         pending = Signal(B)                      # a bank's row has all its entries
         final = Signal(B)                        # ... and all its FMAs' results
         take = entry.valid & entry.ready
@@ -167,7 +166,7 @@ class RowSums(wiring.Component):
         with m.If(ends):
             reached = Mux(lapped | (advanced >= P), P, advanced)
             m.d.sync += [bank.eq(bank + 1), position.eq(0), lapped.eq(0), filled[bank].eq(reached),
-                         last_quarter[bank].eq(Mux(reached == 0, 0, (reached - 1) >> lane_bits))]
+                         last_group[bank].eq(Mux(reached == 0, 0, (reached - 1) >> lane_bits))]
 
         # ---- read stage: each FMA's partial from its RAMs, then the FMAs ----------------
         m.d.sync += fma.i.valid.eq(Cat(*(issue[f].valid for f in range(F))) != 0)
@@ -194,27 +193,27 @@ class RowSums(wiring.Component):
                          write.data.eq(fma.o.payload[f])]
         finishing = Mux(back.end, Const(1, B) << back.bank, 0)
 
-        # ---- drain: the finished banks in row order, a quarter a cycle, to the tree -------
-        # (a row's quarters up to the last its entries reached: the others sum to +0, which
+        # ---- drain: the finished banks in row order, a group a cycle, to the tree -------
+        # (a row's groups up to the last its entries reached: the others sum to +0, which
         # the folds add as the missing partner of a row's last sum)
         drain = Signal(range(B))                 # the bank whose row goes to the tree next
-        quarter = Signal(range(Q))
+        group = Signal(range(Q))
         in_tree = Signal(range(self.depth + 1))  # rows in the tree and the folds
         room = in_tree + out.level < self.depth
-        begin = (final >> drain)[0] & room & (quarter == 0)
-        draining = begin | (quarter != 0)
-        done = draining & (quarter == last_quarter[drain])
+        begin = (final >> drain)[0] & room & (group == 0)
+        draining = begin | (group != 0)
+        done = draining & (group == last_group[drain])
         drained = Signal(data.ArrayLayout(32, TREE_LANES))
         drained_valid, drained_last = Signal(), Signal()
         for i, read in enumerate(drain_reads):
-            m.d.comb += read.addr.eq(Cat(quarter, drain) if B * Q > 1 else 0)
+            m.d.comb += read.addr.eq(Cat(group, drain) if B * Q > 1 else 0)
             # (a partial past the row's count was never written in this row: +0)
-            m.d.sync += drained[i].eq(Mux(Cat(Const(i, lane_bits), quarter) < filled[drain], read.data, 0))
+            m.d.sync += drained[i].eq(Mux(Cat(Const(i, lane_bits), group) < filled[drain], read.data, 0))
         m.d.sync += [drained_valid.eq(draining), drained_last.eq(done)]
         m.d.comb += [tree.i.valid.eq(drained_valid), tree.i.payload.a.eq(drained)]
         with m.If(draining):
             if Q > 1:
-                m.d.sync += quarter.eq(Mux(done, 0, quarter + 1))
+                m.d.sync += group.eq(Mux(done, 0, group + 1))
         with m.If(done):
             m.d.sync += drain.eq(drain + 1)
         m.d.sync += [final.eq((final | finishing) & ~Mux(done, Const(1, B) << drain, 0)),
@@ -222,7 +221,7 @@ class RowSums(wiring.Component):
                                 Mux(ends, Const(1, B) << bank, 0))]
         m.d.sync += in_tree.eq(in_tree + begin - out.w_en)
 
-        # ---- the quarters' sums added pairwise, level by level, into the queue -----------
+        # ---- the groups' sums added pairwise, level by level, into the queue -----------
         # (each sum marked if it is its row's last at its level: with no partner it adds +0)
         valid, payload = tree.o.valid, tree.o.payload
         last = delayed(m, drained_last, self.tree.latency, "tree_last", reset=True)
@@ -246,7 +245,7 @@ class RowSums(wiring.Component):
         m.d.sync += idle.eq((pending == 0) & (flight == 0) & (in_tree == 0) & ~entry.valid)
         m.d.comb += self.idle.eq(idle)
         with m.If(self.start):
-            m.d.sync += [pending.eq(0), final.eq(0), bank.eq(0), drain.eq(0), quarter.eq(0), position.eq(0),
+            m.d.sync += [pending.eq(0), final.eq(0), bank.eq(0), drain.eq(0), group.eq(0), position.eq(0),
                          lapped.eq(0), fma.i.valid.eq(0), issue_end.eq(0), drained_valid.eq(0)] + \
                 [issue[f].valid.eq(0) for f in range(F)] + [t.eq(0) for t in tags] + [h.eq(0) for h in holders]
         return m

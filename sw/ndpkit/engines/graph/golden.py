@@ -11,9 +11,9 @@ Edge values: fp32 bit patterns (SpMV) or ``uint32`` weights (SSSP).
 **Reductions.**  A floating-point row sum accumulates into ``ACC_LANES`` partial sums
 starting at +0.0: the row's ``k``-th entry goes to partial ``k mod ACC_LANES``; the
 partials are then combined by :func:`ndpkit.arith.fp.reduce_tree`
-(adjacent pairs level by level: ((p0+p1)+(p2+p3))+... over the 64 partials).  This is
-the order four pipelined FMAs of up to 16 stages, each owning 16 partials, keep busy at
-four entries a cycle.  Integer programs use exact
+(adjacent pairs level by level: ((p0+p1)+(p2+p3))+... over the 128 partials).  This is
+the order eight pipelined FMAs of up to 16 stages, each owning 16 partials, keep busy at
+eight entries a cycle.  Integer programs use exact
 ``min`` (order does not matter) and saturating addition (``INF + w == INF``).
 
 **Iterations.**  Jacobi style: an iteration reads only the previous iteration's
