@@ -21,7 +21,9 @@ Writes build/perf/graph.json.  QUICK=1: scales 10 and 12 (else 10, 12, 14);
 GRAPH_SCALES=14,16,18 picks the scales (the memory model grows to hold them; scale 16
 simulates for about half an hour on two cores, 18 for hours); GRAPH_KERNELS=pagerank,cc
 and GRAPH_MODES=window,baseline pick kernels and modes (to re-measure a few rows: the
-speed-up over baseline mode is then left out where that mode did not run).
+speed-up over baseline mode is then left out where that mode did not run), and with
+GRAPH_BASE=<a recorded graph.json> their rows replace that run's same (graph, kernel,
+mode) rows, the others kept as recorded, the summaries over the whole.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import json
 import math
 import os
 import time
+from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -205,6 +208,16 @@ async def graph_throughput(dut):
         json.dump(rows, f, indent=1)
 
 
+def merged(recorded: list[dict], measured: list[dict]) -> list[dict]:
+    """``recorded``'s rows with those ``measured`` again in their place (the same graph,
+    kernel and mode), in the recorded order, the new ones after."""
+    def key(r):
+        return r["graph"], r["kernel"], r["mode"]
+    again = {key(r): r for r in measured}
+    rows = [again.pop(key(r), r) for r in recorded]
+    return rows + [r for r in measured if key(r) in again]
+
+
 def main() -> int:
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_tools.paths import build_root
@@ -227,6 +240,8 @@ def main() -> int:
                      "graph_engine_perf" if memory is None else f"graph_engine_perf_{memory}",
                      key=f"perf {mem} 256 {memory}"), "tb.engines.graph.graph_bench", params=params)
     rows = json.loads(out.read_text())
+    if os.environ.get("GRAPH_BASE"):
+        rows = merged(json.loads(Path(os.environ["GRAPH_BASE"]).read_text())["rows"], rows)
     print("\ngraph engine: one iteration of connected components (cc), PageRank, SpMV and SSSP (from vertex 0), "
           f"512-bit port, {'latency 200' if memory is None else memory + ' at 200 MHz'}, link 16 B/cycle, "
           f"2 KiB rows, 4 KiB source-value cache, {engine.window.vertices}-vertex source window; edges/cyc without "
