@@ -89,6 +89,7 @@ from ndpkit_spec.engines.graph import ACC_LANES, EDGE_LANES, MAX_VERTICES, MODE_
 from ndpkit_spec.engines.sg import DEVICE_BANKS, DEVICE_ROW_BYTES, LINE
 from ndpkit_spec.engines.graph import BLOCK as GRAPH
 from ndpkit_hw.arith.mul import FpMul
+from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.bus.dma import Transfer, TransferGroup
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.gather import GatherPath
@@ -106,13 +107,14 @@ __all__ = ["GraphEngine"]
 
 #: the row sums' FMAs of a build with edge lanes (SpMV's and PageRank's rows, eight entries a cycle)
 SUM_FMAS = 8
-#: the row sums' banks of partials (distributed RAM: a bank is 64 words more), rows in
+#: the row sums' banks of partials (distributed RAM: a bank is 128 words more), rows in
 #: flight: a one-entry row holds its bank about 20 cycles, so sixteen let such rows come
 #: at about one a cycle
 SUM_BANKS = 16
 #: PageRank's vertices a cycle in its vertex passes (a build with edge lanes): the row sums
-#: take a long row (the pass's one row of all its vertices) four entries a cycle
-VERTEX_LANES = 4
+#: take a long row (the pass's one row of all its vertices) eight entries a cycle, and the
+#: pass's two vertex streams at eight elements a cycle each fill the 512-bit port
+VERTEX_LANES = 8
 
 
 class GraphEngine(CommandEngine):
@@ -120,7 +122,8 @@ class GraphEngine(CommandEngine):
                  max_burst_bytes: int = 4096, max_outstanding: int = 8, link_bytes: int = 16,
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
                  tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64, cache_lines: int = 64,
-                 window_vertices: int = WINDOW_VERTICES, edge_lanes: int = EDGE_LANES):
+                 window_vertices: int = WINDOW_VERTICES, edge_lanes: int = EDGE_LANES,
+                 vertex_lanes: int = VERTEX_LANES):
         if data_width != 8 * LINE:
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
@@ -135,7 +138,10 @@ class GraphEngine(CommandEngine):
         # window lanes without a window)
         self.edge_lanes = edge_lanes
         self.sum_fmas = 1 if edge_lanes == 1 else min(edge_lanes, SUM_FMAS)
-        self.vertex_lanes = min(VERTEX_LANES, self.sum_fmas)
+        # (a copy of the vertex dataflow a lane, about 4k LUT each: a build that runs no
+        # PageRank may take fewer)
+        log2_exact(vertex_lanes, "graph: vertex_lanes")
+        self.vertex_lanes = min(vertex_lanes, self.sum_fmas)
         if edge_lanes != 1:
             self.lanes = EdgeLanes(edge_lanes, data_width, sum_fmas=self.sum_fmas)
         self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0)
