@@ -663,7 +663,7 @@ def test_row_sums_wait_for_partials_they_reuse():
     assert offered < taken <= bound + 4, (taken, bound)
 
 
-@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize("lanes", [1, 4, 8])
 def test_vertex_pass_is_the_golden_arithmetic(rng, lanes):
     """Both passes over 63 vertices in groups of ``lanes`` (the last one short), random
     gaps and back-pressure: every vertex's value and term equal the golden arithmetic,
