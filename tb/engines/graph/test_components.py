@@ -621,7 +621,7 @@ def test_row_sums_take_two_entries_a_cycle():
 
 
 def test_row_sums_take_four_entries_a_cycle():
-    """With four FMAs (sixteen partials each, as many as the FMA's recurrence of 16
+    """With four FMAs (32 of the 128 partials each, more than the FMA's recurrence of 16
     cycles) rows go in at four entries a cycle however long, and rows of one to sixteen
     entries drain in one cycle each (a quarter of the partials: the others are +0), so
     with the engine's sixteen banks short rows follow each other at the rate they come;
@@ -1067,15 +1067,21 @@ def test_edge_lanes_take_a_lane_group_a_cycle():
     ({"edge_lanes": 3}, r"edge_lanes must be 1 \(no lanes\) or a power of two from 2 to 16, not 3"),
     ({"edge_lanes": 0}, r"edge_lanes must be 1 \(no lanes\) or a power of two from 2 to 16, not 0"),
     ({"edge_lanes": 32}, r"not 32"),
-    ({"window_vertices": 0}, r"edge_lanes=8 read the source window: with window_vertices=0 pass edge_lanes=1")])
+    ({"window_vertices": 0}, r"edge_lanes=8 read the source window: with window_vertices=0 pass edge_lanes=1"),
+    ({"vertex_lanes": 3}, r"vertex_lanes must be a power of two, not 3"),
+    ({"vertex_lanes": 16}, r"vertex_lanes must be at most the row sums' 8 FMAs \(edge_lanes=8\), not 16"),
+    ({"edge_lanes": 1, "vertex_lanes": 2}, r"at most the row sums' 1 FMA \(edge_lanes=1\), not 2")])
 def test_engine_refuses_edge_lanes_it_cannot_build(params, message):
-    """A lane count the bus word cannot feed, or lanes without a window to read: refused
-    when the engine is made, naming the parameter and what to pass; without lanes no
-    window is needed."""
+    """A lane count the bus word cannot feed, lanes without a window to read, or more
+    vertex lanes than the row sums' FMAs take: refused when the engine is made, naming the
+    parameter and what to pass; without lanes no window is needed, and by default the
+    vertex lanes are as many as the sums take."""
     from ndpkit_hw.engines.graph.engine import GraphEngine
     with pytest.raises(ValueError, match=message):
         GraphEngine(**params)
-    GraphEngine(window_vertices=0, edge_lanes=1)
+    assert GraphEngine(window_vertices=0, edge_lanes=1).vertex_lanes == 1
+    assert (GraphEngine().vertex_lanes, GraphEngine(edge_lanes=2).vertex_lanes, GraphEngine(vertex_lanes=4).vertex_lanes) \
+        == (8, 2, 4)
 
 
 def test_word_router_sends_each_word_to_its_phase_user(rng):

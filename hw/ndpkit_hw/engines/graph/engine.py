@@ -123,7 +123,7 @@ class GraphEngine(CommandEngine):
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
                  tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64, cache_lines: int = 64,
                  window_vertices: int = WINDOW_VERTICES, edge_lanes: int = EDGE_LANES,
-                 vertex_lanes: int = VERTEX_LANES):
+                 vertex_lanes: int | None = None):
         if data_width != 8 * LINE:
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
@@ -138,12 +138,18 @@ class GraphEngine(CommandEngine):
         # window lanes without a window)
         self.edge_lanes = edge_lanes
         self.sum_fmas = 1 if edge_lanes == 1 else min(edge_lanes, SUM_FMAS)
-        # (a copy of the vertex dataflow a lane, about 4k LUT each: a build that runs no
-        # PageRank may take fewer)
-        log2_exact(vertex_lanes, "graph: vertex_lanes")
-        self.vertex_lanes = min(vertex_lanes, self.sum_fmas)
         if edge_lanes != 1:
             self.lanes = EdgeLanes(edge_lanes, data_width, sum_fmas=self.sum_fmas)
+        # PageRank's vertex lanes: a copy of the vertex dataflow each, about 4k LUT (a build
+        # that runs no PageRank may take fewer), at most the row sums' FMAs (None: that many,
+        # up to VERTEX_LANES)
+        if vertex_lanes is None:
+            vertex_lanes = min(VERTEX_LANES, self.sum_fmas)
+        log2_exact(vertex_lanes, "graph: vertex_lanes")
+        if vertex_lanes > self.sum_fmas:
+            raise ValueError(f"graph: vertex_lanes must be at most the row sums' {self.sum_fmas} FMA"
+                             f"{'s' * (self.sum_fmas != 1)} (edge_lanes={edge_lanes}), not {vertex_lanes}")
+        self.vertex_lanes = vertex_lanes
         self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0)
         #: the build constants the host reads (read-only registers)
         self.constants = {"window_capacity": window_vertices}
