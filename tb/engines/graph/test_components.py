@@ -4,12 +4,13 @@ with random stalls on every valid/ready pair (the ``rng`` fixture prints its see
 generator, the word packer and unpacker, the source-value cache, the collector (collection-extended MSHR) with the
 response table, the source window, the single-edge path's gathers (cache, collector, table, tickets and reducer behind a
 modelled unit), the edge lanes, the word-rate validator, the fp32 row sums, PageRank's vertex passes (bit for bit the
-golden operations), and the routes of the readers' words and of a pass's results.
+golden operations), the routes of the readers' words and of a pass's results, and where the result words go
+(written, held until the columns' verdict, dropped, or into the window).
 The whole engine's bench is ``test_graph_engine.py``."""
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from tb.amaranth_sim import Offer, run_to_end
 
@@ -17,6 +18,7 @@ from ndpkit.arith import fp
 from ndpkit_hw.engines.graph.cache import SourceCache
 from ndpkit_hw.engines.graph.collector import Collector
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
+from ndpkit_hw.engines.graph.held import ResultWords
 from ndpkit_hw.engines.graph.lanes import EdgeLanes
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.responses import ResponseTable
@@ -1351,3 +1353,74 @@ def test_gather_path_gives_the_golden_rows_through_a_modelled_unit(rng, baseline
             assert got == [best for _, best in rows]
             assert ctx.get(path.changed) == any(own != best for own, best in rows)
     run_to_end(top, bench, deadline=400_000)
+
+
+@pytest.mark.parametrize("depth", [0, 8])
+def test_result_words_are_written_held_dropped_or_put_in_the_window(rng, depth):
+    """Result words and the window reader's words through :class:`ResultWords`, random
+    gaps and back-pressure on every stream, phase by phase as the engine's passes set its
+    flags: the contributions into the window (none to the writer); a load of the reader's words into the window while results go to the writer;
+    (a queue of ``depth`` > 0) a held pass: the queue fills to its depth and nothing is
+    written while ``holding``, then its words leave in order; a held pass dropped on a bad
+    verdict: nothing written, the queue empty, ``left`` low; then a pass written as usual.
+    Every word arrives once, in order, where its phase sends it."""
+    dut = ResultWords(64, depth)
+
+    def words(count):
+        return [{"data": rng.randrange(1 << 64), "strb": 0xFF} for _ in range(count)]
+
+    async def run(ctx, results, loaded, *, into_window=0, holding=0, drop_after=None, cycles=400):
+        ctx.set(dut.into_window, into_window)
+        ctx.set(dut.holding, holding)
+        ctx.set(dut.drop, 0)
+        offers = Offer(dut.results, results, rng), Offer(dut.loaded, [{"data": w["data"], "last": 0}
+                                                                        for w in loaded], rng)
+        written, windowed = [], []
+        for cycle in range(cycles):
+            for offer in offers:
+                offer.drive(ctx)
+            if drop_after is not None and cycle >= drop_after:
+                ctx.set(dut.drop, 1)
+            out_ready, window_ready = rng.random() < 0.6, rng.random() < 0.6
+            ctx.set(dut.out.ready, out_ready)
+            ctx.set(dut.window.ready, window_ready)
+            if ctx.get(dut.out.valid) and out_ready:
+                written.append(ctx.get(dut.out.payload).data)
+            if ctx.get(dut.window.valid) and window_ready:
+                windowed.append(ctx.get(dut.window.payload).data)
+            for offer in offers:
+                offer.advance(ctx)
+            await ctx.tick()
+        for offer in offers:
+            ctx.set(offer.port.valid, 0)
+        return written, windowed, offers
+
+    async def bench(ctx):
+        # the contributions pass (no load beside it): every result into the window
+        results = words(12)
+        written, windowed, _ = await run(ctx, results, [], into_window=1)
+        assert written == [] and windowed == [w["data"] for w in results]
+        # a load beside a pass written as usual
+        results, loaded = words(10), words(7)
+        written, windowed, _ = await run(ctx, results, loaded)
+        assert written == [w["data"] for w in results] and windowed == [w["data"] for w in loaded]
+        assert not ctx.get(dut.left)
+        if depth:
+            # held: the queue takes `depth` words, none written, then all in order
+            results = words(depth + 3)
+            written, _, (r, _) = await run(ctx, results, [], holding=1, cycles=200)
+            assert written == [] and r.i == depth and ctx.get(dut.left)
+            rest, _, _ = await run(ctx, results[r.i:], [])
+            assert rest == [w["data"] for w in results] and not ctx.get(dut.left)
+            # held, then dropped: nothing written, nothing left
+            written, _, (r, _) = await run(ctx, words(depth), [], holding=1, drop_after=100, cycles=200)
+            assert written == [] and r.i == depth and not ctx.get(dut.left)
+            # and the next pass is written whole
+            results = words(9)
+            written, _, _ = await run(ctx, results, [])
+            assert written == [w["data"] for w in results]
+    top = Module()               # (a clock domain for the queue-less one, which has no registers)
+    top.submodules.dut = dut
+    tick = Signal()
+    top.d.sync += tick.eq(~tick)
+    run_to_end(top, bench)

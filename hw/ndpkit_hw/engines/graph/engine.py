@@ -77,11 +77,18 @@ contributions and the host exchanges them, so no instance passes over every vert
 
 Completion bytes count the streamed arrays (the golden model's figures); the source
 value traffic is in the unit's counters (``link`` port), which depend on timing.
+
+The engine's sections, one method each, in the order :meth:`GraphEngine.elaborate`
+builds them: the command's checks and lengths, the transfers, the readers' words, the
+edge path, PageRank's vertex passes, the results (with
+:class:`~ndpkit_hw.engines.graph.held.ResultWords`), the passes' ends and the control.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import fifo, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
 from ndpkit_spec.codes import ErrorCode
@@ -93,6 +100,7 @@ from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.bus.dma import Transfer, TransferGroup
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
 from ndpkit_hw.engines.graph.gather import GatherPath
+from ndpkit_hw.engines.graph.held import ResultWords
 from ndpkit_hw.engines.graph.lanes import EdgeLanes
 from ndpkit_hw.engines.graph.pagerank import VertexPass
 from ndpkit_hw.engines.graph.routes import ELEMENT_ARRAYS, FP32_ONE, ResultRouter, WordRouter
@@ -172,37 +180,48 @@ class GraphEngine(CommandEngine):
         wiring.connect(m, unit.bus, self.ports.port(5))
         m.d.comb += [unit.window_base.eq(self.window_base), unit.window_size.eq(self.window_size),
                      self.link.eq(unit.counters)]
-        readers, writer = self.ports.readers, self.ports.writers["out"]
-        word = self.data_width // 8
-
         ctl = CommandControl(m, self)
-        cmd = ctl.cmd
+        g = _Wires(ctl=ctl, cmd=ctl.cmd, checks=CommandChecks(m, self))
+        self._command(m, g)
+        self._transfers(m, g)
+        self._readers(m, g)
+        self._edge_path(m, g)
+        self._vertex_passes(m, g)
+        self._results(m, g)
+        self._control(m, g)
+        return m
+
+    def _words(self, m: Module, count):
+        """Bytes of ``count`` uint32 rounded up to whole bus words."""
+        word = self.data_width // 8
+        nbytes = Signal(40)
+        m.d.comb += nbytes.eq(((count << 2) + (word - 1)) & ~Const(word - 1, 40))
+        return nbytes
+
+    def _command(self, m: Module, g: "_Wires"):
+        """The command's checks and what it fixes for every pass: the program's flags, the
+        arrays' lengths in whole words, the row slice, which passes run on the edge lanes."""
+        cmd, checks = g.cmd, g.checks
         program = cmd.format_program
-        is_sssp = program == Program.SSSP
-        is_spmv = program == Program.SPMV
-        is_pagerank = program == Program.PAGERANK
-        uses_val = is_sssp | is_spmv     # the edge pass's val stream: SSSP weights or matrix entries
-        sum_rows = is_spmv | is_pagerank     # the edge pass sums rows in fp32 (FMA partials + tree)
-
-        def words(count):             # bytes of `count` uint32 rounded up to whole bus words
-            nbytes = Signal(40)
-            m.d.comb += nbytes.eq(((count << 2) + (word - 1)) & ~Const(word - 1, 40))
-            return nbytes
-
-        lanes = self.data_width // 32
-        lane_bits = (lanes - 1).bit_length()
-        checks = CommandChecks(m, self)
+        g.is_sssp = is_sssp = program == Program.SSSP
+        g.is_spmv = is_spmv = program == Program.SPMV
+        g.is_pagerank = is_pagerank = program == Program.PAGERANK
+        g.uses_val = uses_val = is_sssp | is_spmv     # the edge pass's val stream: SSSP weights or matrix entries
+        g.sum_rows = is_spmv | is_pagerank     # the edge pass sums rows in fp32 (FMA partials + tree)
+        lane_bits = (self.data_width // 32 - 1).bit_length()
         # the row slice: rows first_row .. first_row + row_count - 1 (0 rows: through n)
-        row_count = checks.derive(Mux(cmd.rows == 0, cmd.n - cmd.first_row, cmd.rows)[:32], "row_count")
+        g.row_count = row_count = checks.derive(Mux(cmd.rows == 0, cmd.n - cmd.first_row, cmd.rows)[:32], "row_count")
         slice_end = checks.derive(cmd.first_row + row_count, "slice_end", after=checks.after(row_count))
         # the arrays' lengths in whole bus words, registered (the checks wait for them): the
         # passes' transfers and byte counts start at a register, not at the rounding add
         after_rows = checks.after(row_count)
-        rowptr_len = checks.derive(words(row_count + 1), "rowptr_len", after=after_rows)
-        rowptr_count = checks.derive(row_count + 1, "rowptr_count", after=after_rows)     # (no add to the unpacker)
-        edge_len, vertex_len = checks.derive(words(cmd.edges), "edge_len"), checks.derive(words(cmd.n), "vertex_len")
-        row_len = checks.derive(words(row_count), "row_len", after=after_rows)     # the slice's values
-        last_iteration = checks.derive(cmd.max_iterations - 1, "last_iteration")
+        g.rowptr_len = rowptr_len = checks.derive(self._words(m, row_count + 1), "rowptr_len", after=after_rows)
+        # (no add to the unpacker)
+        g.rowptr_count = checks.derive(row_count + 1, "rowptr_count", after=after_rows)
+        g.edge_len = edge_len = checks.derive(self._words(m, cmd.edges), "edge_len")
+        g.vertex_len = vertex_len = checks.derive(self._words(m, cmd.n), "vertex_len")
+        g.row_len = checks.derive(self._words(m, row_count), "row_len", after=after_rows)     # the slice's values
+        g.last_iteration = checks.derive(cmd.max_iterations - 1, "last_iteration")
         # When the first edge pass runs on the edge lanes (every source in the window: CC, BFS,
         # SSSP, SpMV, PageRank's pull sums), the validation pass
         # judges the row pointers only, with the source window's load beside it, and the
@@ -210,21 +229,21 @@ class GraphEngine(CommandEngine):
         # until the verdict, so a bad column still writes nothing, and the columns cross the
         # port once.  (A pass on the lanes has at most the window's vertices as rows: the
         # held results never fill.)
-        lanes_on = self.edge_lanes > 1     # the edge lanes are built
-        word_shift = (word - 1).bit_length()
-        col_words = edge_len[word_shift:]
+        g.lanes_on = lanes_on = self.edge_lanes > 1     # the edge lanes are built
+        g.word_shift = ((self.data_width // 8) - 1).bit_length()
+        g.col_words = edge_len[g.word_shift:]
         # (PageRank's first edge pass is its pull sums': over the contributions the host wrote
         # into scratch, or, with every vertex's computed, over those the contributions pass
         # wrote straight into the window, nothing written to memory before it)
-        given = cmd.contributions == 2     # PageRank's contributions given (see below)
+        g.given = given = cmd.contributions == 2     # PageRank's contributions given (see below)
         every_source_in = (cmd.source_window >= cmd.n) & (cmd.edges != 0) if lanes_on else Const(0)
-        first_on_lanes = checks.derive(every_source_in & (~is_pagerank | given | (cmd.contributions == 0)),
-                                       "first_on_lanes")
+        g.first_on_lanes = checks.derive(every_source_in & (~is_pagerank | given | (cmd.contributions == 0)),
+                                         "first_on_lanes")
         # PageRank, every vertex's contributions, every source in the window: the contributions
         # pass fills the window itself (its words go there, not to scratch, which stays as
         # the host left it), and no pass loads the window from memory
-        contrib_in_window = checks.derive(every_source_in & is_pagerank & (cmd.contributions == 0),
-                                          "contrib_in_window")
+        g.contrib_in_window = checks.derive(every_source_in & is_pagerank & (cmd.contributions == 0),
+                                            "contrib_in_window")
         arrays = {"rowptr": (cmd.rowptr, rowptr_len, 1), "col": (cmd.col, edge_len, cmd.edges != 0),
                   "val": (cmd.val, Mux(is_pagerank, vertex_len, edge_len), (uses_val & (cmd.edges != 0)) | is_pagerank),
                   "a": (cmd.a, vertex_len, 1), "b": (cmd.b, vertex_len, 1),
@@ -246,19 +265,23 @@ class GraphEngine(CommandEngine):
                       wide={name: l for name, (_, l, _) in arrays.items()})
         checks.disjoint(list(arrays))
 
-        # ---- streams ----------------------------------------------------------------
-        validating = Signal()
-        iterating = Signal()           # an edge pass
-        judging = Signal()             # the first edge pass, its columns judged as the lanes take them
-        judged_bad = Signal()          # it has a bad column (or a read a bus error)
-        holding = Signal()             # its results wait for the columns' verdict
-        vertex_pass = Signal()         # PageRank: a pass over the vertices (contributions or update)
-        stage = Signal(2)              # PageRank's pass in an iteration: 0 contributions, 1 pull sums, 2 update
-        update = stage == 2
-        odd = Signal()                 # this iteration reads b and writes a
-        source_base = Mux(odd, cmd.b, cmd.a)
+    def _transfers(self, m: Module, g: "_Wires"):
+        """The phases' flags (driven by :meth:`_control`) and the arrays each pass reads and
+        writes: the transfers, the window's loads."""
+        cmd, readers, writer = g.cmd, self.ports.readers, self.ports.writers["out"]
+        g.validating = validating = Signal()
+        g.iterating = iterating = Signal()           # an edge pass
+        g.judging = Signal()                         # the first edge pass, its columns judged as the lanes take them
+        g.judged_bad = Signal()                      # it has a bad column (or a read a bus error)
+        g.holding = Signal()                         # its results wait for the columns' verdict
+        g.vertex_pass = vertex_pass = Signal()       # PageRank: a pass over the vertices (contributions or update)
+        g.stage = stage = Signal(2)      # PageRank's pass in an iteration: 0 contributions, 1 pull sums, 2 update
+        g.update = stage == 2
+        g.odd = odd = Signal()                       # this iteration reads b and writes a
+        g.start = Signal()                           # one cycle before a phase: counters restart
+        g.source_base = source_base = Mux(odd, cmd.b, cmd.a)
         sums_base = Signal(self.addr_width)      # PageRank: the pull sums, after the contributions
-        m.d.comb += sums_base.eq(cmd.scratch + vertex_len[:32])
+        m.d.comb += sums_base.eq(cmd.scratch + g.vertex_len[:32])
         # the slice's rows in each array (registered: fixed for the command, settled
         # during the validation pass)
         row_offset = cmd.first_row[:30] << 2
@@ -270,56 +293,61 @@ class GraphEngine(CommandEngine):
         # the slice's rows with `contributions` 1 and 2), pull sums (the edge pass over the
         # contributions -> the slice's rows of scratch + n), update (the slice's sums and
         # ranks -> the other array)
-        contributing = is_pagerank & (stage == 0)              # the contributions pass
+        contributing = g.is_pagerank & (stage == 0)              # the contributions pass
         every_vertex = contributing & (cmd.contributions == 0)
-        into_window = contributing & contrib_in_window         # the contributions pass fills the window
+        g.into_window = contributing & g.contrib_in_window         # the contributions pass fills the window
         # the vertex passes' and results' length, registered: the stage changes as a pass ends,
         # a cycle (NEXT) before the next pass's transfers, counts and byte counts use them
-        pass_count, pass_len = Signal(32), Signal(40)
-        m.d.sync += [pass_count.eq(Mux(every_vertex, cmd.n, row_count)), pass_len.eq(Mux(every_vertex, vertex_len, row_len))]
-        val_base = Mux(vertex_pass & update, sums_rows, Mux(contributing & ~every_vertex, degree_rows, cmd.val))
+        g.pass_count, g.pass_len = pass_count, pass_len = Signal(32), Signal(40)
+        m.d.sync += [pass_count.eq(Mux(every_vertex, cmd.n, g.row_count)),
+                     pass_len.eq(Mux(every_vertex, g.vertex_len, g.row_len))]
+        val_base = Mux(vertex_pass & g.update, sums_rows, Mux(contributing & ~every_vertex, degree_rows, cmd.val))
         out_base = Mux(contributing, Mux(every_vertex, cmd.scratch, contrib_rows),
-                       Mux(is_pagerank & (stage == 1), sums_rows, Mux(odd, a_rows, b_rows)))
-        transfers = TransferGroup(
+                       Mux(g.is_pagerank & (stage == 1), sums_rows, Mux(odd, a_rows, b_rows)))
+        g.transfers = TransferGroup(
             m, {"rowptr": readers["rowptr"], "col": readers["col"], "val": readers["val"], "old": readers["old"],
                 "out": writer},
-            {"rowptr": Transfer(cmd.rowptr, rowptr_len[:32]),
-             "col": Transfer(cmd.col, edge_len[:32]),
-             "val": Transfer(val_base, Mux(vertex_pass, pass_len, edge_len)[:32]),
+            {"rowptr": Transfer(cmd.rowptr, g.rowptr_len[:32]),
+             "col": Transfer(cmd.col, g.edge_len[:32]),
+             "val": Transfer(val_base, Mux(vertex_pass, pass_len, g.edge_len)[:32]),
              "old": Transfer(Mux(every_vertex, source_base, Mux(odd, b_rows, a_rows)), pass_len[:32]),
              "out": Transfer(out_base, pass_len[:32])},
             validating | iterating | vertex_pass,
-            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & first_on_lanes),
-                     "val": (iterating & uses_val & (cmd.edges != 0)) | vertex_pass,
-                     "old": (iterating & ~sum_rows) | vertex_pass,
-                     "out": (iterating & ~holding) | vertex_pass & ~into_window})
+            enabled={"rowptr": ~vertex_pass, "col": ~vertex_pass & (cmd.edges != 0) & ~(validating & g.first_on_lanes),
+                     "val": (iterating & g.uses_val & (cmd.edges != 0)) | vertex_pass,
+                     "old": (iterating & ~g.sum_rows) | vertex_pass,
+                     "out": (iterating & ~g.holding) | vertex_pass & ~g.into_window})
         # the source window: min(window, n) values of the pass's source array, before each
         # edge pass (PageRank's: the contributions)
-        loading = Signal()
-        window_count = Signal(range(MAX_VERTICES + 1))
+        g.loading = Signal()
+        g.window_count = window_count = Signal(range(MAX_VERTICES + 1))
         m.d.sync += window_count.eq(Mux(cmd.source_window < cmd.n, cmd.source_window, cmd.n))
-        window_len = Signal(40)          # (registered: a register, not the rounding add, starts the loads)
-        window_words = Signal(range(MAX_VERTICES + 1))
-        m.d.sync += [window_len.eq(words(window_count)), window_words.eq(window_len >> word_shift)]
-        loads = TransferGroup(m, {"window": readers["window"]},
-                              {"window": Transfer(Mux(is_pagerank, cmd.scratch, source_base), window_len[:32])},
-                              loading)
-        start = Signal()                # one cycle before a phase: counters restart
+        g.window_len = window_len = Signal(40)    # (registered: a register, not the rounding add, starts the loads)
+        g.window_words = Signal(range(MAX_VERTICES + 1))
+        m.d.sync += [window_len.eq(self._words(m, window_count)), g.window_words.eq(window_len >> g.word_shift)]
+        g.loads = TransferGroup(m, {"window": readers["window"]},
+                                {"window": Transfer(Mux(g.is_pagerank, cmd.scratch, source_base), window_len[:32])},
+                                g.loading)
         # the edge lanes take the edge passes when every source is in the window (registered:
         # fixed for the command, settled during the validation pass)
-        use_lanes = Signal()
-        if lanes_on:
-            m.d.sync += use_lanes.eq(window_count == cmd.n)
+        g.use_lanes = Signal()
+        if g.lanes_on:
+            m.d.sync += g.use_lanes.eq(window_count == cmd.n)
+
+    def _readers(self, m: Module, g: "_Wires"):
+        """The readers' words to their users (:class:`~ndpkit_hw.engines.graph.routes.WordRouter`),
+        the validation's verdicts, the results into words."""
+        cmd, readers, judging, start, use_lanes = g.cmd, self.ports.readers, g.judging, g.start, g.use_lanes
         # the validation pass takes the row pointers and columns a word at a time; the edge
         # passes element by element through the unpackers, or (the edge lanes) the columns
         # and weights as words; PageRank's vertex passes read their degrees and sums as elements
-        m.submodules.validator = validator = GraphValidator(self.data_width)
-        m.d.comb += [validator.n.eq(cmd.n), validator.rows.eq(row_count), validator.edges.eq(cmd.edges),
+        m.submodules.validator = g.validator = validator = GraphValidator(self.data_width)
+        m.d.comb += [validator.n.eq(cmd.n), validator.rows.eq(g.row_count), validator.edges.eq(cmd.edges),
                      validator.rowptr_on.eq(~judging), validator.start.eq(start)]
         # (the columns it takes, registered: fixed for a pass, settled by its start; the
         # reader's pops then follow a compare with a register, not the judging flag's select)
-        m.d.sync += validator.col_words.eq(Mux(judging | ~first_on_lanes, col_words, 0))
-        m.submodules.words = words_in = WordRouter(self.data_width, self.vertex_lanes)
+        m.d.sync += validator.col_words.eq(Mux(judging | ~g.first_on_lanes, g.col_words, 0))
+        m.submodules.words = g.words_in = words_in = WordRouter(self.data_width, self.vertex_lanes)
         for name in ELEMENT_ARRAYS:
             wiring.connect(m, readers[name].data, getattr(words_in, f"{name}_words"))
         wiring.connect(m, words_in.check_rowptr, validator.rowptr)
@@ -328,7 +356,7 @@ class GraphEngine(CommandEngine):
         # until it has them all, only watches
         check_col = words_in.check_col
         col_valid, col_payload = check_col.valid, check_col.payload
-        if lanes_on:
+        if g.lanes_on:
             lane_col = words_in.lane_col
             col_valid = Mux(judging, lane_col.valid & self.lanes.col.ready, col_valid)
             col_payload = Mux(judging, lane_col.payload, col_payload)
@@ -337,151 +365,181 @@ class GraphEngine(CommandEngine):
         # (the phase a cycle late: a pass's first words come back several cycles after its
         # transfers start, and none are in flight at its end: the router's selects start at registers)
         routed_validating, routed_to_lanes = Signal(), Signal()
-        m.d.sync += [routed_validating.eq(validating), routed_to_lanes.eq(use_lanes & iterating)]
+        m.d.sync += [routed_validating.eq(g.validating), routed_to_lanes.eq(use_lanes & g.iterating)]
         # (so are the single path's and the vertex passes' runs, which their readiness follows)
-        single_run, vertex_run = Signal(), Signal()
-        m.d.sync += [single_run.eq(iterating & ~use_lanes), vertex_run.eq(vertex_pass)]
+        g.single_run, g.vertex_run = Signal(), Signal()
+        m.d.sync += [g.single_run.eq(g.iterating & ~use_lanes), g.vertex_run.eq(g.vertex_pass)]
         m.d.comb += [words_in.validating.eq(routed_validating), words_in.to_lanes.eq(routed_to_lanes),
-                     words_in.to_vertices.eq(vertex_run), words_in.start.eq(start),
-                     words_in.rowptr_count.eq(rowptr_count), words_in.col_count.eq(cmd.edges),
-                     words_in.val_count.eq(cmd.edges), words_in.old_count.eq(pass_count),
-                     words_in.vertex_count.eq(pass_count)]
-        if lanes_on:
+                     words_in.to_vertices.eq(g.vertex_run), words_in.start.eq(start),
+                     words_in.rowptr_count.eq(g.rowptr_count), words_in.col_count.eq(cmd.edges),
+                     words_in.val_count.eq(cmd.edges), words_in.old_count.eq(g.pass_count),
+                     words_in.vertex_count.eq(g.pass_count)]
+        if g.lanes_on:
             wiring.connect(m, words_in.lane_col, self.lanes.col)
             wiring.connect(m, words_in.lane_val, self.lanes.val)
-        m.submodules.packer = packer = WordPacker(self.data_width, group=self.vertex_lanes)
+        m.submodules.packer = g.packer = packer = WordPacker(self.data_width, group=self.vertex_lanes)
         # the first pass's verdict: pending until every column word is judged; failed on a bad
         # column or a read's bus error (its results would be of words never read)
-        m.d.comb += [judged_bad.eq(judging & (validator.bad_index | (transfers.error != 0))),
-                     holding.eq(judging & (~validator.done | judged_bad))]
-        m.d.comb += [packer.count.eq(pass_count), packer.start.eq(start), packer.grouped.eq(vertex_pass)]
-        rp, col, val, old = (getattr(words_in, name) for name in ELEMENT_ARRAYS)
+        m.d.comb += [g.judged_bad.eq(judging & (validator.bad_index | (g.transfers.error != 0))),
+                     g.holding.eq(judging & (~validator.done | g.judged_bad))]
+        m.d.comb += [packer.count.eq(g.pass_count), packer.start.eq(start), packer.grouped.eq(g.vertex_pass)]
+        g.rp, g.col, g.val, g.old = (getattr(words_in, name) for name in ELEMENT_ARRAYS)
+        # the validation pass's verdicts (GraphValidator)
+        g.graph_error = Mux(validator.bad_graph, ErrorCode.BAD_GRAPH, 0)
+        g.index_error = Mux(validator.bad_index, ErrorCode.BAD_INDEX, 0)
 
-        # ---- validation pass: the verdicts (GraphValidator) ----------------------------
-        graph_error = Mux(validator.bad_graph, ErrorCode.BAD_GRAPH, 0)
-        index_error = Mux(validator.bad_index, ErrorCode.BAD_INDEX, 0)
-
-        # ---- edge generator: rows from the row pointers, edges from the columns ----
-        m.submodules.edges = gen = EdgeGenerator()
+    def _edge_path(self, m: Module, g: "_Wires"):
+        """The edge passes: rows from the row pointers and edges from the columns, on the
+        edge lanes through the window's lane ports, or one edge a cycle through the window
+        and the gathers (:class:`~ndpkit_hw.engines.graph.gather.GatherPath`)."""
+        cmd, rp, col, val, old, start = g.cmd, g.rp, g.col, g.val, g.old, g.start
+        m.submodules.edges = g.gen = gen = EdgeGenerator()
         m.d.comb += [gen.rowptr.valid.eq(rp.valid), gen.rowptr.payload.eq(rp.payload),
                      gen.col.valid.eq(col.valid), gen.col.payload.eq(col.payload),
                      gen.val.valid.eq(val.valid), gen.val.payload.eq(val.payload),
-                     gen.run.eq(single_run), gen.uses_val.eq(uses_val), gen.start.eq(start),
-                     gen.weight.eq(Mux(is_pagerank, FP32_ONE, Mux(program == Program.BFS, 1, 0)))]
-        lanes_busy = lane_rowptr_ready = lane_own_ready = lanes_changed = Const(0)
-        if lanes_on:
-            # ---- edge lanes: rows in lane groups through the window's lane ports to the row minima ----
+                     gen.run.eq(g.single_run), gen.uses_val.eq(g.uses_val), gen.start.eq(start),
+                     gen.weight.eq(Mux(g.is_pagerank, FP32_ONE, Mux(cmd.format_program == Program.BFS, 1, 0)))]
+        g.lanes_busy = lane_rowptr_ready = lane_own_ready = lanes_changed = Const(0)
+        if g.lanes_on:
+            # edge lanes: rows in lane groups through the window's lane ports to the row minima
             m.submodules.lanes = edge_lanes = self.lanes
             m.d.comb += [edge_lanes.rowptr.valid.eq(rp.valid), edge_lanes.rowptr.payload.eq(rp.payload),
                          edge_lanes.own.valid.eq(old.valid), edge_lanes.own.payload.eq(old.payload),
-                         edge_lanes.run.eq(iterating & use_lanes), edge_lanes.start.eq(start),
-                         edge_lanes.uses_val.eq(uses_val), edge_lanes.weight.eq(gen.weight),
-                         edge_lanes.edges.eq(cmd.edges), edge_lanes.sums.eq(sum_rows)]
-            lanes_busy, lanes_changed = edge_lanes.busy, edge_lanes.changed
+                         edge_lanes.run.eq(g.iterating & g.use_lanes), edge_lanes.start.eq(start),
+                         edge_lanes.uses_val.eq(g.uses_val), edge_lanes.weight.eq(gen.weight),
+                         edge_lanes.edges.eq(cmd.edges), edge_lanes.sums.eq(g.sum_rows)]
+            g.lanes_busy, lanes_changed = edge_lanes.busy, edge_lanes.changed
             lane_rowptr_ready, lane_own_ready = edge_lanes.rowptr.ready, edge_lanes.own.ready
 
-        # ---- source window, then the single-edge path's gathers (GatherPath) ----------
-        m.submodules.window = window = self.window
-        # (the window's words: its reader's, or the contributions pass's packed words)
-        window_load = readers["window"].data
-        m.d.comb += [window.load.valid.eq(Mux(into_window, packer.words.valid, window_load.valid)),
-                     window.load.payload.data.eq(Mux(into_window, packer.words.payload.data,
-                                                     window_load.payload.data)),
-                     window_load.ready.eq(window.load.ready)]
-        m.d.comb += [window.start.eq(start), window.count.eq(window_count),
-                     window.base.eq(Mux(is_pagerank, cmd.scratch, source_base))]   # PageRank pulls contributions
-        if lanes_on:
+        # the source window, then the single-edge path's gathers
+        m.submodules.window = g.window = window = self.window
+        m.d.comb += [window.start.eq(start), window.count.eq(g.window_count),
+                     window.base.eq(Mux(g.is_pagerank, cmd.scratch, g.source_base))]   # PageRank pulls contributions
+        if g.lanes_on:
             m.d.comb += [window.lane_u.eq(edge_lanes.lane_u), window.lane_en.eq(edge_lanes.lane_en),
                          edge_lanes.lane_value.eq(window.lane_value)]
         wiring.connect(m, gen.edge, window.edge)
-        m.submodules.gather = gather = self.gather
-        baseline = cmd.format_mode == MODE_BASELINE
-        streams_done = Signal()          # every edge of the iteration has left the queue (registered:
+        m.submodules.gather = g.gather = gather = self.gather
+        g.streams_done = Signal()        # every edge of the iteration has left the queue (registered:
                                          # the collector's groups flush a cycle later, not through its take)
         wiring.connect(m, window.out, gather.windowed)
-        wiring.connect(m, gather.req, unit.req)
+        wiring.connect(m, gather.req, self.unit.req)
+        unit = self.unit
         m.d.comb += [gather.lookup_u.eq(gen.edge.payload.u), window.cache_hit.eq(gather.cache_hit),
                      window.cache_value.eq(gather.cache_value),
                      gather.resp.valid.eq(unit.resp.valid), gather.resp.payload.eq(unit.resp.payload.data),
                      unit.resp.ready.eq(gather.resp.ready),
                      gather.own.valid.eq(old.valid), gather.own.payload.eq(old.payload),
-                     gather.run.eq(iterating), gather.sums.eq(sum_rows), gather.baseline.eq(baseline),
-                     gather.start.eq(start), gather.flush.eq(streams_done)]
-        changed = gather.changed | lanes_changed
-
-        # ---- PageRank's vertex passes ------------------------------------------------
-        dterm = Signal(32)               # dangling x (1/n), for the update pass
-        # (the ranks and the degrees or sums, a group of vertices a cycle)
-        m.submodules.vertex = vertex = VertexPass(self.vertex_lanes)
-        wiring.connect(m, words_in.vertex_old, vertex.rank)
-        wiring.connect(m, words_in.vertex_val, vertex.other)
-        m.d.comb += [vertex.run.eq(vertex_run), vertex.update.eq(update), vertex.damping.eq(cmd.damping),
-                     vertex.teleport.eq(cmd.teleport), vertex.dterm.eq(dterm), vertex.start.eq(start)]
-        # the streams' readers: validation, the edge generator, the reducer (the vertex passes read their own unpackers)
+                     gather.run.eq(g.iterating), gather.sums.eq(g.sum_rows),
+                     gather.baseline.eq(cmd.format_mode == MODE_BASELINE),
+                     gather.start.eq(start), gather.flush.eq(g.streams_done)]
+        g.changed = gather.changed | lanes_changed
+        # the streams' readers: validation, the edge generator, the reducer (the vertex passes
+        # read their own unpackers)
         m.d.comb += [rp.ready.eq(gen.rowptr.ready | lane_rowptr_ready), col.ready.eq(gen.col.ready),
                      val.ready.eq(gen.val.ready), old.ready.eq(gather.own.ready | lane_own_ready)]
 
-        # ---- fp32 sums: ACC_LANES FMA partial sums per row, then the adder tree; the results' routes ----
+    def _vertex_passes(self, m: Module, g: "_Wires"):
+        """PageRank's vertex passes (ranks and degrees or sums, a group of vertices a cycle)
+        and the dangling rank scaled by 1/n between the contributions and the update."""
+        g.dterm = dterm = Signal(32)               # dangling x (1/n), for the update pass
+        m.submodules.vertex = g.vertex = vertex = VertexPass(self.vertex_lanes)
+        wiring.connect(m, g.words_in.vertex_old, vertex.rank)
+        wiring.connect(m, g.words_in.vertex_val, vertex.other)
+        m.d.comb += [vertex.run.eq(g.vertex_run), vertex.update.eq(g.update), vertex.damping.eq(g.cmd.damping),
+                     vertex.teleport.eq(g.cmd.teleport), vertex.dterm.eq(dterm), vertex.start.eq(g.start)]
+        m.submodules.scale = g.scale = scale = FpMul()
+        with m.If(scale.o.valid):
+            m.d.sync += dterm.eq(scale.o.payload[0])
+
+    def _results(self, m: Module, g: "_Wires"):
+        """The results: SpMV's and PageRank's fp32 row sums (ACC_LANES FMA partial sums a
+        row, then the adder tree), every pass's results routed into the word packer, its
+        words to the writer, held, or into the window."""
         # SpMV and PageRank's pull pass: a row's entries (from the sum lanes eight a cycle, or
         # the single path's one); PageRank's vertex passes: one row of all n vertices (the
         # dangling rank, the L1 change), its sum kept
         # (sixteen banks for the lanes' short rows; a build without lanes, two, as its single
         # path takes an entry a cycle)
-        m.submodules.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas, banks=SUM_BANKS if lanes_on else 2)
+        m.submodules.sums = g.sums = sums = RowSums(ACC_LANES, fmas=self.sum_fmas,
+                                                    banks=SUM_BANKS if g.lanes_on else 2)
         m.submodules.results = results = ResultRouter(self.sum_fmas, self.vertex_lanes)
         wiring.connect(m, results.entry, sums.entry)
         wiring.connect(m, sums.sums, results.row_sums)
-        wiring.connect(m, results.elements, packer.elements)
-        if lanes_on:
-            # the first pass's results held as packed bus words (block RAM: a word a 16 window
-            # vertices, as a pass on the lanes has no more rows) until its columns are judged,
-            # then written at the port's rate; dropped on a bad one, and such a pass ends only
-            # once the packer is done (its last rows may leave the sums after the rest is
-            # idle: nothing of it may reach the next pass's writes)
-            held = fifo.SyncFIFOBuffered(width=self.data_width, depth=-(-self.window.vertices // lanes))
-            m.submodules.held = held
-            m.d.comb += [held.w_en.eq(packer.words.valid & ~into_window), held.w_data.eq(packer.words.payload.data),
-                         packer.words.ready.eq(Mux(into_window, window.load.ready, held.w_rdy)),
-                         writer.data.valid.eq(held.r_rdy & ~holding), writer.data.payload.data.eq(held.r_data),
-                         writer.data.payload.strb.eq(-1),
-                         held.r_en.eq(Mux(judged_bad, 1, writer.data.ready & ~holding))]
-            results_left = (held.level != 0) | packer.words.valid
-        else:
-            wiring.connect(m, packer.words, writer.data)
-            results_left = Const(0)
-        wiring.connect(m, vertex.out, results.vertex)
-        wiring.connect(m, gather.entry, results.single_entry)
-        wiring.connect(m, gather.minimum, results.single_minima)
-        if lanes_on:
-            wiring.connect(m, edge_lanes.entries, results.lane_entries)
-            wiring.connect(m, edge_lanes.results, results.lane_minima)
-        m.d.comb += [sums.start.eq(start), results.vertex_pass.eq(vertex_pass), results.use_lanes.eq(use_lanes),
-                     results.sum_rows.eq(sum_rows), results.iterating.eq(iterating), results.start.eq(start),
-                     results.pass_count.eq(pass_count)]
-        total_sum, total_ready = results.total, results.total_ready       # a vertex pass's sum
-        spmv_idle = ~sum_rows | sums.idle
+        wiring.connect(m, results.elements, g.packer.elements)
+        # the first pass's results held as packed bus words (block RAM: a word a 16 window
+        # vertices, as a pass on the lanes has no more rows) until its columns are judged,
+        # then written at the port's rate; dropped on a bad one, and such a pass ends only
+        # once the packer is done (its last rows may leave the sums after the rest is
+        # idle: nothing of it may reach the next pass's writes)
+        lanes = self.data_width // 32
+        m.submodules.result_words = words = ResultWords(
+            self.data_width, -(-self.window.vertices // lanes) if g.lanes_on else 0)
+        wiring.connect(m, g.packer.words, words.results)
+        wiring.connect(m, self.ports.readers["window"].data, words.loaded)
+        wiring.connect(m, words.out, self.ports.writers["out"].data)
+        wiring.connect(m, words.window, g.window.load)
+        m.d.comb += [words.into_window.eq(g.into_window), words.holding.eq(g.holding), words.drop.eq(g.judged_bad)]
+        g.results_left = words.left
+        wiring.connect(m, g.vertex.out, results.vertex)
+        wiring.connect(m, g.gather.entry, results.single_entry)
+        wiring.connect(m, g.gather.minimum, results.single_minima)
+        if g.lanes_on:
+            wiring.connect(m, self.lanes.entries, results.lane_entries)
+            wiring.connect(m, self.lanes.results, results.lane_minima)
+        m.d.comb += [sums.start.eq(g.start), results.vertex_pass.eq(g.vertex_pass), results.use_lanes.eq(g.use_lanes),
+                     results.sum_rows.eq(g.sum_rows), results.iterating.eq(g.iterating), results.start.eq(g.start),
+                     results.pass_count.eq(g.pass_count)]
+        g.total_sum, g.total_ready = results.total, results.total_ready       # a vertex pass's sum
+        m.d.comb += [g.scale.i.payload.a[0].eq(g.total_sum), g.scale.i.payload.b[0].eq(g.cmd.inv_n)]
 
-        # dangling x (1/n), once per iteration between the contributions and the update
-        m.submodules.scale = scale = FpMul()
-        scale_issued = Signal()
-        m.d.comb += [scale.i.payload.a[0].eq(total_sum), scale.i.payload.b[0].eq(cmd.inv_n)]
-        with m.If(scale.o.valid):
-            m.d.sync += dterm.eq(scale.o.payload[0])
+    def _pass_ends(self, m: Module, g: "_Wires"):
+        """When an edge pass is over, and the bytes each pass counts."""
+        # the byte counts of a pass, fixed by the command: registered (first used at the
+        # validation's end), so a pass's end adds one register to the running count
+        scan_bytes, val_bytes, own_bytes = Signal(32), Signal(32), Signal(32)
+        g.iteration_bytes = iteration_bytes = Signal(32)
+        # (the validation pass's: the row pointers, and the columns unless the first pass judges them)
+        g.checked_bytes = checked_bytes = Signal(32)
+        m.d.sync += [checked_bytes.eq(Mux(g.first_on_lanes, g.rowptr_len[:32], scan_bytes)),
+                     scan_bytes.eq(g.rowptr_len[:32] + Mux(g.cmd.edges != 0, g.edge_len[:32], 0)),
+                     val_bytes.eq(Mux(g.uses_val & (g.cmd.edges != 0), g.edge_len[:32], 0)),
+                     own_bytes.eq(Mux(g.sum_rows, 0, g.row_len[:32])),
+                     iteration_bytes.eq(scan_bytes + val_bytes + own_bytes)]
+        m.d.sync += g.streams_done.eq(g.iterating & g.transfers.done["rowptr"] &
+                                      (g.transfers.done["col"] | (g.cmd.edges == 0)) & g.gen.idle &
+                                      ~g.gen.edge.valid & ~g.window.out.valid & g.gather.drained)
+        # the edge pass is over: every stream, unit and result done (registered, a cycle
+        # late, and high for one cycle: the state leaves ITERATE on it; the conditions
+        # only ever rise within the pass)
+        g.pass_over = pass_over = Signal()
+        judged = ~g.judging | (g.validator.done | g.judged_bad) & g.packer.done
+        m.d.sync += pass_over.eq(g.iterating & ~pass_over & g.transfers.finished & ~g.gather.busy &
+                                 (~g.sum_rows | g.sums.idle) & ~g.lanes_busy & judged & ~g.results_left)
 
-        # ---- control ------------------------------------------------------------------
+    def _control(self, m: Module, g: "_Wires"):
+        """The phases: validate, then per iteration (load the window,) the edge pass, and
+        PageRank's vertex passes; the byte counts, the iterations and the completion."""
+        self._pass_ends(m, g)
+        cmd, ctl, transfers, loads = g.cmd, g.ctl, g.transfers, g.loads
+        judging, judged_bad, start, stage, odd = g.judging, g.judged_bad, g.start, g.stage, g.odd
+        given, is_pagerank, window, vertex, scale = g.given, g.is_pagerank, g.window, g.vertex, g.scale
+        checked_bytes, iteration_bytes, pass_over = g.checked_bytes, g.iteration_bytes, g.pass_over
+        row_len, pass_len = g.row_len, g.pass_len
         iterations = Signal(32)
         # "this pass ends the last allowed iteration", a cycle behind the count (which
         # changes only at a pass's end, long before the next one ends): the compare
         # from registers, not from the count's increment into the completion's enable
         final_iteration = Signal()
-        m.d.sync += final_iteration.eq(iterations == last_iteration)
+        m.d.sync += final_iteration.eq(iterations == g.last_iteration)
         converged = Signal()             # PageRank stopped by its tolerance (cpl_aux bit 31)
         stopping = Signal()              # contributions 2: the iteration's last pass ends the command
         bus_error = Signal(4)            # the first AXI error of any phase
         bytes_read, bytes_written = Signal(32), Signal(32)
+        scale_issued = Signal()
 
         def verdict(bus):               # the command's error: a bus error, else the validation's
-            return Mux(bus != 0, bus, Mux(graph_error != 0, graph_error, index_error))
+            return Mux(bus != 0, bus, Mux(g.graph_error != 0, g.graph_error, g.index_error))
 
         def finish(error):
             # every end clears the judging flag, not the next command's start: that command's
@@ -489,73 +547,55 @@ class GraphEngine(CommandEngine):
             m.d.sync += judging.eq(0)
             ctl.finish(error)
 
-        # the byte counts of a pass, fixed by the command: registered (first used at the
-        # validation's end), so a pass's end adds one register to the running count
-        scan_bytes, iteration_bytes, val_bytes, own_bytes = Signal(32), Signal(32), Signal(32), Signal(32)
-        # (the validation pass's: the row pointers, and the columns unless the first pass judges them)
-        checked_bytes = Signal(32)
-        m.d.sync += [checked_bytes.eq(Mux(first_on_lanes, rowptr_len[:32], scan_bytes)),
-                     scan_bytes.eq(rowptr_len[:32] + Mux(cmd.edges != 0, edge_len[:32], 0)),
-                     val_bytes.eq(Mux(uses_val & (cmd.edges != 0), edge_len[:32], 0)),
-                     own_bytes.eq(Mux(sum_rows, 0, row_len[:32])),
-                     iteration_bytes.eq(scan_bytes + val_bytes + own_bytes)]
-        m.d.sync += streams_done.eq(iterating & transfers.done["rowptr"] & (transfers.done["col"] | (cmd.edges == 0))
-                                    & gen.idle & ~gen.edge.valid & ~window.out.valid & gather.drained)
-        # the edge pass is over: every stream, unit and result done (registered, a cycle
-        # late, and high for one cycle: the state leaves ITERATE on it; the conditions
-        # only ever rise within the pass)
-        pass_over = Signal()
-        judged = ~judging | (validator.done | judged_bad) & packer.done
-        m.d.sync += pass_over.eq(iterating & ~pass_over & transfers.finished & ~gather.busy & spmv_idle & ~lanes_busy &
-                                 judged & ~results_left)
-        with ctl.states(checks, first="VALIDATE", start=[start.eq(1)],
+        window_len = g.window_len[:32]
+        with ctl.states(g.checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
                                                    bus_error.eq(0), stage.eq(Mux(given, 1, 0)), converged.eq(0),
                                                    stopping.eq(0), scale_issued.eq(0),
-                                                   dterm.eq(cmd.dangling_term)]):
+                                                   g.dterm.eq(cmd.dangling_term)]):
             with m.State("VALIDATE"):
                 # (the row pointers only, with the window's load beside them, when the first
                 # edge pass judges the columns)
-                preloading = first_on_lanes & ~contrib_in_window
-                m.d.comb += [validating.eq(1), loading.eq(preloading)]
+                preloading = g.first_on_lanes & ~g.contrib_in_window
+                m.d.comb += [g.validating.eq(1), g.loading.eq(preloading)]
                 # a reader reports before its last word is taken: wait for the verdicts too
-                drained = validator.done
-                loaded = ~preloading | loads.finished & ((window.loaded == window_words) | (loads.error != 0))
+                drained = g.validator.done
+                loaded = ~preloading | loads.finished & ((window.loaded == g.window_words) | (loads.error != 0))
                 with m.If(transfers.finished & (drained | (transfers.error != 0)) & loaded):
                     m.d.sync += [bytes_read.eq(checked_bytes),
                                  bus_error.eq(Mux(transfers.error != 0, transfers.error, loads.error)),
-                                 judging.eq(first_on_lanes)]
+                                 judging.eq(g.first_on_lanes)]
                     m.next = "NEXT"
             with m.State("NEXT"):
                 # start an iteration (or report the validation's verdict)
                 m.d.comb += start.eq(1)
                 m.d.sync += transfers.clear() + loads.clear()          # (start clears the reducer's changed)
-                with m.If((bus_error != 0) | (graph_error != 0) | (index_error != 0)):
+                with m.If((bus_error != 0) | (g.graph_error != 0) | (g.index_error != 0)):
                     finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
                     m.next = "VERTEX"
-                with m.Elif(judging | contrib_in_window):   # the window loaded beside the validation,
-                    m.next = "ITERATE"                       # or filled by the contributions pass
-                with m.Elif(window_count != 0):
+                with m.Elif(judging | g.contrib_in_window):   # the window loaded beside the validation,
+                    m.next = "ITERATE"                         # or filled by the contributions pass
+                with m.Elif(g.window_count != 0):
                     m.next = "LOAD"
                 with m.Else():
                     m.next = "ITERATE"
             with m.State("LOAD"):
                 # the source window, before the edge pass (the memory takes a word a cycle)
-                m.d.comb += loading.eq(1)
-                with m.If(loads.finished & ((window.loaded == window_words) | (loads.error != 0))):
-                    m.d.sync += [bytes_read.eq(bytes_read + window_len[:32]), bus_error.eq(loads.error)]
+                m.d.comb += g.loading.eq(1)
+                with m.If(loads.finished & ((window.loaded == g.window_words) | (loads.error != 0))):
+                    m.d.sync += [bytes_read.eq(bytes_read + window_len), bus_error.eq(loads.error)]
                     with m.If(loads.error != 0):
                         finish(verdict(loads.error))
                     with m.Else():
                         m.next = "ITERATE"
             with m.State("ITERATE"):
-                m.d.comb += iterating.eq(1)
+                m.d.comb += g.iterating.eq(1)
                 with m.If(pass_over):
                     # (the first pass's window, loaded beside the validation, is counted here)
                     m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes +
-                                               Mux(judging & ~contrib_in_window, window_len[:32], 0)),
+                                               Mux(judging & ~g.contrib_in_window, window_len, 0)),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error),
                                  judging.eq(0)]
                     with m.If(judged_bad):                 # a bad column: nothing was written
@@ -566,26 +606,27 @@ class GraphEngine(CommandEngine):
                         m.next = "NEXT"              # (NEXT ends the command on a bus error)
                     with m.Else():
                         m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd)]
-                        with m.If((transfers.error == 0) & changed & ~is_spmv &
+                        with m.If((transfers.error == 0) & g.changed & ~g.is_spmv &
                                   ~final_iteration):
                             m.next = "NEXT"
                         with m.Else():
                             finish(verdict(transfers.error))
             with m.State("VERTEX"):
-                m.d.comb += vertex_pass.eq(1)
+                m.d.comb += g.vertex_pass.eq(1)
                 # (the contributions into the window: its last word in too)
-                drained = total_ready & vertex.empty & ~vertex.out.valid & (~into_window | packer.done)
+                drained = g.total_ready & vertex.empty & ~vertex.out.valid & (~g.into_window | g.packer.done)
                 with m.If(transfers.finished & (drained | (transfers.error != 0))):
                     m.d.sync += [bytes_read.eq(bytes_read + (pass_len[:32] << 1)),
-                                 bytes_written.eq(bytes_written + Mux(into_window, 0, pass_len[:32])),
+                                 bytes_written.eq(bytes_written + Mux(g.into_window, 0, pass_len[:32])),
                                  bus_error.eq(transfers.error)]
                     with m.If(transfers.error != 0):
                         finish(verdict(transfers.error))
-                    with m.Elif(~update & ((cmd.contributions == 1) | given & stopping)):
+                    with m.Elif(~g.update & ((cmd.contributions == 1) | given & stopping)):
                         finish(0)                # the slice's contributions were the command's last pass
-                    with m.Elif(~update):            # the dangling rank is in: scale it by 1/n
+                    with m.Elif(~g.update):            # the dangling rank is in: scale it by 1/n
                         m.next = "SCALE"
                     with m.Else():                   # the L1 change is in
+                        total_sum = g.total_sum
                         total_nan = (total_sum[23:31] == 0xFF) & (total_sum[:23] != 0)
                         below = ~total_nan & (total_sum < cmd.tolerance)
                         m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd), stage.eq(0), converged.eq(below),
@@ -602,4 +643,9 @@ class GraphEngine(CommandEngine):
                     m.d.sync += [scale_issued.eq(0), stage.eq(1)]
                     m.next = "NEXT"
         ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written, aux=Cat(iterations[:31], converged))
-        return m
+
+
+class _Wires(SimpleNamespace):
+    """The signals and parts the engine's sections share: each section
+    (:meth:`GraphEngine._command`, ``_streams``, ``_edge_path``, ``_vertex_passes``,
+    ``_results``, ``_control``) reads what the ones before it named and adds its own."""
