@@ -177,10 +177,11 @@ def _verilator_runner(make_vars=()):
 
 def top_ports(text: str, toplevel: str) -> list[str]:
     """The port names of module ``toplevel`` in the Verilog ``text``."""
-    found = re.search(rf"^module {re.escape(toplevel)}\s*\(([^;]*)\);", text, re.M)
+    # (a name that is a keyword, as ``interconnect`` is SystemVerilog's, comes escaped: ``\interconnect ``)
+    found = re.search(rf"^module \\?{re.escape(toplevel)}\s*\(([^;]*)\);", text, re.M)
     if found is None:
         raise ValueError(f"no module {toplevel!r} in the design's Verilog")
-    return [name.strip() for name in found.group(1).split(",") if name.strip()]
+    return [name.strip().lstrip("\\").strip() for name in found.group(1).split(",") if name.strip()]
 
 
 def public_ports(text: str, toplevel: str) -> str:
