@@ -86,6 +86,10 @@ class RunIssuer(wiring.Component):
 
         # the run being issued: its element that starts it, and the one that starts the next
         issue_run = Signal(5)
+        # "this run is the request's last", a register set as each run issues (not the run
+        # count's compare behind the port's ready: the decoder's ready, then its two stages'
+        # loads and the inbox's pop, took 9 levels)
+        last_run = Signal(name="last_run")
         aw_done, w_done = Signal(), Signal()
         target = Signal(W)
         cursor, next_start = Signal(4, name="run_start"), Signal(4, name="next_run_start")
@@ -124,15 +128,16 @@ class RunIssuer(wiring.Component):
                         m.d.sync += [counters.requests.eq(counters.requests + 1),
                                      counters.link_bytes.eq(counters.link_bytes + link),
                                      counters.useful_bytes.eq(counters.useful_bytes + useful),
-                                     issue_run.eq(0), cursor.eq(0), aw_done.eq(0), w_done.eq(0)]
+                                     issue_run.eq(0), cursor.eq(0), aw_done.eq(0), w_done.eq(0),
+                                     last_run.eq(d.runs == 1)]
                         m.next = "ISSUE"
             with m.State("ISSUE"):
-                last_run = issue_run == d.runs - 1
+                next_last = issue_run + 2 == d.runs
                 with m.If(~is_write):
                     m.d.comb += self.ar.valid.eq(1)
                     with m.If(self.ar.ready):
                         touch(target)
-                        m.d.sync += [issue_run.eq(issue_run + 1), cursor.eq(next_start)]
+                        m.d.sync += [issue_run.eq(issue_run + 1), cursor.eq(next_start), last_run.eq(next_last)]
                         with m.If(last_run):
                             m.d.comb += self.decoded.ready.eq(1)
                             m.next = "IDLE"
@@ -144,7 +149,7 @@ class RunIssuer(wiring.Component):
                         touch(target)
                     with m.If(aw_now & w_now):
                         m.d.sync += [issue_run.eq(issue_run + 1), cursor.eq(next_start), aw_done.eq(0),
-                                     w_done.eq(0)]
+                                     w_done.eq(0), last_run.eq(next_last)]
                         with m.If(last_run):
                             m.d.comb += self.decoded.ready.eq(1)
                             m.next = "IDLE"
