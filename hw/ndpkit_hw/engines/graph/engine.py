@@ -295,7 +295,9 @@ class GraphEngine(CommandEngine):
         # ranks -> the other array)
         contributing = g.is_pagerank & (stage == 0)              # the contributions pass
         every_vertex = contributing & (cmd.contributions == 0)
-        g.into_window = contributing & g.contrib_in_window         # the contributions pass fills the window
+        # the contributions pass fills the window (registered: set in NEXT, a cycle before the pass)
+        g.into_window = Signal()
+        m.d.sync += g.into_window.eq(contributing & g.contrib_in_window)
         # the vertex passes' and results' length, registered: the stage changes as a pass ends,
         # a cycle (NEXT) before the next pass's transfers, counts and byte counts use them
         g.pass_count, g.pass_len = pass_count, pass_len = Signal(32), Signal(40)
@@ -548,6 +550,12 @@ class GraphEngine(CommandEngine):
             ctl.finish(error)
 
         window_len = g.window_len[:32]
+        # a vertex pass's sum, settled a cycle after it is ready, and whether it is below the
+        # tolerance (PageRank's L1 change), a register: not a 32-bit compare into the state
+        total_settled, below = Signal(), Signal()
+        total_sum = g.total_sum
+        total_nan = (total_sum[23:31] == 0xFF) & (total_sum[:23] != 0)
+        m.d.sync += [total_settled.eq(g.total_ready & ~start), below.eq(~total_nan & (total_sum < cmd.tolerance))]
         with ctl.states(g.checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
@@ -613,8 +621,9 @@ class GraphEngine(CommandEngine):
                             finish(verdict(transfers.error))
             with m.State("VERTEX"):
                 m.d.comb += g.vertex_pass.eq(1)
-                # (the contributions into the window: its last word in too)
-                drained = g.total_ready & vertex.empty & ~vertex.out.valid & (~g.into_window | g.packer.done)
+                # (the contributions into the window: its last word in too; the pass's sum a
+                # cycle in its register, so the tolerance's compare is a register too)
+                drained = total_settled & vertex.empty & ~vertex.out.valid & (~g.into_window | g.packer.done)
                 with m.If(transfers.finished & (drained | (transfers.error != 0))):
                     m.d.sync += [bytes_read.eq(bytes_read + (pass_len[:32] << 1)),
                                  bytes_written.eq(bytes_written + Mux(g.into_window, 0, pass_len[:32])),
@@ -626,9 +635,6 @@ class GraphEngine(CommandEngine):
                     with m.Elif(~g.update):            # the dangling rank is in: scale it by 1/n
                         m.next = "SCALE"
                     with m.Else():                   # the L1 change is in
-                        total_sum = g.total_sum
-                        total_nan = (total_sum[23:31] == 0xFF) & (total_sum[:23] != 0)
-                        below = ~total_nan & (total_sum < cmd.tolerance)
                         m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd), stage.eq(0), converged.eq(below),
                                      stopping.eq(below | final_iteration)]
                         # (given contributions: the slice's contributions of the new ranks end the iteration)
