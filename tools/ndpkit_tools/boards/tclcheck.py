@@ -77,10 +77,11 @@ AXI_PREFIX = re.compile(r"^(.*)_(aw|w|b|ar|r)(valid)$")
 
 def verilog_ports(text: str, module: str) -> tuple[set[str], set[str]]:
     """(plain ports, AXI interface prefixes) of ``module`` in Verilog ``text``."""
-    match = re.search(rf"module\s+{re.escape(module)}\s*\((.*?)\);", text, re.S)
-    if not match:
-        raise TclCheckError(f"module {module} not found in the generated Verilog")
-    ports = {p.strip() for p in match.group(1).split(",") if p.strip()}
+    from ndpkit_tools.sim.runner import module_ports
+    try:
+        ports = set(module_ports(text, module))
+    except ValueError:
+        raise TclCheckError(f"module {module} not found in the generated Verilog") from None
     interfaces = {m.group(1) for p in ports if (m := AXI_PREFIX.match(p))}
     plain = {p for p in ports if not any(p.startswith(i + "_") for i in interfaces)}
     return plain, interfaces

@@ -175,12 +175,13 @@ def _verilator_runner(make_vars=()):
     return runner
 
 
-def top_ports(text: str, toplevel: str) -> list[str]:
-    """The port names of module ``toplevel`` in the Verilog ``text``."""
+def module_ports(text: str, module: str) -> list[str]:
+    """The port names of ``module`` in the Verilog ``text``, in order (also the board
+    checks' reading of a generated top: :func:`ndpkit_tools.boards.tclcheck.verilog_ports`)."""
     # (a name that is a keyword, as ``interconnect`` is SystemVerilog's, comes escaped: ``\interconnect ``)
-    found = re.search(rf"^module \\?{re.escape(toplevel)}\s*\(([^;]*)\);", text, re.M)
+    found = re.search(rf"^\s*module\s+\\?{re.escape(module)}\s*\((.*?)\);", text, re.M | re.S)
     if found is None:
-        raise ValueError(f"no module {toplevel!r} in the design's Verilog")
+        raise ValueError(f"no module {module!r} in the design's Verilog")
     return [name.strip().lstrip("\\").strip() for name in found.group(1).split(",") if name.strip()]
 
 
@@ -191,7 +192,7 @@ def public_ports(text: str, toplevel: str) -> str:
     it: Verilator could optimise none of it away and compiled registration code for each
     (the FMA's bench built in 9 s, 3 s with its ports only)."""
     lines = ["`verilator_config"]
-    lines += [f'public_flat_rw -module "{toplevel}" -var "{port}"' for port in top_ports(text, toplevel)]
+    lines += [f'public_flat_rw -module "{toplevel}" -var "{port}"' for port in module_ports(text, toplevel)]
     return "\n".join(lines) + "\n"
 
 
