@@ -143,6 +143,64 @@ def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
     assert not bad, bad[:5]
 
 
+@pytest.mark.parametrize("fmt, pairs", [(KvFormat.FP16, 1), (KvFormat.BF16, 1), (KvFormat.FP16, 0)])
+def test_score_dots_pair_words(rng, fmt, pairs):
+    """ScoreDots of two units built with ``pair_words`` (random gaps).  With ``pairs`` a
+    beat is two words of one row, the even one unit 0's and the odd one unit 1's, and
+    unit 0's sum is the whole row's, ``sum_fp32(fixed_dot(q, k))`` (unit 1's row integer
+    added before the one rounding).  Without, a beat is the same word twice, as the side
+    reads it, and each unit's sum is its own query head's."""
+    from ndpkit_hw.engines.attention.score import ScoreDots
+    nprng = np.random.default_rng(rng.randrange(1 << 30))
+    lanes, max_beats = 4, 4
+    words = 2 if pairs else 1                          # distinct words a beat
+    rows = []
+    for _ in range(40):
+        beats = int(nprng.integers(1, max_beats + 1))
+        n = words * beats * lanes
+        rows.append(([_operands(nprng, fmt, (n,)) for _ in range(2 - pairs)], _operands(nprng, fmt, (n,))))
+    want = [[int(bf.sum_fp32(bf.fixed_dot(q, k, fmt))) for q in qs] for qs, k in rows]
+    # the q bank: unit h's lanes of beat j of row r at r * max_beats + j (with pairs, the
+    # row's word 2j + h; else its query head h's word j)
+    bank = {}
+    for r, (qs, k) in enumerate(rows):
+        heads = [q_lanes(q, fmt) for q in qs]
+        for j in range(len(k) // (words * lanes)):
+            bank[r * max_beats + j] = [
+                {"q": heads[0][0][(2 * j + h) * lanes:(2 * j + h + 1) * lanes], "exp": heads[0][1]} if pairs else
+                {"q": heads[h][0][j * lanes:(j + 1) * lanes], "exp": heads[h][1]} for h in range(2)]
+    dut = ScoreDots(columns=lanes, units=2, max_row_beats=max_beats, tag_width=8, q_depth=len(rows) * max_beats,
+                    pair_words=True)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.bf16, fmt == KvFormat.BF16)
+        ctx.set(dut.pairs, pairs)
+        step = words * lanes
+        beats = [(list(k[i:i + step]) * (2 // words), i + step == len(k), r, r * max_beats + i // step)
+                 for r, (_, k) in enumerate(rows) for i in range(0, len(k), step)]
+        i, read = 0, None
+        while len(got) < len(rows):
+            if read is not None:                       # the bank's word a cycle after its address
+                ctx.set(dut.q_data, bank.get(read, bank[0]))
+            on = i < len(beats) and rng.random() < 0.75
+            ctx.set(dut.i.valid, on)
+            if on:
+                k, last, tag, q_addr = beats[i]
+                ctx.set(dut.i.payload, {"k": [int(x) for x in k], "last": int(last), "tag": tag, "q_addr": q_addr})
+            taken = on and ctx.get(dut.i.ready)
+            read = ctx.get(dut.q_addr)
+            if ctx.get(dut.o.valid):
+                got.append((ctx.get(dut.o.payload[0].tag),
+                            [ctx.get(dut.o.payload[h].value) for h in range(2 - pairs)]))
+            await ctx.tick()
+            i += taken
+    run_to_end(dut, bench)
+    assert [t for t, _ in got] == list(range(len(rows))), [t for t, _ in got]
+    bad = [(r, [hex(x) for x in v], [hex(x) for x in w]) for r, ((_, v), w) in enumerate(zip(got, want)) if v != w]
+    assert not bad, bad[:5]
+
+
 @pytest.mark.parametrize("fmt, split_banks, shared_read", [(KvFormat.FP16, False, False), (KvFormat.BF16, True, False),
                                                           (KvFormat.BF16, False, True)])
 def test_weighted_sums_match_weigh(rng, fmt, split_banks, shared_read):

@@ -352,19 +352,38 @@ class FixedDot(wiring.Component):
     a ``tag``; ``o``: one binary32 sum a row, in row order, with the tag of its last beat
     (valid only).  ``bf16`` (held): the operands' format.  A row has at most
     ``max_row_beats`` beats.  Each lane is one 27 x 18 multiplier (a DSP48E2), its
-    operands and product registered."""
+    operands and product registered.
 
-    def __init__(self, *, lanes: int = 16, max_row_beats: int = 8, tag_width: int = 8):
+    ``partnered``: two FixedDots in step share a row (each its own beats of it): ``row``
+    gives this one's row integer and special flags (registered, with the row's last
+    beat), and with ``add_partner`` (held) the sum adds ``partner`` (the other's
+    ``row``) before its one rounding, a stage later: integers, so the row's sum is the
+    one a FixedDot of all its beats would round."""
+
+    def __init__(self, *, lanes: int = 16, max_row_beats: int = 8, tag_width: int = 8, partnered: bool = False):
         if lanes < 1 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes}")
         self.lanes, self.max_row_beats, self.tag_width = lanes, max_row_beats, tag_width
+        self.partnered = partnered
         beat = data.StructLayout({"q": data.ArrayLayout(QLane, lanes), "k": data.ArrayLayout(KLane, lanes),
                                   "q_exp": EXP_SHAPE, "k_exp": EXP_SHAPE, "last": 1, "tag": tag_width})
-        super().__init__({
+        members = {
             "i": In(stream.Signature(beat, always_ready=True)),
             "o": Out(stream.Signature(data.StructLayout({"value": 32, "tag": tag_width}), always_ready=True)),
             "bf16": In(1),
-        })
+        }
+        if partnered:
+            row = self.row_layout()
+            members.update(row=Out(row), partner=In(row), add_partner=In(1))
+        super().__init__(members)
+
+    def row_bits(self) -> int:
+        """The row integer's width: a whole row's terms (``lanes * max_row_beats``) summed."""
+        return PRODUCT_BITS + (self.lanes * self.max_row_beats - 1).bit_length() + 1
+
+    def row_layout(self) -> data.StructLayout:
+        """A row's integer and its special flags (+inf, -inf, NaN), as ``row`` gives them."""
+        return data.StructLayout({"sum": signed(self.row_bits()), "special": 3})
 
     def elaborate(self, platform):
         m = Module()
@@ -418,7 +437,7 @@ class FixedDot(wiring.Component):
         last = carried[EXP_SHAPE.width]
         tag = carried[EXP_SHAPE.width + 1:]
         # the row's beats: an accumulator, emitted with the row's last beat
-        row_bits = PRODUCT_BITS + (C * self.max_row_beats - 1).bit_length() + 1
+        row_bits = self.row_bits()
         total = Signal(signed(row_bits))
         row_special = Signal(3)
         row_first = Signal(init=1)
@@ -430,6 +449,13 @@ class FixedDot(wiring.Component):
             m.d.sync += [total.eq(row_sum), row_special.eq(row_flags), row_first.eq(last)]
         out_pipe = Pipeline(m, tree.valid & last, "round")
         row_sum, exp, row_flags, tag = out_pipe.stage(row_sum, exp, row_flags, tag)
+        if self.partnered:
+            m.d.comb += [self.row.sum.eq(row_sum), self.row.special.eq(row_flags)]
+            both = Signal(signed(row_bits), name="pair_sum")
+            both_flags = Signal(3, name="pair_special")
+            m.d.comb += [both.eq(row_sum + Mux(self.add_partner, self.partner.sum, 0)),
+                         both_flags.eq(row_flags | Mux(self.add_partner, self.partner.special, 0))]
+            row_sum, exp, row_flags, tag = out_pipe.stage(both, exp, both_flags, tag)
         value, (tag,) = sum_to_fp32(m, out_pipe, row_sum, exp, row_flags[2], row_flags[0], row_flags[1],
                                     carry=(tag,))
         m.d.comb += [self.o.valid.eq(out_pipe.valid), self.o.payload.value.eq(value), self.o.payload.tag.eq(tag)]

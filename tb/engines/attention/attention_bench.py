@@ -1,7 +1,7 @@
 """attention engine benchmark (part of `make perf`): KV bytes per cycle against the
 port's peak for contexts 128..2048 (8192 for G = 1) and group sizes 1, 4, 8 (d = 128, fp16 cache) at
 a 200-cycle memory latency on a 512-bit port with 32 MAC lanes (ATTN_LANES=64 etc.: other
-lane counts; QUICK=1: 128-bit, 16 lanes), G = 1 at context 512 also at latencies 2 and 64, and decode tokens per second for a
+lane counts; ATTN_PAIRS=1: built with pair_words; QUICK=1: 128-bit, 16 lanes), G = 1 at context 512 also at latencies 2 and 64, and decode tokens per second for a
 Llama-2-7B-like model next to PyTorch attention on this machine's CPU.
 
 Each case is one command: R requests x H KV heads (2 x 2 for the sweep, 4 x 4 for a
@@ -236,14 +236,16 @@ def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out
     from ndpkit_spec.dram import preset
     timing = preset(memory)
     mhz = engine_mhz()
-    engine = AttentionEngine(data_width=width, lanes=lanes)
+    pairs = pair_words()
+    engine = AttentionEngine(data_width=width, lanes=lanes, pair_words=pairs)
     run_bench(Design(EngineHarness(engine, mem_size=mem, memory=memory, engine_mhz=mhz),
-                     f"attention_engine_{width}_{memory}", key=f"w{width} l{lanes} {mem} {memory} {mhz} MHz"),
+                     f"attention_engine_{width}_{memory}",
+                     key=f"w{width} l{lanes} {mem} {memory} {mhz} MHz" + (" pairs" if pairs else "")),
               "tb.engines.attention.attention_bench", params=params)
     rows = json.loads(out.read_text())
     bus = timing.peak_bytes_per_cycle(mhz)
-    print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {lanes} MAC lanes, on {memory} "
-          f"({bus:.1f} B per {mhz} MHz cycle)")
+    print(f"\nattention engine, {width}-bit port ({width // 8} B/cycle), {lanes} MAC lanes"
+          f"{' (pair_words)' if pairs else ''}, on {memory} ({bus:.1f} B per {mhz} MHz cycle)")
     print(f"{'G':>3} {'context':>8} {'cycles':>9} {'KV B/cycle':>11} {'of port':>8} {'of memory':>10}")
     for r in rows:
         r["memory"] = memory
@@ -259,9 +261,15 @@ def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out
         print(f"G = {f['group']}: steady state {f['steady_state_efficiency']:.3f} of the port, fixed "
               f"{f['fixed_cycles_per_command']:.0f} cycles a command (fit over contexts {f['from_contexts']})")
     out.write_text(json.dumps({"engine": rows, "fits": fits, "memory": memory, "engine_mhz": mhz,
-                               "memory_bytes_per_cycle": bus}, indent=2))
+                               "memory_bytes_per_cycle": bus, "pair_words": pairs}, indent=2))
     print(f"wrote {out}")
     return 0
+
+
+def pair_words() -> bool:
+    """ATTN_PAIRS=1: the engine built with ``pair_words`` (two units: odd groups' rows in
+    pairs of words)."""
+    return os.environ.get("ATTN_PAIRS", "0") not in ("", "0")
 
 
 def main() -> int:
@@ -291,9 +299,11 @@ def main() -> int:
     if memory:
         return memory_main(memory, width, lanes, mem, params, out)
     print(f"attention benchmark: building the {width}-bit engine ({lanes} MAC lanes) once")
-    engine = AttentionEngine(data_width=width, lanes=lanes)
+    pairs = pair_words()
+    engine = AttentionEngine(data_width=width, lanes=lanes, pair_words=pairs)
     run_bench(Design(EngineHarness(engine, mem_size=mem), f"attention_engine_{width}",
-                     key=f"w{width} l{lanes} {mem}"), "tb.engines.attention.attention_bench", params=params)
+                     key=f"w{width} l{lanes} {mem}" + (" pairs" if pairs else "")),
+              "tb.engines.attention.attention_bench", params=params)
     every = json.loads(out.read_text())
     comparison = paged_report([r for r in every if r.get("paged_comparison")], width, lanes)
     every = [r for r in every if not r.get("paged_comparison")]

@@ -19,8 +19,11 @@ from ndpkit.arith import fp
 from ndpkit_spec.engines.attention import BLOCK as ATTENTION
 from ndpkit_tools.sim.bench import bench_params, engine_bench
 
-# w128l32: two units (H = 2, passes over them); w128l16 (one unit, the sim card's) under make sim
+# w128l32: two units (H = 2, passes over them); w128l32pairs: the same with odd groups' rows in
+# pairs of words (pair_words); w128l16 (one unit, the sim card's) under make sim
 CONFIGS = {"w128l32": {"data_width": 128, "lanes": 32, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3},
+           "w128l32pairs": {"data_width": 128, "lanes": 32, "max_burst_bytes": 1024, "stall_per_256": 40,
+                            "stall": 0.3, "pair_words": True},
            "w128l16": {"data_width": 128, "lanes": 16, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3},
            # the card build: a d = 64 row is two bus words here
            "w512l32": {"data_width": 512, "lanes": 32, "max_burst_bytes": 4096, "stall_per_256": 40, "stall": 0.3}}
@@ -223,7 +226,10 @@ async def attention_engine(dut):
     shapes = [dict(group=1, d=64, kv_heads=1, q_fmt=F.FP16, kv_fmt=F.FP16, out_fmt=F.FP32, requests=1),
               dict(group=4, d=128, kv_heads=2, q_fmt=F.FP32, kv_fmt=F.BF16, out_fmt=F.FP16, requests=3),
               dict(group=3, d=64, kv_heads=1, q_fmt=F.BF16, kv_fmt=F.FP16, out_fmt=F.BF16, requests=2),
-              dict(group=1, d=128, kv_heads=3, q_fmt=F.FP16, kv_fmt=F.FP16, out_fmt=F.FP32, requests=2)]
+              dict(group=1, d=128, kv_heads=3, q_fmt=F.FP16, kv_fmt=F.FP16, out_fmt=F.FP32, requests=2),
+              # odd groups of up to seven: a pass a head on a pair_words build
+              dict(group=7, d=128, kv_heads=1, q_fmt=F.FP16, kv_fmt=F.BF16, out_fmt=F.FP32, requests=1),
+              dict(group=5, d=64, kv_heads=2, q_fmt=F.FP32, kv_fmt=F.FP16, out_fmt=F.FP16, requests=1)]
     for shape in shapes:
         fields, image, _ = _batch(rng, word, **shape)
         await _run(p, source, sink, memory, fields, image, tag)
@@ -297,12 +303,14 @@ async def attention_engine(dut):
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("config", [c if c == "w128l32" else pytest.param(c, marks=pytest.mark.long) for c in CONFIGS])
+@pytest.mark.parametrize("config", [c if c.startswith("w128l32") else pytest.param(c, marks=pytest.mark.long)
+                                    for c in CONFIGS])
 def test_attention_engine(config):
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_hw.engines.attention.engine import AttentionEngine
     from ndpkit_hw.engines.harness import EngineHarness
     c = CONFIGS[config]
-    engine = AttentionEngine(data_width=c["data_width"], lanes=c["lanes"], max_burst_bytes=c["max_burst_bytes"])
+    engine = AttentionEngine(data_width=c["data_width"], lanes=c["lanes"], max_burst_bytes=c["max_burst_bytes"],
+                             pair_words=c.get("pair_words", False))
     run_bench(Design(EngineHarness(engine, mem_size=MEM, stall_per_256=c["stall_per_256"]), "attention_engine",
                      key=f"{c} {MEM}", quick_build=True), __name__, params=c)

@@ -36,6 +36,13 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
   after a head's last block ``out = o * (1 / l)`` (a reciprocal a query head, the
   products on the fold's fmas), narrowed, packed into output words.
 
+``pair_words`` (a build of two units): an odd group of up to seven heads takes a pass a
+head, each row's words in pairs, unit 0 the even words and unit 1 the odd ones
+(:func:`~ndpkit_hw.engines.attention.rows.pairs_mode`): G half-rows a row, not G + 1
+(the rows' second read ports, a KeyAlign of twice the lanes, a second set of V
+converters).  The arithmetic is the same: unit 0's dot product adds unit 1's row
+integer before its one rounding, and each column group is summed in one unit.
+
 K of block n + 1 streams while V of block n is consumed and block n - 1's partials are
 merged, so the memory port, not the arithmetic, bounds the engine when G <= H.
 
@@ -46,13 +53,14 @@ events move and their ``free`` / ``scored`` / ``weighing`` inputs read.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.attention import MAX_GROUP
 from ndpkit_hw.engines.attention.epilogue import MAX_DIM, OUT_SPACE, Epilogue, epilogue_serial, epilogue_width
 from ndpkit_hw.engines.attention.qload import QueryBanks
+from ndpkit_hw.engines.attention.rows import pairs_mode, pairs_supported
 from ndpkit_hw.engines.attention.score import ScoreSide
 from ndpkit_hw.engines.attention.sweep import SoftmaxSweep
 from ndpkit_hw.engines.attention.value import ValueSide
@@ -93,8 +101,11 @@ class AttentionDatapath(wiring.Component):
     bytes a row); ``out``: the output words, on the credit ``out_space`` (the epilogue's).
     ``head_dim128``, ``group``, the formats and ``scale`` are held for a whole command."""
 
-    def __init__(self, *, data_width: int = 512, lanes: int = 32, token_bits: int = 26):
+    def __init__(self, *, data_width: int = 512, lanes: int = 32, token_bits: int = 26, pair_words: bool = False):
         self.columns, self.units = lane_shape(data_width, lanes)
+        if pair_words and not pairs_supported(self.units):
+            raise ValueError(f"pair_words needs two units: {lanes} lanes at {data_width} bits make {self.units}")
+        self.pair_words = pair_words
         self.token_bits = token_bits
         self.epilogue_width, self.epilogue_serial = epilogue_width(lanes), epilogue_serial(lanes)
         self.data_width, self.lanes = data_width, lanes
@@ -119,14 +130,17 @@ class AttentionDatapath(wiring.Component):
         W, C, H = self.data_width, self.columns, self.units
         shape = dict(data_width=W, columns=C, units=H)
         m.submodules.q_banks = q_banks = QueryBanks(**shape)
-        m.submodules.score = score = ScoreSide(**shape, token_bits=self.token_bits)
+        m.submodules.score = score = ScoreSide(**shape, token_bits=self.token_bits, pair_words=self.pair_words)
         m.submodules.sweep = sweep = SoftmaxSweep(units=H)
-        m.submodules.value = value = ValueSide(**shape, token_bits=self.token_bits,
+        m.submodules.value = value = ValueSide(**shape, token_bits=self.token_bits, pair_words=self.pair_words,
                                                shared_sums=sums_shared(self.epilogue_serial, H))
         m.submodules.epilogue = ep = Epilogue(**shape, width=self.epilogue_width, serial=self.epilogue_serial,
                                               flush_latency=value.flush_latency())
         for part in (q_banks, score, value, ep):
             m.d.comb += [part.head_dim128.eq(self.head_dim128), part.group.eq(self.group)]
+        pairs = pairs_mode(m, self.group, H) if self.pair_words else Const(0)
+        for part in (q_banks, score, sweep, value, ep):
+            m.d.comb += part.pairs.eq(pairs)
         m.d.comb += [sweep.group.eq(self.group), q_banks.q_format.eq(self.q_format),
                      ep.out_format.eq(self.out_format), score.scale.eq(self.scale)]
         for part in (q_banks, score, value):

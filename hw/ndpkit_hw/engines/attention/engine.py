@@ -94,7 +94,7 @@ class _Issuer:
 
 class AttentionEngine(CommandEngine):
     def __init__(self, *, addr_width: int = 32, data_width: int = 512, max_burst_bytes: int = 4096,
-                 max_outstanding: int = 8, lanes: int = 32):
+                 max_outstanding: int = 8, lanes: int = 32, pair_words: bool = False):
         super().__init__(ATTENTION, addr_width=addr_width, data_width=data_width, max_burst_bytes=max_burst_bytes,
                          max_outstanding=max_outstanding, reads=READS, writes=WRITES, writer_commands=8,
                          light=LIGHT, writer_options=writer_options(data_width), checked=False)
@@ -102,7 +102,8 @@ class AttentionEngine(CommandEngine):
         # checks passed -- the table, a request's q, K, V, new rows, block table and out --
         # so the burst engines do not compare each one with the window again)
         # (a head's tokens: its rows, at least 128 bytes each, lie in the address space)
-        self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes, token_bits=addr_width - 6)
+        self.datapath = AttentionDatapath(data_width=data_width, lanes=lanes, token_bits=addr_width - 6,
+                                          pair_words=pair_words)
 
     def elaborate(self, platform):
         m = Module()

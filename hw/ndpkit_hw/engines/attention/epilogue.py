@@ -141,7 +141,7 @@ class Epilogue(wiring.Component):
             "out": Out(stream.Signature(data_width, always_ready=True)),
             "out_space": In(range(OUT_SPACE + 1)),
             "head_dim128": In(1),
-            "group": In(range(MAX_GROUP + 1)),
+            "group": In(range(MAX_GROUP + 1)), "pairs": In(1),
             "out_format": In(2),
             "idle": Out(1),
         })
@@ -160,10 +160,13 @@ class Epilogue(wiring.Component):
         """The flush of partial ``r`` of column group ``grp`` of query head ``g``."""
         GROUPS = self._groups()
         h_bits = log2_exact(self.units, "units")
+        # (pairs: the head's pass is its index, its even column groups in unit 0's sums and
+        # its odd ones in unit 1's, at the pair's index)
         m.d.comb += [self.flush.valid.eq(valid),
-                     self.flush.payload.slot.eq(sums_slot(g >> h_bits, grp, r, GROUPS)),
+                     self.flush.payload.slot.eq(Mux(self.pairs, sums_slot(g, grp >> 1, r, GROUPS),
+                                                    sums_slot(g >> h_bits, grp, r, GROUPS))),
                      self.flush.payload.bank.eq(job.b),
-                     self.flush.payload.unit.eq(g[:h_bits] if self.units > 1 else 0)]
+                     self.flush.payload.unit.eq(Mux(self.pairs, grp[0], g[:h_bits]) if self.units > 1 else 0)]
 
     def _registered_lanes(self, m: Module, job, partials, start, row_groups):
         """E lanes a cycle: a group's four partials flushed on four consecutive cycles into
@@ -395,8 +398,10 @@ class Epilogue(wiring.Component):
         m.d.comb += o_rp.addr.eq(Mux(finishing, final_g * (MAX_DIM // E) + final_w, o_at))
         m.d.comb += l_fold_rp.addr.eq(rtag.g)
         h_bits = log2_exact(H, "units")
-        m.d.comb += self.corr_addr.eq(corr_address(rtag.g[h_bits:], job.b, generation.bit_select(job.b, 1), H))
-        corr = self.corr_data[rtag.g[:h_bits]] if H > 1 else self.corr_data[0]
+        # (pairs: every head's corrections are unit 0's, at the head's pass)
+        m.d.comb += self.corr_addr.eq(corr_address(Mux(self.pairs, rtag.g, rtag.g[h_bits:]), job.b,
+                                                   generation.bit_select(job.b, 1), H))
+        corr = Mux(self.pairs, self.corr_data[0], self.corr_data[rtag.g[:h_bits]]) if H > 1 else self.corr_data[0]
         # (after a head's last block the same fmas give the outputs, fma(o, 1 / l, -0): in
         # state FINAL, ``finishing``, its operands are o, the query head's reciprocal and -0)
         fdf = Dataflow(m, "fold", platform)

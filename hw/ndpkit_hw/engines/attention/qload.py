@@ -35,7 +35,9 @@ class QueryBanks(wiring.Component):
     Query head ``g`` goes to unit ``g mod units`` (pass ``g // units``), element ``i``
     to lane ``i mod columns`` of the row's column group ``i // columns``: bank ``b``
     holds at ``((b * max_passes + pass) * groups + i // columns)`` a unit's ``columns``
-    elements with the row's exponent (:func:`q_row_layout`).
+    elements with the row's exponent (:func:`q_row_layout`).  With ``pairs`` (held; two
+    units), head ``g`` is pass ``g`` and column group ``k`` goes to unit ``k mod 2`` at
+    ``k // 2``, the row's exponent to both units.
 
     ``full``: the banks the score side has not finished with (a bank is filled only when
     it is not); ``loaded``: the bank whose group has just gone in (a pulse);
@@ -50,7 +52,8 @@ class QueryBanks(wiring.Component):
         self.depth = 2 * self.max_passes * self.groups
         super().__init__({
             "q": In(stream.Signature(data_width)),
-            "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)), "q_format": In(2), "kv_format": In(2),
+            "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)), "pairs": In(1), "q_format": In(2),
+            "kv_format": In(2),
             "full": In(2), "loaded": Out(2), "busy": Out(1),
             "read_addr": In(range(self.depth)), "read_data": Out(data.ArrayLayout(q_row_layout(columns), units))})
 
@@ -155,12 +158,15 @@ class QueryBanks(wiring.Component):
         gathered = Signal(lane_bits * C)
         with m.If(conv.valid):
             m.d.sync += gathered.word_select(i_c[:c_bits], lane_bits).eq(lane)
+        # (pairs: head g in pass g, its even column groups in unit 0's lanes and its odd
+        # ones in unit 1's, at the pair's index; its exponent to both units)
         row_at = Signal(range(2 * PM))
-        m.d.comb += row_at.eq(bank_c * PM + (g_c >> h_bits))
+        m.d.comb += row_at.eq(bank_c * PM + Mux(self.pairs, g_c, g_c >> h_bits))
+        column_group = i_c >> c_bits
         put = Pipeline(m, conv.valid & (i_c[:c_bits] == C - 1), "qput")
         addr_w, row_w, unit_w, end_w, last_w, bank_w, exp_w = put.stage(
-            (row_at * GROUPS) + (i_c >> c_bits), row_at, g_c[:h_bits] if H > 1 else Const(0, 1), end_c,
-            last_c, bank_c, exp_c)
+            (row_at * GROUPS) + Mux(self.pairs, column_group >> 1, column_group), row_at,
+            Mux(self.pairs, column_group[0], g_c[:h_bits]) if H > 1 else Const(0, 1), end_c, last_c, bank_c, exp_c)
         for h in range(H):
             # the lanes in block RAM (16 of 22 bits: five 72-bit RAMs), the rows' exponents
             # beside them in a small memory read with the same timing
@@ -171,7 +177,8 @@ class QueryBanks(wiring.Component):
             exp_wp, exp_rp = exps.write_port(), exps.read_port()
             write = put.valid & (unit_w == h)
             m.d.comb += [wp.addr.eq(addr_w), wp.data.eq(gathered), wp.en.eq(write),
-                         exp_wp.addr.eq(row_w), exp_wp.data.eq(exp_w), exp_wp.en.eq(write & end_w),
+                         exp_wp.addr.eq(row_w), exp_wp.data.eq(exp_w),
+                         exp_wp.en.eq(put.valid & end_w & ((unit_w == h) | self.pairs)),
                          rp.addr.eq(self.read_addr), exp_rp.addr.eq(self.read_addr >> log2_exact(GROUPS, "groups")),
                          self.read_data[h].q.eq(rp.data), self.read_data[h].exp.eq(exp_rp.data)]
         m.d.comb += self.loaded.eq(Mux(put.valid & last_w, 1 << bank_w, 0))

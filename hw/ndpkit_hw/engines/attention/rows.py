@@ -14,19 +14,40 @@ from ndpkit_hw.arith.fp_common import Pipeline
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.engines.attention.epilogue import MAX_DIM
 
-__all__ = ["RowSide", "RowBuffer", "memory_ports", "register_file", "pass_count", "serves"]
+__all__ = ["RowSide", "RowBuffer", "memory_ports", "register_file", "pass_count", "serves", "pairs_mode",
+           "pairs_supported"]
 
 
-def pass_count(m: Module, group, units: int) -> Signal:
-    """The passes ``ceil(group / units)`` each row takes, as a signal."""
+def pass_count(m: Module, group, units: int, pairs=Const(0)) -> Signal:
+    """The passes each row takes, as a signal: ``ceil(group / units)``, or with ``pairs``
+    (see :func:`pairs_mode`) one a query head."""
     passes = Signal(range(MAX_GROUP // units + 1))
-    m.d.comb += passes.eq((group + units - 1) >> log2_exact(units, "units"))
+    m.d.comb += passes.eq(Mux(pairs, group, (group + units - 1) >> log2_exact(units, "units")))
     return passes
 
 
-def serves(j, h: int, group, units: int):
-    """Unit ``h``'s pass ``j`` has a query head of the group."""
-    return ((j << log2_exact(units, "units")) + h) < group
+def serves(j, h: int, group, units: int, pairs=Const(0)):
+    """Unit ``h``'s pass ``j`` has a query head of the group (with ``pairs``, unit 0's
+    does: the head's scores and weights are unit 0's)."""
+    return Mux(pairs, (h == 0) & (j < group), ((j << log2_exact(units, "units")) + h) < group)
+
+
+def pairs_supported(units: int) -> bool:
+    """Whether a build of ``units`` units can take a row's words in pairs (two units, a
+    bus word a beat: :func:`pairs_mode`)."""
+    return units == 2
+
+
+def pairs_mode(m: Module, group, units: int) -> Signal:
+    """Whether a command's rows go through the two units as pairs of words: each pass
+    one query head, unit 0 taking the row's even words and unit 1 its odd ones (unit 0's
+    dot product adds unit 1's row integer before its rounding, unit 1 weighs its
+    columns with unit 0's weights).  For an odd group of fewer heads than the passes the
+    memories hold: a pass a head takes G half-rows where heads two at a time take G + 1
+    (G = 7: 3.5 words' time a word, not 4).  Registered: ``group`` is held for a command."""
+    pairs = Signal(name="pairs")
+    m.d.sync += pairs.eq(group[0] & (group < MAX_GROUP // units))
+    return pairs
 
 
 def memory_ports(m: Module, name: str, shape, depth: int):
@@ -72,6 +93,7 @@ class RowBuffer:
         depth = 4 * max_words * S if S > 1 else 2 * max_words
         mem = Memory(shape=beat_bits, depth=depth, init=[])
         m.submodules[f"{name}_rows"] = mem
+        self._mem = mem
         wp, self._rp = mem.write_port(), mem.read_port()
         self.full = Signal(n, name=f"{name}_full")
         held = Signal(n, name=f"{name}_held")          # the slot has a row the reader has not released
@@ -148,6 +170,16 @@ class RowBuffer:
         m.d.comb += self._rp.addr.eq(self._address(self.read_slot, word, beat))
         return self._rp.data
 
+    def read_pair(self, m: Module, word, pairs):
+        """Two words of the slot being read, a cycle later (words of one beat): with
+        ``pairs``, words ``2 word`` and ``2 word + 1``, else word ``word`` twice (a second
+        read port)."""
+        assert self._beats == 1, "pairs of words are read where a word is a beat"
+        second = self._mem.read_port()
+        m.d.comb += [self._rp.addr.eq(self._address(self.read_slot, Mux(pairs, word << 1, word), 0)),
+                     second.addr.eq(self._address(self.read_slot, Mux(pairs, (word << 1) | 1, word), 0))]
+        return self._rp.data, second.data
+
 
 class RowSide(wiring.Component):
     """A side that streams K or V rows through ``units`` units of ``columns`` lanes: a
@@ -156,8 +188,10 @@ class RowSide(wiring.Component):
     group of query heads takes ``max_passes`` passes at most.  Subclasses add their
     ports to :meth:`members`."""
 
-    def __init__(self, *, data_width: int, columns: int, units: int, token_bits: int = 32):
-        self.data_width, self.columns, self.units = data_width, columns, units
+    def __init__(self, *, data_width: int, columns: int, units: int, token_bits: int = 32, pair_words: bool = False):
+        if pair_words and not pairs_supported(units):
+            raise ValueError(f"pairs of words need two units, not {units}")
+        self.data_width, self.columns, self.units, self.pair_words = data_width, columns, units, pair_words
         self.token_bits = token_bits                       # a head's token count (jobs)
         self.elements = data_width // 16                   # P
         self.beats = self.elements // columns              # S: beats a word
@@ -170,13 +204,23 @@ class RowSide(wiring.Component):
         """The ports both sides have: ``jobs`` (a KV head's token count, ``token_bits`` wide), the fields held
         for a command, ``busy``."""
         return {"jobs": In(stream.Signature(self.token_bits)), "head_dim128": In(1), "group": In(range(MAX_GROUP + 1)),
-                "kv_format": In(2), "busy": Out(1)}
+                "pairs": In(1), "kv_format": In(2), "busy": Out(1)}
 
     def row_stream(self, m: Module, name: str, words: stream.Interface, bf16=None):
-        """The side's row buffer on ``words`` (``bf16``: see :class:`RowBuffer`), R (the bus
-        words of a row at the command's head dimension) and the passes each row takes."""
+        """The side's row buffer on ``words`` (``bf16``: see :class:`RowBuffer`), the beats'
+        cursor's words a row (R, the bus words of a row at the command's head dimension;
+        R / 2 pairs with ``pairs``) and the passes each row takes."""
         buffer = RowBuffer(m, name, words, ~self.head_dim128, self.row_words, self.data_width, bf16, self.beats)
-        return buffer, buffer.rows_words, pass_count(m, self.group, self.units)
+        rows_words = Mux(self.pairs, buffer.rows_words >> 1, buffer.rows_words) if self.pair_words \
+            else buffer.rows_words
+        return buffer, rows_words, pass_count(m, self.group, self.units, self.pairs)
+
+    def read_beat(self, m: Module, buffer: RowBuffer, word, beat):
+        """The beat the cursor names, a cycle later, for each unit: with ``pair_words`` unit
+        1 reads the pair's second word (:meth:`RowBuffer.read_pair`)."""
+        if self.pair_words:
+            return buffer.read_pair(m, word, self.pairs)
+        return (buffer.read(m, word, beat),) * self.units
 
     def row_end(self, beat, word, rows_words):
         """The beat is a row's last (of its pass)."""

@@ -28,20 +28,32 @@ class ScoreDots(wiring.Component):
     exponent, :func:`~ndpkit_hw.engines.attention.qload.q_row_layout`) comes back on
     ``q_data`` a cycle later, where the beat meets it in each unit's
     :class:`~ndpkit_hw.arith.blockfloat.FixedDot`.  ``o``: each unit's binary32 sum of a
-    row with the row's tag (valid only); ``room`` as KeyAlign's; ``bf16`` (held)."""
+    row with the row's tag (valid only); ``room`` as KeyAlign's; ``bf16`` (held).
 
-    def __init__(self, *, columns: int, units: int, max_row_beats: int, tag_width: int, q_depth: int):
-        self.columns, self.units = columns, units
-        self.align = KeyAlign(lanes=columns, max_row_beats=max_row_beats,
+    ``pair_words`` (two units): a beat is two words' ``columns`` elements each, the
+    first for unit 0 and the second for unit 1, aligned together (one KeyAlign of twice
+    the lanes: the row's largest exponent over both); with ``pairs`` (held) unit 0's sum
+    adds unit 1's row integer before its rounding (both units' beats are one head's
+    row), else each unit's beat is the same word (the caller reads it twice)."""
+
+    def __init__(self, *, columns: int, units: int, max_row_beats: int, tag_width: int, q_depth: int,
+                 pair_words: bool = False):
+        self.columns, self.units, self.pair_words = columns, units, pair_words
+        words = 2 if pair_words else 1
+        self.align = KeyAlign(lanes=words * columns, max_row_beats=max_row_beats,
                               tag_width=tag_width + (q_depth - 1).bit_length())
-        self.dots = [FixedDot(lanes=columns, max_row_beats=max_row_beats, tag_width=tag_width) for _ in range(units)]
-        beat = data.StructLayout({"k": data.ArrayLayout(16, columns), "last": 1, "tag": tag_width,
+        self.dots = [FixedDot(lanes=columns, max_row_beats=max_row_beats, tag_width=tag_width,
+                              partnered=pair_words) for _ in range(units)]
+        beat = data.StructLayout({"k": data.ArrayLayout(16, words * columns), "last": 1, "tag": tag_width,
                                   "q_addr": range(q_depth)})
-        super().__init__({
+        members = {
             "i": In(stream.Signature(beat)), "room": Out(1), "bf16": In(1),
             "q_addr": Out(range(q_depth)), "q_data": In(data.ArrayLayout(q_row_layout(columns), units)),
             "o": Out(stream.Signature(data.ArrayLayout(self.dots[0].o.payload.shape(), units), always_ready=True)),
-        })
+        }
+        if pair_words:
+            members["pairs"] = In(1)
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -56,13 +68,19 @@ class ScoreDots(wiring.Component):
         aligned = Signal.like(align.o.payload)
         aligned_valid = Signal()
         m.d.sync += [aligned.eq(align.o.payload), aligned_valid.eq(align.o.valid)]
+        C = self.columns
         for h, dot in enumerate(self.dots):
             m.submodules[f"fixed_dot{h}"] = dot
+            first = C if self.pair_words and h == 1 else 0
+            k = Cat(*[aligned.k[first + c] for c in range(C)])
             m.d.comb += [dot.bf16.eq(self.bf16), dot.i.valid.eq(aligned_valid),
                          dot.i.payload.q.eq(self.q_data[h].q), dot.i.payload.q_exp.eq(self.q_data[h].exp),
-                         dot.i.payload.k.eq(aligned.k), dot.i.payload.k_exp.eq(aligned.exp),
+                         dot.i.payload.k.eq(k), dot.i.payload.k_exp.eq(aligned.exp),
                          dot.i.payload.last.eq(aligned.last), dot.i.payload.tag.eq(aligned.tag[:tag_width]),
                          self.o.payload[h].eq(dot.o.payload)]
+        if self.pair_words:
+            m.d.comb += [self.dots[0].partner.eq(self.dots[1].row), self.dots[0].add_partner.eq(self.pairs),
+                         self.dots[1].partner.eq(0), self.dots[1].add_partner.eq(0)]
         m.d.comb += self.o.valid.eq(self.dots[0].o.valid)        # (the units' pipelines are alike)
         return m
 
@@ -118,9 +136,11 @@ class ScoreSide(RowSide):
                          k_first_block.eq(1)]
         ScoreTag = data.StructLayout({"t": range(BLOCK), "j": range(PM), "b": 1, "block_end": 1, "row0": 1})
         m.submodules.dots = dots = ScoreDots(columns=C, units=H, max_row_beats=GROUPS, tag_width=ScoreTag.size,
-                                             q_depth=2 * PM * GROUPS)
+                                             q_depth=2 * PM * GROUPS, pair_words=self.pair_words)
         m.d.comb += [dots.bf16.eq(self.kv_format == KvFormat.BF16), self.q_addr.eq(dots.q_addr),
                      dots.q_data.eq(self.q_data)]
+        if self.pair_words:
+            m.d.comb += dots.pairs.eq(self.pairs)
         block_start = (k_t == 0) & (k_j == 0) & (k_w == 0) & (k_c == 0)
         k_issue = Signal()
         m.d.comb += k_issue.eq(k_active & k_rows.ready & self.q_full.bit_select(k_qbank, 1) & dots.room &
@@ -142,7 +162,8 @@ class ScoreSide(RowSide):
                     m.d.sync += [k_active.eq(0), k_qbank.eq(~k_qbank)]
                     m.d.comb += self.q_release.eq(1 << k_qbank)
         # the beat a cycle later, read from the row buffer, into the dot products
-        k_beat = k_rows.read(m, k_w, k_c)
+        words = self.read_beat(m, k_rows, k_w, k_c)
+        k_beat = Cat(*words) if self.pair_words else words[0]
         tag = Signal(ScoreTag)
         m.d.comb += [tag.t.eq(k_t), tag.j.eq(k_j), tag.b.eq(k_b), tag.block_end.eq(k_last_row_block),
                      tag.row0.eq(k_row0)]
@@ -165,7 +186,7 @@ class ScoreSide(RowSide):
             s_valid = sdf.at(sdf.input(dots.o.valid), s.time)
             wp, rp = memory_ports(m, f"score_mem{h}", 32, 2 * PM * BLOCK)
             m.d.comb += [wp.addr.eq((s_tag.b * PM + s_tag.j) * BLOCK + s_tag.t), wp.data.eq(s.value),
-                         wp.en.eq(s_valid & serves(s_tag.j, h, self.group, H)),
+                         wp.en.eq(s_valid & serves(s_tag.j, h, self.group, H, self.pairs)),
                          rp.addr.eq(self.score_addr), self.score_data[h].eq(rp.data)]
             # per pass: the running maximum and the one at the last block's end
             run_wp, run_rp = register_file(m, f"m_run{h}", 32, PM)

@@ -25,7 +25,8 @@ class SoftmaxSweep(wiring.Component):
     unit's weight memory at ``(bank * max_passes + pass) * 128 + row``
     (``pk_addr``/``pk_data``: every unit's weight there, a cycle later); ``swept``
     counts the bank's rows done, so the value side follows a row behind; ``done`` names
-    the bank when its last weight is in.  The scores and maxima come from the score
+    the bank when its last weight is in (with ``pairs``, a pass a query head: unit 0
+    sweeps, and unit 1's ``pk_data`` is unit 0's).  The scores and maxima come from the score
     side's read ports (``score_addr`` / ``score_data`` a cycle later, ``max_addr`` /
     ``m_new``, ``m_old`` the same cycle).
 
@@ -51,14 +52,14 @@ class SoftmaxSweep(wiring.Component):
             "corr_addr": In(range(4 * PM)), "corr_data": Out(data.ArrayLayout(32, units)),
             "swept": Out(data.ArrayLayout(range(BLOCK + 1), 2)),
             "pk_addr": In(range(2 * PM * BLOCK)), "pk_data": Out(data.ArrayLayout(PK_BITS, units)),
-            "group": In(range(MAX_GROUP + 1)),
+            "group": In(range(MAX_GROUP + 1)), "pairs": In(1),
             "busy": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         H, PM = self.units, self.max_passes
-        passes = pass_count(m, self.group, H)
+        passes = pass_count(m, self.group, H, self.pairs)
         sw_active, sw_b = self.busy, Signal()
         sw_j, sw_t = Signal(range(PM)), Signal(range(BLOCK + 1))     # sw_t == 0: corr
         sw_issue, sw_end = Signal(), Signal()
@@ -80,6 +81,7 @@ class SoftmaxSweep(wiring.Component):
             m.d.sync += [sw_b.eq(~sw_b), generation.eq(generation ^ (1 << sw_b))]
         is_corr = sw_t == 0
         m.d.comb += [self.score_addr.eq((sw_b * PM + sw_j) * BLOCK + (sw_t - 1)), self.max_addr.eq(Cat(sw_j, sw_b))]
+        pk_read = []
         for h in range(H):
             xdf = Dataflow(m, f"softmax{h}", platform)
             arg = Timed(Mux(xdf.at(xdf.input(is_corr), 1), xdf.at(xdf.input(self.m_old[h]), 1), self.score_data[h]), 1)
@@ -94,8 +96,11 @@ class SoftmaxSweep(wiring.Component):
                      ("end", sw_end), ("generation", generation.bit_select(sw_b, 1)))}
             wp, rp = memory_ports(m, f"pk_mem{h}", PK_BITS, 2 * PM * BLOCK)
             m.d.comb += [wp.addr.eq((x_at["b"] * PM + x_at["j"]) * BLOCK + x_at["t"]), wp.data.eq(pk_value),
-                         wp.en.eq(x_at["valid"] & ~x_at["corr"] & serves(x_at["j"], h, self.group, H)),
-                         rp.addr.eq(self.pk_addr), self.pk_data[h].eq(rp.data)]
+                         wp.en.eq(x_at["valid"] & ~x_at["corr"] & serves(x_at["j"], h, self.group, H, self.pairs)),
+                         rp.addr.eq(self.pk_addr)]
+            # (with pairs, unit 1 weighs its words of unit 0's head with unit 0's weights)
+            pk_read.append(rp.data)
+            m.d.comb += self.pk_data[h].eq(Mux(self.pairs, pk_read[0], rp.data) if h else rp.data)
             # this unit's query heads' corrections (a distributed RAM, not a register a head and bank)
             corr_wp, corr_rp = register_file(m, f"corr{h}", 32, 4 * PM)
             m.d.comb += [corr_wp.addr.eq(corr_address(x_at["j"], x_at["b"], x_at["generation"], H)),

@@ -101,7 +101,7 @@ class ValueSide(RowSide):
             m.d.comb += v_issue.eq(v_want & ~line[1][0])
         else:
             m.d.comb += v_issue.eq(v_want)
-        rows = WeightedRows(columns=C, units=H, shared_read=self.shared_sums)
+        rows = WeightedRows(columns=C, units=H, shared_read=self.shared_sums, pair_words=self.pair_words)
         m.submodules.weighted_rows = rows
         ends = fifo.SyncFIFOBuffered(width=EpilogueJob.size, depth=4)          # blocks for the epilogue
         m.submodules.block_ends = ends
@@ -156,7 +156,7 @@ class ValueSide(RowSide):
         m.d.comb += self.busy.eq(~value_fsm.ongoing("IDLE") | ends.r_rdy)
         # the beat a cycle later: read from the row buffer, its row's largest exponent field and each unit's
         # weight read from memory
-        v_beat = v_rows.read(m, v_w, v_c)
+        v_words = self.read_beat(m, v_rows, v_w, v_c)
         Beat = data.StructLayout({"slot": range(slot_count(C, H)), "b": 1, "fresh": 1,
                                   "first_group": 1, "j": range(PM), "field": 8})
         vb = Signal(Beat)
@@ -165,11 +165,14 @@ class ValueSide(RowSide):
                      vb.first_group.eq((v_w == 0) & (v_c == 0)), vb.j.eq(v_j), vb.field.eq(v_rows.field),
                      vb.slot.eq(sums_slot(v_j, v_w * S + v_c, v_t[:log2_exact(PARTIALS, "partials")], GROUPS))]
         m.d.comb += self.pk_addr.eq((v_b * PM + v_j) * BLOCK + v_t)
-        m.d.comb += [rows.bf16.eq(bf16), rows.i.valid.eq(vb_valid), rows.i.payload.v.eq(v_beat),
+        m.d.comb += [rows.bf16.eq(bf16), rows.i.valid.eq(vb_valid), rows.i.payload.v.eq(v_words[0]),
                      rows.i.payload.field.eq(vb.field), rows.i.payload.pk.eq(self.pk_data),
-                     rows.i.payload.units.eq(Cat(*[serves(vb.j, h, self.group, H) for h in range(H)])),
+                     # (pairs: both units take every beat, each its word of the pass's head)
+                     rows.i.payload.units.eq(Cat(*[serves(vb.j, h, self.group, H) | self.pairs for h in range(H)])),
                      rows.i.payload.total.eq(vb.first_group), rows.i.payload.slot.eq(vb.slot),
                      rows.i.payload.bank.eq(vb.b), rows.i.payload.fresh.eq(vb.fresh)]
+        if self.pair_words:
+            m.d.comb += rows.i.payload.v_second.eq(v_words[1])
         m.d.comb += [rows.flush.valid.eq(flush[0]), rows.flush.payload.eq(flush[1:])]
         wiring.connect(m, rows.state, wiring.flipped(self.state))
         return m
@@ -186,18 +189,23 @@ class WeightedRows(wiring.Component):
     FLUSH_LATENCY` cycles later).  ``bf16`` (held): the format.  A unit's memory has
     :func:`~ndpkit_hw.engines.attention.epilogue.slot_count` slots, to a power of two;
     ``shared_read``: see :class:`~ndpkit_hw.arith.blockfloat.WeightedSums` (a flush
-    never in a beat's cycle)."""
+    never in a beat's cycle).  ``pair_words`` (two units): the beat has a second word's
+    elements (``v_second``), unit 1's (its own converters; the caller gives the same word
+    twice where the units share one)."""
 
-    def __init__(self, *, columns: int, units: int, shared_read: bool = False):
-        self.columns, self.units = columns, units
+    def __init__(self, *, columns: int, units: int, shared_read: bool = False, pair_words: bool = False):
+        self.columns, self.units, self.pair_words = columns, units, pair_words
         slots = 1 << (slot_count(columns, units) - 1).bit_length()
         # half the units' sums in block RAM (UltraScale+): a card of instances of many lanes
         # runs out of UltraRAM first otherwise, with block RAM to spare
         self.sums = [WeightedSums(lanes=columns, slots=slots, shared_read=shared_read, ultra=h < -(-units // 2))
                      for h in range(units)]
-        beat = data.StructLayout({"v": data.ArrayLayout(16, columns), "field": 8,
-                                  "pk": data.ArrayLayout(PK_BITS, units), "units": units, "total": 1,
-                                  "slot": range(slots), "bank": 1, "fresh": 1})
+        fields = {"v": data.ArrayLayout(16, columns), "field": 8,
+                  "pk": data.ArrayLayout(PK_BITS, units), "units": units, "total": 1,
+                  "slot": range(slots), "bank": 1, "fresh": 1}
+        if pair_words:
+            fields["v_second"] = data.ArrayLayout(16, columns)
+        beat = data.StructLayout(fields)
         super().__init__({
             "i": In(stream.Signature(beat, always_ready=True)), "bf16": In(1),
             "flush": In(stream.Signature(flush_layout(columns, units), always_ready=True)),
@@ -207,12 +215,16 @@ class WeightedRows(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         C, beat = self.columns, self.i.payload
-        lanes = []
-        for c in range(C):
-            pipe = Pipeline(m, self.i.valid, f"v_lane{c}")
-            v = decompose(m, beat.v[c], self.bf16, f"v{c}")
-            fixed, _ = to_block_fixed(m, pipe, v, beat.field, V_BITS, self.bf16, magnitude=True)
-            lanes.append(fixed)
+        words = [(beat.v, "")] + ([(beat.v_second, "second_")] if self.pair_words else [])
+        word_lanes = []
+        for word, name in words:
+            lanes = []
+            for c in range(C):
+                pipe = Pipeline(m, self.i.valid, f"{name}v_lane{c}")
+                v = decompose(m, word[c], self.bf16, f"{name}v{c}")
+                fixed, _ = to_block_fixed(m, pipe, v, beat.field, V_BITS, self.bf16, magnitude=True)
+                lanes.append(fixed)
+            word_lanes.append(lanes)
         # the rest of the beat alongside, with the row's exponent, to meet the elements X_LAG
         # cycles behind it in the units
         v_exp = Signal(EXP_SHAPE)
@@ -229,6 +241,7 @@ class WeightedRows(wiring.Component):
                          unit.i.payload.p.eq(ab.pk[h]), unit.i.payload.v_exp.eq(ab_exp),
                          unit.i.payload.total.eq(ab.total), unit.i.payload.slot.eq(ab.slot),
                          unit.i.payload.bank.eq(ab.bank), unit.i.payload.fresh.eq(ab.fresh)]
+            lanes = word_lanes[1] if self.pair_words and h == 1 else word_lanes[0]
             m.d.comb += [unit.x[c].eq(fixed) for c, fixed in enumerate(lanes)]
             m.d.comb += [unit.flush.valid.eq(self.flush.valid & (self.flush.payload.unit == h)),
                          unit.flush.payload.slot.eq(self.flush.payload.slot),
