@@ -116,14 +116,25 @@ def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
         for j in range(len(q) // lanes):
             bank[r * max_beats + j] = [{"q": q_row[j * lanes:(j + 1) * lanes], "exp": q_exp}]
     dut = ScoreDots(columns=lanes, units=1, max_row_beats=max_beats, tag_width=8, q_depth=len(rows) * max_beats)
+    beats = [(k[i:i + lanes], i + lanes == len(k), r, r * max_beats + i // lanes) for r, (_, k) in enumerate(rows)
+             for i in range(0, len(k), lanes)]
+    got = run_score_dots(dut, rng, beats, bank, len(rows), units=1, bf16=fmt == KvFormat.BF16)
+    bad = [(r, hex(v[0]), hex(w)) for r, (v, w) in enumerate(zip(got, want)) if v[0] != w]
+    assert not bad, bad[:5]
+
+
+def run_score_dots(dut, rng, beats, bank, rows: int, *, units: int, bf16: bool, **held) -> list:
+    """Drive a ScoreDots with ``beats`` ((k elements, last, tag, q address), offered with
+    random gaps), answering each q address with ``bank``'s word a cycle later; returns
+    each row's sums of the first ``units`` units, checked to come out in row order."""
     got = []
 
     async def bench(ctx):
-        ctx.set(dut.bf16, fmt == KvFormat.BF16)
-        beats = [(k[i:i + lanes], i + lanes == len(k), r, r * max_beats + i // lanes) for r, (_, k) in enumerate(rows)
-                 for i in range(0, len(k), lanes)]
+        ctx.set(dut.bf16, bf16)
+        for name, value in held.items():
+            ctx.set(getattr(dut, name), value)
         i, read = 0, None
-        while len(got) < len(rows):
+        while len(got) < rows:
             if read is not None:                       # the bank's word a cycle after its address
                 ctx.set(dut.q_data, bank.get(read, bank[0]))
             on = i < len(beats) and rng.random() < 0.75
@@ -134,13 +145,12 @@ def test_key_align_and_fixed_dot_match_fixed_dot(rng, fmt, lanes):
             taken = on and ctx.get(dut.i.ready)
             read = ctx.get(dut.q_addr)
             if ctx.get(dut.o.valid):
-                got.append((ctx.get(dut.o.payload[0].tag), ctx.get(dut.o.payload[0].value)))
+                got.append((ctx.get(dut.o.payload[0].tag), [ctx.get(dut.o.payload[h].value) for h in range(units)]))
             await ctx.tick()
             i += taken
     run_to_end(dut, bench)
-    assert [t for t, _ in got] == list(range(len(rows))), [t for t, _ in got]
-    bad = [(r, hex(v), hex(w)) for r, ((_, v), w) in enumerate(zip(got, want)) if v != w]
-    assert not bad, bad[:5]
+    assert [t for t, _ in got] == list(range(rows)), [t for t, _ in got]
+    return [sums for _, sums in got]
 
 
 @pytest.mark.parametrize("fmt, pairs", [(KvFormat.FP16, 1), (KvFormat.BF16, 1), (KvFormat.FP16, 0)])
@@ -171,33 +181,11 @@ def test_score_dots_pair_words(rng, fmt, pairs):
                 {"q": heads[h][0][j * lanes:(j + 1) * lanes], "exp": heads[h][1]} for h in range(2)]
     dut = ScoreDots(columns=lanes, units=2, max_row_beats=max_beats, tag_width=8, q_depth=len(rows) * max_beats,
                     pair_words=True)
-    got = []
-
-    async def bench(ctx):
-        ctx.set(dut.bf16, fmt == KvFormat.BF16)
-        ctx.set(dut.pairs, pairs)
-        step = words * lanes
-        beats = [(list(k[i:i + step]) * (2 // words), i + step == len(k), r, r * max_beats + i // step)
-                 for r, (_, k) in enumerate(rows) for i in range(0, len(k), step)]
-        i, read = 0, None
-        while len(got) < len(rows):
-            if read is not None:                       # the bank's word a cycle after its address
-                ctx.set(dut.q_data, bank.get(read, bank[0]))
-            on = i < len(beats) and rng.random() < 0.75
-            ctx.set(dut.i.valid, on)
-            if on:
-                k, last, tag, q_addr = beats[i]
-                ctx.set(dut.i.payload, {"k": [int(x) for x in k], "last": int(last), "tag": tag, "q_addr": q_addr})
-            taken = on and ctx.get(dut.i.ready)
-            read = ctx.get(dut.q_addr)
-            if ctx.get(dut.o.valid):
-                got.append((ctx.get(dut.o.payload[0].tag),
-                            [ctx.get(dut.o.payload[h].value) for h in range(2 - pairs)]))
-            await ctx.tick()
-            i += taken
-    run_to_end(dut, bench)
-    assert [t for t, _ in got] == list(range(len(rows))), [t for t, _ in got]
-    bad = [(r, [hex(x) for x in v], [hex(x) for x in w]) for r, ((_, v), w) in enumerate(zip(got, want)) if v != w]
+    step = words * lanes
+    beats = [(list(k[i:i + step]) * (2 // words), i + step == len(k), r, r * max_beats + i // step)
+             for r, (_, k) in enumerate(rows) for i in range(0, len(k), step)]
+    got = run_score_dots(dut, rng, beats, bank, len(rows), units=2 - pairs, bf16=fmt == KvFormat.BF16, pairs=pairs)
+    bad = [(r, [hex(x) for x in v], [hex(x) for x in w]) for r, (v, w) in enumerate(zip(got, want)) if v != w]
     assert not bad, bad[:5]
 
 

@@ -74,7 +74,10 @@ ENGINE = EngineSpec(
     device_params={"attention_lanes": "lanes"},
     # "ecp5": the build that fits the LFE5UM5G-85F for its routed Fmax (the default needs more block RAM)
     # "gqa": the lanes that keep a 512-bit port's pace at G = 4 (the card's grouped-query build)
+    # "gqa_pairs": the same with pair_words (odd groups, G = 7: a pass a head; the lane table's L = 128)
     configs={"default": {"data_width": 128, "lanes": 16}, "max": {"data_width": 512, "lanes": 32},
-             "gqa": {"data_width": 512, "lanes": 128}, "ecp5": {"data_width": 64, "lanes": 8}},
-    config_label="{lanes} MAC lanes",
+             "gqa": {"data_width": 512, "lanes": 128},
+             "gqa_pairs": {"data_width": 512, "lanes": 128, "pair_words": True},
+             "ecp5": {"data_width": 64, "lanes": 8}},
+    config_label=lambda p: f"{p['lanes']} MAC lanes" + (", pair_words" if p.get("pair_words") else ""),
 )

@@ -11,7 +11,8 @@ G query heads take G passes over a row's 32 columns a beat): the target is
 ``>= 0.85 x`` that bound.  Writes build/perf/attention-lanes-<preset>.json (each lane
 count's bench JSON under its ``runs`` entry), copied to docs/bench/presets/, and
 docs/bench/attention_lanes.md from it (``--report``: only the document, from the
-committed JSON).
+committed JSON).  A build of two units (L = 128) is built with ``pair_words``; a run of
+some lane counts keeps the committed JSON's other rows.
 """
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ def pass_bound(lanes: int, group: int) -> float:
     return min(1.0, lanes / (32 * units * -(-group // units)))
 
 
+def pairs_build(lanes: int) -> bool:
+    """Whether the table's ``lanes``-lane engine is built with ``pair_words``: wherever it
+    has two units (an odd group then takes a pass a head, its rows' words in pairs)."""
+    from ndpkit_hw.engines.attention.rows import pairs_supported
+    return pairs_supported(units_of(lanes))
+
+
+def run_key(lanes: int, pairs: bool) -> str:
+    """A run's key in the table's ``runs``: the lane count ("128"; the build the cards use),
+    "+pairs" for the pair_words build of a two-unit lane count."""
+    return f"{lanes}+pairs" if pairs else str(lanes)
+
+
 def units_of(lanes: int) -> int:
     from ndpkit_hw.engines.attention.datapath import lane_shape
     return lane_shape(512, lanes)[1]
@@ -58,30 +72,41 @@ def main() -> int:
     groups = tuple(int(x) for x in os.environ.get("ATTN_GROUPS", ",".join(map(str, GROUPS))).split(","))
     perf = build_root() / "perf"
     perf.mkdir(parents=True, exist_ok=True)
+    docs = source_root() / "docs" / "bench"
+    out = perf / f"attention-lanes-{memory}.json"
     runs, table = {}, []
+    # a run of some lane counts keeps the committed table's other rows
+    committed = docs / "presets" / out.name
+    if committed.exists() and set(lanes_list) != set(LANES):
+        previous = json.loads(committed.read_text())
+        table = [t for t in previous["table"] if t["lanes"] not in lanes_list]
+        runs = {k: v for k, v in previous.get("runs", {}).items() if int(k.split("+")[0]) not in lanes_list}
     for lanes in lanes_list:
-        name = f"attention-lanes-run-{lanes}-{memory}.json"     # (not the standard run's file)
-        env = dict(os.environ, MEMORY=memory, ATTN_LANES=str(lanes), ATTN_GROUPS=",".join(map(str, groups)),
-                   ATTN_LONG="0", ATTN_PAGED="0", ATTN_OUT=name)
-        subprocess.run([sys.executable, "-m", "tb.engines.attention.attention_bench"], env=env, check=True)
-        run = json.loads((perf / name).read_text())
-        runs[lanes] = run
+        # a build of two units twice: without pair_words (the card's grouped-query build, its
+        # runs the decode tables' figures) and with (the table's row)
+        for pairs in (False, True) if pairs_build(lanes) else (False,):
+            key = run_key(lanes, pairs)
+            name = f"attention-lanes-run-{key}-{memory}.json"     # (not the standard run's file)
+            env = dict(os.environ, MEMORY=memory, ATTN_LANES=str(lanes), ATTN_GROUPS=",".join(map(str, groups)),
+                       ATTN_LONG="0", ATTN_PAGED="0", ATTN_OUT=name, ATTN_PAIRS=str(int(pairs)))
+            subprocess.run([sys.executable, "-m", "tb.engines.attention.attention_bench"], env=env, check=True)
+            runs[key] = run = json.loads((perf / name).read_text())
         fits = {f["group"]: f for f in run["fits"]}
         for g in groups:
             row = next(r for r in run["engine"] if r["group"] == g and r["context"] == CONTEXT)
             bound = lane_bound(lanes, g)
-            table.append({"lanes": lanes, "group": g, "context": CONTEXT, "cycles": row["cycles"],
+            table.append({"lanes": lanes, "pair_words": pairs_build(lanes), "group": g, "context": CONTEXT,
+                          "cycles": row["cycles"],
                           "efficiency": row["efficiency"], "lane_bound": bound,
                           "of_bound": row["efficiency"] / bound,
                           "steady_state_efficiency": fits[g]["steady_state_efficiency"] if g in fits else None,
                           "meets": row["efficiency"] >= TARGET * bound})
-    out = perf / f"attention-lanes-{memory}.json"
+    table.sort(key=lambda t: (t["lanes"], t["group"]))
     result = {"memory": memory, "target_of_bound": TARGET, "table": table,
-              "runs": {str(k): v for k, v in runs.items()}}
+              "runs": dict(sorted(runs.items(), key=lambda kv: (int(kv[0].split("+")[0]), kv[0])))}
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
-    docs = source_root() / "docs" / "bench"
-    (docs / "presets" / out.name).write_text(out.read_text())
+    committed.write_text(out.read_text())
     print("\n".join(report(result)))
     return 0
 
@@ -111,7 +136,8 @@ def report(result: dict) -> list[str]:
             steady = f" ({t['steady_state_efficiency']:.3f})" if t["steady_state_efficiency"] else ""
             mark = "" if t["meets"] else " **missed**"
             cells.append(f"{t['efficiency']:.3f}{steady}, {t['of_bound']:.2f} of {t['lane_bound']:.3g}{mark}")
-        lines.append(f"| {lanes} | " + " | ".join(cells) + " |")
+        pairs = any(t.get("pair_words") for t in table if t["lanes"] == lanes)
+        lines.append(f"| {lanes}{' (pair_words)' if pairs else ''} | " + " | ".join(cells) + " |")
     worst = min(table, key=lambda t: t["of_bound"])
     lines += ["", f"Lowest share of the bound: {worst['of_bound']:.3f} (L = {worst['lanes']}, G = {worst['group']}); "
               f"{sum(t['meets'] for t in table)} of {len(table)} cells meet the target."]
@@ -122,6 +148,20 @@ def report(result: dict) -> list[str]:
                          f"{lane_shape_text(t['lanes'])}; {t['group']} query heads take "
                          f"{-(-t['group'] // units_of(t['lanes']))} passes a row, the last not full: the pass "
                          f"structure bounds it at {bound:.3g}, of which it reaches {t['efficiency'] / bound:.2f}.")
+    for lanes in lanes_list:
+        plain = result.get("runs", {}).get(str(lanes))
+        if not any(t.get("pair_words") for t in table if t["lanes"] == lanes) or not plain:
+            continue
+        cells = []
+        for g in groups:
+            row = next((r for r in plain["engine"] if r["group"] == g and r["context"] == CONTEXT), None)
+            if row:
+                bound = lane_bound(lanes, g)
+                cells.append(f"G = {g} {row['efficiency']:.3f} ({row['efficiency'] / bound:.2f} of the bound)")
+        lines += ["", f"The L = {lanes} row is the build with `pair_words` (an odd group of up to seven query "
+                  f"heads takes a pass a head, each row's words in pairs over the two units).  Without it (the "
+                  f"U55C grouped-query build's instances, whose runs the decode tables use): " + ", ".join(cells)
+                  + "."]
     lines.append("")
     (source_root() / "docs" / "bench" / "attention_lanes.md").write_text("\n".join(lines))
     return lines

@@ -26,16 +26,18 @@ def bus_words(bits: np.ndarray, width: int) -> list[int]:
     return [int.from_bytes(raw[i:i + step], "little") for i in range(0, len(raw), step)]
 
 
-@pytest.mark.parametrize("width,lanes,group,d,tokens", [
-    (128, 32, 3, 64, [5]),                                          # two units, passes over them, bf16
-    (128, 64, 5, 64, [4]),                                          # four units: the registered epilogue
-    (256, 64, 3, 128, [6]),                                         # ... two: one copy of the sums
+@pytest.mark.parametrize("width,lanes,group,d,tokens,pairs", [
+    (128, 32, 3, 64, [5], False),                                   # two units, passes over them, bf16
+    (128, 32, 7, 128, [5], True),                                   # ... built with pair_words: a pass a head
+    (128, 64, 5, 64, [4], False),                                   # four units: the registered epilogue
+    (256, 64, 3, 128, [6], False),                                  # ... two: one copy of the sums
     # the card build at SmolLM2's head dim, words back to back: a row of two words fills
     # its slot faster than the row's exponent field lands
-    (512, 32, 1, 64, [5]),
-    pytest.param(128, 16, 1, 64, [3, 130], marks=pytest.mark.long),  # two blocks
-    pytest.param(128, 8, 2, 128, [1, 4], marks=pytest.mark.long)])   # one token, fp16 out
-def test_datapath_matches_golden(rng, width, lanes, group, d, tokens):
+    (512, 32, 1, 64, [5], False),
+    pytest.param(128, 16, 1, 64, [3, 130], False, marks=pytest.mark.long),  # two blocks
+    pytest.param(128, 32, 5, 64, [3, 130], True, marks=pytest.mark.long),   # pairs over two blocks
+    pytest.param(128, 8, 2, 128, [1, 4], False, marks=pytest.mark.long)])   # one token, fp16 out
+def test_datapath_matches_golden(rng, width, lanes, group, d, tokens, pairs):
     offer_rate = 1.0 if width == 512 else 0.7
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     q_fmt, kv_fmt, out_fmt = F.FP32, F.FP16 if lanes != 32 else F.BF16, F.FP32 if lanes != 8 else F.FP16
@@ -46,7 +48,7 @@ def test_datapath_matches_golden(rng, width, lanes, group, d, tokens):
         k = golden.narrow(fp.bits(nprng.standard_normal((t, d)).astype(np.float32)), kv_fmt)
         v = golden.narrow(fp.bits(nprng.standard_normal((t, d)).astype(np.float32)), kv_fmt)
         heads.append((q, k, v, golden.narrow(golden.decode_group(q, k, v, scale, kv_format=kv_fmt), out_fmt)))
-    dut = AttentionDatapath(data_width=width, lanes=lanes)
+    dut = AttentionDatapath(data_width=width, lanes=lanes, pair_words=pairs)
     streams = {"head": [t for t in tokens],
                "q": [w for q, *_ in heads for w in bus_words(q, width)],
                "k": [w for _, k, _, _ in heads for w in bus_words(k, width)],

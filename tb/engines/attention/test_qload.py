@@ -30,32 +30,38 @@ def _q_bits(nprng, fmt, shape):
     return np.where(nprng.random(shape) < 0.2, wild, bits).astype(np.uint32 if fmt == F.FP32 else np.uint16)
 
 
-@pytest.mark.parametrize("q_fmt,kv_fmt,d,group", [(F.FP32, F.FP16, 64, 3), (F.FP16, F.BF16, 128, 4),
-                                                  (F.BF16, F.FP16, 64, 1)])
-def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt, d, group):
+@pytest.mark.parametrize("q_fmt,kv_fmt,d,group,pairs", [(F.FP32, F.FP16, 64, 3, 0), (F.FP16, F.BF16, 128, 4, 0),
+                                                        (F.BF16, F.FP16, 64, 1, 0), (F.FP16, F.FP16, 128, 7, 1)])
+def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt, d, group, pairs):
+    """Each loaded group read back as the score side reads it: every head's lanes and its
+    row's exponent where its unit and pass find them (with ``pairs``, head g in pass g,
+    its column group k in unit k mod 2 at k // 2)."""
     C, H = lane_shape(WIDTH, 32)
     dut = QueryBanks(data_width=WIDTH, columns=C, units=H)
     nprng = np.random.default_rng(rng.randrange(1 << 30))
     heads = [_q_bits(nprng, q_fmt, (group, d)) for _ in range(5)]
     words = [w for q in heads for w in bus_words(q, WIDTH)]
     want = [[q_lanes(row, kv_fmt) for row in golden.narrow(golden.widen(q, q_fmt), kv_fmt)] for q in heads]
-    passes = -(-group // H)
+    passes = group if pairs else -(-group // H)
+    # (pass j, column group cg) -> (the bank's address within the pass, unit h's query head and column group)
+    where = {(j, cg): (cg // H, {h: (j, cg // H * H + h) for h in range(H)}) if pairs else
+             (cg, {h: (j * H + h, cg) for h in range(H)}) for j in range(passes) for cg in range(d // C)}
     got = []
 
     async def bench(ctx):
-        hold_fields(ctx, dut, head_dim128=d == 128, group=group, q_format=q_fmt, kv_format=kv_fmt)
+        hold_fields(ctx, dut, head_dim128=d == 128, group=group, q_format=q_fmt, kv_format=kv_fmt, pairs=pairs)
         full, queue = 0, []
         offer = Offer(dut.q, words, rng)
         # the score side: the oldest loaded bank read back whole (an address a cycle, its
         # data the next) after a random wait, then released
-        addresses = [(j, cg) for j in range(passes) for cg in range(d // C)]
+        addresses = sorted({(j, where[j, cg][0]) for j in range(passes) for cg in range(d // C)})
         reading, rows, step = None, None, 0
         while len(got) < len(heads):
             offer.drive(ctx)
             ctx.set(dut.full, full)
             if reading is None and queue and rng.random() < 0.004:     # (slower than the loader at times)
                 reading, step = queue.pop(0), 0
-                rows = [([None] * d, set()) for _ in range(passes * H)]
+                rows = [([None] * d, set()) for _ in range(max(passes * (1 if pairs else H), group))]
             if reading is not None and step < len(addresses):
                 j, cg = addresses[step]
                 ctx.set(dut.read_addr, (reading * dut.max_passes + j) * dut.groups + cg)
@@ -65,9 +71,12 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
             full |= loaded
             queue += [b for b in (0, 1) if loaded >> b & 1]
             if reading is not None and step < len(addresses):
-                j, cg = addresses[step]
-                for h in range(H):
-                    lanes, exps = rows[j * H + h]
+                j, at = addresses[step]
+                units = next(u for (jj, cg), (a, u) in where.items() if jj == j and a == at)
+                for h, (head, cg) in units.items():
+                    if head >= len(rows):
+                        continue
+                    lanes, exps = rows[head]
                     for c in range(C):
                         lane = ctx.get(dut.read_data[h].q[c])
                         lanes[cg * C + c] = {"x": int(lane.x), "cls": int(lane.cls)}
