@@ -254,7 +254,7 @@ NOTES = {
                                     "next state) off; with the section split and the sg issuer's registered last run "
                                     "before that, 97.2k LUT and 11, the command's paths the only ones at 11, the rest "
                                     "at 10: ABC maps the same fp32 stages at 10 or 11 from one netlist to the next. "
-                                    "Before: 11 levels (2026-11-29 evening: the row sums' 128 partials, every row at eight "
+                                    "How much of it is the mapping (measured 2026-11-29 night on the same top.v): synth_xilinx maps with LUTs of unit delay beside carry and mux boxes timed in picoseconds, so ABC may deepen a path of LUTs alone up to a carry chain's delay when that saves area; mapped instead with LUTs of the boxes' unit (abc9 -lut, 642 ps a LUT, no delay target) the netlist has 10 levels at 100.5k LUT (+3 %), its deepest a carry chain (the sg unit's decoder into its 44-bit counters: 4 LUTs and 11 CARRY4) and the fp32 FMA's stage at 9, the sg unit's run start at 8; with a 5.9 ns delay target as well, worse (the sg unit alone 10 levels, not 8). A flow with consistent delays would re-synthesise every row; it is not this report's. Before: 11 levels (2026-11-29 evening: the row sums' 128 partials, every row at eight "
                                     "entries a cycle, and PageRank's vertex passes at eight vertices a cycle: "
                                     "97.5k LUT, 75.8k FF, 34 DSP, 120 BRAM36; with the 128 partials and four vertex "
                                     "lanes 81.1k LUT, 58.4k FF, 26 DSP): the command's fields into the state first "
