@@ -158,7 +158,7 @@ def report(result: dict) -> list[str]:
             if row:
                 bound = lane_bound(lanes, g)
                 cells.append(f"G = {g} {row['efficiency']:.3f} ({row['efficiency'] / bound:.2f} of the bound)")
-        lines += ["", f"The L = {lanes} row is the build with `pair_words` (an odd group of up to seven query "
+        lines += ["", f"The L = {lanes} row is the build with `pair_words` (an odd group of three to seven query "
                   f"heads takes a pass a head, each row's words in pairs over the two units).  Without it (the "
                   f"U55C grouped-query build's instances, whose runs the decode tables use): " + ", ".join(cells)
                   + "."]

@@ -36,7 +36,7 @@ with the port for G = 1: K and V share it, each side takes a word every two cycl
   after a head's last block ``out = o * (1 / l)`` (a reciprocal a query head, the
   products on the fold's fmas), narrowed, packed into output words.
 
-``pair_words`` (a build of two units): an odd group of up to seven heads takes a pass a
+``pair_words`` (a build of two units): an odd group of three to seven heads takes a pass a
 head, each row's words in pairs, unit 0 the even words and unit 1 the odd ones
 (:func:`~ndpkit_hw.engines.attention.rows.pairs_mode`): G half-rows a row, not G + 1
 (the rows' second read ports, a KeyAlign of twice the lanes, a second set of V

@@ -42,11 +42,15 @@ def pairs_mode(m: Module, group, units: int) -> Signal:
     """Whether a command's rows go through the two units as pairs of words: each pass
     one query head, unit 0 taking the row's even words and unit 1 its odd ones (unit 0's
     dot product adds unit 1's row integer before its rounding, unit 1 weighs its
-    columns with unit 0's weights).  For an odd group of fewer heads than the passes the
-    memories hold: a pass a head takes G half-rows where heads two at a time take G + 1
-    (G = 7: 3.5 words' time a word, not 4).  Registered: ``group`` is held for a command."""
+    columns with unit 0's weights).  For an odd group of three or more heads and fewer
+    than the passes the memories hold: a pass a head takes G half-rows where heads two
+    at a time take G + 1 (G = 7: 3.5 words' time a word, not 4).  Not for G = 1, which
+    the port bounds either way: a d = 64 row at 512 bits is one pair, and a pass a row
+    would bring a value sums slot back every four beats, inside its read-modify-write
+    (:data:`~ndpkit_hw.arith.blockfloat.REVISIT`; three or more passes bring it back
+    every twelve or more).  Registered: ``group`` is held for a command."""
     pairs = Signal(name="pairs")
-    m.d.sync += pairs.eq(group[0] & (group < MAX_GROUP // units))
+    m.d.sync += pairs.eq(group[0] & (group > 1) & (group < MAX_GROUP // units))
     return pairs
 
 
