@@ -124,11 +124,13 @@ NOTES = {
                                   "URAM (8 instances a card by its URAM).",
     ("attention", "gqa", "ecp5"): "as the default configuration's (128 lanes do not fit the part either).",
     ("attention", "gqa_pairs", "levels"): "9 levels (2026-11-29 night, the gqa configuration with pair_words): the "
-                                          "epilogue's flush line into its issue (block.datapath.epilogue.flush_r3 -> "
-                                          "block.datapath.epilogue.issuing) first; the pairs' own paths (the rows' "
-                                          "second read ports, the partner's row integer added a stage ahead of the "
-                                          "rounding, the q and sums addresses by the mode) are not among the deepest. "
-                                          "Next: as the gqa configuration's",
+                                          "engine's control state into itself (block.control_state -> "
+                                          "block.control_state) first, beside the gqa row's own paths of 9 (a unit's "
+                                          "value sums read into the update's stage, a FixedDot's rounding, the "
+                                          "epilogue's group count into the value side's and the banks' states); the "
+                                          "pairs' own logic (the rows' second read ports, the partner's row integer "
+                                          "added a stage ahead of the rounding, the q and sums addresses by the mode) "
+                                          "is not among the deepest. Next: as the gqa configuration's",
     ("attention", "gqa_pairs", "ecp5"): "as the gqa configuration's.",
     ("attention", "ecp5", "levels"): "9 levels (10 on 2026-11-28 evening, 9 that afternoon, 10 that morning, 9 on 2026-11-27, 11 "
                                      "before 2026-11-26): in the netlist of 2026-11-29 evening the score side's bank event "
