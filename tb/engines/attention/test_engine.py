@@ -27,7 +27,10 @@ CONFIGS = {"w128l32": {"data_width": 128, "lanes": 32, "max_burst_bytes": 1024, 
                             "stall": 0.3, "pair_words": True},
            "w128l16": {"data_width": 128, "lanes": 16, "max_burst_bytes": 1024, "stall_per_256": 40, "stall": 0.3},
            # the card build: a d = 64 row is two bus words here
-           "w512l32": {"data_width": 512, "lanes": 32, "max_burst_bytes": 4096, "stall_per_256": 40, "stall": 0.3}}
+           "w512l32": {"data_width": 512, "lanes": 32, "max_burst_bytes": 4096, "stall_per_256": 40, "stall": 0.3},
+           # gqa_pairs: a d = 64 row is one pair of words (G = 3 and 5 at d = 64 among the shapes)
+           "w512l128pairs": {"data_width": 512, "lanes": 128, "max_burst_bytes": 4096, "stall_per_256": 40,
+                             "stall": 0.3, "pair_words": True}}
 MEM = 1 << 21
 
 
