@@ -231,13 +231,11 @@ def paged_report(rows, width: int, lanes: int) -> dict | None:
 
 def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out) -> int:
     from ndpkit_tools.sim.runner import Design, run_bench
-    from ndpkit_hw.engines.attention.engine import AttentionEngine
     from ndpkit_hw.engines.harness import EngineHarness
     from ndpkit_spec.dram import preset
     timing = preset(memory)
     mhz = engine_mhz()
-    pairs = pair_words()
-    engine = AttentionEngine(data_width=width, lanes=lanes, pair_words=pairs)
+    engine, pairs = bench_engine(width, lanes)
     run_bench(Design(EngineHarness(engine, mem_size=mem, memory=memory, engine_mhz=mhz),
                      f"attention_engine_{width}_{memory}",
                      key=f"w{width} l{lanes} {mem} {memory} {mhz} MHz" + (" pairs" if pairs else "")),
@@ -266,16 +264,17 @@ def memory_main(memory: str, width: int, lanes: int, mem: int, params: dict, out
     return 0
 
 
-def pair_words() -> bool:
-    """ATTN_PAIRS=1: the engine built with ``pair_words`` (two units: odd groups' rows in
-    pairs of words)."""
-    return os.environ.get("ATTN_PAIRS", "0") not in ("", "0")
+def bench_engine(width: int, lanes: int):
+    """The benchmarked engine and whether it has ``pair_words`` (ATTN_PAIRS=1: two units,
+    odd groups' rows in pairs of words)."""
+    from ndpkit_hw.engines.attention.engine import AttentionEngine
+    pairs = os.environ.get("ATTN_PAIRS", "0") not in ("", "0")
+    return AttentionEngine(data_width=width, lanes=lanes, pair_words=pairs), pairs
 
 
 def main() -> int:
     from ndpkit_tools.sim.runner import Design, run_bench
     from ndpkit_tools.paths import build_root
-    from ndpkit_hw.engines.attention.engine import AttentionEngine
     from ndpkit_hw.engines.harness import EngineHarness
     quick = os.environ.get("QUICK", "0") not in ("", "0")
     memory = os.environ.get("MEMORY") or None
@@ -299,8 +298,7 @@ def main() -> int:
     if memory:
         return memory_main(memory, width, lanes, mem, params, out)
     print(f"attention benchmark: building the {width}-bit engine ({lanes} MAC lanes) once")
-    pairs = pair_words()
-    engine = AttentionEngine(data_width=width, lanes=lanes, pair_words=pairs)
+    engine, pairs = bench_engine(width, lanes)
     run_bench(Design(EngineHarness(engine, mem_size=mem), f"attention_engine_{width}",
                      key=f"w{width} l{lanes} {mem}" + (" pairs" if pairs else "")),
               "tb.engines.attention.attention_bench", params=params)

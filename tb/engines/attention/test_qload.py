@@ -42,10 +42,12 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
     heads = [_q_bits(nprng, q_fmt, (group, d)) for _ in range(5)]
     words = [w for q in heads for w in bus_words(q, WIDTH)]
     want = [[q_lanes(row, kv_fmt) for row in golden.narrow(golden.widen(q, q_fmt), kv_fmt)] for q in heads]
-    passes = group if pairs else -(-group // H)
-    # (pass j, column group cg) -> (the bank's address within the pass, unit h's query head and column group)
-    where = {(j, cg): (cg // H, {h: (j, cg // H * H + h) for h in range(H)}) if pairs else
-             (cg, {h: (j * H + h, cg) for h in range(H)}) for j in range(passes) for cg in range(d // C)}
+    # each read: (pass j, address within the pass) -> {unit h: (its query head, column group)}
+    if pairs:
+        reads = {(j, at): {h: (j, at * H + h) for h in range(H)} for j in range(group) for at in range(d // C // H)}
+    else:
+        reads = {(j, cg): {h: (j * H + h, cg) for h in range(H)} for j in range(-(-group // H)) for cg in range(d // C)}
+    read_heads = 1 + max(head for units in reads.values() for head, _ in units.values())
     got = []
 
     async def bench(ctx):
@@ -54,14 +56,14 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
         offer = Offer(dut.q, words, rng)
         # the score side: the oldest loaded bank read back whole (an address a cycle, its
         # data the next) after a random wait, then released
-        addresses = sorted({(j, where[j, cg][0]) for j in range(passes) for cg in range(d // C)})
+        addresses = sorted(reads)
         reading, rows, step = None, None, 0
         while len(got) < len(heads):
             offer.drive(ctx)
             ctx.set(dut.full, full)
             if reading is None and queue and rng.random() < 0.004:     # (slower than the loader at times)
                 reading, step = queue.pop(0), 0
-                rows = [([None] * d, set()) for _ in range(max(passes * (1 if pairs else H), group))]
+                rows = [([None] * d, set()) for _ in range(read_heads)]
             if reading is not None and step < len(addresses):
                 j, cg = addresses[step]
                 ctx.set(dut.read_addr, (reading * dut.max_passes + j) * dut.groups + cg)
@@ -71,11 +73,7 @@ def test_query_banks_hold_each_group_rounded_to_the_kv_format(rng, q_fmt, kv_fmt
             full |= loaded
             queue += [b for b in (0, 1) if loaded >> b & 1]
             if reading is not None and step < len(addresses):
-                j, at = addresses[step]
-                units = next(u for (jj, cg), (a, u) in where.items() if jj == j and a == at)
-                for h, (head, cg) in units.items():
-                    if head >= len(rows):
-                        continue
+                for h, (head, cg) in reads[addresses[step]].items():
                     lanes, exps = rows[head]
                     for c in range(C):
                         lane = ctx.get(dut.read_data[h].q[c])
