@@ -565,8 +565,11 @@ class BurstWriter(_DmaEngine):
 
         strb_bits = p.data_bytes if self._beat_strobes else 0
         m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=word + strb_bits, depth=p.buffer_beats)
-        # Bursts whose AW was accepted and whose W beats are still to send: {len, last}.
-        m.submodules.w_queue = w_queue = fifo.SyncFIFO(width=9, depth=p.max_outstanding)
+        # Bursts whose AW was accepted and whose W beats are still to send: {len, last}.  Its
+        # head from a register (a buffered queue, three deep at least to pass a burst a
+        # cycle): WLAST is the beat count's compare with it, and behind WLAST an
+        # interconnect's W route pops, so no distributed-RAM read starts that path.
+        m.submodules.w_queue = w_queue = fifo.SyncFIFOBuffered(width=9, depth=max(3, p.max_outstanding))
         # Bursts whose W beats were sent and whose B response is awaited: {last}.
         m.submodules.b_queue = b_queue = fifo.SyncFIFO(width=1, depth=p.max_outstanding)
 

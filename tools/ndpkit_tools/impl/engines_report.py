@@ -69,9 +69,10 @@ def run_one(job) -> dict:
     figures = implement(build(engine, **{**burst, **params}), out_dir() / f"{engine}_{config}", target_mhz=TARGET_MHZ,
                         ecp5=too_big is None and not xcup_only, route_minutes=route_minutes)
     figures["xcup"] = engine_alone(figures["xcup"], figures["xcup_wrapper"])
+    figures["xcup_delay"] = engine_alone(figures["xcup_delay"], figures["xcup_wrapper"])
     if xcup_only:
         return {"engine": engine, "config": config, "xcup_only": True, "seconds": round(time.monotonic() - started),
-                "xcup": figures["xcup"], "xcup_wrapper": figures["xcup_wrapper"], "xcup_depth": figures["xcup_depth"]}
+                **{k: figures[k] for k in ("xcup", "xcup_wrapper", "xcup_depth", "xcup_delay")}}
     if too_big is not None:
         figures.update(ecp5=None, ecp5_fmax_mhz=None, ecp5_note=too_big)
     return {"engine": engine, "config": config, "params": params, "lanes": REGISTRY[engine].describe(config),
@@ -117,11 +118,15 @@ def part_share(row: dict) -> dict:
 
 
 def levels(row: dict) -> str:
-    """The row's logic levels between registers (and whether it meets the target)."""
+    """The row's logic levels between registers (and whether it meets the target): of the
+    delay mapping's netlist, with its LUTs; ‡ where the row was measured on the area
+    mapping's (before 2026-11-29 night)."""
     depth = row.get("xcup_depth")
     if not depth:
         return "—"
-    return levels_text(depth["levels"])
+    if depth.get("netlist") != "delay":
+        return f"{levels_text(depth['levels'])} ‡"
+    return f"{levels_text(depth['levels'])} ({row['xcup_delay']['LUT']:,} LUT)"
 
 
 def dsp_section(rows) -> list[str]:
@@ -163,12 +168,16 @@ def markdown(rows, versions, missing=()) -> str:
            "(Vivado maps memories and DSPs differently; RAMB18 count as half a RAMB36); register chains",
            f"shorter than {SHREG_MIN_SIZE} stay flip-flops, longer ones are SRL16E/SRLC32E shift registers (a LUT each), as",
            f"the board projects tell Vivado (`synth_design -shreg_min_size {SHREG_MIN_SIZE}`; `ndpkit_tools.impl.flow`).",
-           "US+ levels: the most logic levels between registers of the `synth_xilinx` netlist (LUT and MUXF 1,",
-           "CARRY8 1, CARRY4 ½; a DSP48E2 short of its input or output registers by its AMD DS923 delay in levels,",
-           "7 through the multiplier, and one between registers by its DS923 clock; `ndpkit_tools.impl.depth`),",
-           f"target ≤ {DEPTH_TARGET} (≈ 250 MHz at ≈ 0.27 ns a level with routing); \"—\" where the row predates the",
-           "measure.  †: ECP5 figures of an earlier netlist (the row's UltraScale+ columns were re-measured alone,",
-           "`--xcup-only`).",
+           "US+ levels: the most logic levels between registers (LUT and MUXF 1, CARRY8 1, CARRY4 ½; a DSP48E2",
+           "short of its input or output registers by its AMD DS923 delay in levels, 7 through the multiplier, and",
+           "one between registers by its DS923 clock; `ndpkit_tools.impl.depth`) of the same design mapped to LUTs",
+           "for delay, its LUTs beside (`synth_xilinx`'s own LUT mapping, the cell counts', has LUTs of unit delay",
+           "beside carry and mux boxes in picoseconds, so its area recovery deepens paths of LUTs alone at will; the",
+           "delay mapping gives every LUT a level's 642 ps, as Vivado maps for the clock it is given:",
+           "`ndpkit_tools.impl.flow.DELAY_LUT_LIBRARY`), target ≤ " f"{DEPTH_TARGET} (≈ 250 MHz at ≈ 0.27 ns a level with",
+           "routing); ‡: measured on the area mapping's netlist, before 2026-11-29 night (not re-measured yet);",
+           "\"—\" where the row predates the measure.  †: ECP5 figures of an earlier netlist (the row's",
+           "UltraScale+ columns were re-measured alone, `--xcup-only`).",
            f"Tools: {', '.join(f'{k} {v}' for k, v in versions.items())}.", "",
            "| engine | config | lanes | ECP5 Fmax (MHz) | ECP5 LUT4 | ECP5 FF | MULT18 | DP16KD | US+ LUT | US+ FF | DSP48E2 | RAMB36 | URAM | US+ levels |",
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

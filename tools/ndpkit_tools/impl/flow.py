@@ -84,24 +84,48 @@ _LUT_AS_MEMORY = {"SRL16E": 1, "SRLC32E": 1, "RAM32M16": 8, "RAM64M8": 8, "RAM32
 
 #: the techmap that keeps short register chains in flip-flops (copied next to top.v)
 SHREG_MAP = Path(__file__).with_name("shreg_min_size.v")
+#: ABC's LUT library for the netlist the logic levels are counted on: every LUT one level
+#: of 642 ps (a LUT6's slowest input in Yosys's ``xilinx/cells_sim.v``), a LUT7 or LUT8
+#: (MUXF7 or MUXF8 behind a LUT6) two or three, in the picoseconds of the carry and mux
+#: boxes' delays; the areas are ``synth_xilinx``'s (``-luts 2:2,3,6:5,10,20``)
+DELAY_LUT_LIBRARY = "".join(f"{k} {area} {642 * levels}\n" for k, area, levels in (
+    (1, 2, 1), (2, 2, 1), (3, 3, 1), (4, 5, 1), (5, 5, 1), (6, 5, 1), (7, 10, 2), (8, 20, 3)))
+#: (``synth_xilinx``'s map_luts with that library: its own LUT library has LUTs of unit
+#: delay beside boxes in picoseconds, so ABC takes a path of LUTs alone for nearly free
+#: and its area recovery deepens such paths at will, by the design's longest carry chain:
+#: the same binary32 adder's stage maps at 7 levels alone and at 11 inside the graph engine)
+_DELAY_MAP_LUTS = ("opt_expr -mux_undef -noclkinv; abc9 -lut xcup_delay.lut; clean; xilinx_srl -fixed -minlen 3; "
+                   "techmap -map +/xilinx/lut_map.v -map +/xilinx/cells_map.v -D LUT_WIDTH=6; xilinx_dffopt; "
+                   "opt_lut_ins -tech xilinx")
+_SYNTH = "synth_xilinx -family xcup -flatten -top top"
+_SHREG = f"techmap -D SHREG_MIN_SIZE={SHREG_MIN_SIZE} -map {SHREG_MAP.name}; clean"
 #: the UltraScale+ estimate's Yosys script, run in the work directory on top.v:
-#: ``synth_xilinx``, then each fixed-length SRL16E shorter than ``SHREG_MIN_SIZE`` stages
-#: turned back into its flip-flops (Yosys's ``xilinx_srl`` maps every chain of three)
-XCUP_SCRIPT = ("read_verilog top.v; synth_xilinx -family xcup -flatten -top top; "
-               f"techmap -D SHREG_MIN_SIZE={SHREG_MIN_SIZE} -map {SHREG_MAP.name}; clean; "
-               "tee -o xcup_stat.txt stat; write_json -noscopeinfo xcup.json")
+#: ``synth_xilinx`` up to its LUT mapping, then two mappings of that design, each followed
+#: by the rest of ``synth_xilinx`` and each fixed-length SRL16E shorter than
+#: ``SHREG_MIN_SIZE`` stages turned back into its flip-flops (Yosys's ``xilinx_srl`` maps
+#: every chain of three): ``synth_xilinx``'s own (the cell counts: xcup_stat.txt,
+#: xcup.json) and one for delay (:data:`DELAY_LUT_LIBRARY`: the logic levels,
+#: xcup_delay_stat.txt, xcup_delay.json) -- as Vivado maps for the clock it is given, so
+#: no path of LUTs is deeper than the design's deepest needs
+XCUP_SCRIPT = (f"read_verilog top.v; {_SYNTH} -run :map_luts; design -save mapped_to_cells; "
+               f"{_SYNTH} -run map_luts:; {_SHREG}; tee -o xcup_stat.txt stat; write_json -noscopeinfo xcup.json; "
+               f"design -load mapped_to_cells; {_DELAY_MAP_LUTS}; {_SYNTH} -run finalize:; {_SHREG}; "
+               "tee -o xcup_delay_stat.txt stat; write_json -noscopeinfo xcup_delay.json")
 
 
 def xcup_flow() -> str:
-    """What makes ``xcup_stat.txt`` from top.v: the script and the techmap's text (a
-    synthesis cache key that follows the flow, not where the checkout lies)."""
-    return XCUP_SCRIPT + "\n" + SHREG_MAP.read_text()
+    """What makes ``xcup_stat.txt`` from top.v: the script, the delay mapping's LUT library
+    and the techmap's text (a synthesis cache key that follows the flow, not where the
+    checkout lies)."""
+    return XCUP_SCRIPT + "\n" + DELAY_LUT_LIBRARY + SHREG_MAP.read_text()
 
 
 def synthesize_xcup(work: Path) -> None:
-    """The UltraScale+ estimate of ``work``/top.v: xcup_stat.txt, xcup.json (and the flow
-    that made them, xcup_flow.txt)."""
+    """The UltraScale+ estimate of ``work``/top.v: xcup_stat.txt and xcup.json (the cell
+    counts), xcup_delay_stat.txt and xcup_delay.json (the logic levels), and the flow that
+    made them, xcup_flow.txt."""
     (work / SHREG_MAP.name).write_text(SHREG_MAP.read_text())
+    (work / "xcup_delay.lut").write_text(DELAY_LUT_LIBRARY)
     _run([*_yosys(), "-q", "-p", XCUP_SCRIPT], work / "yosys_xcup.log", work)
     (work / "xcup_flow.txt").write_text(xcup_flow())
 
@@ -239,7 +263,11 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
         out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
         netlist = json.loads((work / "xcup.json").read_text())       # (read once for both)
         out["xcup_wrapper"] = wrapper_cells(netlist)                  # (in it; the caller decides)
-        out["xcup_depth"] = logic_depth(netlist)
+        del netlist
+        # the levels of the delay mapping (its LUTs beside: what meeting them costs)
+        out["xcup_depth"] = logic_depth(json.loads((work / "xcup_delay.json").read_text()))
+        out["xcup_depth"]["netlist"] = "delay"
+        out["xcup_delay"] = xilinx_counts((work / "xcup_delay_stat.txt").read_text())
     return out
 
 

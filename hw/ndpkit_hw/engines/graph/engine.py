@@ -415,8 +415,11 @@ class GraphEngine(CommandEngine):
 
         # the source window, then the single-edge path's gathers
         m.submodules.window = g.window = window = self.window
-        m.d.comb += [window.start.eq(start), window.count.eq(g.window_count),
-                     window.base.eq(Mux(g.is_pagerank, cmd.scratch, g.source_base))]   # PageRank pulls contributions
+        m.d.comb += [window.start.eq(start), window.count.eq(g.window_count)]
+        # the source array's base (PageRank pulls contributions), a register: the array changes
+        # only between passes, and its select from the command's fields stays out of the
+        # window stage's address add
+        m.d.sync += window.base.eq(Mux(g.is_pagerank, cmd.scratch, g.source_base))
         if g.lanes_on:
             m.d.comb += [window.lane_u.eq(edge_lanes.lane_u), window.lane_en.eq(edge_lanes.lane_en),
                          edge_lanes.lane_value.eq(window.lane_value)]
@@ -556,6 +559,11 @@ class GraphEngine(CommandEngine):
         total_sum = g.total_sum
         total_nan = (total_sum[23:31] == 0xFF) & (total_sum[:23] != 0)
         m.d.sync += [total_settled.eq(g.total_ready & ~start), below.eq(~total_nan & (total_sum < cmd.tolerance))]
+        # an edge pass's bytes read (the first pass's window, loaded beside the validation,
+        # counted with it), a register: settled long before the pass ends, so the count's
+        # add starts from registers
+        pass_read = Signal(32)
+        m.d.sync += pass_read.eq(iteration_bytes + Mux(judging & ~g.contrib_in_window, window_len, 0))
         with ctl.states(g.checks, first="VALIDATE", start=[start.eq(1)],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
@@ -601,9 +609,7 @@ class GraphEngine(CommandEngine):
             with m.State("ITERATE"):
                 m.d.comb += g.iterating.eq(1)
                 with m.If(pass_over):
-                    # (the first pass's window, loaded beside the validation, is counted here)
-                    m.d.sync += [bytes_read.eq(bytes_read + iteration_bytes +
-                                               Mux(judging & ~g.contrib_in_window, window_len, 0)),
+                    m.d.sync += [bytes_read.eq(bytes_read + pass_read),
                                  bytes_written.eq(bytes_written + row_len[:32]), bus_error.eq(transfers.error),
                                  judging.eq(0)]
                     with m.If(judged_bad):                 # a bad column: nothing was written

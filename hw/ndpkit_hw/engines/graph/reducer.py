@@ -18,7 +18,8 @@ edge order.  Three stages:
    last}`` out on ``entry`` for the row sums.
 
 Each stage is a register's worth of logic: the table read and the lane select; the
-33-bit add; the min's compare and select (they were one cycle).  ``start`` empties the
+33-bit add (from the queue's output register); the min's compare and select (they were
+one cycle).  ``start`` empties the
 stages and clears ``changed``; ``busy`` is high while an edge or a row's judgement is
 in flight.
 """
@@ -62,8 +63,11 @@ class Reducer(wiring.Component):
         m = Module()
         tickets, own_values = self.tickets, self.own
         Edge = data.StructLayout({"ticket": self.ticket_layout, "value": 32})
-        # stage 1: resolve, into a queue whose room is a registered level's compare
-        resolved = fifo.SyncFIFO(width=Edge.size, depth=2)
+        # stage 1: resolve, into a queue whose room is a registered level's compare and
+        # whose output is a register (so stage 2's add starts at one, not behind the
+        # queue's distributed-RAM read: three deep, a buffered queue of two passing an
+        # edge only every other cycle)
+        resolved = fifo.SyncFIFOBuffered(width=Edge.size, depth=3)
         m.submodules.resolved = ResetInserter(self.start)(resolved)
         t = tickets.payload
         m.d.comb += self.read_id.eq(t.id)
@@ -115,7 +119,7 @@ class Reducer(wiring.Component):
         # "the row changed" a cycle later, from registers
         with m.If(judge & (judged_new != judged_old)):
             m.d.sync += self.changed.eq(1)
-        m.d.comb += self.busy.eq(resolved.r_rdy | a_valid | judge)
+        m.d.comb += self.busy.eq((resolved.level != 0) | a_valid | judge)
         with m.If(self.start):
             m.d.sync += [a_valid.eq(0), self.changed.eq(0)]
         return m

@@ -120,7 +120,13 @@ class WordPacker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self.group
-        grouped = self.grouped if self.in_groups else Const(0)
+        grouped = Const(0)
+        if self.in_groups:
+            # a register: a pass's kind is set in the cycle it starts, and its first element
+            # comes a stream's latency later (`last`, recomputed every cycle, has settled by
+            # then), so the state's decode stays out of the down-count's subtraction
+            grouped = Signal()
+            m.d.sync += grouped.eq(self.grouped)
         lane = Signal(range(self.lanes))
         left = Signal(32)                # elements not yet taken, counted down
         word = Signal(len(self.words.payload.data))

@@ -70,8 +70,16 @@ class RunIssuer(wiring.Component):
         m.d.sync += [reads_out.eq(reads_out + ar_fire - self.r_done),
                      writes_out.eq(writes_out + aw_fire - self.b_done)]
 
-        # the DRAM row model and the counters
+        # the DRAM row model and the counters.  Each counter adds what a register took the
+        # cycle before (a request's link and useful bytes, an access, an activation): its
+        # 48-bit carry chain starts at registers, not behind the decoder's head or the open
+        # rows' compares.  The counts are a cycle late, long before a command's completion
+        # reads them (its responses are a memory latency away).
         counters = self.counters
+        added = Signal(counters_layout, name="counters_added")
+        m.d.sync += added.eq(0)
+        for name in ("requests", "link_bytes", "useful_bytes", "activations", "column_accesses"):
+            m.d.sync += counters[name].eq(counters[name] + added[name])
         open_row = [Signal(W, init=(1 << W) - 1, name=f"open_row{b}") for b in range(self.banks)]
         row_shift = log2_exact(self.row_bytes, "row_bytes")
         bank_bits = log2_exact(self.banks, "banks")
@@ -81,8 +89,8 @@ class RunIssuer(wiring.Component):
             bank = row[:bank_bits] if bank_bits else Const(0)
             for b in range(self.banks):
                 with m.If((bank == b) & (open_row[b] != row)):
-                    m.d.sync += [open_row[b].eq(row), counters.activations.eq(counters.activations + 1)]
-            m.d.sync += counters.column_accesses.eq(counters.column_accesses + 1)
+                    m.d.sync += [open_row[b].eq(row), added.activations.eq(1)]
+            m.d.sync += added.column_accesses.eq(1)
 
         # the run being issued: its element that starts it, and the one that starts the next
         issue_run = Signal(5)
@@ -93,7 +101,9 @@ class RunIssuer(wiring.Component):
         aw_done, w_done = Signal(), Signal()
         target = Signal(W)
         cursor, next_start = Signal(4, name="run_start"), Signal(4, name="next_run_start")
-        later = d.starts & ~((Const(2, MAX_OFFSETS + 1) << cursor) - 1)[:MAX_OFFSETS]
+        # the runs starting after the cursor: each bit the cursor's compare with a constant
+        # (a LUT a bit), not a shifted mask's subtraction (a carry chain before the priority chain)
+        later = Cat(*[d.starts[j] & (cursor < j) for j in range(MAX_OFFSETS)])
         for j in reversed(range(MAX_OFFSETS)):
             with m.If(later[j]):
                 m.d.comb += next_start.eq(j)
@@ -125,9 +135,7 @@ class RunIssuer(wiring.Component):
                     with m.Else():
                         link = HEADER_BYTES + LINE + Mux(is_row, OFFSET_BYTES * head.count, 0)
                         useful = Mux(is_row, Mux(size8, head.count << 3, head.count << 2), 0)
-                        m.d.sync += [counters.requests.eq(counters.requests + 1),
-                                     counters.link_bytes.eq(counters.link_bytes + link),
-                                     counters.useful_bytes.eq(counters.useful_bytes + useful),
+                        m.d.sync += [added.requests.eq(1), added.link_bytes.eq(link), added.useful_bytes.eq(useful),
                                      issue_run.eq(0), cursor.eq(0), aw_done.eq(0), w_done.eq(0),
                                      last_run.eq(d.runs == 1)]
                         m.next = "ISSUE"
@@ -157,6 +165,5 @@ class RunIssuer(wiring.Component):
                         m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
 
         with m.If(self.clear):                  # after every increment above, so it wins
-            m.d.sync += [counters.requests.eq(0), counters.link_bytes.eq(0), counters.useful_bytes.eq(0),
-                         counters.activations.eq(0), counters.column_accesses.eq(0)]
+            m.d.sync += [counters.eq(0), added.eq(0)]
         return m
