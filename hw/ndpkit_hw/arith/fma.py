@@ -114,17 +114,23 @@ class FpFma(FpUnit):
         m.d.comb += low.eq(Cat(subtract, big_ext[:half]) + Cat(subtract, aligned[:half]))
         low, big_high, aligned_high, big_exp, sign, subtract, zero_sign, nan, inf, inf_sign = pipe.stage(
             low[1:], big_ext[half:], aligned[half:], big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
+        # the normalising count of a sum whose high half is zero, from the low half (final
+        # here) while the high half adds: the next stage counts the high half's zeros only
+        low_zeros = Signal(range(width + 1 + round_bits(F32) + 1))
+        m.d.comb += low_zeros.eq((width + 1 - half) + leading_zeros(m, Cat(low[:half], Const(0, round_bits(F32))),
+                                                                     "fma_low"))
         high = Signal(width - half + 1)
         m.d.comb += high.eq(big_high + aligned_high + low[half])
         total = Signal(width + 1)
         m.d.comb += total.eq(Cat(low[:half], high[:width - half], high[width - half] & ~subtract))
         top_exp = Signal(signed(12))
         m.d.comb += top_exp.eq(big_exp + 1)
-        total, top_exp, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
-            total, top_exp, sign, zero_sign, nan, inf, inf_sign)
+        total, low_zeros, top_exp, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
+            total, low_zeros, top_exp, sign, zero_sign, nan, inf, inf_sign)
 
         norm, norm_exp, is_zero, (sign, zero_sign, nan, inf, inf_sign) = normalize_into_range(
-            m, total, top_exp, "fma", round_bits(F32), pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign))
+            m, total, top_exp, "fma", round_bits(F32), pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign),
+            low_count=(half, low_zeros))
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
             norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign)
 

@@ -164,7 +164,8 @@ def normalize(m: Module, sig, exp, name: str, pipe=None, carry=(), keep: int | N
     return norm, e, is_zero
 
 
-def normalize_into_range(m: Module, sig, exp, name: str, keep: int, pipe=None, carry=(), split: bool = False):
+def normalize_into_range(m: Module, sig, exp, name: str, keep: int, pipe=None, carry=(), split: bool = False,
+                         low_count=None):
     """Normalise ``sig`` (top bit weighing ``2**(exp - bias)``) into the range of a
     format's exponent: shift left until the top bit is set but never below exponent 1,
     and shift a value whose exponent is already below 1 right up to it.  One shifter does
@@ -179,10 +180,22 @@ def normalize_into_range(m: Module, sig, exp, name: str, keep: int, pipe=None, c
     With ``split`` the count and the limits are registered first and the amount chosen
     from them a stage later (one more stage: for a wide ``sig``, whose count tree and
     limit compare in one cycle are the longest path, as in the block-float sums).
+
+    With ``low_count = (n, count)``, ``count`` is what the count would be were ``sig``'s
+    bits above its low ``n`` all zero (``keep``, those ``len(sig) - n`` zeros and the
+    leading zeros of the low ``n`` bits), computed by the caller a stage
+    ahead where the low bits were known sooner (an adder's registered low half): only
+    the high bits are counted here, a shorter tree.
     """
     width = len(sig)
-    # keep zeros on top: the count comes out as lz + keep with no adder behind the tree
-    lz_plus_keep = leading_zeros(m, Cat(sig, Const(0, keep)), name)
+    if low_count is None:
+        # keep zeros on top: the count comes out as lz + keep with no adder behind the tree
+        lz_plus_keep = leading_zeros(m, Cat(sig, Const(0, keep)), name)
+    else:
+        n, count = low_count
+        high = sig[n:]
+        lz_plus_keep = Signal(range(width + keep + 1), name=f"{name}_lz_plus_keep")
+        m.d.comb += lz_plus_keep.eq(Mux(high == 0, count, leading_zeros(m, Cat(high, Const(0, keep)), f"{name}_high")))
     is_zero = Signal(name=f"{name}_sig_zero")
     m.d.comb += is_zero.eq(sig == 0)
     # the shift is left by u - keep: u = keep + min(lz, exp - 1) for exp >= 1, else
