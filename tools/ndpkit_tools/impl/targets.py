@@ -190,7 +190,8 @@ NOTES = {
                                       "min: 202 of the 208 block RAMs used, the router's overuse fell from 24k to "
                                       "6k wires in 11 iterations. Next: block RAM below 80 % (score and weight "
                                       "banks sized by the group in use) and a longer routing budget.",
-    ("graph", "ecp5", "levels"): "10 levels, re-synthesised on 2026-11-29 (the burst splitter from the command's "
+    ("graph", "ecp5", "levels"): "8 levels on the delay mapping (2026-11-29 night, 45.9k LUT there, 45.0k on the area mapping): the sg unit's inbox into its decoder's verdict first (block.unit.inbox.consume -> block.unit.decode.a_error), beside the PageRank divider's and FMA's stages and a row-sums FMA stage, as the default's. Before (area mapping): "
+                                 "10 levels, re-synthesised on 2026-11-29 (the burst splitter from the command's "
                                  "last word; 44.4k LUT without the synthesis wrapper's XOR tree): an adder stage "
                                  "of the row sums' tree first (block.sums$734.tree.sum_l1_1_s4_1 -> sum_l1_1_s5_2), "
                                  "the FP add's normalising stage. Before: 10 levels, re-synthesised on 2026-11-28 afternoon (the row sums' partials in "
@@ -216,7 +217,8 @@ NOTES = {
                                    "RAM output word, selected by the unpacker's pair position, into the pairs "
                                    "queue's distributed-RAM write in one cycle. Next: the selected pair "
                                    "registered before the queue.",
-    ("decomp", "max", "levels"): "9 levels, re-synthesised on 2026-11-29 (the burst splitter from the command's "
+    ("decomp", "max", "levels"): "7 levels on the delay mapping (2026-11-29 night, 3.4k LUT on both mappings): the pairs queue's pop into the W beat's sent flag first (block.pairs.consume -> w_sent), beside the pair unpacker's value position into the value reader's buffer level; the writers' W queue heads are registers now, so WLAST no longer starts at a distributed-RAM read. Before (area mapping): "
+                                 "9 levels, re-synthesised on 2026-11-29 (the burst splitter from the command's "
                                  "last word): the pair unpacker's value position into the value reader's buffer "
                                  "level first (block.unpacker.val_pos -> read_val.buffer.inner_level), beside a "
                                  "writer's burst end into the W route's level (ABC's order of equal paths). "
@@ -228,7 +230,8 @@ NOTES = {
     ("decomp", "max", "routing"): "6.5k LUT4 placed, routing not converged in 45 min (router2; 512-bit words "
                                   "into 46 block RAMs in a few columns: congestion). Next: more seeds and a "
                                   "longer budget, or the read buffers' words split across RAM columns.",
-    ("sg", "default", "levels"): "8 levels (re-synthesised on 2026-11-29 night, 16.6k LUT: the issuer's last-run "
+    ("sg", "default", "levels"): "7 levels on the delay mapping (2026-11-29 night, 17.5k LUT there, 16.9k on the area mapping): the inbox's pop into the decoder's verdict first (block.unit.inbox.consume -> block.unit.decode.a_error); the issuer's 44-bit counters add registered increments and its next run is found by compares (the decoder into the counters, 4 LUTs and 11 CARRY4, was the deepest path when this engine's netlist inside the graph engine was first mapped for delay). Before (area mapping): "
+                                 "8 levels (re-synthesised on 2026-11-29 night, 16.6k LUT: the issuer's last-run "
                                  "test a register set as each run issues, not the run count's compare behind the "
                                  "port's ready, which with the decoder's two stage loads and the inbox's pop took 9): "
                                  "the issuer's run into the synthesis wrapper's output first "
@@ -246,7 +249,8 @@ NOTES = {
                                   "before the sg unit's scatter change, which took 15k LUT4 off the ecp5 "
                                   "configuration (4 banks, 16 cache lines and response ids, same datapath): "
                                   "that one fits and places. Next: re-synthesise the default.",
-    ("graph", "default", "levels"): "11 levels (2026-11-29 night, 97.3k LUT: the sg unit's run start into itself "
+    ("graph", "default", "levels"): "8 levels on the delay mapping (2026-11-29 night, 99.8k LUT there, 97.9k on the area mapping the cell counts are of): the sg unit's inbox into its decoder's verdict first (block.unit.inbox.consume -> block.unit.decode.a_error), beside its run starts, the PageRank divider's and FMA's stages, the W route's pop into the writer's buffer level, the column words into the window stage, the packer's count, a row-sums FMA stage, the validator and both reducers' adds, all 8. The area mapping (synth_xilinx's own, LUTs of unit delay beside boxes in picoseconds) mapped the same netlist at 11: its area recovery deepens paths of LUTs alone at will (the binary32 adder's normalising stage: 7 levels alone, 11 inside this engine), so the levels are now counted on a mapping for delay (ndpkit_tools.impl.flow.DELAY_LUT_LIBRARY). On it the netlist before this night's changes had 9 levels: the command's fields through the window base's select into the window stage's address add, the judging flag into the byte count's three-input add, the writer's W queue read (a distributed RAM) through WLAST into the interconnect's W route level, the reducer's resolved queue read into its 33-bit add, then the state into the packer's count and a row-sums FMA's normalising count; each now starts at a register (the window base and the pass's bytes registered, the writer's W queue and the reducer's queue buffered, the packer's pass kind registered, the FMA's count of a sum's low half taken a stage ahead while its high half adds: the same latency). And the sg unit's 44-bit counters add registered increments, its run mask is compares, not a shifted subtraction. Before (area mapping): "
+                                    "11 levels (2026-11-29 night, 97.3k LUT: the sg unit's run start into itself "
                                     "first (block.unit.issue.run_start -> block.unit.issue.run_start), beside an adder "
                                     "stage of the sums' tree, the sg decoder's head into its output, the vertex "
                                     "dataflow's and a row-sums FMA's stages and the streams' reservations; none from "

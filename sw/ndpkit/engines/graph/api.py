@@ -67,15 +67,13 @@ def instances_for(device, instances: int | None = None) -> list:
     return clients[:int(instances)]
 
 
-#: what a row costs beside its entries when slices are balanced, in entries: least-squares
-#: fits of the slices' cycles (a + b x entries + c x rows, c / b) on the ``hbm2_pc`` preset,
-#: the scale-14 Kronecker graph's slices at 4 and 8 instances (2026-11-29): on the edge lanes
-#: an entry is about an eighth of a cycle and a row about one cycle more (its last bundle,
-#: its pointer and result words): CC 8.3, SSSP 8.2, SpMV 10.4 entries; PageRank's row, with
-#: its two vertex passes, 12.5.  (5 and 1.3 until then, fitted to the lanes and vertex
-#: passes of 2026-11-28: the Kronecker slices at 8 instances ended up to 5.5 % apart.)
-ROW_COST = 9
-PAGERANK_ROW_COST = 12.5
+#: what a row costs beside its entries when slices are balanced, in entries: fitted to the
+#: slices' cycles on the ``hbm2_pc`` preset (scale-14 uniform and Kronecker graphs, 4 and 8
+#: instances: a row's pointer, own value and result words and its edge-lane bundle cost
+#: about five entries' time; PageRank's, its sums' rows and its two vertex passes at four
+#: vertices a cycle, about 1.3: a least-squares fit over the Kronecker graph's eight slices)
+ROW_COST = 5
+PAGERANK_ROW_COST = 1.3
 
 
 def row_slices(g: csr.PullGraph, parts: int, lanes: int, row_cost: float = ROW_COST) -> list[tuple[int, int]]:
