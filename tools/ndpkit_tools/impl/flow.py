@@ -6,7 +6,8 @@ shift register, every output registered and XOR-reduced to one pin: out of conte
 with registered I/O).  ECP5: LFE5UM5G-85F speed 8, ``synth_ecp5`` then nextpnr-ecp5
 (Fmax from its report; skipped, and said so, when synthesis already needs more LUTs
 than the part has).  UltraScale+: ``synth_xilinx -family xcup`` cell counts and the logic depth between
-registers (:mod:`ndpkit_tools.impl.depth`), shift registers shorter than
+registers (:mod:`ndpkit_tools.impl.depth`) of the same design mapped to LUTs for delay
+(:data:`XCUP_SCRIPT`), shift registers shorter than
 :data:`~ndpkit_tools.boards.resources.SHREG_MIN_SIZE` kept in flip-flops as the board projects tell Vivado.
 """
 from __future__ import annotations
@@ -261,9 +262,9 @@ def implement(block, work: Path, *, target_mhz: float, seed: int = 1, ecp5: bool
         if not (reuse["xcup"] and made_by.exists() and made_by.read_text() == xcup_flow()):
             synthesize_xcup(work)                      # (a changed flow re-runs)
         out["xcup"] = xilinx_counts((work / "xcup_stat.txt").read_text())
-        netlist = json.loads((work / "xcup.json").read_text())       # (read once for both)
+        netlist = json.loads((work / "xcup.json").read_text())
         out["xcup_wrapper"] = wrapper_cells(netlist)                  # (in it; the caller decides)
-        del netlist
+        del netlist                                                   # (hundreds of MB for the large engines)
         # the levels of the delay mapping (its LUTs beside: what meeting them costs)
         out["xcup_depth"] = logic_depth(json.loads((work / "xcup_delay.json").read_text()))
         out["xcup_depth"]["netlist"] = "delay"
