@@ -67,8 +67,7 @@ def test_logic_depth_counts_luts_muxes_and_carry8_equivalents():
     assert depth["between"] == ["count", "total"]
     # the deepest path into each register within two levels of it: not the short one
     # (each with its cells, as the deepest path's)
-    assert depth["deep_paths"] == [{"levels": 6, "between": ["count", "total"], "path": depth["path"],
-                                    "path_nets": depth["path_nets"]}]
+    assert depth["deep_paths"] == [{"levels": 6, "between": ["count", "total"], "path": depth["path"]}]
 
 
 _FF = lambda name, d, q: (name, "FDRE", {"D": ("input", [d]), "Q": ("output", [q])})
@@ -106,8 +105,8 @@ def test_logic_depth_dsp_between_registers_is_a_stage_and_otherwise_its_ds923_de
                               "outputs_unregistered": 0, "combinational": 0, "cascaded": 0},
                      "fabric_levels": 1, "dsp_clock_mhz": 544, "limit": "fabric", "dsp_path_levels": None,
                      "path_nets": ["?"],      # (the LUT's output net has no name here)
-                     "deep_paths": [{"levels": 1, "between": ["x", "a_reg"], "path": ["LUT6"], "path_nets": ["?"]},
-                                    {"levels": 1, "between": ["p_reg", "y"], "path": ["LUT6"], "path_nets": ["?"]}]}
+                     "deep_paths": [{"levels": 1, "between": ["x", "a_reg"], "path": ["LUT6"]},
+                                    {"levels": 1, "between": ["p_reg", "y"], "path": ["LUT6"]}]}
     # inputs unregistered: the LUT into A, through the multiplier into the PREG (7 levels)
     fed = [c if c[0] != "dsp" else _dsp("dsp", {"A": [2], "B": ["0"]}, {"P": [4]}) for c in registered]
     depth = logic_depth(_netlist(fed, names))

@@ -176,8 +176,9 @@ def test_boards_doc_and_board_file_name_what_binds_by_the_resource_model(name):
 
 
 def test_the_resource_model_follows_the_impl_report():
-    """At the report's measured configurations the model gives the report's figures;
-    between them it is linear in the configuration's size."""
+    """At the report's measured configurations the model gives the report's figures (the
+    larger of its two mappings' counts, the cell counts' and the delay mapping's the clock
+    rests on); between them it is linear in the configuration's size."""
     import json
     from ndpkit_tools.boards.resources import RESOURCES, TABLE, engine_resources
     table = json.loads(TABLE.read_text())
@@ -185,7 +186,9 @@ def test_the_resource_model_follows_the_impl_report():
     for engine, configs in table.items():
         for config, entry in configs.items():
             got = engine_resources(engine, entry["params"], table)
-            assert got["lut"] == report[(engine, config)]["xcup"]["LUT"]
+            row = report[(engine, config)]
+            assert got["lut"] == max(row["xcup"]["LUT"], (row.get("xcup_delay") or {}).get("LUT", 0))
+            assert got["lut"] >= row["xcup"]["LUT"]
             assert all(got[r] == entry[r] for r in RESOURCES)
     lo, hi = engine_resources("attention", {"data_width": 128, "lanes": 16}), \
         engine_resources("attention", {"data_width": 512, "lanes": 32})

@@ -116,9 +116,9 @@ class FpFma(FpUnit):
             low[1:], big_ext[half:], aligned[half:], big_exp, sign, subtract, zero_sign, nan, inf, inf_sign)
         # the normalising count of a sum whose high half is zero, from the low half (final
         # here) while the high half adds: the next stage counts the high half's zeros only
-        low_zeros = Signal(range(width + 1 + round_bits(F32) + 1))
-        m.d.comb += low_zeros.eq((width + 1 - half) + leading_zeros(m, Cat(low[:half], Const(0, round_bits(F32))),
-                                                                     "fma_low"))
+        keep = round_bits(F32)
+        low_zeros = Signal(range(width + 1 + keep + 1))
+        m.d.comb += low_zeros.eq((width + 1 - half) + leading_zeros(m, Cat(low[:half], Const(0, keep)), "fma_low"))
         high = Signal(width - half + 1)
         m.d.comb += high.eq(big_high + aligned_high + low[half])
         total = Signal(width + 1)
@@ -129,7 +129,7 @@ class FpFma(FpUnit):
             total, low_zeros, top_exp, sign, zero_sign, nan, inf, inf_sign)
 
         norm, norm_exp, is_zero, (sign, zero_sign, nan, inf, inf_sign) = normalize_into_range(
-            m, total, top_exp, "fma", round_bits(F32), pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign),
+            m, total, top_exp, "fma", keep, pipe=pipe, carry=(sign, zero_sign, nan, inf, inf_sign),
             low_count=(half, low_zeros))
         norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign = pipe.stage(
             norm, norm_exp, is_zero, sign, zero_sign, nan, inf, inf_sign)

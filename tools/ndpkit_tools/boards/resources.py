@@ -74,8 +74,11 @@ def write_engine_table(rows: list[dict], path: Path = TABLE, depth_path: Path = 
         spec = REGISTRY.get(row["engine"])
         settable = {"data_width", *spec.device_params.values()} if spec else set()
         if row.get("xcup") and set(row["params"]) <= settable:
+            # the larger of the two mappings' counts: the cell counts are Yosys's own mapping,
+            # the clock the logic levels support is the delay mapping's (a LUT or two more)
+            delay = row.get("xcup_delay") or {}
             entry = {"params": row["params"], "estimate": bool(row.get("estimate")),
-                     **{k: row["xcup"][v] for k, v in _REPORT_KEYS.items()}}
+                     **{k: max(row["xcup"][v], delay.get(v, 0)) for k, v in _REPORT_KEYS.items()}}
             table.setdefault(row["engine"], {})[row["config"]] = entry
     path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
 

@@ -213,7 +213,7 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
          "dsp_path_levels": n | None,  # the deepest path that runs through (or into) a DSP
          "dsp_clock_mhz": f | None,    # the slowest path between a DSP's own registers
          "limit": "fabric" | "dsp",    # which of the two the result is
-         "deep_paths": [{"levels", "between", "path", "path_nets"}, ...]}  # the deepest path into each register
+         "deep_paths": [{"levels", "between", "path"}, ...]}  # the deepest path into each register
                                        # signal within two levels of the fabric's deepest
     """
     if isinstance(netlist, dict):
@@ -429,10 +429,10 @@ def logic_depth(netlist: Path | str | dict, top: str = "top") -> dict:
         while node is not None:
             walk.append(node)
             node = via[node]
-        start = _endpoints(module, cells, walk[::-1], driver, readers, starts, path_inputs, outputs)[0]
+        walk.reverse()
+        start = _endpoints(module, cells, walk, driver, readers, starts, path_inputs, outputs)[0]
         deep_paths.append({"levels": math.ceil(levels), "between": [start, finish],
-                           "path": [cells[c]["type"] for c in walk[::-1]],
-                           "path_nets": _path_nets(module, walk[::-1], cells, outputs)})
+                           "path": [path_entry(c) for c in walk]})
     bounded = {n: d.clock_mhz for n, d in dsps.items() if d.clock_mhz is not None}
     dsp_mhz = min(bounded.values()) if bounded else None
     result = {"levels": fabric_levels, "path": [path_entry(c) for c in chain],

@@ -78,7 +78,7 @@ class RunIssuer(wiring.Component):
         counters = self.counters
         added = Signal(counters_layout, name="counters_added")
         m.d.sync += added.eq(0)
-        for name in ("requests", "link_bytes", "useful_bytes", "activations", "column_accesses"):
+        for name in counters_layout.members:
             m.d.sync += counters[name].eq(counters[name] + added[name])
         open_row = [Signal(W, init=(1 << W) - 1, name=f"open_row{b}") for b in range(self.banks)]
         row_shift = log2_exact(self.row_bytes, "row_bytes")
