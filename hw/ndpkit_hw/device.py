@@ -22,6 +22,10 @@ queues (:func:`ndpkit_spec.shell.slot_layout`), AXI master and home region
 its transfers are confined to that region (its window registers intersected with
 the region), so one instance's commands never touch another's region.
 
+Graph instances share result words over the card's window exchange
+(:class:`~ndpkit_hw.engines.graph.exchange.WindowExchange`: every instance's ``share`` to
+every instance's ``shared``).
+
 Inside: :class:`AxiLiteDecoder` -> shell CSR block and one :class:`EngineFrontend`
 per instance; the host port -> :class:`AxiRegionRouter` (one branch per region, P > 1)
 -> per port an :class:`AxiInterconnect` with the engine masters homed there ->
@@ -44,6 +48,7 @@ from ndpkit_hw.bus.interconnect import AxiInterconnect
 from ndpkit_hw.bus.region_router import AxiRegionRouter
 from ndpkit_hw.shell.csr import CSRBlock
 from ndpkit_hw.engines import build as build_engine
+from ndpkit_hw.engines.graph.exchange import WindowExchange
 from ndpkit_hw.shell.engine_frontend import EngineFrontend
 
 __all__ = ["Device"]
@@ -175,11 +180,13 @@ class Device(wiring.Component):
         irq_lines = Signal(IRQ_LINES)
         kind_irqs = {}
         running = []
+        engine_cores = []
         presence = 0
         for index, ((name, instance), (slot, core, frontend, region)) in enumerate(self.slots.items()):
             kind = REGISTRY[name].kind
             label = name if instance == 0 else f"{name}_{instance}"
             m.submodules[label] = ResetInserter(engine_reset)(core)
+            engine_cores.append((core, label))
             m.submodules[f"{label}_frontend"] = ResetInserter(engine_reset)(frontend)
             wiring.connect(m, getattr(decoder, f"m{index + 1}"), frontend.bus)
             wiring.connect(m, frontend.cmd, core.cmd)
@@ -191,6 +198,14 @@ class Device(wiring.Component):
             kind_irqs.setdefault(kind, []).append(frontend.irq)
             running.append(frontend.running)
             presence |= 1 << kind
+        # ---- the graph instances' window exchange -------------------------------------
+        sharing = [core for core, _ in engine_cores if hasattr(core, "share")]
+        if sharing:
+            m.submodules.window_exchange = exchange = ResetInserter(engine_reset)(WindowExchange(len(sharing),
+                                                                                                 self.data_width))
+            for i, core in enumerate(sharing):
+                wiring.connect(m, core.share, exchange.share[i])
+                m.d.comb += [core.shared.valid.eq(exchange.out.valid), core.shared.payload.eq(exchange.out.payload)]
         for kind, lines in kind_irqs.items():
             m.d.comb += irq_lines[kind].eq(Cat(*lines).any())
         m.d.comb += any_running.eq(Cat(*running).any() if running else 0)

@@ -721,6 +721,20 @@
 #define NDPKIT_GRAPH_DANGLING_TERM_RESET 0x00000000u
 #define NDPKIT_GRAPH_DANGLING_TERM_VALUE_SHIFT 0u
 #define NDPKIT_GRAPH_DANGLING_TERM_VALUE_MASK 0xffffffffu  /* RW */
+#define NDPKIT_GRAPH_EXCHANGE_OFFSET 0x0090u
+#define NDPKIT_GRAPH_EXCHANGE_RESET 0x00000000u
+#define NDPKIT_GRAPH_EXCHANGE_SHARE_SHIFT 0u
+#define NDPKIT_GRAPH_EXCHANGE_SHARE_MASK 0x00000001u  /* RW */
+#define NDPKIT_GRAPH_EXCHANGE_TAKE_SHIFT 1u
+#define NDPKIT_GRAPH_EXCHANGE_TAKE_MASK 0x00000002u  /* RW */
+#define NDPKIT_GRAPH_EXCHANGE_FRESH_SHIFT 2u
+#define NDPKIT_GRAPH_EXCHANGE_FRESH_MASK 0x00000004u  /* RW */
+#define NDPKIT_GRAPH_EXCHANGE_ROUND_SHIFT 16u
+#define NDPKIT_GRAPH_EXCHANGE_ROUND_MASK 0xffff0000u  /* RW */
+#define NDPKIT_GRAPH_WINDOW_SETS_OFFSET 0x0094u
+#define NDPKIT_GRAPH_WINDOW_SETS_RESET 0x00000000u
+#define NDPKIT_GRAPH_WINDOW_SETS_VALUE_SHIFT 0u
+#define NDPKIT_GRAPH_WINDOW_SETS_VALUE_MASK 0xffffffffu  /* RO */
 
 /* decomp: Scatter-mode gradient decompression (Smart-Infinity compatible): zero-fill the n-element destination, then write the k pairs in array order (a repeated index keeps the last value; index 0xFFFFFFFF is skipped). An index >= n (not the sentinel) stops the command with OUT_OF_WINDOW after the pairs before it were written. cpl_aux counts the pairs written. */
 #define NDPKIT_DECOMP_SIZE 0x1000u

@@ -102,6 +102,8 @@ def tiny_inputs(perf: Path, impl: Path) -> None:
     (perf / "graph_scaling-hbm2_pc.json").write_text(json.dumps({"memory": "hbm2_pc", "rows": [
         {"graph": "u", "kernel": k, "instances": n, "edges": 1000, "cycles": c, "edges_per_cycle": 1000 / c,
          "per_instance": 1000 / c / n, "scaling": 1000 / c / n / (1000 / base),
+         "exchange_cycles": c - 40, "exchange_edges_per_cycle": 1000 / (c - 40),
+         "exchange_scaling": 1000 / (c - 40) / n / (1000 / (base - 40)),
          **({"setup_cycles": 70 * n} if k == "pagerank" and n > 1 else {})}
         for k, base in (("cc", 1100), ("pagerank", 1500)) for n, c in ((1, base), (2, base // 2 + 40), (4, base // 4 + 60))],
         "large": [{"graph": "u16", "kernel": "spmv", "instances": 8, "vertices": 100, "edges": 8000, "cycles": 1000,
@@ -139,7 +141,9 @@ def test_report_files(generated):
     assert "| attention | G=1, context 512 | 8 | 1,100 | 116.36 | 7.27 | 0.909 |" in text
     # the graph split over instances (scaling 1100 / (2 x 590); the worst at N = 4), and the decode table of today's
     # models from the lane table's fits (Qwen2-7B's G = 7 not among them)
-    assert "| u | cc | 2 | 590 | 1.695 | 0.847 | 0.932 | – |" in text and "cc **0.821**" in text
+    # (beside each row its round over the window exchange: 1060 / (2 x 550))
+    assert "| u | cc | 2 | 590 | 1.695 | 0.847 | 0.932 | – | 550 | 1.818 | 0.964 | – |" in text
+    assert "cc **0.821**" in text and "worst: cc **0.898**" in text
     assert "| u16 | spmv | 100 | 8,000 | 1,000 | 8.000 | 1.000 | – | 0.800 | – |" in text     # no graph clock here
     assert "iteration (`contributions = 1`) runs once per call: u 280 cycles at N = 4." in text
     assert "| Llama-3-8B | 4 | 128 KiB | 16.0 GiB |" in text and "| Qwen2-7B | 7 | (G = 7 not measured" in text

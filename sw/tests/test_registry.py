@@ -43,10 +43,18 @@ def test_every_reference_resolves_and_every_place_exists(name):
     assert spec.client_class().name == name
     golden = spec.golden_module()
     # the one golden contract: check(cmd, *, word_bytes, window_base, window_size),
-    # execute(memory, cmd, *, word_bytes, base, window_base, window_size)
+    # execute(memory, cmd, *, word_bytes, base, window_base, window_size), each with the
+    # instance's state beyond memory as keywords with defaults where the module keeps some
+    # (model_state(card, constants, word_bytes) makes them; started(cmd, ...) sees a command start)
     check, execute = inspect.signature(golden.check), inspect.signature(golden.execute)
-    assert list(check.parameters) == ["cmd", "word_bytes", "window_base", "window_size"]
-    assert list(execute.parameters) == ["memory", "cmd", "word_bytes", "base", "window_base", "window_size"]
+    state = list(golden.model_state({}, spec.constants, 16)) if hasattr(golden, "model_state") else []
+    assert list(check.parameters) == ["cmd", "word_bytes", "window_base", "window_size", *state]
+    assert list(execute.parameters) == ["memory", "cmd", "word_bytes", "base", "window_base", "window_size", *state]
+    for keyword in state:
+        assert check.parameters[keyword].default is None and execute.parameters[keyword].default is None
+    if hasattr(golden, "started"):
+        assert list(inspect.signature(golden.started).parameters) == [
+            "cmd", "word_bytes", "window_base", "window_size", *state]
     # and command_ranges(cmd, word_bytes): what the driver checks a command's Buffers against
     assert list(inspect.signature(golden.command_ranges).parameters) == ["cmd", "word_bytes"]
     # the mirrored folders and the document

@@ -89,6 +89,27 @@ BLOCK = engine_block("graph", [
     Register.single("dangling_term", 0x8C, Access.RW, doc="PageRank with contributions = 2: fp32 dangling rank x "
                     "(1/n) for the first iteration (the dangling rank: the rank of every vertex without out-edges, "
                     "summed in vertex order by the partial-sum rule)."),
+    Register("exchange", 0x90, [
+        Field("share", 0, 1, Access.RW, doc="1 = the command's results also go, as bus words tagged with `round`, to "
+              "window set (round + 1) mod 2 of every graph instance on the card (this one's too) over the card's "
+              "window exchange: the rows of its edge pass, or PageRank's slice contributions (contributions 1 or 2; "
+              "with 0: BAD_FIELD).  An instance drops words into the set its running command reads."),
+        Field("take", 1, 1, Access.RW, doc="1 = the command's edge pass takes its source window from set round mod 2 "
+              "as the exchange filled it, with no load from memory: every source in the window (source_window >= n; "
+              "PageRank with contributions 2).  BAD_FIELD unless that set holds every word of the window "
+              "(ceil(n / 16) at 512 bits), each from round - 1 (mod 2**16), counted since it was last emptied "
+              "(a load from memory into it, `fresh`, a newer round's first word) and not poisoned (a sharing command "
+              "of that round ended with an error).  With share, cpl_aux bit 30 is set when the iteration changed "
+              "a value (BFS, SSSP, CC)."),
+        Field("fresh", 2, 1, Access.RW, doc="1 = the round starts set (round + 1) mod 2 afresh: its record of "
+              "a round is emptied as the command starts (a run's first round, every instance's command started "
+              "together, before any shares: words left from an earlier run never count)."),
+        Field("round", 16, 16, Access.RW, doc="The round: the command reads window set round mod 2 (loaded, or "
+              "taken) and shares into the other.  With share or take: max_iterations 1 and a build with two "
+              "window sets (window_sets), else BAD_FIELD."),
+    ]),
+    Register.single("window_sets", 0x94, Access.RO, doc="Window sets the build has (2: the card's window exchange "
+                    "reaches it, `exchange` works; 1: one window, `exchange` must be 0)."),
 ], doc="Pull-style graph programs (PageRank in fp32, BFS levels, SSSP with uint32 weights, connected components; SpMV in fp32) "
        "over a CSR pull matrix, Jacobi iterations until nothing changes (SpMV: one pass), source values fetched through the scatter-gather unit "
        "(Piccolo row gathers or baseline line reads), bit-exact to ndpkit.engines.graph.golden. Whole-command checks "
@@ -108,7 +129,7 @@ ENGINE = EngineSpec(
     # read ports on the window), the build that fits the
     # LFE5UM5G-85F for its routed Fmax (the default does not); same datapath
     # the default build's read-only registers (the model card reports them)
-    constants={"window_capacity": WINDOW_VERTICES},
+    constants={"window_capacity": WINDOW_VERTICES, "window_sets": 2},
     configs={"default": {"data_width": 512},
              "ecp5": {"data_width": 512, "banks": 4, "cache_lines": 16, "response_ids": 16, "edge_lanes": 1}},
     config_label=lambda p: f"{p['data_width']}-bit" + "".join(

@@ -31,12 +31,14 @@ __all__ = ["ModelTransport", "ModelDevice", "run_command"]
 
 
 def run_command(golden, device: "ModelDevice", cmd: dict, window: tuple[int, int],
-                high: int = 0) -> tuple[int, int, int, int]:
+                high: int = 0, state: dict | None = None) -> tuple[int, int, int, int]:
     """(error, bytes read, bytes written, aux) of one command: the engine's golden
     ``check``, then its ``execute`` on card memory.  ``high``: the address bits above
     32 of the instance's region (engines address their region modulo 4 GiB, as the
-    gateware's do), so the command sees the 4 GiB of card memory from there."""
-    where = dict(word_bytes=device.word_bytes, window_base=window[0], window_size=window[1])
+    gateware's do), so the command sees the 4 GiB of card memory from there.
+    ``state``: the instance's state beyond memory, as keywords of both (the golden
+    module's ``model_state``: the graph engine's window sets)."""
+    where = dict(word_bytes=device.word_bytes, window_base=window[0], window_size=window[1], **(state or {}))
     code, _ = golden.check(cmd, **where)
     if code:
         return int(code), 0, 0, 0
@@ -60,12 +62,18 @@ class _EngineModel:
         self.max_in_flight = spec.max_in_flight
         self.block = spec.block
         self.constants = spec.constants          # the default build's read-only registers
+        # state beyond memory, some of it the card's (``device.engine_state[name]``)
+        make_state = getattr(self.golden, "model_state", None)
+        self.state = make_state(device.engine_state.setdefault(spec.name, {}), self.constants,
+                                device.word_bytes) if make_state else {}
         self.regs = RegisterModel(self.block)
         self.depth = queue_depth
         self.reset()
 
     def reset(self):
         self.regs.reset()
+        for part in self.state.values():
+            getattr(part, "reset", lambda: None)()
         self.queue, self.completions, self.running = deque(), deque(), deque()
         self._publish()
 
@@ -79,11 +87,19 @@ class _EngineModel:
                                   self.regs.output("window_size", "value"), *self.region_bounds)
         return cmd, window
 
+    def _run(self, snapshot):
+        """The command starts (the golden module's ``started`` hook, where it has one)."""
+        hook = getattr(self.golden, "started", None)
+        if hook:
+            cmd, window = snapshot
+            hook(cmd, word_bytes=self.device.word_bytes, window_base=window[0], window_size=window[1], **self.state)
+        self.running.append(snapshot)
+
     def write(self, offset, value):
         pulses = self.regs.write(offset, value)
         if pulses.get("doorbell_submit"):
             if len(self.running) < self.max_in_flight and not self.queue and not self.device.held:
-                self.running.append(self._snapshot())
+                self._run(self._snapshot())
             elif len(self.queue) < self.depth:
                 self.queue.append(self._snapshot())
             else:
@@ -94,13 +110,13 @@ class _EngineModel:
 
     def _start(self):
         while self.queue and len(self.running) < self.max_in_flight and not self.device.held:
-            self.running.append(self.queue.popleft())
+            self._run(self.queue.popleft())
 
     def advance(self):
         self._start()
         while self.running and len(self.completions) < self.depth + self.max_in_flight:
             cmd, window = self.running.popleft()
-            error, read, written, aux = run_command(self.golden, self.device, cmd, window, self.high)
+            error, read, written, aux = run_command(self.golden, self.device, cmd, window, self.high, self.state)
             self.completions.append({"tag": cmd["tag"], "error": error, "cycles": 0,
                                      "bytes_read": read, "bytes_written": written, "aux": aux})
             self.regs.set_bits("irq", "done", 1)
@@ -157,6 +173,8 @@ class ModelDevice:
         if not 1 <= memory_ports <= max(1, len(layout)):
             raise ValueError(f"memory_ports must be 1..{len(layout)} (a region per engine instance at most)")
         regions = home_region(layout, memory_ports)
+        #: engine name -> the card-wide state its instances share (the graph engine's window exchange)
+        self.engine_state = {}
         #: slot -> engine instance
         self.engines = {slot: _EngineModel(self, REGISTRY[name], queue_depth, instance, regions[name, instance])
                         for name, instance, slot in layout}
@@ -177,6 +195,8 @@ class ModelDevice:
         s.set_input("mem_size_hi", "value", mem_size >> 32)
 
     def advance(self):
+        for engine in self.engines.values():       # (commands released together start together)
+            engine._start()
         for engine in self.engines.values():
             engine.advance()
         if self.reset_pending and not any(e.running for e in self.engines.values()):

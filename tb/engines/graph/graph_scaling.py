@@ -17,7 +17,11 @@ driver's split, each instance passing over its own rows with the contributions t
 host exchanged; the one contributions round before the first iteration is
 ``setup_cycles``); aggregate edges per cycle = the graph's entries over
 the span; scaling = aggregate / (N x the N = 1 rate).  Every slice's rows are checked
-against the golden model's one iteration of the whole graph, bit for bit.
+against the golden model's one iteration of the whole graph, bit for bit.  Beside it,
+the same N's round over the card's window exchange (:func:`exchange_round`: every
+instance's sources taken on chip as the round before shared its rows, no window load,
+nothing through the host: ``exchange_cycles``, ``exchange_scaling``, N = 1 taking its
+own rows back the same way).
 QUICK=1: scale 12 (else 14), N = 1, 2, 4.
 
 Larger graphs (``GRAPH_LARGE=16,18``): at those scales only N = 8 runs (one instance alone
@@ -72,7 +76,7 @@ def runs(dev, name: str, g, counts) -> list[dict]:
         for n in counts:
             pagerank = program == Program.PAGERANK
             setup = None
-            with SlicedGraph(dev, pull, instances_for(dev, n), mode="piccolo", window=True,
+            with SlicedGraph(dev, pull, instances_for(dev, n), mode="piccolo", window=True, exchange=False,
                              values=None if pagerank else values, degrees=values if pagerank else None) as sliced:
                 t0 = time.perf_counter()
                 if pagerank and n > 1:
@@ -94,9 +98,40 @@ def runs(dev, name: str, g, counts) -> list[dict]:
                          "slice_edges": [int(pull.rowptr[f + r] - pull.rowptr[f]) for f, r in slices],
                          "bytes": sum(d.bytes_read + d.bytes_written for d in done), "wall_seconds": wall,
                          **({"setup_cycles": setup} if setup is not None else {})})
-            print(f"{name} {kernel} N={n}: {cycles} cycles, {len(pull.col) / max(cycles, 1):.3f} edges/cycle",
-                  flush=True)
+            rows[-1].update(exchange_round(dev, pull, program, n, x, values, want, extra))
+            print(f"{name} {kernel} N={n}: {cycles} cycles, {len(pull.col) / max(cycles, 1):.3f} edges/cycle; "
+                  f"over the exchange {rows[-1]['exchange_cycles']} cycles", flush=True)
     return rows
+
+
+def exchange_round(dev, pull, program, n: int, x, values, want, extra) -> dict:
+    """The same graph's rounds over the window exchange on ``n`` instances
+    (:meth:`SlicedGraph.rounds`): a first round loading the window from memory, then
+    the round measured, its sources taken from the window as the first round's rows
+    filled it (SpMV: the product over the first product; PageRank: its first
+    iteration after the contributions round, the contributions shared), its rows
+    checked against the golden model."""
+    pagerank = program == Program.PAGERANK
+    t0 = time.perf_counter()
+    with SlicedGraph(dev, pull, instances_for(dev, n), mode="piccolo", window=True,
+                     values=None if pagerank else values, degrees=values if pagerank else None) as sliced:
+        assert sliced.exchanges, "the card's graph instances do not reach each other's windows"
+        if pagerank:
+            rounds = sliced.pagerank_rounds(x, extra["constants"])
+            first = next(rounds)[1]
+            got, done = next(rounds)
+            expected = want
+        else:
+            rounds = sliced.rounds(x, program)
+            first = next(rounds)
+            done = next(rounds)
+            got = sliced.gather()
+            expected = (golden.spmv(pull.rowptr, pull.col, values, want).values if program == Program.SPMV else
+                        golden.min_iteration(pull.rowptr, pull.col, want,
+                                             values if program == Program.SSSP else None))
+    assert np.array_equal(got, expected), f"N={n}: the exchanged round's rows differ from the golden model"
+    return {"exchange_cycles": span(done).cycles, "exchange_per_instance_cycles": [d.cycles for d in done],
+            "exchange_first_cycles": span(first).cycles, "exchange_wall_seconds": time.perf_counter() - t0}
 
 
 def cpu_seconds(pull, kernel: str, x, entries=None) -> float:
@@ -151,20 +186,27 @@ def large_runs(dev, scales) -> list[dict]:
 
 
 def with_scaling(rows: list[dict]) -> list[dict]:
-    single = {(r["graph"], r["kernel"]): r["edges"] / r["cycles"] for r in rows if r["instances"] == 1}
+    """Each row's rates and scalings: of its command (window loaded) and, where measured,
+    of its round over the window exchange, each against its own N = 1 rate."""
+    for key, rate_of, scaling in (("cycles", "edges_per_cycle", "scaling"),
+                                  ("exchange_cycles", "exchange_edges_per_cycle", "exchange_scaling")):
+        single = {(r["graph"], r["kernel"]): r["edges"] / r[key] for r in rows if r["instances"] == 1 and key in r}
+        for r in rows:
+            if key in r and (r["graph"], r["kernel"]) in single:
+                rate = r["edges"] / r[key]
+                r.update({rate_of: rate, scaling: rate / (r["instances"] * single[(r["graph"], r["kernel"])])})
     for r in rows:
-        rate = r["edges"] / r["cycles"]
-        r.update(edges_per_cycle=rate, per_instance=rate / r["instances"],
-                 scaling=rate / (r["instances"] * single[(r["graph"], r["kernel"])]))
+        r["per_instance"] = r["edges_per_cycle"] / r["instances"]
     return rows
 
 
 def table(rows: list[dict]) -> str:
     lines = [f"{'graph':>14} {'kernel':>9} {'N':>3} {'cycles':>9} {'edges/cycle':>12} {'per inst.':>10} "
-             f"{'scaling':>8}"]
+             f"{'scaling':>8} {'exchanged':>10} {'scaling':>8}"]
     for r in rows:
         lines.append(f"{r['graph']:>14} {r['kernel']:>9} {r['instances']:>3} {r['cycles']:>9} "
-                     f"{r['edges_per_cycle']:>12.3f} {r['per_instance']:>10.3f} {r['scaling']:>8.3f}")
+                     f"{r['edges_per_cycle']:>12.3f} {r['per_instance']:>10.3f} {r['scaling']:>8.3f} "
+                     f"{r.get('exchange_cycles', 0):>10} {r.get('exchange_scaling', 0):>8.3f}")
     return "\n".join(lines)
 
 

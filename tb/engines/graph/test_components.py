@@ -1424,3 +1424,109 @@ def test_result_words_are_written_held_dropped_or_put_in_the_window(rng, depth):
     tick = Signal()
     top.d.sync += tick.eq(~tick)
     run_to_end(top, bench)
+
+
+def test_window_exchange_takes_every_instance_word_once_in_order(rng):
+    """Three instances' words offered with random gaps (each instance's stream held
+    until taken): the exchange's register carries every word exactly once, at most one
+    a cycle, each instance's in its order, and no instance waits while another streams
+    (round robin: none goes more than two of the others' words unserved)."""
+    from ndpkit_hw.engines.graph.exchange import WindowExchange
+    dut = WindowExchange(3, 512)
+    items = [[{"word": 100 * i + k, "round": i, "poison": 0, "data": rng.randrange(1 << 512)} for k in range(40)]
+             for i in range(3)]
+    got = []
+
+    async def bench(ctx):
+        offers = [Offer(dut.share[i], items[i], rng, rate=0.8) for i in range(3)]
+        waited = [0, 0, 0]
+        while len(got) < 120:
+            for o in offers:
+                o.drive(ctx)
+            if ctx.get(dut.out.valid):
+                out = ctx.get(dut.out.payload)
+                got.append((out.round, out.word, out.data))
+            for i, o in enumerate(offers):
+                pending = bool(ctx.get(dut.share[i].valid))
+                waited[i] = 0 if o.advance(ctx) or not pending else waited[i] + 1
+                assert waited[i] <= 4, f"instance {i} waited {waited[i]} cycles"
+            await ctx.tick()
+        for o in offers:
+            ctx.set(o.port.valid, 0)
+        for _ in range(3):
+            await ctx.tick()
+            assert not ctx.get(dut.out.valid)
+    run_to_end(dut, bench)
+    for i in range(3):
+        assert [(w, d) for r, w, d in got if r == i] == [(x["word"], x["data"]) for x in items[i]]
+
+
+def test_source_window_sets_take_the_shared_words_of_their_round(rng):
+    """A window of two sets (64 vertices, four words each, two lane ports): words shared
+    with round r fill set (r + 1) mod 2 whatever the command reads, except the set a
+    running command reads (dropped); ``complete`` holds for round r + 1 exactly when that
+    set took every word of round r (a newer round counts again, a poison spoils the
+    round, a load from memory empties it); the lanes read the set ``set`` names."""
+    dut = SourceWindow(64, 512, read_lanes=2, sets=2)
+
+    async def share(ctx, round_, words, poison=False):
+        for w, data in words:
+            ctx.set(dut.shared.valid, 1)
+            ctx.set(dut.shared.payload, {"word": w, "round": round_, "poison": int(poison), "data": data})
+            await ctx.tick()
+            ctx.set(dut.shared.valid, 0)
+            if rng.random() < 0.5:
+                await ctx.tick()
+        await ctx.tick()
+
+    def complete(ctx, round_):
+        ctx.set(dut.round, round_)
+        ctx.set(dut.need, 4)
+        return bool(ctx.get(dut.complete))
+
+    async def read(ctx, us):
+        got = []
+        for u in us:
+            ctx.set(dut.lane_u, [u, (u + 1) % 64])
+            ctx.set(dut.lane_en, 1)
+            await ctx.tick()
+            ctx.set(dut.lane_en, 0)
+            got.append(list(ctx.get(dut.lane_value)))
+        return got
+
+    def words_of(values):
+        return [(w, sum(v << (32 * k) for k, v in enumerate(values[16 * w:16 * w + 16]))) for w in range(4)]
+
+    async def bench(ctx):
+        ctx.set(dut.count, 64)
+        values = [rng.randrange(1 << 32) for _ in range(64)]
+        ctx.set(dut.set, 0)                 # (the last command's set: no command reads it now)
+        await share(ctx, 0xFFFF, words_of(values)[:3])          # round 65535 -> set 0, a word short
+        assert not complete(ctx, 0)
+        await share(ctx, 0xFFFF, words_of(values)[3:])
+        assert complete(ctx, 0) and not complete(ctx, 1) and not complete(ctx, 2)
+        ctx.set(dut.set, 0)
+        ctx.set(dut.reading, 1)                                  # a command reads set 0: dropped
+        await share(ctx, 1, words_of([7] * 64))
+        assert complete(ctx, 0)
+        us = [rng.randrange(64) for _ in range(20)]
+        got = await read(ctx, us)
+        assert got == [[values[u], values[(u + 1) % 64]] for u in us]
+        other = [rng.randrange(1 << 32) for _ in range(64)]     # round 0 -> set 1 while set 0 is read
+        await share(ctx, 0, list(reversed(words_of(other))))
+        assert complete(ctx, 1)
+        ctx.set(dut.set, 1)
+        got = await read(ctx, us)
+        assert got == [[other[u], other[(u + 1) % 64]] for u in us]
+        await share(ctx, 0, [(0, 0)], poison=True)               # (into the set read: dropped)
+        assert complete(ctx, 1)
+        ctx.set(dut.reading, 0)
+        await share(ctx, 0, [(0, 0)], poison=True)               # round 0 poisoned: set 1 spoilt
+        assert not complete(ctx, 1)
+        await share(ctx, 2, words_of(other))                     # a newer round counts again
+        assert complete(ctx, 3)
+        ctx.set(dut.invalidate, 0b10)                            # a load into set 1 empties it
+        await ctx.tick()
+        ctx.set(dut.invalidate, 0)
+        assert not complete(ctx, 3)
+    run_to_end(dut, bench)

@@ -315,3 +315,127 @@ def test_graphs_split_over_instances(transport):
             with pytest.raises(ValueError, match="instances"):
                 graph.bfs(generators.uniform(6, 3, seed=1), 0, dev, instances=bad)
         assert dev.allocator.free_bytes == free
+
+
+def _exchange_rounds(dev, p, program, values, x, rounds, first_round):
+    """``rounds`` rounds of ``program`` over two row slices of ``p`` on the card's first
+    instance, sharing every round's rows over the window exchange and, after the first,
+    taking the sources from it: each round's rows and completions."""
+    client = graph.instances_for(dev)[0]
+    out = []
+    with graph.SlicedGraph(dev, p, [client, client], mode="piccolo", window=True, values=values) as sliced:
+        for card in sliced.cards:
+            card.arrays[0].write(x)
+        cur = 0
+        for i in range(rounds):
+            done = sliced.run_each(lambda card: card.command(
+                program, card.arrays[cur], card.arrays[1 - cur], 1, wait=False, share=True, take=i > 0,
+                round=(first_round + i) & 0xFFFF))
+            cur = 1 - cur
+            out.append((np.concatenate([card.rows_of(card.arrays[cur]) for card in sliced.cards]), done))
+    return out
+
+
+@pytest.mark.parametrize("program", [Program.CC, Program.SSSP, Program.SPMV])
+def test_window_exchange(dev, program):
+    """Rounds of a graph split in two row slices, their results shared over the window
+    exchange (the card's one instance takes both slices' words) and the next round's
+    sources taken from it, no window read from memory: every round equals the golden
+    model's iteration of the whole graph bit for bit (SpMV: the next product over the
+    last), through the 16-bit round's wrap; each take reads the window's bytes fewer."""
+    a = generators.kronecker(8, 8, seed=11)
+    if program == Program.SSSP:
+        a = generators.random_weights(a, 1, 50, seed=4)
+    p = csr.pull(a, {Program.CC: "cc", Program.SSSP: "sssp", Program.SPMV: "spmv"}[program])
+    rng = np.random.default_rng(21)
+    values = None
+    if program == Program.SSSP:
+        values = p.values.astype(np.uint32)
+        x = np.full(p.n, golden.INF, np.uint32)
+        x[3] = 0
+    elif program == Program.SPMV:
+        values = rng.standard_normal(len(p.col)).astype(np.float32).view(np.uint32)
+        x = rng.standard_normal(p.n).astype(np.float32).view(np.uint32)
+    else:
+        x = np.arange(p.n, dtype=np.uint32)
+    rounds = _exchange_rounds(dev, p, program, values, x, 4, 0xFFFE)
+    want = x
+    for i, (got, done) in enumerate(rounds):
+        if program == Program.SPMV:
+            want = golden.spmv(p.rowptr, p.col, values, want).values
+        else:
+            want = golden.min_iteration(p.rowptr, p.col, want, values if program == Program.SSSP else None)
+        assert np.array_equal(got, want), f"round {i}"
+        if i:
+            window = golden._words(4 * p.n, dev.word_bytes)
+            assert [d.bytes_read for d in done] == [d.bytes_read - window for d in rounds[0][1]]
+
+
+def test_window_exchange_pagerank(dev):
+    """PageRank over two slices on one instance: the slices' contributions shared (the
+    command's ``contributions`` 1, then 2), each iteration's pull taking them from the
+    window: every iteration's ranks equal the golden model's whole-graph iteration."""
+    a = generators.uniform(8, 4, seed=12)
+    p = csr.pull(a, "pagerank")
+    c = golden.PageRankConstants.for_graph(p.n)
+    degrees = golden.out_degrees(p.n, p.col)
+    rank = np.full(p.n, np.float32(1 / p.n)).view(np.uint32)
+    client = graph.instances_for(dev)[0]
+    with graph.SlicedGraph(dev, p, [client, client], mode="piccolo", window=True, degrees=degrees) as sliced:
+        for card in sliced.cards:
+            card.arrays[0].write(rank)
+        sliced.run_each(lambda card: card.command(Program.PAGERANK, *card.arrays[:2], 1, wait=False,
+                                                  scratch=card.arrays[2], constants=c, contributions=1,
+                                                  share=True, round=7))
+        cur = 0
+        for it in range(3):
+            dterm = int(golden.dangling_term(rank, degrees, c))
+            sliced.run_each(lambda card: card.command(
+                Program.PAGERANK, card.arrays[cur], card.arrays[1 - cur], 1, wait=False, scratch=card.arrays[2],
+                constants=c, contributions=2, dangling_term=dterm, share=True, take=True, round=8 + it))
+            cur = 1 - cur
+            want, _ = golden.pagerank_iteration(p.rowptr, p.col, degrees, rank, c)
+            rank = np.concatenate([card.rows_of(card.arrays[cur]) for card in sliced.cards])
+            assert np.array_equal(rank, want), f"iteration {it}"
+
+
+def test_window_exchange_refusals(dev):
+    """A take refused (BAD_FIELD naming ``exchange``, nothing written, the next command
+    working) when its set lacks a slice's words, is of another round, or was poisoned
+    by a sharing command that failed (a bad column), and share or take with more than
+    one iteration or PageRank's every-vertex contributions."""
+    g = csr.pull(generators.uniform(8, 4, seed=13), "cc")
+    x = np.arange(g.n, dtype=np.uint32)
+    client = graph.instances_for(dev)[0]
+    bad = csr.PullGraph(g.n, g.rowptr, np.where(np.arange(len(g.col)) == 5, g.n + 1, g.col).astype(np.uint32),
+                        None, None)
+    with graph.CardGraph(dev, g, client=client) as whole, graph.CardGraph(dev, bad, client=client) as broken:
+        a, b = whole.upload(x), whole.upload(np.full(g.n, 7, np.uint32))
+
+        def refused(card, **exchange):
+            b.write(np.full(g.n, 7, np.uint32))
+            with pytest.raises(DeviceError) as e:
+                card.command(Program.CC, a, b, exchange.pop("max_iterations", 1), **exchange)
+            assert e.value.code == ErrorCode.BAD_FIELD and e.value.field == "exchange"
+            assert np.array_equal(b.download(np.uint32, g.n), np.full(g.n, 7, np.uint32))
+
+        refused(whole, take=True, round=100)                  # nothing shared for round 99
+        refused(whole, share=True, max_iterations=2)
+        refused(whole, take=True, round=101, max_iterations=2)
+        whole.command(Program.CC, a, b, 1, share=True, round=40)
+        refused(whole, take=True, round=42)                   # the set holds round 40's, not 41's
+        with pytest.raises(DeviceError) as e:                 # round 40 again, failing: poisoned
+            broken.command(Program.CC, a, b, 1, share=True, round=40)
+        assert e.value.code == ErrorCode.BAD_INDEX
+        refused(whole, take=True, round=41)
+        whole.command(Program.CC, a, b, 1, share=True, round=42)       # a newer round, whole: taken
+        done = whole.command(Program.CC, b, a, 1, take=True, round=43)
+        assert done.error == 0
+        assert np.array_equal(a.download(np.uint32, g.n),
+                              golden.min_iteration(g.rowptr, g.col, golden.min_iteration(g.rowptr, g.col, x)))
+        pr = csr.pull(generators.uniform(8, 4, seed=13), "pagerank")
+        with graph.CardGraph(dev, pr, client=client, values=golden.out_degrees(pr.n, pr.col)) as card:
+            with pytest.raises(DeviceError) as e:
+                card.command(Program.PAGERANK, a, b, 1, scratch=card.vector(arrays=2),
+                             constants=golden.PageRankConstants.for_graph(pr.n), share=True)
+            assert e.value.code == ErrorCode.BAD_FIELD and e.value.field == "exchange"

@@ -399,6 +399,9 @@ def graph_scaling_lines(report: dict) -> list[str]:
         rows = data["rows"]
         worst = {kernel: min(r["scaling"] for r in rows if r["kernel"] == kernel and r["instances"] > 1)
                  for kernel in dict.fromkeys(r["kernel"] for r in rows)}
+        exchanged = all("exchange_scaling" in r for r in rows)
+        worst_exchanged = {kernel: min(r["exchange_scaling"] for r in rows if r["kernel"] == kernel and
+                                       r["instances"] > 1) for kernel in worst} if exchanged else {}
         lines += ["", f"One graph split by rows over N graph instances, each on its own memory region"
                   f"{f' (a `{memory}` channel each)' if memory else ''} (`tb/engines/graph/graph_scaling.py`, the "
                   f"driver's `SlicedGraph`: row slices of about equal cost (entries + {ROW_COST} × rows, PageRank "
@@ -406,15 +409,27 @@ def graph_scaling_lines(report: dict) -> list[str]:
                   "one iteration of the whole graph): the span "
                   "from the first start to the last completion, every command with its validation pass; "
                   "scaling = aggregate ÷ (N × the N = 1 rate), goal ≥ 0.9. Worst scaling per kernel: "
-                  + ", ".join(f"{k} **{v:.3f}**" for k, v in worst.items()) + ".", "",
-                  "| graph | kernel | N | cycles | edges / cycle | per instance | scaling | GTEPS |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  + ", ".join(f"{k} **{v:.3f}**" for k, v in worst.items()) + "." +
+                  (" Over the card's window exchange (the round after a first one: every instance takes its "
+                   "sources on chip as the instances shared the first round's rows, no window load from memory "
+                   "and nothing through the host between rounds; SpMV: a product over the first product; "
+                   "PageRank: its first iteration, the contributions shared; N = 1 takes its own rows back the "
+                   "same way), worst: " + ", ".join(f"{k} **{v:.3f}**" for k, v in worst_exchanged.items()) + "."
+                   if exchanged else ""), "",
+                  "| graph | kernel | N | cycles | edges / cycle | per instance | scaling | GTEPS |"
+                  + (" over the exchange: cycles | edges / cycle | scaling | GTEPS |" if exchanged else ""),
+                  "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if exchanged else "")]
         depth_mhz = (report.get("graph_clock") or {}).get("depth_clock_mhz")
         mhz = per_second_mhz(depth_mhz, memory, data)
+
+        def gteps(rate):
+            return format(rate * mhz / 1e3, '.2f') if mhz else '–'
         for r in rows:
             lines.append(f"| {r['graph']} | {r['kernel']} | {r['instances']} | {r['cycles']:,} | "
                          f"{r['edges_per_cycle']:.3f} | {r['per_instance']:.3f} | {r['scaling']:.3f} | "
-                         f"{format(r['edges_per_cycle'] * mhz / 1e3, '.2f') if mhz else '–'} |")
+                         f"{gteps(r['edges_per_cycle'])} |" +
+                         (f" {r['exchange_cycles']:,} | {r['exchange_edges_per_cycle']:.3f} | "
+                          f"{r['exchange_scaling']:.3f} | {gteps(r['exchange_edges_per_cycle'])} |" if exchanged else ""))
         # (a run whose rows were not all measured on one RTL says which: its ``notes``)
         notes = data.get("notes") or {}
         if notes.get("rows"):

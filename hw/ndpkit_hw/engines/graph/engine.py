@@ -88,8 +88,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import Out
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.codes import ErrorCode
 from ndpkit_spec.engines.graph import ACC_LANES, EDGE_LANES, MAX_VERTICES, MODE_BASELINE, WINDOW_VERTICES, Program
@@ -99,6 +99,7 @@ from ndpkit_hw.arith.mul import FpMul
 from ndpkit_hw.bus.axi import log2_exact
 from ndpkit_hw.bus.dma import Transfer, TransferGroup
 from ndpkit_hw.engines.graph.edges import EdgeGenerator
+from ndpkit_hw.engines.graph.exchange import exchange_word
 from ndpkit_hw.engines.graph.gather import GatherPath
 from ndpkit_hw.engines.graph.held import ResultWords
 from ndpkit_hw.engines.graph.lanes import EdgeLanes
@@ -131,7 +132,7 @@ class GraphEngine(CommandEngine):
                  row_bytes: int = DEVICE_ROW_BYTES, banks: int = DEVICE_BANKS, group_timeout: int = 8,
                  tickets: int = 256, mshr_slots: int = 4, response_ids: int = 64, cache_lines: int = 64,
                  window_vertices: int = WINDOW_VERTICES, edge_lanes: int = EDGE_LANES,
-                 vertex_lanes: int | None = None):
+                 vertex_lanes: int | None = None, window_sets: int | None = None):
         if data_width != 8 * LINE:
             raise ValueError(f"graph: data_width must be {8 * LINE} (the unit's 64-byte columns), not {data_width}")
         self.row_bytes, self.group_timeout, self.tickets = row_bytes, group_timeout, tickets
@@ -158,9 +159,17 @@ class GraphEngine(CommandEngine):
             raise ValueError(f"graph: vertex_lanes must be at most the row sums' {self.sum_fmas} FMA"
                              f"{'s' * (self.sum_fmas != 1)} (edge_lanes={edge_lanes}), not {vertex_lanes}")
         self.vertex_lanes = vertex_lanes
-        self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0)
+        # two window sets (the card's window exchange: a round of a graph split over
+        # instances takes its sources as the instances shared them, no load from memory)
+        # where the edge lanes read a window; else one
+        if window_sets is None:
+            window_sets = 2 if window_vertices and edge_lanes != 1 else 1
+        if window_sets == 2 and edge_lanes == 1:
+            raise ValueError("graph: window_sets=2 serves the edge lanes: with edge_lanes=1 pass window_sets=1")
+        self.window = SourceWindow(window_vertices, data_width, read_lanes=edge_lanes if edge_lanes != 1 else 0,
+                                   sets=window_sets)
         #: the build constants the host reads (read-only registers)
-        self.constants = {"window_capacity": window_vertices}
+        self.constants = {"window_capacity": window_vertices, "window_sets": window_sets}
         # The streams take full 4 KiB bursts, four in flight each: the validation pass and
         # the window loads run at the bus's rate, and on the HBM preset Piccolo mode gains
         # too (measured against 1 KiB and two: the unit's reads are not starved).
@@ -169,7 +178,9 @@ class GraphEngine(CommandEngine):
         super().__init__(GRAPH, addr_width=addr_width, data_width=data_width, reads=["rowptr", "col", "val", "old", "window"],
                          writes=["out"], max_burst_bytes=min(max_burst_bytes, 4096),
                          max_outstanding=min(max_outstanding, 4), extra_ports=1,
-                         members={"link": Out(self.unit.signature.members["counters"].shape)})
+                         members={"link": Out(self.unit.signature.members["counters"].shape),
+                                  "share": Out(stream.Signature(exchange_word(data_width))),
+                                  "shared": In(stream.Signature(exchange_word(data_width)))})
         if id_width < self.ports.id_width:
             raise ValueError(f"graph: id_width must be at least {self.ports.id_width}")
 
@@ -260,6 +271,17 @@ class GraphEngine(CommandEngine):
         whole = (cmd.first_row == 0) & (row_count == cmd.n)
         checks.require((cmd.contributions > 2) | (cmd.contributions != 0) & ~is_pagerank)
         checks.require(given & (cmd.max_iterations != 1) & ~whole)
+        # the window exchange: share or take one iteration on a build with two sets; share
+        # not PageRank's every-vertex contributions; take every source from the window on
+        # the lanes (PageRank: given contributions), the set holding the previous round's
+        # every word
+        g.shares, g.takes = shares, takes = cmd.exchange_share, cmd.exchange_take
+        window = self.window
+        m.d.comb += [window.round.eq(cmd.exchange_round), window.need.eq(vertex_len[g.word_shift:])]
+        exchanging = (shares | takes) & ((self.window.sets != 2) | (cmd.max_iterations != 1) |
+                                         shares & is_pagerank & (cmd.contributions == 0))
+        checks.require(exchanging | takes & ((cmd.source_window < cmd.n) | ~Const(lanes_on) |
+                                             is_pagerank & ~given | ~window.complete))
         enabled = {name: e for name, (_, _, e) in arrays.items()}
         checks.ranges({name: Transfer(a, l[:32]) for name, (a, l, _) in arrays.items()}, active=enabled,
                       wide={name: l for name, (_, l, _) in arrays.items()})
@@ -415,7 +437,9 @@ class GraphEngine(CommandEngine):
 
         # the source window, then the single-edge path's gathers
         m.submodules.window = g.window = window = self.window
-        m.d.comb += [window.start.eq(start), window.count.eq(g.window_count)]
+        m.d.comb += [window.start.eq(start), window.count.eq(g.window_count),
+                     window.shared.valid.eq(self.shared.valid), window.shared.payload.eq(self.shared.payload),
+                     self.shared.ready.eq(window.shared.ready)]
         # the source array's base (PageRank pulls contributions), a register: the array changes
         # only between passes, and its select from the command's fields stays out of the
         # window stage's address add
@@ -480,7 +504,7 @@ class GraphEngine(CommandEngine):
         lanes = self.data_width // 32
         m.submodules.result_words = words = ResultWords(
             self.data_width, -(-self.window.vertices // lanes) if g.lanes_on else 0)
-        wiring.connect(m, g.packer.words, words.results)
+        self._share(m, g, words.results)
         wiring.connect(m, self.ports.readers["window"].data, words.loaded)
         wiring.connect(m, words.out, self.ports.writers["out"].data)
         wiring.connect(m, words.window, g.window.load)
@@ -497,6 +521,34 @@ class GraphEngine(CommandEngine):
                      results.pass_count.eq(g.pass_count)]
         g.total_sum, g.total_ready = results.total, results.total_ready       # a vertex pass's sum
         m.d.comb += [g.scale.i.payload.a[0].eq(g.total_sum), g.scale.i.payload.b[0].eq(g.cmd.inv_n)]
+
+    def _share(self, m: Module, g: "_Wires", results):
+        """The packer's words to ``results`` and, in a sharing command's pass (its edge
+        pass; PageRank's contributions pass), to the window exchange too, tagged with
+        their bus word of the vertex array and the command's round, through a queue (so
+        the exchange's arbitration is not in the packer's path); ``g.poison`` (a sharing
+        command ending with an error) sends its round's poison word."""
+        cmd, packer = g.cmd, g.packer.words
+        layout = exchange_word(self.data_width)
+        m.submodules.share_queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=4)
+        g.share_queue = queue
+        g.sharing = sharing = Signal()
+        m.d.sync += sharing.eq(g.shares & Mux(g.is_pagerank, g.vertex_pass & (g.stage == 0), g.iterating))
+        word = Signal(layout["word"].shape)            # the pass's next bus word of the vertex array
+        with m.If(g.start):
+            m.d.sync += word.eq(cmd.first_row[g.word_shift - 2:])
+        room = ~sharing | queue.w_rdy
+        m.d.comb += [results.payload.eq(packer.payload), results.valid.eq(packer.valid & room),
+                     packer.ready.eq(results.ready & room)]
+        g.poison = Signal()
+        entry = Signal(layout)
+        shared = packer.valid & packer.ready & sharing
+        m.d.comb += [entry.word.eq(word), entry.round.eq(cmd.exchange_round), entry.data.eq(packer.payload.data),
+                     entry.poison.eq(g.poison), queue.w_data.eq(entry), queue.w_en.eq(g.poison | shared)]
+        with m.If(shared):
+            m.d.sync += word.eq(word + 1)
+        m.d.comb += [self.share.valid.eq(queue.r_rdy), self.share.payload.eq(queue.r_data),
+                     queue.r_en.eq(self.share.ready)]
 
     def _pass_ends(self, m: Module, g: "_Wires"):
         """When an edge pass is over, and the bytes each pass counts."""
@@ -538,6 +590,7 @@ class GraphEngine(CommandEngine):
         final_iteration = Signal()
         m.d.sync += final_iteration.eq(iterations == g.last_iteration)
         converged = Signal()             # PageRank stopped by its tolerance (cpl_aux bit 31)
+        changed_last = Signal()          # the last iteration changed a value (a sharing command's cpl_aux bit 30)
         stopping = Signal()              # contributions 2: the iteration's last pass ends the command
         bus_error = Signal(4)            # the first AXI error of any phase
         bytes_read, bytes_written = Signal(32), Signal(32)
@@ -546,11 +599,29 @@ class GraphEngine(CommandEngine):
         def verdict(bus):               # the command's error: a bus error, else the validation's
             return Mux(bus != 0, bus, Mux(g.graph_error != 0, g.graph_error, g.index_error))
 
+        # the window exchange: the set the command reads (taking or loading it), words into
+        # it dropped while it runs; a load from memory empties the set's record of a round
+        takes, reading, poison_pending = g.takes, Signal(), Signal()
+        check = g.checks.code()
+        loads_window = (cmd.source_window != 0) & ~takes & ~(is_pagerank & (cmd.contributions == 1))
+        # (a bit a set: the one it loads, the one a fresh round fills)
+        invalidate = Signal(2)
+        for k in range(2):
+            m.d.comb += invalidate[k].eq(loads_window & (cmd.exchange_round[0] == k) |
+                                         cmd.exchange_fresh & (cmd.exchange_round[0] != k))
+        m.d.comb += [window.set.eq(cmd.exchange_round[0]), window.reading.eq(reading),
+                     g.poison.eq(poison_pending)]
+
         def finish(error):
             # every end clears the judging flag, not the next command's start: that command's
             # validation starts in the cycle it is latched, from the flag
-            m.d.sync += judging.eq(0)
+            m.d.sync += [judging.eq(0), reading.eq(0)]
             ctl.finish(error)
+            # a sharing command completes once its words have left (its round poisoned when
+            # it failed: the others' sets must not pass for complete)
+            with m.If(g.shares):
+                m.d.sync += poison_pending.eq(error != 0)
+                m.next = "SHARED"
 
         window_len = g.window_len[:32]
         # a vertex pass's sum, settled a cycle after it is ready, and whether it is below the
@@ -563,17 +634,18 @@ class GraphEngine(CommandEngine):
         # counted with it), a register: settled long before the pass ends, so the count's
         # add starts from registers
         pass_read = Signal(32)
-        m.d.sync += pass_read.eq(iteration_bytes + Mux(judging & ~g.contrib_in_window, window_len, 0))
-        with ctl.states(g.checks, first="VALIDATE", start=[start.eq(1)],
-                        clear=transfers.clear() + loads.clear() + [odd.eq(0),
+        m.d.sync += pass_read.eq(iteration_bytes + Mux(judging & ~g.contrib_in_window & ~takes, window_len, 0))
+        with ctl.states(g.checks, first="VALIDATE",
+                        start=[start.eq(1), window.invalidate.eq(Mux(check == 0, invalidate, 0))],
+                        clear=transfers.clear() + loads.clear() + [odd.eq(0), reading.eq(check == 0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
-                                                   bus_error.eq(0), stage.eq(Mux(given, 1, 0)), converged.eq(0),
+                                                   bus_error.eq(0), stage.eq(Mux(given, 1, 0)), converged.eq(0), changed_last.eq(0),
                                                    stopping.eq(0), scale_issued.eq(0),
                                                    g.dterm.eq(cmd.dangling_term)]):
             with m.State("VALIDATE"):
                 # (the row pointers only, with the window's load beside them, when the first
                 # edge pass judges the columns)
-                preloading = g.first_on_lanes & ~g.contrib_in_window
+                preloading = g.first_on_lanes & ~g.contrib_in_window & ~takes
                 m.d.comb += [g.validating.eq(1), g.loading.eq(preloading)]
                 # a reader reports before its last word is taken: wait for the verdicts too
                 drained = g.validator.done
@@ -591,8 +663,8 @@ class GraphEngine(CommandEngine):
                     finish(verdict(bus_error))
                 with m.Elif(is_pagerank & (stage != 1)):
                     m.next = "VERTEX"
-                with m.Elif(judging | g.contrib_in_window):   # the window loaded beside the validation,
-                    m.next = "ITERATE"                         # or filled by the contributions pass
+                with m.Elif(judging | g.contrib_in_window | takes):   # the window loaded beside the
+                    m.next = "ITERATE"          # validation, filled by the contributions pass, or taken
                 with m.Elif(g.window_count != 0):
                     m.next = "LOAD"
                 with m.Else():
@@ -619,7 +691,7 @@ class GraphEngine(CommandEngine):
                         m.d.sync += stage.eq(2)
                         m.next = "NEXT"              # (NEXT ends the command on a bus error)
                     with m.Else():
-                        m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd)]
+                        m.d.sync += [iterations.eq(iterations + 1), odd.eq(~odd), changed_last.eq(g.changed)]
                         with m.If((transfers.error == 0) & g.changed & ~g.is_spmv &
                                   ~final_iteration):
                             m.next = "NEXT"
@@ -648,13 +720,20 @@ class GraphEngine(CommandEngine):
                             finish(verdict(transfers.error))
                         with m.Else():
                             m.next = "NEXT"
+            with m.State("SHARED"):
+                # (the completion's error already set): the poison in, the queue drained
+                with m.If(poison_pending & g.share_queue.w_rdy):
+                    m.d.sync += poison_pending.eq(0)
+                with m.If(~poison_pending & (g.share_queue.level == 0)):
+                    m.next = "COMPLETE"
             with m.State("SCALE"):
                 m.d.comb += scale.i.valid.eq(~scale_issued)
                 m.d.sync += scale_issued.eq(1)
                 with m.If(scale.o.valid):
                     m.d.sync += [scale_issued.eq(0), stage.eq(1)]
                     m.next = "NEXT"
-        ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written, aux=Cat(iterations[:31], converged))
+        ctl.complete(bytes_read=bytes_read, bytes_written=bytes_written,
+                     aux=Cat(iterations[:30], g.shares & changed_last & ~g.sum_rows, converged))
 
 
 class _Wires(SimpleNamespace):

@@ -26,16 +26,31 @@ the cycle after, one source value a lane.
 ``start`` restarts the load at word 0 (every pass: the source array changes between
 passes); ``loaded`` counts the words written.  With ``vertices = 0`` there is no
 memory: nothing hits and the edges pass through the register stage.
+
+With ``sets = 2`` the window is two such memories (each in its copies), for the card's
+window exchange (:class:`~ndpkit_hw.engines.graph.exchange.WindowExchange`): a command reads and loads set ``set``, while
+the ``shared`` words (every instance's results, tagged with their round) go into set
+``(round + 1) mod 2``, port A of its copies, which the command does not use (unless
+``reading``, a command running, and it is ``set``: then they are dropped; the command
+reads and loads set ``set`` only while ``reading``).  Each set keeps the round of its
+latest word, how many words of that round it took and whether that round was poisoned
+(a sharing command that ended with an error); ``complete`` tells whether set ``round mod
+2`` holds ``need`` words from round ``round - 1`` (the command's ``take``), and
+``invalidate`` (a load from memory into set ``set``) empties that record.  The model of
+this is :class:`ndpkit.engines.graph.golden.WindowSets`.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from types import SimpleNamespace
+
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ndpkit_spec.engines.graph import MAX_VERTICES
 from ndpkit_hw.engines.graph.edges import EdgeLayout
+from ndpkit_hw.engines.graph.exchange import ROUND_BITS, exchange_word
 
 __all__ = ["SourceWindow", "WindowedEdge", "windowed_queue"]
 
@@ -51,8 +66,11 @@ def windowed_queue(width: int) -> fifo.SyncFIFOBuffered:
 
 
 class SourceWindow(wiring.Component):
-    def __init__(self, vertices: int, data_width: int = 512, read_lanes: int = 0):
+    def __init__(self, vertices: int, data_width: int = 512, read_lanes: int = 0, sets: int = 1):
         self.lanes = data_width // 32
+        if sets not in (1, 2) or sets == 2 and not vertices:
+            raise ValueError(f"graph: window_sets must be 1, or 2 with a window, not {sets}")
+        self.sets = sets
         if read_lanes and not vertices:
             raise ValueError(f"graph: edge_lanes={read_lanes} read the source window: with window_vertices=0 "
                              "pass edge_lanes=1")
@@ -72,6 +90,11 @@ class SourceWindow(wiring.Component):
             "out": Out(stream.Signature(WindowedEdge)),
             "lane_u": In(data.ArrayLayout(32, max(1, read_lanes))), "lane_en": In(1),
             "lane_value": Out(data.ArrayLayout(32, max(1, read_lanes))),
+            # the window exchange (sets = 2)
+            "set": In(1), "reading": In(1), "invalidate": In(2),
+            "shared": In(stream.Signature(exchange_word(data_width))),
+            "round": In(ROUND_BITS), "need": In(range(max(1, vertices // self.lanes) + 1)),
+            "complete": Out(1),
         })
 
     def elaborate(self, platform):
@@ -91,6 +114,8 @@ class SourceWindow(wiring.Component):
             m.d.sync += out.valid.eq(0)
         with m.If(self.start):
             m.d.sync += out.valid.eq(0)
+        if self.sets == 1:
+            m.d.comb += self.shared.ready.eq(1)          # (a build without sets: nothing reaches it)
         if not self.vertices:
             m.d.comb += [self.load.ready.eq(1), out.payload.value.eq(cached_value)]
             return m
@@ -102,38 +127,95 @@ class SourceWindow(wiring.Component):
             return u[lane_bits:lane_bits + (words - 1).bit_length()]
         writing = self.load.valid & (self.loaded < words)
         m.d.comb += self.load.ready.eq(1)
+        shared = self._exchange(m, words) if self.sets == 2 else None
         # The memory in copies of two ports each, a block RAM's two: port A writes the load
         # and reads the single-edge path's edge (copy 0) or an even lane, port B reads an
         # odd lane.  The load, the single-edge path and the lanes never share a cycle, so
         # port A's one address serves all three (a read-write port to the RAM mapper).
+        # With two sets, the set the command does not read takes the exchange's words on
+        # its port A instead.
         lane = Signal(lane_bits)
         with m.If(take):
             m.d.sync += lane.eq(edge.payload.u[:lane_bits])
-        for c in range(max(1, (self.read_lanes + 1) // 2)):
-            m.submodules[f"values{c}"] = values = Memory(shape=lanes * 32, depth=words, init=[])
-            write, port_a = values.write_port(), values.read_port()     # (a read-enabled port holds its data)
-            addr_a = Signal(range(words), name=f"copy{c}_addr")
-            read_addr, read_en = (word_of(edge.payload.u), take) if c == 0 else (0, 0)
-            if 2 * c < self.read_lanes:
-                read_addr = Mux(self.lane_en, word_of(self.lane_u[2 * c]), read_addr)
-                read_en = read_en | self.lane_en
-            m.d.comb += [addr_a.eq(Mux(writing, self.loaded, read_addr)),
-                         write.addr.eq(addr_a), write.data.eq(self.load.payload.data), write.en.eq(writing),
-                         port_a.addr.eq(addr_a), port_a.en.eq(read_en)]
-            ports = [(2 * c, port_a)]
-            if c == 0:
-                m.d.comb += out.payload.value.eq(Mux(in_window, port_a.data.word_select(lane, 32), cached_value))
-            if 2 * c + 1 < self.read_lanes:
-                port_b = values.read_port()
-                m.d.comb += [port_b.addr.eq(word_of(self.lane_u[2 * c + 1])), port_b.en.eq(self.lane_en)]
-                ports.append((2 * c + 1, port_b))
-            for j, port in ports[:self.read_lanes - 2 * c]:     # (copy 0's port A: a lane's only with lanes)
-                at = Signal(lane_bits, name=f"lane{j}_at")
-                m.d.comb += self.lane_value[j].eq(port.data.word_select(at, 32))
-                with m.If(self.lane_en):
-                    m.d.sync += at.eq(self.lane_u[j][:lane_bits])
+        active = Signal()                   # the set read, a cycle behind `set` (as the data)
+        m.d.sync += active.eq(self.set)
+        single = [None] * self.sets
+        lane_words = [[None] * self.sets for _ in range(max(1, self.read_lanes))]
+        for k in range(self.sets):
+            # (the command's own while it reads the set; the exchange's otherwise)
+            mine = self.reading & (self.set == k) if self.sets == 2 else Const(1)
+            for c in range(max(1, (self.read_lanes + 1) // 2)):
+                name = f"values{c}" if self.sets == 1 else f"set{k}_values{c}"
+                m.submodules[name] = values = Memory(shape=lanes * 32, depth=words, init=[])
+                write, port_a = values.write_port(), values.read_port()     # (a read-enabled port holds its data)
+                addr_a = Signal(range(words), name=f"{name}_addr")
+                read_addr, read_en = (word_of(edge.payload.u), take) if c == 0 else (0, 0)
+                if 2 * c < self.read_lanes:
+                    read_addr = Mux(self.lane_en, word_of(self.lane_u[2 * c]), read_addr)
+                    read_en = read_en | self.lane_en
+                own_addr = Mux(writing, self.loaded, read_addr)
+                if shared is None:
+                    m.d.comb += [addr_a.eq(own_addr), write.data.eq(self.load.payload.data), write.en.eq(writing)]
+                else:
+                    m.d.comb += [addr_a.eq(Mux(mine, own_addr, shared.word)),
+                                 write.data.eq(Mux(mine, self.load.payload.data, shared.data)),
+                                 write.en.eq(Mux(mine, writing, shared.write[k]))]
+                m.d.comb += [write.addr.eq(addr_a), port_a.addr.eq(addr_a), port_a.en.eq(read_en & mine)]
+                ports = [(2 * c, port_a)]
+                if c == 0:
+                    single[k] = port_a.data
+                if 2 * c + 1 < self.read_lanes:
+                    port_b = values.read_port()
+                    m.d.comb += [port_b.addr.eq(word_of(self.lane_u[2 * c + 1])), port_b.en.eq(self.lane_en & mine)]
+                    ports.append((2 * c + 1, port_b))
+                for j, port in ports[:self.read_lanes - 2 * c]:     # (copy 0's port A: a lane's only with lanes)
+                    lane_words[j][k] = port.data
+
+        def of_active(words_by_set, at):
+            picked = [word.word_select(at, 32) for word in words_by_set]
+            return picked[0] if self.sets == 1 else Mux(active, picked[1], picked[0])
+        m.d.comb += out.payload.value.eq(Mux(in_window, of_active(single, lane), cached_value))
+        for j in range(self.read_lanes):
+            at = Signal(lane_bits, name=f"lane{j}_at")
+            m.d.comb += self.lane_value[j].eq(of_active(lane_words[j], at))
+            with m.If(self.lane_en):
+                m.d.sync += at.eq(self.lane_u[j][:lane_bits])
         with m.If(writing):
             m.d.sync += self.loaded.eq(self.loaded + 1)
         with m.If(self.start):
             m.d.sync += self.loaded.eq(0)
         return m
+
+    def _exchange(self, m: Module, words: int) -> SimpleNamespace:
+        """The shared words into the set they fill, a cycle later (registered: address,
+        data and each set's write), and each set's record of its round."""
+        w = self.shared.payload
+        m.d.comb += self.shared.ready.eq(1)           # (a broadcast: every word is taken)
+        target = ~w.round[0]                           # set (round + 1) mod 2
+        arrive = self.shared.valid & ~(self.reading & (target == self.set))
+        counted = ~w.poison & (w.word < words)         # a word of the window (not a poison)
+        q = SimpleNamespace(word=Signal(range(words), name="shared_word"), data=Signal(len(w.data), name="shared_data"),
+                            write=[Signal(name=f"shared_write{k}") for k in range(2)])
+        m.d.sync += [q.word.eq(w.word), q.data.eq(w.data)]
+        held, tag, next_round, count, bad = [], [], [], [], []
+        for k in range(2):
+            held.append(Signal(name=f"set{k}_held"))               # it took words since its last load
+            tag.append(Signal(ROUND_BITS, name=f"set{k}_round"))
+            next_round.append(Signal(ROUND_BITS, name=f"set{k}_next_round"))   # its round + 1: the take it serves
+            count.append(Signal(range(words + 1), name=f"set{k}_count"))
+            bad.append(Signal(name=f"set{k}_bad"))
+            into = arrive & (target == k)
+            m.d.sync += q.write[k].eq(into & counted)
+            with m.If(self.invalidate[k]):
+                m.d.sync += [held[k].eq(0), count[k].eq(0), bad[k].eq(0)]
+            with m.Elif(into):
+                with m.If(~held[k] | (tag[k] != w.round)):          # a newer round: count again
+                    m.d.sync += [held[k].eq(1), tag[k].eq(w.round), next_round[k].eq(w.round + 1), count[k].eq(counted),
+                                 bad[k].eq(w.poison)]
+                with m.Else():
+                    m.d.sync += [count[k].eq(count[k] + counted), bad[k].eq(bad[k] | w.poison)]
+        s = self.round[0]
+        m.d.comb += self.complete.eq(Mux(s, held[1], held[0]) & ~Mux(s, bad[1], bad[0]) &
+                                     (Mux(s, next_round[1], next_round[0]) == self.round) &
+                                     (Mux(s, count[1], count[0]) == self.need))
+        return q

@@ -41,6 +41,8 @@ its own memory channel) every function splits the graph by rows over all of them
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ndpkit.engine import CommandGroup, Completion, span
@@ -67,13 +69,15 @@ def instances_for(device, instances: int | None = None) -> list:
     return clients[:int(instances)]
 
 
-#: what a row costs beside its entries when slices are balanced, in entries: fitted to the
-#: slices' cycles on the ``hbm2_pc`` preset (scale-14 uniform and Kronecker graphs, 4 and 8
-#: instances: a row's pointer, own value and result words and its edge-lane bundle cost
-#: about five entries' time; PageRank's, its sums' rows and its two vertex passes at four
-#: vertices a cycle, about 1.3: a least-squares fit over the Kronecker graph's eight slices)
-ROW_COST = 5
-PAGERANK_ROW_COST = 1.3
+#: what a row costs beside its entries when slices are balanced, in entries: a least-squares
+#: fit of the slices' cycles (``cycles = fixed + entries + ROW_COST x rows``) on the
+#: ``hbm2_pc`` preset, the Kronecker scale-14 graph's slices at 4 and 8 instances (its rows'
+#: degrees vary; a uniform graph's slices are balanced at any cost): CC 8.3, SSSP 8.2, SpMV
+#: 10.4 (on the edge lanes an entry is about an eighth of a cycle and a row about a cycle
+#: more: its last bundle, its pointer and result words); PageRank's, its sums' rows and
+#: its two vertex passes, 12.5
+ROW_COST = 9
+PAGERANK_ROW_COST = 12.5
 
 
 def row_slices(g: csr.PullGraph, parts: int, lanes: int, row_cost: float = ROW_COST) -> list[tuple[int, int]]:
@@ -170,10 +174,12 @@ class SlicedGraph:
     :func:`row_slices`), each slice's arrays in its instance's memory region, with a
     whole vertex array and its partner per instance: the engines pull every source from
     their own region, so a step writes the current values into every region, runs
-    every slice at once, and gathers each slice's rows."""
+    every slice at once, and gathers each slice's rows; or (:meth:`rounds`, where the
+    card's window exchange reaches every instance and ``exchange`` allows it) rounds
+    whose results go straight into every instance's window for the next."""
 
     def __init__(self, device, g: csr.PullGraph, clients: list, *, mode: str, values=None, window=True,
-                 degrees=None):
+                 degrees=None, exchange: bool = True):
         lanes = device.word_bytes // 4
         self.g, self.device = g, device
         self.slices = row_slices(g, len(clients), lanes,
@@ -184,6 +190,7 @@ class SlicedGraph:
             self.cards.append(CardGraph(device, part, mode=mode, window=window, client=client, first_row=first,
                                         values=degrees if degrees is not None else part_values))
         self.degrees = degrees                       # PageRank: the out-degrees (and a scratch array each)
+        self.exchange = exchange                     # False: never over the window exchange
 
     def __enter__(self):
         try:
@@ -216,6 +223,40 @@ class SlicedGraph:
                 for card, d in zip(self.cards, done)]
         return np.concatenate(rows), done
 
+    @property
+    def exchanges(self) -> bool:
+        """Whether the rounds go over the card's window exchange: allowed (``exchange``), every
+        instance built with two window sets and holding every source in its window."""
+        return self.exchange and all(card.client.window_sets == 2 and card.window >= self.g.n for card in self.cards)
+
+    def _exchange(self, first: bool, round_: int, take: bool) -> dict:
+        return {"share": True, "take": take, "round": round_ & 0xFFFF,
+                "fresh": first and not take}
+
+    def rounds(self, values: np.ndarray, program: Program):
+        """Jacobi rounds of one iteration each over the window exchange (:attr:`exchanges`):
+        ``values`` written once into every instance's first vertex array (the first
+        round loads its window from there), then every round shares its rows with every
+        instance's window and the next takes its sources from it, nothing crossing the
+        host link between rounds.  A generator of each round's completions; ``gather()``
+        the last round's rows.  (SpMV: each product over the one before.)"""
+        values = np.ascontiguousarray(values, dtype=np.uint32)
+        for card in self.cards:
+            card.arrays[0].write(values)
+        # (the round starts each instance's window set afresh once, at its first slice)
+        first_slices = {id(card.client): card for card in reversed(self.cards)}
+        self.current = 0
+        for i in itertools.count():
+            done = self.run_each(lambda card: card.command(
+                program, card.arrays[self.current], card.arrays[1 - self.current], 1, wait=False,
+                **self._exchange(first_slices[id(card.client)] is card, i, i > 0)))
+            self.current = 1 - self.current
+            yield done
+
+    def gather(self) -> np.ndarray:
+        """Every slice's rows of the last round (:meth:`rounds`)."""
+        return np.concatenate([card.rows_of(card.arrays[self.current]) for card in self.cards])
+
     def run_each(self, submit) -> list:
         """``submit(card)`` (a command submitted without waiting) for every slice, started
         together; each slice's completion."""
@@ -234,18 +275,28 @@ class SlicedGraph:
         for card in self.cards:                  # each slice's ranks, where its commands read them
             rows = slice(card.first_row, card.first_row + card.rows)
             card.arrays[0].write(np.ascontiguousarray(rank[rows], dtype=np.uint32), offset=4 * card.first_row)
+        # over the window exchange: the slices' contributions shared, each iteration's pull
+        # taking them (the host only sums the dangling rank); else gathered and written
+        # into every region's scratch
+        exchanges = self.exchanges
+        first_slices = {id(card.client): card for card in reversed(self.cards)}
+
+        def exchange(card, i):
+            return self._exchange(first_slices[id(card.client)] is card, i, i > 0) if exchanges else {}
         done = self.run_each(lambda card: card.command(Program.PAGERANK, *card.arrays[:2], 1, wait=False,
-                                                       scratch=card.arrays[2], constants=c, contributions=1))
+                                                       scratch=card.arrays[2], constants=c, contributions=1,
+                                                       **exchange(card, 0)))
         yield None, done
         current = 0                              # the array each slice's ranks are in
-        while True:
-            contrib = np.concatenate([card.rows_of(card.arrays[2]) for card in self.cards])
+        for i in itertools.count(1):
             dterm = int(golden.dangling_term(rank, self.degrees, c))
-            for card in self.cards:
-                card.arrays[2].write(contrib)
+            if not exchanges:
+                contrib = np.concatenate([card.rows_of(card.arrays[2]) for card in self.cards])
+                for card in self.cards:
+                    card.arrays[2].write(contrib)
             done = self.run_each(lambda card: card.command(
                 Program.PAGERANK, card.arrays[current], card.arrays[1 - current], 1, wait=False,
-                scratch=card.arrays[2], constants=c, contributions=2, dangling_term=dterm))
+                scratch=card.arrays[2], constants=c, contributions=2, dangling_term=dterm, **exchange(card, i)))
             current = 1 - current
             rank = np.concatenate([card.rows_of(card.arrays[current]) for card in self.cards])
             yield rank, done
@@ -259,13 +310,18 @@ def run(device, g: csr.PullGraph, program: Program, init: np.ndarray, *, mode: s
     On one instance (``instances=1``, or a card with one) this is one engine command.
     On several (``None``: every graph instance the card has), each instance computes a
     row slice of about equal entries from its own memory region (:class:`SlicedGraph`),
-    all at once: SpMV in one step; BFS, SSSP and CC in rounds, each slice iterating
-    over the values of the round's start until its rows stop changing, the host then
-    gathering every slice's rows, until a round in which no slice changed anything.
-    The answer is the same fixed point, bit for bit; ``iterations`` counts the engine
-    iterations of the rounds (each round's longest); the completion's ``cycles`` is the
-    rounds' spans summed and its bytes every command's.  A run stopped by
-    ``max_iterations`` before that point may differ from one instance's."""
+    all at once: SpMV in one step; BFS, SSSP and CC in rounds.  Where the instances
+    reach each other over the card's window exchange and the window holds every
+    source (:attr:`SlicedGraph.exchanges`), a round is one iteration whose rows go
+    straight into every instance's window for the next (:meth:`SlicedGraph.rounds`),
+    until a round changes nothing: one instance's iterations exactly, ``iterations``
+    its count.  Otherwise each slice iterates over the values of the round's start
+    until its rows stop changing, the host then gathering every slice's rows and
+    writing them into every region, until a round in which no slice changed anything:
+    the same fixed point, bit for bit, ``iterations`` the engine iterations of the
+    rounds (each round's longest), and a run stopped by ``max_iterations`` before that
+    point may differ from one instance's.  The completion's ``cycles`` is the rounds'
+    spans summed and its bytes every command's."""
     if program == Program.PAGERANK:
         raise ValueError("program: PageRank needs out-degrees, a scratch array and its constants: "
                          "use ndpkit.graph.pagerank")
@@ -304,7 +360,8 @@ def _split(device, clients: list, g: csr.PullGraph) -> bool:
 def _rounds(dones: list[list]):
     """One completion for rounds of slice commands: the rounds' spans summed, bytes summed,
     ``aux`` the rounds' longest iteration counts summed."""
-    spans = [span(done, aux=lambda counts: max(a & ~golden.CONVERGED for a in counts)) for done in dones]
+    spans = [span(done, aux=lambda counts: max(a & ~(golden.CONVERGED | golden.CHANGED) for a in counts))
+             for done in dones]
     return Completion(spans[0].engine, spans[-1].tag, spans[-1].error, sum(c.cycles for c in spans),
                       sum(c.bytes_read for c in spans), sum(c.bytes_written for c in spans), spans[0].start,
                       sum(c.aux for c in spans))
@@ -314,6 +371,14 @@ def _run_sliced(device, g, program, init, clients, *, mode, values, window, max_
     """:func:`run` over row slices on several instances: (values, iterations, completion)."""
     rounds = []
     with SlicedGraph(device, g, clients, mode=mode, values=values, window=window) as sliced:
+        if sliced.exchanges and program != Program.SPMV:
+            # rounds of one iteration over the window exchange: one instance's iterations
+            for done in sliced.rounds(init, program):
+                rounds.append(done)
+                if not any(d.aux & golden.CHANGED for d in done) or len(rounds) >= max_iterations:
+                    break
+            done = _rounds(rounds)
+            return sliced.gather(), len(rounds), done
         current, iterations = np.asarray(init, dtype=np.uint32), 0
         while True:
             current, done = sliced.step(current, program, 1 if program == Program.SPMV else max_iterations - iterations)

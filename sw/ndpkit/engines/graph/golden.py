@@ -234,13 +234,15 @@ def _saturating_add(a, b):
     return np.where((a == INF) | (s >= INF), INF, s).astype(np.uint32)
 
 
-def min_iteration(rowptr, col, values, weights=None, first: int = 0):
+def min_iteration(rowptr, col, values, weights=None, first: int = 0, own=None):
     """One Jacobi iteration of ``new[v] = min(values[v], min_u values[u] + w)`` (of a
-    row slice: rows ``first ..``, ``len(rowptr) - 1`` of them)."""
+    row slice: rows ``first ..``, ``len(rowptr) - 1`` of them); ``own``: the rows' own
+    values where they are not ``values``' (a command taking its sources from the
+    exchange's window set, its own rows from memory)."""
     rowptr = np.asarray(rowptr, dtype=np.int64)
     col = np.asarray(col, dtype=np.int64)
     cand = values[col] if weights is None else _saturating_add(values[col], np.asarray(weights, dtype=np.uint32))
-    new = values[first:first + len(rowptr) - 1].copy()
+    new = (values[first:first + len(rowptr) - 1] if own is None else np.asarray(own, dtype=np.uint32)).copy()
     row, _ = _row_of_entry(rowptr)
     np.minimum.at(new, row, cand)
     return new
@@ -339,7 +341,111 @@ def contributions_in_window(cmd: dict) -> bool:
             and columns_judged_in_first_pass(cmd))
 
 
-def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> tuple[int, str | None]:
+class WindowSets:
+    """An instance's two source-window sets as the card's window exchange fills them (the
+    register document's ``exchange``): a command of round ``r`` reads set ``r mod 2``
+    (loaded from memory, or taken as the exchange filled it) and shares its results,
+    bus words tagged ``r``, into set ``(r + 1) mod 2`` of every instance.  A set keeps
+    the round of the last word it took and how many words of that round it took (a
+    word of a newer round starts the count again); a take of round ``r`` needs every
+    word of the window from round ``r - 1``.  ``reading``: the set a running command
+    reads (words into it are dropped; the model runs a command at once, so only a
+    card whose commands overlap drops any)."""
+
+    def __init__(self, capacity: int = WINDOW_VERTICES, word_bytes: int = 64):
+        self.per_word = word_bytes // 4
+        self.values = [np.zeros(capacity, np.uint32), np.zeros(capacity, np.uint32)]
+        self.reading = None
+        self.reset()
+
+    def receive(self, round_: int, word: int, data: np.ndarray) -> None:
+        """One shared bus word (``per_word`` values, word ``word`` of the vertex array)."""
+        s = (round_ + 1) & 1
+        at = word * self.per_word
+        if s == self.reading or at >= len(self.values[s]):
+            return
+        if self.tag[s] != round_:
+            self.tag[s], self.count[s], self.bad[s] = round_, 0, False
+        self.values[s][at:at + self.per_word] = data
+        self.count[s] += 1
+
+    def reset(self) -> None:
+        """A soft reset: neither set holds a round (their values stay, as block RAM's do)."""
+        self.tag, self.count, self.bad = [None, None], [0, 0], [False, False]
+
+    def invalidate(self, s: int) -> None:
+        """Set ``s`` loaded from memory: none of the exchange's words is left in it."""
+        self.tag[s], self.count[s], self.bad[s] = None, 0, False
+
+    def poison(self, round_: int) -> None:
+        """A sharing command of ``round_`` ended with an error: its set is incomplete
+        until a newer round's words arrive."""
+        s = (round_ + 1) & 1
+        if s == self.reading:
+            return
+        if self.tag[s] != round_:
+            self.tag[s], self.count[s] = round_, 0
+        self.bad[s] = True
+
+    def complete(self, round_: int, n: int) -> bool:
+        """Whether set ``round_ mod 2`` holds every word of an ``n``-vertex window, each
+        from round ``round_ - 1``."""
+        s = round_ & 1
+        return self.tag[s] == (round_ - 1) & 0xFFFF and not self.bad[s] and self.count[s] == -(-n // self.per_word)
+
+
+def model_state(card: dict, constants, word_bytes: int) -> dict:
+    """The model card's state of one graph instance beyond memory: its
+    :class:`WindowSets` and the card's exchange (``card["exchange"]``: every graph
+    instance's sets), as keywords of :func:`check` and :func:`execute`."""
+    sets = WindowSets(constants.get("window_capacity", WINDOW_VERTICES), word_bytes)
+    exchange = card.setdefault("exchange", [])
+    exchange.append(sets)
+    return {"window_sets": sets, "exchange": exchange}
+
+
+def share(exchange, round_: int, first: int, values) -> None:
+    """Every instance's :class:`WindowSets` (``exchange``) takes the rows ``first ..``
+    with ``values`` as whole bus words tagged ``round_`` (the last padded with 0, as the
+    command writes them)."""
+    if not exchange:
+        return
+    per_word = exchange[0].per_word
+    words = np.zeros(-(-len(values) // per_word) * per_word, np.uint32)
+    words[:len(values)] = values
+    for k in range(len(words) // per_word):
+        for sets in exchange:
+            sets.receive(round_, first // per_word + k, words[k * per_word:(k + 1) * per_word])
+
+
+#: cpl_aux of a sharing BFS, SSSP or CC command: its iteration changed a value
+CHANGED = 1 << 30
+
+
+def exchange_fields(cmd: dict) -> tuple[int, int, int]:
+    """(share, take, round) of the command's ``exchange`` register (0s without one)."""
+    return cmd.get("exchange_share", 0), cmd.get("exchange_take", 0), cmd.get("exchange_round", 0)
+
+
+def _exchange_error(cmd: dict, window_sets: "WindowSets | None") -> bool:
+    """Whether the command's ``exchange`` is refused (BAD_FIELD, ``exchange``)."""
+    shares, takes, round_ = exchange_fields(cmd)
+    if not (shares or takes):
+        return False
+    pagerank = cmd["format_program"] == Program.PAGERANK
+    given = cmd.get("contributions", 0)
+    if cmd.get("window_sets", 2) != 2 or cmd["max_iterations"] != 1 or shares and pagerank and given == 0:
+        return True
+    if takes:
+        if cmd.get("source_window", 0) < cmd["n"] or cmd.get("edge_lanes", EDGE_LANES) == 1 \
+                or pagerank and given != 2:
+            return True
+        return window_sets is None or not window_sets.complete(round_, cmd["n"])
+    return False
+
+
+def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int,
+          window_sets: "WindowSets | None" = None, exchange=None) -> tuple[int, str | None]:
     """(ErrorCode, argument) of the whole command in the hardware's order: program,
     mode, n (1..2**24), max_iterations (>= 1), PageRank's tolerance (not negative, not
     NaN), the source window (at most the build's ``window_capacity``: the command's
@@ -347,7 +453,11 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
     default build's), the row slice (``first_row`` a multiple of the word's elements
     below n; ``rows`` within n, a multiple of the word's elements unless the slice
     ends at n), ``contributions`` (0 .. 2, PageRank's only; 2 iterating more than once
-    only over the whole graph: else ``max_iterations``), then every array by the
+    only over the whole graph: else ``max_iterations``), the window exchange (its
+    ``exchange`` fields: share or take with one iteration on a build with two window
+    sets, share not with PageRank's every-vertex contributions, take with every source
+    in the window on the edge lanes, PageRank's given contributions, and
+    ``window_sets`` holding the previous round's every word), then every array by the
     transfer rule and no two overlapping."""
     if cmd["format_program"] not in [int(p) for p in ENGINE_PROGRAMS]:
         return ErrorCode.BAD_FIELD, "program"
@@ -374,11 +484,45 @@ def check(cmd: dict, *, word_bytes: int, window_base: int, window_size: int) -> 
         return ErrorCode.BAD_FIELD, "contributions"
     if given == 2 and cmd["max_iterations"] != 1 and (first, rows) != (0, cmd["n"]):
         return ErrorCode.BAD_FIELD, "max_iterations"
+    if _exchange_error(cmd, window_sets):
+        return ErrorCode.BAD_FIELD, "exchange"
     return check_ranges(command_ranges(cmd, word_bytes), word_bytes, window_base, window_size)
 
 
+def started(cmd: dict, *, word_bytes: int, window_base: int, window_size: int,
+            window_sets: "WindowSets | None" = None, exchange=None) -> None:
+    """A command starts (the model card's hook; before any command started with it
+    runs): an accepted one empties the record of the window set it loads from memory,
+    and with ``fresh`` of the set its round fills."""
+    if window_sets is None or check(cmd, word_bytes=word_bytes, window_base=window_base, window_size=window_size,
+                                    window_sets=window_sets)[0]:
+        return
+    _, takes, round_ = exchange_fields(cmd)
+    if not takes and cmd.get("source_window", 0) and not (
+            cmd["format_program"] == Program.PAGERANK and cmd.get("contributions", 0) == 1):
+        window_sets.invalidate(round_ & 1)          # a load from memory overwrites the set
+    if cmd.get("exchange_fresh", 0):
+        window_sets.invalidate((round_ + 1) & 1)    # the round fills its set afresh
+
+
 def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window_base: int | None = None,
-            window_size: int | None = None) -> tuple[int, int, int, int]:
+            window_size: int | None = None, window_sets: "WindowSets | None" = None,
+            exchange=None) -> tuple[int, int, int, int]:
+    """:func:`run_command` with the window exchange: ``window_sets`` the instance's
+    :class:`WindowSets`, ``exchange`` every instance's (a sharing command's results go to
+    them; one that ends with an error poisons the round's set instead)."""
+    shares, takes, round_ = exchange_fields(cmd)
+    out = run_command(memory, cmd, word_bytes=word_bytes, base=base,
+                      window=window_sets.values[round_ & 1] if takes else None,
+                      shared=(lambda first, values: share(exchange, round_, first, values)) if shares else None)
+    if shares and out[0]:
+        for sets in exchange or ():
+            sets.poison(round_)
+    return out
+
+
+def run_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window=None,
+                shared=None) -> tuple[int, int, int, int]:
     """Run an accepted command on card memory.  First a validation pass reads the whole
     row-pointer and column arrays (BAD_GRAPH / BAD_INDEX end the command there, nothing
     written; when the first edge pass judges the columns,
@@ -393,11 +537,14 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     pass first reads the source window (:func:`window_bytes`), which changes no value.
     A row slice (:func:`row_slice`) computes its rows only: its results land at their
     rows' place in the output array (whole bus words from ``first_row``) and the rest
-    of that array is not written."""
+    of that array is not written.  ``window``: the source values a command
+    taking the exchange's window set reads instead of memory's (its rows' own values
+    still come from memory); ``shared(first, values)``: where a sharing command's
+    results (PageRank's: the slice's contributions) go besides memory."""
     n, e, prog = cmd["n"], cmd["edges"], cmd["format_program"]
     first, rows = row_slice(cmd)
     ranges = command_ranges(cmd, word_bytes)
-    loaded = window_bytes(cmd, word_bytes)
+    loaded = 0 if window is not None else window_bytes(cmd, word_bytes)
     row_bytes = _words(4 * rows, word_bytes)        # a slice's values, whole words
 
     def array(name, count):
@@ -418,9 +565,13 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     except GraphError as err:
         return int(err.code), scanned, 0, 0
     if prog == Program.PAGERANK:
-        return _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row_bytes)
+        return _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row_bytes, window, shared)
     if prog == Program.SPMV:
-        put("b", row_sums(rowptr, array("val", e).copy(), array("a", n).copy()[col.astype(np.int64)]))
+        x = array("a", n).copy() if window is None else window[:n]
+        y = row_sums(rowptr, array("val", e).copy(), x[col.astype(np.int64)])
+        put("b", y)
+        if shared:
+            shared(first, y)
         streamed = ranges["rowptr"][1] + (2 * ranges["col"][1] if e else 0) + loaded
         return 0, scanned + streamed, row_bytes, 1
     weights = (array("val", e).copy() if prog == Program.SSSP else
@@ -436,17 +587,24 @@ def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, wi
     for it in range(1, cmd["max_iterations"] + 1):
         source, target = names[(it - 1) % 2], names[it % 2]
         values = arrays[source]
-        new = min_iteration(rowptr, col, values, weights, first)
+        if window is None:
+            new = min_iteration(rowptr, col, values, weights, first)
+        else:                           # (one iteration: the exchange's rules)
+            new = min_iteration(rowptr, col, window[:n], weights, first, own=values[first:first + rows])
         put(target, new)
+        if shared:
+            shared(first, new)
         arrays[target][first:first + rows] = new
         read += per_read
         written += row_bytes
         if np.array_equal(new, values[first:first + rows]):
             return 0, scanned + read, written, it
+        if shared:                      # (one iteration: it changed a value)
+            return 0, scanned + read, written, it | CHANGED
     return 0, scanned + read, written, cmd["max_iterations"]
 
 
-def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row_bytes):
+def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row_bytes, window=None, shared=None):
     """PageRank on the engine (a -> b -> a ...), by the command's ``contributions``:
 
     - 0: every iteration writes the contributions of every vertex to ``scratch`` (or,
@@ -466,7 +624,10 @@ def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row
     arrays = {"a": array("a", n).copy(), "b": array("b", n).copy()}
     own_degree = degree[first:first + rows]
     if given == 1:
-        put("scratch", contributions(arrays["a"][first:first + rows], own_degree))
+        own = contributions(arrays["a"][first:first + rows], own_degree)
+        put("scratch", own)
+        if shared:
+            shared(first, own)
         return 0, scanned + 2 * row_bytes, row_bytes, 0
     vertices = ranges["a"][1]
     in_window = contributions_in_window(cmd)
@@ -477,7 +638,7 @@ def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row
     contribution_bytes = 2 * vertices if given == 0 else 2 * row_bytes
     per_read = contribution_bytes + edge_pass + 2 * row_bytes
     per_write = (0 if in_window else vertices if given == 0 else row_bytes) + 2 * row_bytes
-    contrib = array("scratch", n).copy()
+    contrib = array("scratch", n).copy() if window is None else window[:n].copy()
     dterm = np.uint32(cmd.get("dangling_term", 0))
     read = written = 0
     names = ("a", "b")
@@ -495,6 +656,8 @@ def _pagerank_command(cmd, ranges, array, put, rowptr, col, scanned, loaded, row
         if given == 2:
             contrib[first:first + rows] = contributions(new, own_degree)
             put("scratch", contrib[first:first + rows])
+            if shared:
+                shared(first, contrib[first:first + rows])
             dterm = dangling_term(new, own_degree, c)
         read += per_read
         written += per_write
