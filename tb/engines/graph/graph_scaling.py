@@ -18,7 +18,7 @@ host exchanged; the one contributions round before the first iteration is
 ``setup_cycles``); aggregate edges per cycle = the graph's entries over
 the span; scaling = aggregate / (N x the N = 1 rate).  Every slice's rows are checked
 against the golden model's one iteration of the whole graph, bit for bit.  Beside it,
-the same N's round over the card's window exchange (:func:`exchange_round`: every
+the same N's round over the card's window exchange (the round after the first; every
 instance's sources taken on chip as the round before shared its rows, no window load,
 nothing through the host: ``exchange_cycles``, ``exchange_scaling``, N = 1 taking its
 own rows back the same way).
@@ -51,8 +51,9 @@ KERNELS = ("cc", "pagerank", "spmv", "sssp")
 
 def card(memory: str | None, instances: int, region_mib: int = 32) -> str:
     latency = "read_latency=200&write_latency=200" if memory is None else f"memory={memory}"
+    # (eight 512-bit graph engines: a Verilator build of most of an hour on a loaded machine)
     return (f"sim?engines=graph*{instances}&memory_ports={instances}&mem_size={region_mib * instances}M"
-            f"&mem_queue=256&{latency}")
+            f"&mem_queue=256&{latency}&start_timeout=7200")
 
 
 def _problem(g, kernel: str, window: int):
@@ -67,6 +68,13 @@ def _problem(g, kernel: str, window: int):
     return csr.PullGraph(pull.n, rowptr, col, None, None), program, x, val, want
 
 
+def _next_iteration(pull, program, values, current):
+    """The golden model's next iteration (SpMV: the product) over ``current``."""
+    if program == Program.SPMV:
+        return golden.spmv(pull.rowptr, pull.col, values, current).values
+    return golden.min_iteration(pull.rowptr, pull.col, current, values if program == Program.SSSP else None)
+
+
 def runs(dev, name: str, g, counts) -> list[dict]:
     rows = []
     window = instances_for(dev)[0].window_capacity
@@ -76,20 +84,36 @@ def runs(dev, name: str, g, counts) -> list[dict]:
         for n in counts:
             pagerank = program == Program.PAGERANK
             setup = None
-            with SlicedGraph(dev, pull, instances_for(dev, n), mode="piccolo", window=True, exchange=False,
+            with SlicedGraph(dev, pull, instances_for(dev, n), mode="piccolo", window=True, exchange=not pagerank,
                              values=None if pagerank else values, degrees=values if pagerank else None) as sliced:
                 t0 = time.perf_counter()
                 if pagerank and n > 1:
-                    # the driver's split iteration: the contributions round once, then each
-                    # iteration's passes over the instance's own rows (the steady state measured)
+                    # the driver's split iteration without the exchange: the contributions
+                    # round once, then each iteration's passes over the instance's own rows,
+                    # the host writing every slice's contributions into every region (the
+                    # steady state measured)
                     rounds = sliced.pagerank_rounds(x, extra["constants"])
                     setup = span(next(rounds)[1]).cycles
                     got, done = next(rounds)
-                else:
+                elif pagerank:
                     got, done = sliced.step(x, program, 1, **extra)
+                else:
+                    # rounds over the window exchange: the first loads its window from memory
+                    # (every region holding x), the second takes it as the first's rows filled it
+                    rounds = sliced.rounds(x, program)
+                    done = next(rounds)
+                    got = sliced.gather()
                 wall = time.perf_counter() - t0
+                if not pagerank:
+                    t0 = time.perf_counter()
+                    taken = next(rounds)
+                    assert np.array_equal(sliced.gather(), _next_iteration(pull, program, values, want)), \
+                        f"{name} {kernel} N={n}: the exchanged round's rows differ from the golden model"
+                    exchanged = _exchanged(taken, time.perf_counter() - t0)
                 slices = sliced.slices
             assert np.array_equal(got, want), f"{name} {kernel} N={n}: the slices' rows differ from the golden model"
+            if pagerank:
+                exchanged = pagerank_exchanged(dev, pull, n, x, values, want, extra)
             cycles = span(done).cycles
             rows.append({"graph": name, "kernel": kernel, "instances": n, "slices": len(slices),
                          "vertices": pull.n, "edges": len(pull.col), "cycles": cycles,
@@ -97,41 +121,29 @@ def runs(dev, name: str, g, counts) -> list[dict]:
                          "start_skew": max(d.start for d in done) - min(d.start for d in done),
                          "slice_edges": [int(pull.rowptr[f + r] - pull.rowptr[f]) for f, r in slices],
                          "bytes": sum(d.bytes_read + d.bytes_written for d in done), "wall_seconds": wall,
-                         **({"setup_cycles": setup} if setup is not None else {})})
-            rows[-1].update(exchange_round(dev, pull, program, n, x, values, want, extra))
+                         **({"setup_cycles": setup} if setup is not None else {}), **exchanged})
             print(f"{name} {kernel} N={n}: {cycles} cycles, {len(pull.col) / max(cycles, 1):.3f} edges/cycle; "
-                  f"over the exchange {rows[-1]['exchange_cycles']} cycles", flush=True)
+                  f"over the exchange {exchanged['exchange_cycles']} cycles", flush=True)
     return rows
 
 
-def exchange_round(dev, pull, program, n: int, x, values, want, extra) -> dict:
-    """The same graph's rounds over the window exchange on ``n`` instances
-    (:meth:`SlicedGraph.rounds`): a first round loading the window from memory, then
-    the round measured, its sources taken from the window as the first round's rows
-    filled it (SpMV: the product over the first product; PageRank: its first
-    iteration after the contributions round, the contributions shared), its rows
-    checked against the golden model."""
-    pagerank = program == Program.PAGERANK
-    t0 = time.perf_counter()
-    with SlicedGraph(dev, pull, instances_for(dev, n), mode="piccolo", window=True,
-                     values=None if pagerank else values, degrees=values if pagerank else None) as sliced:
-        assert sliced.exchanges, "the card's graph instances do not reach each other's windows"
-        if pagerank:
-            rounds = sliced.pagerank_rounds(x, extra["constants"])
-            first = next(rounds)[1]
-            got, done = next(rounds)
-            expected = want
-        else:
-            rounds = sliced.rounds(x, program)
-            first = next(rounds)
-            done = next(rounds)
-            got = sliced.gather()
-            expected = (golden.spmv(pull.rowptr, pull.col, values, want).values if program == Program.SPMV else
-                        golden.min_iteration(pull.rowptr, pull.col, want,
-                                             values if program == Program.SSSP else None))
-    assert np.array_equal(got, expected), f"N={n}: the exchanged round's rows differ from the golden model"
+def _exchanged(done, wall: float) -> dict:
     return {"exchange_cycles": span(done).cycles, "exchange_per_instance_cycles": [d.cycles for d in done],
-            "exchange_first_cycles": span(first).cycles, "exchange_wall_seconds": time.perf_counter() - t0}
+            "exchange_wall_seconds": wall}
+
+
+def pagerank_exchanged(dev, pull, n: int, x, degrees, want, extra) -> dict:
+    """PageRank's split iteration over the window exchange on ``n`` instances (N = 1
+    too: one slice taking its own contributions back): the contributions round
+    shared, then the iteration measured, its pull taking them from the window."""
+    with SlicedGraph(dev, pull, instances_for(dev, n), mode="piccolo", window=True, degrees=degrees) as sliced:
+        assert sliced.exchanges, "the card's graph instances do not reach each other's windows"
+        rounds = sliced.pagerank_rounds(x, extra["constants"])
+        next(rounds)
+        t0 = time.perf_counter()
+        got, done = next(rounds)
+    assert np.array_equal(got, want), f"PageRank N={n}: the exchanged iteration differs from the golden model"
+    return _exchanged(done, time.perf_counter() - t0)
 
 
 def cpu_seconds(pull, kernel: str, x, entries=None) -> float:

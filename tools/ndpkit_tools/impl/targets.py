@@ -208,11 +208,14 @@ NOTES = {
                                  "register) and the row's changed-test behind the min (a cycle later, from "
                                  "registers: 19 -> 17). Next: the reducer as two stages (the value and the "
                                  "weight's sum registered before the min).",
-    ("graph", "ecp5", "ecp5"): "fits (45k LUT4 after the scatter change; 58k LUT sites of 83.6k) and places; "
-                               "post-placement estimate 25.8 MHz on the netlist with the 24-level path; routing "
-                               "did not converge (router2: 8.3k overused wires after 18 iterations, 35 min) and "
-                               "was stopped, so the row has no ECP5 figures. Next: the remaining deep paths "
-                               "(21 levels), then route again.",
+    ("graph", "ecp5", "ecp5"): "fits and places (2026-11-30, the 8-level netlist: 54.7k LUT4, 6.7k CCU2C, 1,061 "
+                               "DPR16X4, 37.4k FF, 126 DP16KD; 77.7k of 83.6k TRELLIS_COMB sites, 92 %); "
+                               "post-placement estimate 71.3 MHz (25.8 on the 24-level netlist); routing stopped "
+                               "at router2's third iteration, 77.9k wires overused (the earlier 58k-site netlist: "
+                               "8.3k after 18 iterations, 35 min), so the row has no ECP5 figures. Next: a "
+                               "configuration of at most about 70 % of the part's sites (the 512-bit datapath "
+                               "stays: fewer row-sum partials in distributed RAM, a smaller window and unit), "
+                               "then route again.",
     ("decomp", "default", "ecp5"): "117.3 MHz routed (121.0 on an earlier netlist): the index reader's block "
                                    "RAM output word, selected by the unpacker's pair position, into the pairs "
                                    "queue's distributed-RAM write in one cycle. Next: the selected pair "

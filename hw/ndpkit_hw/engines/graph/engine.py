@@ -639,8 +639,8 @@ class GraphEngine(CommandEngine):
                         start=[start.eq(1), window.invalidate.eq(Mux(check == 0, invalidate, 0))],
                         clear=transfers.clear() + loads.clear() + [odd.eq(0), reading.eq(check == 0),
                                                    iterations.eq(0), bytes_read.eq(0), bytes_written.eq(0),
-                                                   bus_error.eq(0), stage.eq(Mux(given, 1, 0)), converged.eq(0), changed_last.eq(0),
-                                                   stopping.eq(0), scale_issued.eq(0),
+                                                   bus_error.eq(0), stage.eq(Mux(given, 1, 0)), converged.eq(0),
+                                                   changed_last.eq(0), stopping.eq(0), scale_issued.eq(0),
                                                    g.dterm.eq(cmd.dangling_term)]):
             with m.State("VALIDATE"):
                 # (the row pointers only, with the window's load beside them, when the first
