@@ -31,7 +31,8 @@ class EngineHarness(wiring.Component):
                                      stall_per_256=stall_per_256, seed=seed, latency_ports=True,
                                      max_outstanding=max_outstanding, dram=timing, engine_mhz=engine_mhz,
                                      crossing=CROSSING_CYCLES)
-        # the engine's own extra outputs (the graph engine's link counters) come out too
+        # the engine's own extra ports come out too (the graph engine's link counters and its
+        # window exchange's streams, unused by a bench of one engine)
         self.extra = [name for name in engine.signature.members
                       if name not in ("cmd", "cpl", "bus", "window_base", "window_size")]
         super().__init__({
@@ -49,8 +50,15 @@ class EngineHarness(wiring.Component):
         wiring.connect(m, engine.bus, memory.bus)
         wiring.connect(m, wiring.flipped(self.cmd), engine.cmd)
         wiring.connect(m, engine.cpl, wiring.flipped(self.cpl))
-        for name in self.extra:
-            m.d.comb += getattr(self, name).eq(getattr(engine, name))
+        for name in self.extra:              # (ports and interfaces, either direction)
+            member, inner, outer = engine.signature.members[name], getattr(engine, name), getattr(self, name)
+            if member.is_signature:
+                if member.flow == wiring.Out:
+                    wiring.connect(m, inner, wiring.flipped(outer))
+                else:
+                    wiring.connect(m, wiring.flipped(outer), inner)
+            else:
+                m.d.comb += outer.eq(inner) if member.flow == wiring.Out else inner.eq(outer)
         m.d.comb += [engine.window_base.eq(0), engine.window_size.eq(memory.size),
                      memory.error_base.eq(0), memory.error_size.eq(0),
                      memory.read_latency.eq(self.read_latency), memory.write_latency.eq(self.write_latency)]
