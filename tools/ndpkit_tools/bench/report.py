@@ -414,7 +414,7 @@ def graph_scaling_lines(report: dict) -> list[str]:
                    "sources on chip as the instances shared the first round's rows, no window load from memory "
                    "and nothing through the host between rounds; SpMV: a product over the first product; "
                    "PageRank: its first iteration, the contributions shared; N = 1 takes its own rows back the "
-                   "same way), worst: " + ", ".join(f"{k} **{v:.3f}**" for k, v in worst_exchanged.items()) + "."
+                   "same way; scaling against the better of the two one-instance rates), worst: " + ", ".join(f"{k} **{v:.3f}**" for k, v in worst_exchanged.items()) + "."
                    if exchanged else ""), "",
                   "| graph | kernel | N | cycles | edges / cycle | per instance | scaling | GTEPS |"
                   + (" over the exchange: cycles | edges / cycle | scaling | GTEPS |" if exchanged else ""),
