@@ -180,13 +180,11 @@ class Device(wiring.Component):
         irq_lines = Signal(IRQ_LINES)
         kind_irqs = {}
         running = []
-        engine_cores = []
         presence = 0
         for index, ((name, instance), (slot, core, frontend, region)) in enumerate(self.slots.items()):
             kind = REGISTRY[name].kind
             label = name if instance == 0 else f"{name}_{instance}"
             m.submodules[label] = ResetInserter(engine_reset)(core)
-            engine_cores.append((core, label))
             m.submodules[f"{label}_frontend"] = ResetInserter(engine_reset)(frontend)
             wiring.connect(m, getattr(decoder, f"m{index + 1}"), frontend.bus)
             wiring.connect(m, frontend.cmd, core.cmd)
@@ -199,7 +197,7 @@ class Device(wiring.Component):
             running.append(frontend.running)
             presence |= 1 << kind
         # ---- the graph instances' window exchange -------------------------------------
-        sharing = [core for core, _ in engine_cores if hasattr(core, "share")]
+        sharing = [core for _, core, _, _ in self.slots.values() if "share" in core.signature.members]
         if sharing:
             m.submodules.window_exchange = exchange = ResetInserter(engine_reset)(WindowExchange(len(sharing),
                                                                                                  self.data_width))

@@ -75,7 +75,9 @@ def _next_iteration(pull, program, values, current):
     return golden.min_iteration(pull.rowptr, pull.col, current, values if program == Program.SSSP else None)
 
 
-def runs(dev, name: str, g, counts) -> list[dict]:
+def runs(dev, name: str, g, counts, on_row=None) -> list[dict]:
+    """Every kernel's rows on ``g`` for each N of ``counts``; ``on_row(rows)`` after each
+    (the run's file kept up to date: a run stopped part way leaves what it measured)."""
     rows = []
     window = instances_for(dev)[0].window_capacity
     for kernel in KERNELS:
@@ -124,6 +126,8 @@ def runs(dev, name: str, g, counts) -> list[dict]:
                          **({"setup_cycles": setup} if setup is not None else {}), **exchanged})
             print(f"{name} {kernel} N={n}: {cycles} cycles, {len(pull.col) / max(cycles, 1):.3f} edges/cycle; "
                   f"over the exchange {exchanged['exchange_cycles']} cycles", flush=True)
+            if on_row:
+                on_row(rows)
     return rows
 
 
@@ -233,24 +237,26 @@ def main() -> int:
     counts = (1, 2, 4) if quick else (1, 2, 4, 8)
     large = tuple(int(x) for x in os.environ.get("GRAPH_LARGE", "").split(",") if x)
     started = time.monotonic()
-    rows, large_rows = [], []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # a large-only run keeps the scaling table beside it, and a run without GRAPH_LARGE the large rows
+    before = json.loads(out.read_text()) if out.exists() else {}
+
+    def save(rows, large_rows, complete=False):
+        out.write_text(json.dumps({"memory": memory or "ideal", "data_width": 512,
+                                   "rows": with_scaling([dict(r) for r in rows]) or before.get("rows", []),
+                                   "large": large_rows or before.get("large", []), "cpu_threads": 1,
+                                   "seconds": time.monotonic() - started,
+                                   **({} if complete else {"partial": True})}, indent=1))
+    rows = []
     # (32 MiB a region holds a scale-18 graph's slice and its vertex arrays)
     with ndpkit.open(card(memory, max(counts))) as dev:
         if not os.environ.get("GRAPH_LARGE_ONLY"):
             for name, g in ((f"uniform-{scale}", generators.uniform(scale, 16, seed=scale)),
                             (f"kronecker-{scale}", generators.kronecker(scale, 16, seed=scale))):
-                rows += runs(dev, name, g, counts)
+                rows += runs(dev, name, g, counts, on_row=lambda graph_rows: save(rows + graph_rows, []))
         large_rows = large_runs(dev, large)
-    rows = with_scaling(rows)
-    print(table(rows))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # a large-only run keeps the scaling table beside it, and a run without GRAPH_LARGE the large rows
-    before = json.loads(out.read_text()) if out.exists() else {}
-    rows = rows or before.get("rows", [])
-    large_rows = large_rows or before.get("large", [])
-    out.write_text(json.dumps({"memory": memory or "ideal", "data_width": 512, "rows": rows,
-                               "large": large_rows, "cpu_threads": 1,
-                               "seconds": time.monotonic() - started}, indent=1))
+    save(rows, large_rows, complete=True)
+    print(table(with_scaling(rows) if rows else []))
     print(f"wrote {out}")
     return 0
 

@@ -430,6 +430,8 @@ def graph_scaling_lines(report: dict) -> list[str]:
                          f"{gteps(r['edges_per_cycle'])} |" +
                          (f" {r['exchange_cycles']:,} | {r['exchange_edges_per_cycle']:.3f} | "
                           f"{r['exchange_scaling']:.3f} | {gteps(r['exchange_edges_per_cycle'])} |" if exchanged else ""))
+        if data.get("partial"):
+            lines += ["", "This run stopped before its end: the rows above are the ones it had measured."]
         # (a run whose rows were not all measured on one RTL says which: its ``notes``)
         notes = data.get("notes") or {}
         if notes.get("rows"):

@@ -532,7 +532,7 @@ class GraphEngine(CommandEngine):
         layout = exchange_word(self.data_width)
         m.submodules.share_queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=4)
         g.share_queue = queue
-        g.sharing = sharing = Signal()
+        sharing = Signal()
         m.d.sync += sharing.eq(g.shares & Mux(g.is_pagerank, g.vertex_pass & (g.stage == 0), g.iterating))
         word = Signal(layout["word"].shape)            # the pass's next bus word of the vertex array
         with m.If(g.start):

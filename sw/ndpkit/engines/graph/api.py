@@ -191,6 +191,8 @@ class SlicedGraph:
                                         values=degrees if degrees is not None else part_values))
         self.degrees = degrees                       # PageRank: the out-degrees (and a scratch array each)
         self.exchange = exchange                     # False: never over the window exchange
+        # each instance's first slice: a run's first round starts its window set afresh there
+        self._first_slice = {id(card.client): card for card in reversed(self.cards)}
 
     def __enter__(self):
         try:
@@ -229,9 +231,11 @@ class SlicedGraph:
         instance built with two window sets and holding every source in its window."""
         return self.exchange and all(card.client.window_sets == 2 and card.window >= self.g.n for card in self.cards)
 
-    def _exchange(self, first: bool, round_: int, take: bool) -> dict:
-        return {"share": True, "take": take, "round": round_ & 0xFFFF,
-                "fresh": first and not take}
+    def _exchange(self, card, i: int) -> dict:
+        """Round ``i``'s exchange fields for ``card``'s command: shared; taken after the
+        first round; the first round's first slice of each instance fresh."""
+        return {"share": True, "take": i > 0, "round": i & 0xFFFF,
+                "fresh": i == 0 and self._first_slice[id(card.client)] is card}
 
     def rounds(self, values: np.ndarray, program: Program):
         """Jacobi rounds of one iteration each over the window exchange (:attr:`exchanges`):
@@ -243,13 +247,11 @@ class SlicedGraph:
         values = np.ascontiguousarray(values, dtype=np.uint32)
         for card in self.cards:
             card.arrays[0].write(values)
-        # (the round starts each instance's window set afresh once, at its first slice)
-        first_slices = {id(card.client): card for card in reversed(self.cards)}
         self.current = 0
         for i in itertools.count():
             done = self.run_each(lambda card: card.command(
                 program, card.arrays[self.current], card.arrays[1 - self.current], 1, wait=False,
-                **self._exchange(first_slices[id(card.client)] is card, i, i > 0)))
+                **self._exchange(card, i)))
             self.current = 1 - self.current
             yield done
 
@@ -279,10 +281,9 @@ class SlicedGraph:
         # taking them (the host only sums the dangling rank); else gathered and written
         # into every region's scratch
         exchanges = self.exchanges
-        first_slices = {id(card.client): card for card in reversed(self.cards)}
 
         def exchange(card, i):
-            return self._exchange(first_slices[id(card.client)] is card, i, i > 0) if exchanges else {}
+            return self._exchange(card, i) if exchanges else {}
         done = self.run_each(lambda card: card.command(Program.PAGERANK, *card.arrays[:2], 1, wait=False,
                                                        scratch=card.arrays[2], constants=c, contributions=1,
                                                        **exchange(card, 0)))

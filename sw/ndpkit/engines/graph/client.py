@@ -44,13 +44,10 @@ class GraphClient(EngineClient):
         raise ValueError(f"window: True, False or a vertex count from 0 to the engine's capacity "
                          f"{self.window_capacity}, not {window!r}")
 
-    def blame(self, args, code):
-        # (the host cannot see the window sets: a take is blamed for BAD_FIELD only)
-        if code != ErrorCode.BAD_FIELD and args.get("exchange_take"):
-            args = {**args, "exchange_take": 0}
-        return super().blame(args, code)
-
     def blame_run(self, args, code):
+        # (a take the host's checks pass, refused: the card's window set was not complete)
+        if code == ErrorCode.BAD_FIELD and args.get("exchange_take"):
+            return "exchange"
         return {ErrorCode.BAD_GRAPH: "rowptr", ErrorCode.BAD_INDEX: "col"}.get(code)
 
     def run(self, program: int, *, n: int, edges: int, rowptr, col, a, b, val=None, mode: int = 0,

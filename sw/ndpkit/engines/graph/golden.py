@@ -348,30 +348,34 @@ class WindowSets:
     bus words tagged ``r``, into set ``(r + 1) mod 2`` of every instance.  A set keeps
     the round of the last word it took and how many words of that round it took (a
     word of a newer round starts the count again); a take of round ``r`` needs every
-    word of the window from round ``r - 1``.  ``reading``: the set a running command
-    reads (words into it are dropped; the model runs a command at once, so only a
-    card whose commands overlap drops any)."""
+    word of the window from round ``r - 1``.  (The card drops words into the set a
+    running command reads; the model runs a command at once, so it never has to.)"""
 
     def __init__(self, capacity: int = WINDOW_VERTICES, word_bytes: int = 64):
         self.per_word = word_bytes // 4
         self.values = [np.zeros(capacity, np.uint32), np.zeros(capacity, np.uint32)]
-        self.reading = None
-        self.reset()
+        self.tag, self.count, self.bad = [None, None], [0, 0], [False, False]
 
-    def receive(self, round_: int, word: int, data: np.ndarray) -> None:
-        """One shared bus word (``per_word`` values, word ``word`` of the vertex array)."""
+    def _of_round(self, round_: int) -> int:
+        """The set round ``round_`` fills, its record started afresh by a newer round."""
         s = (round_ + 1) & 1
-        at = word * self.per_word
-        if s == self.reading or at >= len(self.values[s]):
-            return
         if self.tag[s] != round_:
             self.tag[s], self.count[s], self.bad[s] = round_, 0, False
-        self.values[s][at:at + self.per_word] = data
-        self.count[s] += 1
+        return s
+
+    def receive(self, round_: int, word: int, values: np.ndarray) -> None:
+        """Shared bus words from word ``word`` of the vertex array on (``values``: whole
+        words, ``per_word`` values each); words past the window are not taken."""
+        s = self._of_round(round_)
+        at = word * self.per_word
+        taken = values[:max(0, len(self.values[s]) - at)]
+        self.values[s][at:at + len(taken)] = taken
+        self.count[s] += len(taken) // self.per_word
 
     def reset(self) -> None:
         """A soft reset: neither set holds a round (their values stay, as block RAM's do)."""
-        self.tag, self.count, self.bad = [None, None], [0, 0], [False, False]
+        for s in (0, 1):
+            self.invalidate(s)
 
     def invalidate(self, s: int) -> None:
         """Set ``s`` loaded from memory: none of the exchange's words is left in it."""
@@ -380,12 +384,7 @@ class WindowSets:
     def poison(self, round_: int) -> None:
         """A sharing command of ``round_`` ended with an error: its set is incomplete
         until a newer round's words arrive."""
-        s = (round_ + 1) & 1
-        if s == self.reading:
-            return
-        if self.tag[s] != round_:
-            self.tag[s], self.count[s] = round_, 0
-        self.bad[s] = True
+        self.bad[self._of_round(round_)] = True
 
     def complete(self, round_: int, n: int) -> bool:
         """Whether set ``round_ mod 2`` holds every word of an ``n``-vertex window, each
@@ -413,9 +412,8 @@ def share(exchange, round_: int, first: int, values) -> None:
     per_word = exchange[0].per_word
     words = np.zeros(-(-len(values) // per_word) * per_word, np.uint32)
     words[:len(values)] = values
-    for k in range(len(words) // per_word):
-        for sets in exchange:
-            sets.receive(round_, first // per_word + k, words[k * per_word:(k + 1) * per_word])
+    for sets in exchange:
+        sets.receive(round_, first // per_word, words)
 
 
 #: cpl_aux of a sharing BFS, SSSP or CC command: its iteration changed a value
@@ -440,7 +438,8 @@ def _exchange_error(cmd: dict, window_sets: "WindowSets | None") -> bool:
         if cmd.get("source_window", 0) < cmd["n"] or cmd.get("edge_lanes", EDGE_LANES) == 1 \
                 or pagerank and given != 2:
             return True
-        return window_sets is None or not window_sets.complete(round_, cmd["n"])
+        # (the sets' record is the card's: without it, as the host checks, a take is not refused)
+        return window_sets is not None and not window_sets.complete(round_, cmd["n"])
     return False
 
 
@@ -508,21 +507,21 @@ def started(cmd: dict, *, word_bytes: int, window_base: int, window_size: int,
 def execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window_base: int | None = None,
             window_size: int | None = None, window_sets: "WindowSets | None" = None,
             exchange=None) -> tuple[int, int, int, int]:
-    """:func:`run_command` with the window exchange: ``window_sets`` the instance's
+    """:func:`_execute` with the window exchange: ``window_sets`` the instance's
     :class:`WindowSets`, ``exchange`` every instance's (a sharing command's results go to
     them; one that ends with an error poisons the round's set instead)."""
     shares, takes, round_ = exchange_fields(cmd)
-    out = run_command(memory, cmd, word_bytes=word_bytes, base=base,
-                      window=window_sets.values[round_ & 1] if takes else None,
-                      shared=(lambda first, values: share(exchange, round_, first, values)) if shares else None)
+    out = _execute(memory, cmd, word_bytes=word_bytes, base=base,
+                   window=window_sets.values[round_ & 1] if takes else None,
+                   shared=(lambda first, values: share(exchange, round_, first, values)) if shares else None)
     if shares and out[0]:
         for sets in exchange or ():
             sets.poison(round_)
     return out
 
 
-def run_command(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window=None,
-                shared=None) -> tuple[int, int, int, int]:
+def _execute(memory: np.ndarray, cmd: dict, *, word_bytes: int, base: int = 0, window=None,
+             shared=None) -> tuple[int, int, int, int]:
     """Run an accepted command on card memory.  First a validation pass reads the whole
     row-pointer and column arrays (BAD_GRAPH / BAD_INDEX end the command there, nothing
     written; when the first edge pass judges the columns,
